@@ -431,14 +431,7 @@ using CtxPopFn = decltype(&::cuCtxPopCurrent);
 
 template <class Fn>
 Fn resolveReal(const char* name) {
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  GpaV2Fn gpa = realGpaV2();
-  if (gpa == nullptr || gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q) != CUDA_SUCCESS ||
-      q != CU_GET_PROC_ADDRESS_SUCCESS) {
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(fn);
+  return reinterpret_cast<Fn>(realEntryPoint(name));
 }
 
 int currentCtxDevice() {

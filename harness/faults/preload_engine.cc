@@ -103,6 +103,19 @@ GpaV1Fn realGpaV1() {
   return g_gpa_v1.load(std::memory_order_acquire);
 }
 
+void* realEntryPoint(const char* name, int version) {
+  void* fn = nullptr;
+  CUresult r = CUDA_ERROR_NOT_FOUND;
+  if (GpaV2Fn v2 = realGpaV2()) {
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    r = v2(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q);
+    if (q != CU_GET_PROC_ADDRESS_SUCCESS) fn = nullptr;
+  } else if (GpaV1Fn v1 = realGpaV1()) {
+    r = v1(name, &fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+  }
+  return r == CUDA_SUCCESS ? fn : nullptr;
+}
+
 RuntimeScope::RuntimeScope() {
   ++t_runtime_depth;
 }
@@ -238,19 +251,9 @@ std::mutex g_driver_mu;
 Driver g_driver;
 
 template <class Fn>
-bool resolveInto(Fn* out, const char* name, bool required) {
-  void* fn = nullptr;
-  CUresult r = CUDA_ERROR_NOT_FOUND;
-  if (GpaV2Fn v2 = realGpaV2()) {
-    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    r = v2(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q);
-    if (q != CU_GET_PROC_ADDRESS_SUCCESS) fn = nullptr;
-  } else if (GpaV1Fn v1 = realGpaV1()) {
-    r = v1(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
-  }
-  if (r != CUDA_SUCCESS) fn = nullptr;
-  *out = reinterpret_cast<Fn>(fn);
-  return fn != nullptr || !required;
+bool resolveInto(Fn* out, const char* name, bool required, int version = kClassicAbiVersion) {
+  *out = reinterpret_cast<Fn>(realEntryPoint(name, version));
+  return *out != nullptr || !required;
 }
 
 // nullptr until the driver can be reached.
@@ -262,7 +265,7 @@ const Driver* driver() {
             resolveInto(&d.ctxPush, "cuCtxPushCurrent", true) && resolveInto(&d.ctxPop, "cuCtxPopCurrent", true) &&
             resolveInto(&d.ctxGetDevice, "cuCtxGetDevice", true) &&
             resolveInto(&d.streamGetCtx, "cuStreamGetCtx", true) &&
-            resolveInto(&d.streamGetDevice, "cuStreamGetDevice", false) &&
+            resolveInto(&d.streamGetDevice, "cuStreamGetDevice", false, 12080) &&
             resolveInto(&d.pointerGetAttribute, "cuPointerGetAttribute", true) &&
             resolveInto(&d.memcpyAsync, "cuMemcpyAsync", true) && resolveInto(&d.memcpySync, "cuMemcpy", true) &&
             resolveInto(&d.launchHostFunc, "cuLaunchHostFunc", true) &&

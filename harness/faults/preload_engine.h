@@ -39,6 +39,14 @@ void noteRealGpaV1(GpaV1Fn fn);
 GpaV2Fn realGpaV2();
 GpaV1Fn realGpaV1();
 
+/// The CUDA version whose ABIs the interposer's own prototypes have. cuGetProcAddress hands out the newest ABI of a
+/// name for the version asked, and newer ones add parameters (cuStreamGetCtx -> cuStreamGetCtx_v2 from 12.5,
+/// cuCtxGetDevice -> cuCtxGetDevice_v2 from 13.0): asking with CUDA_VERSION would call those through the old
+/// prototypes.
+constexpr int kClassicAbiVersion = 12000;
+/// The real driver entry point `name` with the ABI it had in CUDA `version`; nullptr when there is none.
+void* realEntryPoint(const char* name, int version = kClassicAbiVersion);
+
 /// Marks the calling thread as inside a runtime hook's forwarded call: the driver wrappers the runtime reaches
 /// underneath pass through, so a fault is applied once per user call.
 class RuntimeScope {

@@ -312,6 +312,24 @@ CUresult cuStreamGetCtx(CUstream s, CUcontext* ctx) {
   *ctx = reinterpret_cast<CUcontext>(&g_ctx[streamOf(s)->device]);
   return CUDA_SUCCESS;
 }
+// The newer ABIs cuGetProcAddress hands out for the same names from CUDA 12.5 and 13.0: a caller that asks by name
+// with a newer version but calls through the old prototype passes garbage for the added parameter.
+CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* ctx, CUgreenCtx* green) {
+  *ctx = reinterpret_cast<CUcontext>(&g_ctx[streamOf(s)->device]);
+  if (green != nullptr) *green = nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext ctx) {
+  if (ctx == nullptr) return cuCtxGetDevice(dev);
+  for (FakeCtx& c : g_ctx) {
+    if (reinterpret_cast<CUcontext>(&c) == ctx) {
+      *dev = c.device;
+      return CUDA_SUCCESS;
+    }
+  }
+  count("abi_mismatches");
+  return CUDA_ERROR_INVALID_CONTEXT;
+}
 CUresult cuStreamGetDevice(CUstream s, CUdevice* dev) {
   *dev = streamOf(s)->device;
   return CUDA_SUCCESS;
@@ -555,6 +573,22 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       PEERLAB_FAKE_ENTRY(cuMemSetAccess),
       {"cuGetProcAddress", nullptr},
   };
+  // Like the driver, the newest ABI of a name for the version asked, and nothing for a version before the name.
+  if (std::strcmp(symbol, "cuStreamGetCtx") == 0 && version >= 12050) {
+    *pfn = reinterpret_cast<void*>(&cuStreamGetCtx_v2);
+    if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  if (std::strcmp(symbol, "cuCtxGetDevice") == 0 && version >= 13000) {
+    *pfn = reinterpret_cast<void*>(&cuCtxGetDevice_v2);
+    if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  if (std::strcmp(symbol, "cuStreamGetDevice") == 0 && version < 12080) {
+    *pfn = nullptr;
+    if (status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+    return CUDA_ERROR_NOT_FOUND;
+  }
   for (const Entry& e : entries) {
     if (std::strcmp(e.name, symbol) == 0) {
       void* fn = e.fn;

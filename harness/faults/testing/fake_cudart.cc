@@ -49,7 +49,8 @@ template <class Fn>
 void resolve(GpaV2 gpa, const char* name, Fn* out) {
   void* fn = nullptr;
   CUdriverProcAddressQueryResult q;
-  if (gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS) fn = nullptr;
+  // The ABIs of CUDA 12.0, as the prototypes called through (cuCtxGetDevice, not cuCtxGetDevice_v2).
+  if (gpa(name, &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS) fn = nullptr;
   *out = reinterpret_cast<Fn>(fn);
 }
 

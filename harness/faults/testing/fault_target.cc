@@ -192,6 +192,8 @@ int scenarioCopy(const std::string& api, const std::string& side) {
   out("first", first);
   out("mask", mask);
   out("untouched", untouched);
+  // Calls the fake driver saw through a prototype older than the entry point it handed out (-1: the real driver).
+  out("abi_mismatches", fakeCounter("abi_mismatches"));
   return 0;
 }
 
