@@ -19,7 +19,8 @@
 // flag_acq_rel is the same with release stores and acquire polls (what a protocol publishing data with the flag
 // pays). pointer_chase is one thread's dependent loads through a 1 MiB chain in the peer's memory, one node per
 // 128-byte line, walked in address order (nvbandwidth's device_to_device_latency_sm method); pointer_chase_random
-// walks the same lines in one random cycle. Both time a steady-state pass after an untimed one (owner's L2 and the
+// walks the same lines in one random cycle; pointer_chase_ld is the line walk with default (L1-allocating) loads, as
+// nvbandwidth's kernel compiles. All time a steady-state pass after an untimed one (owner's L2 and the
 // reader's TLB warm); time_us is the time per load.
 //
 // Environment: PEERLAB_SM_COPY="kernel=auto,threads=512,unroll=8,blocks_per_sm=2,hints=2,sms=0,bulk_kib=16,
@@ -164,25 +165,32 @@ struct ChaseResult {
   uint64_t last;
 };
 
-// A plain (weak) load, as nvbandwidth's chase does, that never allocates in L1: every step is a fresh trip to the
-// owner. (An L2-only ld.global.cg compiles to a strong GPU-scope load, a different path.)
+// A plain (weak) load that never allocates in L1: every step is a fresh trip to the owner. (An L2-only ld.global.cg
+// compiles to a strong GPU-scope load, a different path.) With kPlain, the default ld.global that nvbandwidth's
+// `p = p->next` compiles to (L1-allocating; a 1 MiB walk still misses L1 on every step).
+template <bool kPlain>
 __device__ __forceinline__ const uint64_t* chaseNext(const uint64_t* p) {
   uint64_t v;
-  asm volatile("ld.global.L1::no_allocate.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  if constexpr (kPlain) {
+    asm volatile("ld.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  } else {
+    asm volatile("ld.global.L1::no_allocate.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  }
   return reinterpret_cast<const uint64_t*>(v);
 }
 
 // One thread follows `warmup` then `loads` (a multiple of 8) dependent pointers; times the second part only.
+template <bool kPlain>
 __global__ void chaseKernel(const uint64_t* start, uint32_t warmup, uint32_t loads, ChaseResult* out) {
   const uint64_t* p = start;
   for (uint32_t i = 0; i < warmup; ++i)
-    p = chaseNext(p);
+    p = chaseNext<kPlain>(p);
   if (reinterpret_cast<uintptr_t>(p) == 1) __trap();  // wait for the warm-up's last load
   const uint64_t t0 = globalTimerNs();
   for (uint32_t i = 0; i < loads; i += 8) {
 #pragma unroll
     for (int u = 0; u < 8; ++u)
-      p = chaseNext(p);
+      p = chaseNext<kPlain>(p);
   }
   if (reinterpret_cast<uintptr_t>(p) == 1) __trap();  // the timer below reads after the last load returned
   out->ns = globalTimerNs() - t0;
@@ -724,7 +732,7 @@ Status measureFlag(int a, int b, bool acq_rel, Record& rec) {
 // covered by the reader's TLB after the untimed first pass), each load depending on the previous one. kLineWalk
 // visits the lines in address order, as nvbandwidth's device_to_device_latency_sm does (its 128-byte stride; its
 // kernels walk about 1 MB from the buffer start); kRandom visits them in one random cycle (no locality at all).
-enum class ChasePattern { kLineWalk, kRandom };
+enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain };
 constexpr size_t kChaseBytes = size_t{1} << 20;
 constexpr size_t kChaseStride = 128;
 
@@ -777,7 +785,11 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     // pass that is not kept; the kept samples warm up for 64 loads only.
     const uint32_t warm = s < 0 ? loads : 64;
     *res = ChaseResult{0, 0};
-    chaseKernel<<<1, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), warm, loads, res);
+    if (pattern == ChasePattern::kLineWalkPlain) {
+      chaseKernel<true><<<1, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), warm, loads, res);
+    } else {
+      chaseKernel<false><<<1, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), warm, loads, res);
+    }
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("chaseKernel"));
     PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[reader].get(), "pointer chase"));
     // After warm + loads steps from node 0 the chain is at a known node.
@@ -799,7 +811,7 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
   return Status::ok();
 }
 
-enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom };
+enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom, kChasePlain };
 
 void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
   Record rec;
@@ -818,6 +830,9 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
     case Latency::kChaseRandom:
       rec.impl = "peerlab.pointer_chase_random";
       break;
+    case Latency::kChasePlain:
+      rec.impl = "peerlab.pointer_chase_ld";
+      break;
   }
   rec.name = flag ? "one_way" : "dependent_load";
   rec.src = a;
@@ -826,7 +841,11 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
     (void)_;
     Status st =
         flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
-             : measureChase(a, b, kind == Latency::kChase ? ChasePattern::kLineWalk : ChasePattern::kRandom, rec);
+             : measureChase(a, b,
+                            kind == Latency::kChase         ? ChasePattern::kLineWalk
+                            : kind == Latency::kChasePlain ? ChasePattern::kLineWalkPlain
+                                                           : ChasePattern::kRandom,
+                            rec);
     if (!st.isOk()) {
       finish(state, rec, st);
       break;
@@ -1003,7 +1022,8 @@ void registerAll() {
     }
   }
   for (auto [kind, label] :
-       {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"}}) {
+       {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"},
+        std::pair{Latency::kChasePlain, "pointer_chase_ld"}}) {
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
         if (a == b) continue;

@@ -8,6 +8,7 @@
 #include "reference/alltoallv/copy.cuh"
 #include "reference/core/check.h"
 #include "reference/core/device_time.cuh"
+#include "reference/core/ll.cuh"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
 
@@ -57,30 +58,6 @@ __device__ __forceinline__ void redRelaxedGpuAdd32(uint32_t* p, uint32_t v) {
 }
 __device__ __forceinline__ void fenceAcqRelSys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
-}
-
-/// One LL word: 8 data bytes with the tag beside each half, in a single 16-byte store (no fence needed).
-__device__ __forceinline__ void storeLl(uint4* p, uint64_t data, uint32_t tag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(static_cast<uint32_t>(data)), "r"(tag),
-               "r"(static_cast<uint32_t>(data >> 32)), "r"(tag)
-               : "memory");
-}
-/// Reads an LL word; true when both halves carry `tag` (then `*data` is the payload).
-__device__ __forceinline__ bool loadLl(const uint4* p, uint32_t tag, uint64_t* data) {
-  uint32_t d0, f0, d1, f1;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-               : "l"(p)
-               : "memory");
-  *data = static_cast<uint64_t>(d1) << 32 | d0;
-  return f0 == tag && f1 == tag;
-}
-/// Spins on an LL word until it carries `tag` or the call's deadline passes.
-__device__ __forceinline__ bool waitLl(const uint4* p, uint32_t tag, uint64_t t0, uint64_t timeout_ns, uint64_t* data) {
-  while (!loadLl(p, tag, data)) {
-    if (globalTimerNs() - t0 > timeout_ns) return false;
-  }
-  return true;
 }
 
 __device__ void reportError(DeviceState* st, uint32_t code, int rank, uint64_t epoch, uint64_t a, uint64_t b,

@@ -24,9 +24,6 @@ constexpr Role opposite(Role r) {
   return r == Role::kSender ? Role::kReceiver : Role::kSender;
 }
 
-/// Words per slot (256 bytes: slots never share a 128-byte line).
-inline constexpr uint32_t kSlotWords = 64;
-inline constexpr size_t kSlotBytes = kSlotWords * sizeof(uint32_t);
 /// get / put: the one word the peer signals (ready or done for get, free or arrived for put).
 inline constexpr uint32_t kInboxWord = 0;
 /// sm_signal, in the sender's slot: "destination free" epochs from the receiver.
@@ -34,7 +31,21 @@ inline constexpr uint32_t kSmFreeWord = 1;
 /// sm_signal, in the receiver's slot: one "arrived" word per block of the send kernel.
 inline constexpr uint32_t kSmArrivedWord = 32;
 inline constexpr uint32_t kSmMaxBlocks = 32;
-static_assert(kSmArrivedWord + kSmMaxBlocks <= kSlotWords);
+/// sm_signal, in the receiver's slot from word kSmLlWord: LL lines (reference/core/ll.cuh), tagged with the message's
+/// epoch. Line 0 is every message's header: data {bytes | kSmLlBulk, dst_offset bits 0-31}. A message of at most
+/// kSmLlMaxBytes rides in the lines itself: line 1 {dst_offset bits 32-63, 0}, then 8 payload bytes per line from line
+/// kSmLlHeaderLines; the receiver copies it into its window, and no fence or separate signal is needed. A larger
+/// message has kSmLlBulk set: it is pushed into the window and completed with the "arrived" words (release/acquire).
+inline constexpr uint32_t kSmLlWord = 64;
+inline constexpr uint32_t kSmLlHeaderLines = 2;
+inline constexpr uint64_t kSmLlMaxBytes = 8192;
+inline constexpr uint32_t kSmLlLines = kSmLlHeaderLines + static_cast<uint32_t>(kSmLlMaxBytes / 8);
+inline constexpr uint32_t kSmLlBulk = 0x80000000u;
+static_assert(kSmArrivedWord + kSmMaxBlocks <= kSmLlWord);
+static_assert(kSmLlMaxBytes < kSmLlBulk);
+/// Words per slot: a whole number of 128-byte lines, so slots never share one.
+inline constexpr uint32_t kSlotWords = (kSmLlWord + 4 * kSmLlLines + 31) / 32 * 32;
+inline constexpr size_t kSlotBytes = kSlotWords * sizeof(uint32_t);
 
 /// Device-held epoch counters per endpoint (private device memory, never exported).
 inline constexpr uint32_t kCounterWords = 8;
@@ -75,6 +86,8 @@ struct SmEndpointView {
   uint32_t* remote_words = nullptr;  ///< the peer endpoint's slot in the peer's page (mapped here)
   uint8_t* remote_window = nullptr;  ///< sender: the receiver's destination window (mapped here); receiver: null
   uint64_t remote_window_bytes = 0;
+  uint8_t* local_window = nullptr;  ///< receiver: its own window, where LL messages are copied out; sender: null
+  uint64_t local_window_bytes = 0;
   uint32_t* counters = nullptr;  ///< kCounterWords device-held epochs (local memory)
   uint32_t* error = nullptr;     ///< kErrorWords host-mapped error words
   uint64_t timeout_ns = 0;       ///< bound of every spin

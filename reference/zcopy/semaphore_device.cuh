@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "reference/core/device_time.cuh"
+#include "reference/core/ll.cuh"
 #include "reference/zcopy/semaphore.h"
 
 namespace peerlab::zcopy {
@@ -94,10 +95,35 @@ __device__ __forceinline__ void copyRange(uint8_t* dst, const uint8_t* src, uint
     dst[i] = src[i];
 }
 
+/// The LL lines of an sm_signal slot (its words from kSmLlWord on).
+__device__ __forceinline__ uint4* smLlLines(uint32_t* slot_words) {
+  return reinterpret_cast<uint4*>(slot_words + kSmLlWord);
+}
+
+/// Bytes [at, at + n) of `src` (n <= 8) as a little-endian word: one 8-byte load when it is aligned and whole.
+__device__ __forceinline__ uint64_t loadPiece(const uint8_t* src, uint64_t n) {
+  if (n == 8 && (reinterpret_cast<uintptr_t>(src) & 7) == 0) return *reinterpret_cast<const uint64_t*>(src);
+  uint64_t v = 0;
+  for (uint64_t i = 0; i < n; ++i)
+    v |= static_cast<uint64_t>(src[i]) << (8 * i);
+  return v;
+}
+/// The low `n` bytes (n <= 8) of `v` to `dst`: one 8-byte store when it is aligned and whole.
+__device__ __forceinline__ void storePiece(uint8_t* dst, uint64_t v, uint64_t n) {
+  if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(dst) = v;
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i)
+    dst[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
 /// sendPost of an sm_signal sender, by ONE block of at least 32 threads: waits for the receiver's "free" for the next
-/// epoch, pushes [0, bytes) of `src` into the receiver's window at `dst_offset`, then signals every "arrived" word with
-/// a system-scope release. Advances the device epoch. Returns false (and reports) on timeout; nothing is written then.
-/// Every thread returns the same value; the block's shared state may be reused after it returns.
+/// epoch, then sends [0, bytes) of `src` for the receiver's window at `dst_offset`. At most kSmLlMaxBytes travel in the
+/// receiver's LL lines (data and flag in one store: no fence); larger messages are pushed into the window, then every
+/// "arrived" word is released at system scope. Advances the device epoch. Returns false (and reports) on timeout;
+/// nothing is written then. Every thread returns the same value; the block's shared state may be reused after it
+/// returns.
 __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void* src, uint64_t dst_offset,
                                             uint64_t bytes) {
   __shared__ uint32_t s_epoch;
@@ -112,12 +138,29 @@ __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void*
   __syncthreads();
   const uint32_t e = s_epoch;
   const bool ok = s_ok != 0;
-  if (ok) {
-    copyRange(v.remote_window + dst_offset, static_cast<const uint8_t*>(src), bytes, threadIdx.x, blockDim.x);
+  uint4* lines = smLlLines(v.remote_words);
+  const auto* in = static_cast<const uint8_t*>(src);
+  if (ok && bytes <= kSmLlMaxBytes) {
+    const uint64_t count = kSmLlHeaderLines + (bytes + 7) / 8;
+    for (uint64_t l = threadIdx.x; l < count; l += blockDim.x) {
+      uint64_t d;
+      if (l == 0) {
+        d = bytes | (dst_offset << 32);
+      } else if (l == 1) {
+        d = dst_offset >> 32;
+      } else {
+        const uint64_t at = 8 * (l - kSmLlHeaderLines);
+        d = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
+      }
+      storeLl(lines + l, d, e);
+    }
+  } else if (ok) {
+    if (threadIdx.x == 0) storeLl(lines, kSmLlBulk | (dst_offset << 32), e);
+    copyRange(v.remote_window + dst_offset, in, bytes, threadIdx.x, blockDim.x);
+    // Every thread's stores happen before the release below (CTA barrier, then a system-scope release).
+    __syncthreads();
+    if (threadIdx.x < kSmMaxBlocks) storeReleaseSys(v.remote_words + kSmArrivedWord + threadIdx.x, e);
   }
-  // Every thread's stores happen before the release below (CTA barrier, then a system-scope release).
-  __syncthreads();
-  if (ok && threadIdx.x < kSmMaxBlocks) storeReleaseSys(v.remote_words + kSmArrivedWord + threadIdx.x, e);
   if (threadIdx.x == 0) v.counters[kCtrSmSend] = e;
   __syncthreads();
   return ok;
@@ -131,16 +174,58 @@ __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
   v.counters[kCtrSmFree] = f;
 }
 
-/// recvWait of an sm_signal receiver, by a block of at least 32 threads (the first warp polls, one word per lane):
-/// waits until every "arrived" word reaches the next epoch (relaxed polls, then one acquire load per word). Returns
-/// false on timeout. Every thread returns the same value; the block's shared state may be reused after it returns.
+/// recvWait of an sm_signal receiver, by a block of at least 32 threads: waits for the next message's header line,
+/// then either copies an LL message out of the lines into this side's window (every thread, one line at a time) or,
+/// for a bulk message, waits until every "arrived" word reaches the epoch (the first warp, one word per lane: relaxed
+/// polls, then one acquire load per word). Returns false on timeout (or an LL message outside the window). Every
+/// thread returns the same value; the block's shared state may be reused after it returns.
 __device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
+  __shared__ uint32_t s_epoch;
+  __shared__ uint64_t s_header[2];
   __shared__ int s_ok;
-  if (threadIdx.x < 32) {
+  const uint4* lines = smLlLines(v.local_words);
+  if (threadIdx.x == 0) {
     const uint32_t e = v.counters[kCtrSmRecv] + 1;
+    const uint64_t t0 = globalTimerNs();
+    uint64_t h0 = 0, h1 = 0;
+    bool ok = waitLl(lines, e, t0, v.timeout_ns, &h0);
+    if (ok && (h0 & kSmLlBulk) == 0) ok = waitLl(lines + 1, e, t0, v.timeout_ns, &h1);
+    if (!ok) reportError(v.error, kDeviceTimeout, e);
+    s_epoch = e;
+    s_header[0] = h0;
+    s_header[1] = h1;
+    s_ok = ok ? 1 : 0;
+  }
+  __syncthreads();
+  const uint32_t e = s_epoch;
+  const uint64_t h0 = s_header[0];
+  bool ok = s_ok != 0;
+  if (ok && (h0 & kSmLlBulk) == 0) {
+    const uint64_t bytes = h0 & 0xffffffffu;
+    const uint64_t offset = (h0 >> 32) | (s_header[1] << 32);
+    const bool inside = bytes <= kSmLlMaxBytes && offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
+    if (inside) {
+      const uint64_t count = (bytes + 7) / 8;
+      const uint64_t t0 = globalTimerNs();
+      for (uint64_t l = threadIdx.x; l < count; l += blockDim.x) {
+        uint64_t d = 0;
+        if (!waitLl(lines + kSmLlHeaderLines + l, e, t0, v.timeout_ns, &d)) {
+          s_ok = 0;
+          break;
+        }
+        const uint64_t at = 8 * l;
+        storePiece(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
+      }
+    } else if (threadIdx.x == 0) {
+      s_ok = 0;
+    }
+    __syncthreads();
+    ok = s_ok != 0;
+    if (threadIdx.x == 0 && !ok) reportError(v.error, inside ? kDeviceTimeout : kDeviceBadInput, e);
+  } else if (ok && threadIdx.x < 32) {
     const volatile uint32_t* flag = v.local_words + kSmArrivedWord + threadIdx.x;
     bool mine = epochReached(loadRelaxedSys(flag), e);
-    bool ok = true;
+    bool all = true;
     if (!__all_sync(0xffffffffu, mine)) {
       const uint64_t start = globalTimerNs();
       for (;;) {
@@ -149,21 +234,21 @@ __device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
         // Lane 0 alone reads the clock, so the whole warp leaves the loop together.
         const int expired = threadIdx.x == 0 && globalTimerNs() - start > v.timeout_ns ? 1 : 0;
         if (__shfl_sync(0xffffffffu, expired, 0) != 0) {
-          ok = false;
+          all = false;
           break;
         }
       }
     }
     (void)loadAcquireSys(flag);
     if (threadIdx.x == 0) {
-      if (!ok) reportError(v.error, kDeviceTimeout, e);
-      v.counters[kCtrSmRecv] = e;
-      s_ok = ok ? 1 : 0;
+      if (!all) reportError(v.error, kDeviceTimeout, e);
+      s_ok = all ? 1 : 0;
     }
   }
+  if (threadIdx.x == 0) v.counters[kCtrSmRecv] = e;
   __syncthreads();
-  const bool ok = s_ok != 0;
-  // A later call of this function (in a loop) writes s_ok again only after every thread has read it.
+  ok = s_ok != 0;
+  // A later call of this function (in a loop) writes the shared state again only after every thread has read it.
   __syncthreads();
   return ok;
 }

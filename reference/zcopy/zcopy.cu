@@ -41,17 +41,23 @@ __global__ void graphWaitKernel(const uint32_t* local_word, uint32_t* counter, u
   if (!waitFlagGe(local_word, want, timeout_ns)) reportError(error, kDeviceTimeout, want);
 }
 
-// sm_signal sendPost: every block waits for "free", pushes its contiguous share of the message and releases its own
-// "arrived" word; block 0 also releases the words of blocks this message does not use, so the receiver always
-// waits for all kSmMaxBlocks words. The last block to finish advances the device epoch.
+// sm_signal sendPost: a message of at most kSmLlMaxBytes goes out in LL lines by block 0 (smBlockSend). Otherwise
+// every block waits for "free", pushes its contiguous share of the message and releases its own "arrived" word;
+// block 0 also writes the bulk header and releases the words of blocks this message does not use, so the receiver
+// always waits for all kSmMaxBlocks words. The last block to finish advances the device epoch.
 __global__ void __launch_bounds__(kSmSendThreads)
     smSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset, uint64_t bytes) {
+  if (bytes <= kSmLlMaxBytes) {
+    if (blockIdx.x == 0) (void)smBlockSend(v, src, dst_offset, bytes);
+    return;
+  }
   __shared__ uint32_t s_epoch;
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
     const uint32_t e = v.counters[kCtrSmSend] + 1;
     const bool ok = waitWordGe(v.local_words + kSmFreeWord, e, v.timeout_ns);
     if (!ok) reportError(v.error, kDeviceTimeout, e);
+    if (ok && blockIdx.x == 0) storeLl(smLlLines(v.remote_words), kSmLlBulk | (dst_offset << 32), e);
     s_epoch = e;
     s_ok = ok ? 1 : 0;
   }
@@ -226,6 +232,8 @@ struct Channel::State {
   uint32_t* remote_words = nullptr;
   uint8_t* remote_window = nullptr;
   size_t remote_window_bytes = 0;
+  uint8_t* local_window = nullptr;  // the exported window (sm_signal receiver: LL messages are copied out into it)
+  size_t local_window_bytes = 0;
   uint32_t* counters = nullptr;
   uint32_t* error_host = nullptr;
   uint32_t* error_device = nullptr;
@@ -249,6 +257,8 @@ struct Channel::State {
     v.remote_words = remote_words;
     v.remote_window = remote_window;
     v.remote_window_bytes = remote_window_bytes;
+    v.local_window = local_window;
+    v.local_window_bytes = local_window_bytes;
     v.counters = counters;
     v.error = error_device;
     v.timeout_ns = ctx->options.device_timeout_ns;
@@ -264,6 +274,10 @@ struct Channel::State {
     if (code == kDeviceTimeout) {
       return PEERLAB_TIMEOUT(what + " timed out after " + std::to_string(ctx->options.device_timeout_ns / 1000000) +
                              " ms");
+    }
+    if (code == kDeviceBadInput) {
+      return PEERLAB_INVALID_ARGUMENT(what + ": the message's range is outside this side's " +
+                                      std::to_string(local_window_bytes) + "-byte window");
     }
     return PEERLAB_INTERNAL(what + " failed with device error " + std::to_string(code));
   }
@@ -312,7 +326,7 @@ Status MemOpBatch::flushSteps() {
   }
   PEERLAB_ASSIGN_OR_RETURN(auto guard, DeviceGuard::make(device));
   // One warp polls; a send needs the block of the send kernel.
-  smProgramKernel<<<1, p.has_send != 0 ? kSmSendThreads : 32, 0, stream_>>>(p);
+  smProgramKernel<<<1, kSmSendThreads, 0, stream_>>>(p);
   return PEERLAB_CUDA_LAUNCH("smProgramKernel");
 }
 
@@ -817,6 +831,10 @@ StatusOr<Channel> Channel::create(Context& ctx, const ChannelOptions& o, Deadlin
       c.peerPage(o.peer) + slotIndex(c.rank, o.channel, opposite(o.role), c.options.channels) * kSlotWords;
   s->remote_window = remote_window;
   s->remote_window_bytes = remote_window_bytes;
+  if (exporter) {
+    s->local_window = static_cast<uint8_t*>(o.window->ptr) + o.window_offset;
+    s->local_window_bytes = o.window_bytes != 0 ? o.window_bytes : o.window->bytes - o.window_offset;
+  }
   s->counters = c.counters->as<uint32_t>() + s->slot * kCounterWords;
   s->error_host = c.errors->as<uint32_t>() + s->slot * kErrorWords;
   s->error_device = c.errors_device + s->slot * kErrorWords;
@@ -875,7 +893,7 @@ Status enqueueSteps(Channel::State& s, Call call, const Steps& steps, StreamRef 
         enqueued_any = true;
         return PEERLAB_CUDA_LAUNCH("smFreeKernel");
       case Call::kRecvWait:
-        smWaitKernel<<<1, 32, 0, stream>>>(v);
+        smWaitKernel<<<1, kSmSendThreads, 0, stream>>>(v);
         enqueued_any = true;
         return PEERLAB_CUDA_LAUNCH("smWaitKernel");
       case Call::kSendWait:

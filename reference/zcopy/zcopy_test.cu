@@ -136,7 +136,9 @@ TEST_P(ZcopyKinds, MovesDataAtEdgeSizes) {
     struct Case {
       size_t n, src_off, dst_off;
     };
-    for (const Case& c : {Case{1, 0, 0}, Case{4096 + 3, 0, 0}, Case{4096 + 3, 5, 1027}, Case{kBig, 0, 0}}) {
+    // sm_signal: up to kSmLlMaxBytes in LL lines, one byte more pushed in bulk (both from and to odd offsets).
+    for (const Case& c : {Case{1, 0, 0}, Case{4096 + 3, 0, 0}, Case{4096 + 3, 5, 1027}, Case{kSmLlMaxBytes, 3, 5},
+                          Case{kSmLlMaxBytes + 1, 0, 7}, Case{kBig, 0, 0}}) {
       const uint64_t seed = patternSeed(run, 0, 1, static_cast<uint64_t>(p) * 1000 + c.n + c.src_off);
       PEERLAB_ASSERT_OK(enqueueMessage(me, ch, bufs, c.src_off, c.dst_off, c.n, seed, stream.get(), &checker));
       expected_elements += c.n;
