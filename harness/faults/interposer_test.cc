@@ -241,7 +241,8 @@ TEST(Interposer, CopyHangNeverCompletesWithoutRelease) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_VALUE(r, "pending", "1");
   EXPECT_VALUE(r, "completed_ms", "-1");
-  EXPECT_VALUE(r, "data_ok", "0");
+  // Never read back while stalled (a synchronous copy would wait behind it on a real driver).
+  EXPECT_EQ(r.values().count("data_ok"), 0u) << r.out;
 }
 
 TEST(Interposer, CopyHangReleasesAfterTheGivenTime) {
