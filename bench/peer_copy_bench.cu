@@ -959,7 +959,6 @@ void registerAll() {
   const std::pair<CopyPath, const char*> paths[] = {{CopyPath::kCopyEngine, "peerlab.ce"},
                                                     {CopyPath::kSmPull, "peerlab.sm_pull"},
                                                     {CopyPath::kSmPush, "peerlab.sm_push"},
-                                                    {CopyPath::kSmSplit, "peerlab.sm_split"},
                                                     {CopyPath::kStaged, "peerlab.staged"}};
   for (const auto& [path, impl] : paths) {
     for (bool bidir : {false, true}) {

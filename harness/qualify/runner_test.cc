@@ -118,7 +118,7 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   EXPECT_NE(zArgs.find("--benchmark_filter=/bytes:(8|65536|268435456)/"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--ranks_timeout=10"), std::string::npos) << zArgs;
   EXPECT_NE(testing::slurp(bin + "/zcopy_bench.env").find("devices=1,0 bin=/opt/peerlab"), std::string::npos);
-  EXPECT_NE(testing::slurp(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push|sm_split)/(uni|bidir)/"),
+  EXPECT_NE(testing::slurp(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
             std::string::npos);
   // Raw JSON and logs stay in --gbench-dir.
   EXPECT_TRUE(std::filesystem::exists(dir + "/gbench/1-peer_copy.json"));

@@ -8,7 +8,7 @@ namespace peerlab::qualify {
 // Benchmark names as the benches register them (Google Benchmark appends "/iterations:1/manual_time", so a size is
 // anchored with a trailing "/", never "$"):
 //   peer_copy_bench  BM_PeerEnable/{first,repeat}/0<->1, BM_PeerCopy/cuda_memcpy_peer_noP2P/uni/0->1/bytes:N,
-//                    BM_PeerCopy/{ce,sm_pull,sm_push,sm_split,staged}/{uni,bidir}/{a->b,a<->b}/bytes:N (4 KiB .. 1 GiB by 4),
+//                    BM_PeerCopy/{ce,sm_pull,sm_push,staged}/{uni,bidir}/{a->b,a<->b}/bytes:N (4 KiB .. 1 GiB by 4),
 //                    BM_PeerLatency/flag/a<->b, BM_PeerLatency/pointer_chase/a->b
 //   zcopy_bench      BM_Zcopy/<impl>/{uni,graph/uni,kernel/uni}/a->b/bytes:N, the pair from PEERLAB_ZCOPY_DEVICES
 //   alltoallv_bench  alltoallv/<impl>/[graph/]{uniform,skewed}/bytes:N, moe/<impl>/[graph/]T=N (suites alltoallv and
@@ -23,7 +23,7 @@ std::string peerCopyFilter(const std::string& mode, const std::vector<std::pair<
   if (mode == "full") return anchors + "|BM_PeerCopy/[a-z_]+/(uni|bidir)/" + pair + "/";
   // Quick: a small, a middle and three large sizes per SM/CE path (the link rate from 256 MiB; 1 GiB is where
   // nvbandwidth's figures are comparable), the host-staged path at 256 MiB only.
-  return anchors + "|BM_PeerCopy/(ce|sm_pull|sm_push|sm_split)/(uni|bidir)/" + pair +
+  return anchors + "|BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/" + pair +
          "/bytes:(4096|1048576|16777216|268435456|1073741824)/|BM_PeerCopy/staged/uni/" + pair + "/bytes:268435456/";
 }
 

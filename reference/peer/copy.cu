@@ -478,8 +478,7 @@ struct PeerCopier::Impl {
     return Status::ok();
   }
 
-  // Enqueues the SM copy kernel of device `engine` (current) on `s`.
-  Status launchSm(int engine, void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  Status runSm(int engine, void* dst, const void* src, size_t bytes, int user_dev, cudaStream_t user) {
     const VectorSplit sp = splitForVectors(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
     const SmKernel which = resolveSmKernel(options.sm, bulk_capable[engine] != 0, sp);
     const SmLaunch l = planSmLaunch(options.sm, sm_count[engine], sp.vecs, which);
@@ -492,48 +491,19 @@ struct PeerCopier::Impl {
                             l.chunk,
                             static_cast<uint32_t>(options.sm.bulk_stages),
                             kBulkTimeoutNs};
-      PEERLAB_RETURN_IF_ERROR(ensureBulk(engine));
-      smBulkCopyKernel<<<l.blocks, l.threads, l.smem, s>>>(view);
-      return PEERLAB_CUDA_LAUNCH("smBulkCopyKernel");
+      return onEngine(engine, user_dev, user, [&](cudaStream_t s) {
+        PEERLAB_RETURN_IF_ERROR(ensureBulk(engine));
+        smBulkCopyKernel<<<l.blocks, l.threads, l.smem, s>>>(view);
+        return PEERLAB_CUDA_LAUNCH("smBulkCopyKernel");
+      });
     }
     const SmCopyView view{
         static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), sp.head, sp.vecs, sp.tail, sp.shift};
     const SmCopyFn kernel = pickKernel(options.sm, sp.shift);
-    kernel<<<l.blocks, l.threads, 0, s>>>(view);
-    return PEERLAB_CUDA_LAUNCH("smCopyKernel");
-  }
-
-  Status runSm(int engine, void* dst, const void* src, size_t bytes, int user_dev, cudaStream_t user) {
-    return onEngine(engine, user_dev, user, [&](cudaStream_t s) { return launchSm(engine, dst, src, bytes, s); });
-  }
-
-  // sm_split: the destination's kernel pulls [0, pull) while the source's kernel pushes [pull, bytes), each on its
-  // device's internal stream; both start after the work on `user` and `user` waits for both.
-  Status runSplit(void* dst, int dd, const void* src, int sd, size_t bytes, int user_dev, cudaStream_t user) {
-    const size_t pull = smSplitPullBytes(bytes);
-    if (pull == bytes) return runSm(dd, dst, src, bytes, user_dev, user);
-    PEERLAB_RETURN_IF_ERROR(ensureDevice(user_dev));
-    PEERLAB_RETURN_IF_ERROR(ensureDevice(sd));
-    PEERLAB_RETURN_IF_ERROR(ensureDevice(dd));
-    DeviceState& u = dev[user_dev];
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(user_dev)));
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaEventRecord(u.user_ready.get(), user)));
-    auto* d = static_cast<uint8_t*>(dst);
-    const auto* s = static_cast<const uint8_t*>(src);
-    const struct {
-      int engine;
-      size_t offset, bytes;
-    } parts[] = {{dd, 0, pull}, {sd, pull, bytes - pull}};
-    for (const auto& part : parts) {
-      DeviceState& e = dev[part.engine];
-      PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(part.engine)));
-      PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaStreamWaitEvent(e.stream.get(), u.user_ready.get(), 0)));
-      PEERLAB_RETURN_IF_ERROR(launchSm(part.engine, d + part.offset, s + part.offset, part.bytes, e.stream.get()));
-      PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaEventRecord(e.done.get(), e.stream.get())));
-    }
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(user_dev)));
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaStreamWaitEvent(user, dev[dd].done.get(), 0)));
-    return PEERLAB_CUDA(cudaStreamWaitEvent(user, dev[sd].done.get(), 0));
+    return onEngine(engine, user_dev, user, [&](cudaStream_t s) {
+      kernel<<<l.blocks, l.threads, 0, s>>>(view);
+      return PEERLAB_CUDA_LAUNCH("smCopyKernel");
+    });
   }
 
   Status runStaged(void* dst, int dd, const void* src, int sd, size_t bytes, int user_dev, cudaStream_t user) {
@@ -599,9 +569,6 @@ struct PeerCopier::Impl {
         break;
       case CopyPath::kStaged:
         PEERLAB_RETURN_IF_ERROR(runStaged(dst, dd, src, sd, bytes, user_dev, stream));
-        break;
-      case CopyPath::kSmSplit:
-        PEERLAB_RETURN_IF_ERROR(runSplit(dst, dd, src, sd, bytes, user_dev, stream));
         break;
       case CopyPath::kAuto:
         return PEERLAB_INTERNAL("copy: path selection returned auto");
@@ -700,13 +667,7 @@ SmCopyConfig PeerCopier::smConfig() const {
 }
 
 int PeerCopier::smsFor(CopyPath path, int src_device, int dst_device, size_t bytes) const {
-  if (!impl_) return 0;
-  if (path == CopyPath::kSmSplit) {
-    const size_t pull = smSplitPullBytes(bytes);
-    return smsFor(CopyPath::kSmPull, src_device, dst_device, pull) +
-           (pull < bytes ? smsFor(CopyPath::kSmPush, src_device, dst_device, bytes - pull) : 0);
-  }
-  if (path != CopyPath::kSmPull && path != CopyPath::kSmPush) return 0;
+  if (!impl_ || (path != CopyPath::kSmPull && path != CopyPath::kSmPush)) return 0;
   const int engine = path == CopyPath::kSmPull ? dst_device : src_device;
   if (engine < 0 || engine >= impl_->devices) return 0;
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -7,8 +7,7 @@
 /// cudaStreamPerThread mean that stream of the caller's current device. The copy starts after all work enqueued on
 /// `stream` before the call, and work enqueued on `stream` after the call sees the finished copy (source fully read,
 /// destination fully written). The device that runs the copy is: for ce, the device of `stream` when it is src or
-/// dst, else dst; for sm_pull, dst; for sm_push, src; sm_split runs on both (the destination pulls the first half, the
-/// source pushes the second, each on its internal stream, both joined to `stream`). When `stream` belongs to that device the work goes on `stream`
+/// dst, else dst; for sm_pull, dst; for sm_push, src. When `stream` belongs to that device the work goes on `stream`
 /// itself (no extra synchronization); otherwise the copy runs on an internal stream of that device joined to
 /// `stream` by events (record on `stream`, wait, copy, record, wait on `stream`). The staged copy always runs on two
 /// internal streams of the ordered pair (device-to-host on src, host-to-device on dst) joined the same way.
@@ -63,7 +62,7 @@ class PeerCopier {
 
   /// Copies `bytes` from `src` (memory of `src_device`) to `dst` (memory of `dst_device`), ordered on `stream` (see
   /// the header comment). kAuto enables peer access and uses the copy engine, or the staged path when peer access is
-  /// impossible; the explicit peer paths (ce, sm_pull, sm_push, sm_split) enable peer access and fail with `unavailable` when
+  /// impossible; the explicit peer paths (ce, sm_pull, sm_push) enable peer access and fail with `unavailable` when
   /// it is impossible. Returns the path that ran.
   StatusOr<CopyPath> copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes, cudaStream_t stream,
                           CopyPath path = CopyPath::kAuto);

@@ -18,24 +18,16 @@ std::string_view copyPathName(CopyPath path) {
       return "sm_push";
     case CopyPath::kStaged:
       return "staged";
-    case CopyPath::kSmSplit:
-      return "sm_split";
   }
   return "unknown";
 }
 
 StatusOr<CopyPath> parseCopyPath(std::string_view name) {
-  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged,
-                     CopyPath::kSmSplit}) {
+  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged}) {
     if (copyPathName(p) == name) return p;
   }
   return PEERLAB_INVALID_ARGUMENT("copy path '" + std::string(name) +
-                                  "' is not one of auto, ce, sm_pull, sm_push, staged, sm_split");
-}
-
-size_t smSplitPullBytes(size_t bytes) {
-  if (bytes < kSmSplitMinBytes) return bytes;
-  return bytes / 2 / 4096 * 4096;
+                                  "' is not one of auto, ce, sm_pull, sm_push, staged");
 }
 
 namespace {

@@ -21,15 +21,9 @@ enum class CopyPath {
   kSmPull,      ///< a kernel on the destination GPU loads from the source over NVLink/PCIe
   kSmPush,      ///< a kernel on the source GPU stores into the destination
   kStaged,      ///< through pinned host bounce buffers, double-buffered (no peer access needed)
-  kSmSplit,     ///< both GPUs' SMs at once: the destination pulls the first part while the source pushes the rest
 };
 
-/// sm_split: the part of a copy the destination pulls (the rest the source pushes), a multiple of 4096 bytes; copies
-/// below kSmSplitMinBytes are pulled whole.
-inline constexpr size_t kSmSplitMinBytes = size_t{1} << 20;
-size_t smSplitPullBytes(size_t bytes);
-
-/// "auto", "ce", "sm_pull", "sm_push", "staged", "sm_split".
+/// "auto", "ce", "sm_pull", "sm_push", "staged".
 std::string_view copyPathName(CopyPath path);
 /// Inverse of copyPathName; `invalid_argument` names the accepted values.
 StatusOr<CopyPath> parseCopyPath(std::string_view name);

@@ -24,8 +24,8 @@ namespace {
 constexpr int64_t kWaitMs = 30000;
 constexpr size_t kGuard = 64;  // bytes kept around every region, to catch writes outside it
 constexpr size_t kBig = (size_t{64} << 20) + 5;
-constexpr CopyPath kAllPaths[] = {CopyPath::kAuto,   CopyPath::kCopyEngine, CopyPath::kSmPull,
-                                  CopyPath::kSmPush, CopyPath::kStaged,     CopyPath::kSmSplit};
+constexpr CopyPath kAllPaths[] = {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush,
+                                  CopyPath::kStaged};
 
 // Waits for `stream` with its device current (the event that waitStream records must belong to that device).
 Status syncStream(cudaStream_t stream, const char* what) {
@@ -401,8 +401,7 @@ TEST(PeerCopyStreams, CopyIsOrderedOnAStreamOfEitherDevice) {
   PEERLAB_REQUIRE_GPUS(2);
   if (!peerPossible(0, 1)) GTEST_SKIP() << "devices 0 and 1 cannot access each other";
   for (int stream_device : {0, 1}) {
-    for (CopyPath path :
-         {CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged, CopyPath::kSmSplit}) {
+    for (CopyPath path : {CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged}) {
       SCOPED_TRACE("stream of device " + std::to_string(stream_device) + ", " + std::string(copyPathName(path)));
       expectStreamOrdering(stream_device, path);
     }
@@ -416,8 +415,7 @@ TEST(PeerCopyStreams, CopyIsOrderedOnAStreamOfAThirdDevice) {
       if (a != b && !peerPossible(a, b)) GTEST_SKIP() << "devices 0-2 are not all peers";
     }
   }
-  for (CopyPath path :
-       {CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged, CopyPath::kSmSplit}) {
+  for (CopyPath path : {CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged}) {
     SCOPED_TRACE(std::string(copyPathName(path)));
     expectStreamOrdering(2, path);
   }
@@ -429,8 +427,7 @@ TEST(PeerCopyStreams, NullStreamMeansTheCurrentDevicesDefaultStream) {
   const CopyCase c{CopyPath::kSmPull, 0, 1, kBig, 2, 6};
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto kits, makeKits(2, kBig));
   PEERLAB_ASSERT_OK_AND_ASSIGN(PeerCopier copier, PeerCopier::create());
-  for (CopyPath path :
-       {CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged, CopyPath::kCopyEngine, CopyPath::kSmSplit}) {
+  for (CopyPath path : {CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged, CopyPath::kCopyEngine}) {
     CopyCase cc = c;
     cc.path = path;
     auto prepared = prepareCase(kits[0], kits[1], cc, saltFor(cc, 0x0));

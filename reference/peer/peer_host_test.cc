@@ -21,8 +21,7 @@ bool oneLine(const Status& st) {
 }
 
 TEST(CopyPathNames, RoundTripAndRejectUnknown) {
-  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged,
-                     CopyPath::kSmSplit}) {
+  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged}) {
     auto parsed = parseCopyPath(copyPathName(p));
     ASSERT_TRUE(parsed.isOk()) << parsed.status().toString();
     EXPECT_EQ(*parsed, p);
@@ -41,21 +40,8 @@ const void* fakeSrc() {
   return reinterpret_cast<const void*>(uintptr_t{0x7f0000900000});
 }
 
-TEST(SmSplit, PullsAboutHalfOnPageBoundariesAndSmallCopiesWhole) {
-  EXPECT_EQ(smSplitPullBytes(1), 1u);
-  EXPECT_EQ(smSplitPullBytes(kSmSplitMinBytes - 1), kSmSplitMinBytes - 1);
-  EXPECT_EQ(smSplitPullBytes(kSmSplitMinBytes), kSmSplitMinBytes / 2);
-  for (size_t bytes : {kSmSplitMinBytes + 5, (size_t{64} << 20) + 5, size_t{1} << 30}) {
-    const size_t pull = smSplitPullBytes(bytes);
-    EXPECT_EQ(pull % 4096, 0u) << bytes;
-    EXPECT_GT(pull, bytes / 2 - 4096) << bytes;
-    EXPECT_LE(pull, bytes / 2) << bytes;
-  }
-}
-
 TEST(ValidateCopy, AcceptsAWellFormedRequest) {
-  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged,
-                     CopyPath::kSmSplit}) {
+  for (CopyPath p : {CopyPath::kAuto, CopyPath::kCopyEngine, CopyPath::kSmPull, CopyPath::kSmPush, CopyPath::kStaged}) {
     PEERLAB_EXPECT_OK(validateCopy(CopyRequest{fakeDst(), 1, fakeSrc(), 0, 4097, p}, 4));
   }
   // One device: the copy engine and auto are fine when the ranges do not overlap.
