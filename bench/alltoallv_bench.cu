@@ -274,6 +274,50 @@ StatusOr<std::vector<double>> timeSamples(Env& e, const Plan& plan, bool graph, 
   return us;
 }
 
+// PEERLAB_ALLTOALLV_TRACE=1 asks the fused kernel for phase timestamps (diagnostics; see alltoallv.h TracePoint).
+bool traceRequested() {
+  const char* v = std::getenv("PEERLAB_ALLTOALLV_TRACE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Medians over the traced calls of each phase (us): from entry to the stores issued, to the counts checked, to the
+// payload copied out, to every CTA arrived, to the epoch written, and the gap from one call's exit to the next
+// call's entry (the launch in between).
+void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
+  using alltoallv::kTraceCalls;
+  using alltoallv::kTracePoints;
+  std::vector<uint64_t> t(static_cast<size_t>(kTraceCalls) * kTracePoints);
+  if (!PEERLAB_CUDA(cudaMemcpyAsync(t.data(), trace->ptr, t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, s))
+           .isOk() ||
+      !waitStream(s, soon(), "trace").isOk()) {
+    return;
+  }
+  struct Call {
+    uint64_t p[kTracePoints];
+  };
+  std::vector<Call> calls;
+  for (int c = 0; c < kTraceCalls; ++c) {
+    Call x;
+    std::copy_n(t.begin() + c * kTracePoints, kTracePoints, x.p);
+    if (x.p[alltoallv::kTraceEntry] != 0 && x.p[alltoallv::kTraceExit] >= x.p[alltoallv::kTraceEntry]) calls.push_back(x);
+  }
+  std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.p[0] < b.p[0]; });
+  const char* names[] = {"", "trace_sent_us", "trace_counts_us", "trace_payload_us", "trace_close_us", "trace_exit_us"};
+  for (int k = 1; k <= alltoallv::kTraceExit; ++k) {
+    std::vector<double> d;
+    for (const Call& c : calls)
+      d.push_back(static_cast<double>(c.p[k] - c.p[k - 1]) / 1e3);
+    if (!d.empty()) rec.extra[names[k]] = median(d);
+  }
+  std::vector<double> gaps;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    const uint64_t prev_exit = calls[i - 1].p[alltoallv::kTraceExit];
+    if (calls[i].p[0] > prev_exit) gaps.push_back(static_cast<double>(calls[i].p[0] - prev_exit) / 1e3);
+  }
+  if (!gaps.empty()) rec.extra["trace_gap_us"] = median(gaps);
+  rec.extra["trace_calls"] = static_cast<double>(calls.size());
+}
+
 void publishTimed(benchmark::State& state, Env& e, Record rec, const std::vector<double>& us) {
   auto worst = slowest(e, median(us));
   if (!worst.isOk()) return fail(state, rec, worst.status());
@@ -376,12 +420,23 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
       return fail(state, rec, checked.isOk() ? PEERLAB_INTERNAL("a peer failed") : checked.status());
     }
     rec.wrong = static_cast<double>(checked->wrong_elements + checked->wrong_counts);
+    // PEERLAB_ALLTOALLV_TRACE=1: the fused kernel's phase timestamps of the timed calls, as trace_* counters.
+    DeviceBuffer trace;
+    if (a != nullptr && a->protocol() == alltoallv::Protocol::kFused && traceRequested()) {
+      auto t = allocDevice(a->device(), alltoallv::kTraceCalls * alltoallv::kTracePoints * sizeof(uint64_t));
+      if (t.isOk() && PEERLAB_CUDA(cudaMemsetAsync((*t)->ptr, 0, (*t)->bytes, s)).isOk()) {
+        trace = std::move(*t);
+        a->setTrace(trace->as<uint64_t>());
+      }
+    }
     auto us = timeSamples(e, planFor(bytes), graph, call);
+    if (a != nullptr) a->setTrace(nullptr);
     if (!agree(e, us.isOk())) return fail(state, rec, us.isOk() ? PEERLAB_INTERNAL("a peer failed") : us.status());
     if (a != nullptr) {
       Status after = a->checkStatus(s, soon());
       if (!agree(e, after.isOk())) return fail(state, rec, after.isOk() ? PEERLAB_INTERNAL("a peer failed") : after);
     }
+    if (trace) addTrace(rec, trace, s);
     rec.extra["checked_elements"] = static_cast<double>(checked->checked_elements);
     publishTimed(state, e, rec, *us);
   }

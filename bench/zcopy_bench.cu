@@ -332,8 +332,9 @@ Status agree(Bootstrap& boot, const Status& mine, Deadline deadline) {
   return Status::ok();
 }
 
-// Ping-pong driven from the device: one block per side. Each side posts "free" for the peer's next message before
-// its own send, like zcopyRounds.
+// Ping-pong driven from the device: one block per side. Each side answers (or sends the next message) as soon as a
+// message arrived and posts "free" for the peer's next message after that, so the release store of the "free" is not
+// on the way of the reply: an LL message needs only the "free" of the message before it, posted a round trip earlier.
 __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fwd, zcopy::SmEndpointView bwd,
                                                         const uint8_t* src, uint64_t n, int rounds, int initiator) {
   if (rounds <= 0) return;
@@ -341,15 +342,15 @@ __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fw
     if (threadIdx.x == 0) zcopy::smThreadPostFree(bwd);
     for (int i = 0; i < rounds; ++i) {
       if (!zcopy::smBlockSend(fwd, src, 0, n)) return;
+      if (threadIdx.x == 0 && i > 0) zcopy::smThreadPostFree(bwd);
       if (!zcopy::smBlockWait(bwd)) return;
-      if (threadIdx.x == 0 && i + 1 < rounds) zcopy::smThreadPostFree(bwd);
     }
   } else {
     if (threadIdx.x == 0) zcopy::smThreadPostFree(fwd);
     for (int i = 0; i < rounds; ++i) {
       if (!zcopy::smBlockWait(fwd)) return;
-      if (threadIdx.x == 0 && i + 1 < rounds) zcopy::smThreadPostFree(fwd);
       if (!zcopy::smBlockSend(bwd, src, 0, n)) return;
+      if (threadIdx.x == 0 && i + 1 < rounds) zcopy::smThreadPostFree(fwd);
     }
   }
 }
@@ -481,8 +482,8 @@ StatusOr<double> elapsedUs(World& w) {
 // ---- what one rank enqueues ----
 
 // `count` ping-pong rounds of a zero-copy protocol: rank 0 sends on fwd and receives on bwd, rank 1 the mirror.
-// put / sm_signal: each side posts "free" for the peer's next message before its own send, so the signal never
-// trails the data it must precede at the peer. With a batch, sm_signal flushes every round (one fused kernel per
+// put: each side posts "free" for the peer's next message before its own send, so the signal never trails the data
+// it must precede at the peer; sm_signal's rank 1 answers first and posts "free" after. With a batch, sm_signal flushes every round (one fused kernel per
 // round and side); get / put let a round's last operations and the next round's first share one batch.
 Status zcopyRounds(World& w, int pi, StreamRef s, size_t n, int count) {
   Channel& fwd = w.fwd[static_cast<size_t>(pi)];
@@ -513,6 +514,11 @@ Status zcopyRounds(World& w, int pi, StreamRef s, size_t n, int count) {
     if (w.me == 0) {
       PEERLAB_RETURN_IF_ERROR(outgoing.sendPost(s, w.src->ptr, 0, n));
       PEERLAB_RETURN_IF_ERROR(incoming.recvWait(s));
+      if (i + 1 < count) PEERLAB_RETURN_IF_ERROR(incoming.recvPost(s));
+    } else if (fwd.protocol() == Protocol::kSmSignal) {
+      // sm_signal answers first: its LL messages need only the "free" of the message before, posted a round earlier.
+      PEERLAB_RETURN_IF_ERROR(incoming.recvWait(s));
+      PEERLAB_RETURN_IF_ERROR(outgoing.sendPost(s, w.src->ptr, 0, n));
       if (i + 1 < count) PEERLAB_RETURN_IF_ERROR(incoming.recvPost(s));
     } else {
       PEERLAB_RETURN_IF_ERROR(incoming.recvWait(s));

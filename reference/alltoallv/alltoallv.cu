@@ -130,6 +130,9 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   const uint64_t t0 = globalTimerNs();
   // Written by the previous call's kernel; CTA 0 advances it only after every CTA of this launch has read it.
   const uint64_t epoch = loadRelaxedGpu64(&a.state->epoch) + 1;
+  uint64_t* const trace =
+      a.trace != nullptr && blockIdx.x == 0 && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
+  if (trace != nullptr) trace[kTraceEntry] = t0;
   const uint32_t tag = llTag(epoch);
   const uint64_t parity = epoch & 1;
   const uint64_t hw = llHeaderWords(n);
@@ -172,6 +175,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       }
     }
   }
+  if (trace != nullptr) trace[kTraceSent] = globalTimerNs();
 
   // 2. The count matrix from every peer's header words (one warp: lane = source * kLlHeaderWords + word), then the
   //    verdict on it.
@@ -206,6 +210,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     }
   }
   __syncthreads();
+  if (trace != nullptr) trace[kTraceCounts] = globalTimerNs();
   // Every thread of this CTA has read the epoch: count the CTA in.
   // NOTE: relaxed on purpose. The barrier has already performed every thread's load of the epoch, and a release
   // here would compile to a fence that waits for this thread's stores to peers (a full NVLink round trip).
@@ -346,14 +351,17 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 
   // CTA 0 closes the call once every CTA has read the epoch (normally long done by now).
   if (blockIdx.x == 0 && tid == 0) {
+    if (trace != nullptr) trace[kTracePayload] = globalTimerNs();
     while (loadAcquireGpu32(&a.state->arrived) < gridDim.x) {
       if (globalTimerNs() - t0 > a.timeout_ns) {
         reportError(a.state, kDeviceTimeout, me, epoch, 0, 0, kWhatLaunch);
         break;
       }
     }
+    if (trace != nullptr) trace[kTraceClose] = globalTimerNs();
     a.state->arrived = 0;
     a.state->epoch = epoch;
+    if (trace != nullptr) trace[kTraceExit] = globalTimerNs();
   }
 }
 
@@ -690,6 +698,7 @@ KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_count
   a.chunk_bytes = options_.chunk_bytes;
   a.transfer = static_cast<uint32_t>(options_.transfer);
   a.protocol = static_cast<uint32_t>(protocol_);
+  a.trace = trace_;
   return a;
 }
 

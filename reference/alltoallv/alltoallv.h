@@ -150,9 +150,23 @@ struct KernelArgs {
   uint64_t ll_bytes;     ///< fused: segments of at most this many bytes ride in LL slots
   uint64_t chunk_bytes;  ///< fused: work-queue chunk (0: autoChunkBytes)
   uint32_t transfer;
-  uint32_t protocol;  ///< kFused or kTwoPhase (resolved)
+  uint32_t protocol;      ///< kFused or kTwoPhase (resolved)
+  uint64_t* trace;        ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
+
+/// Diagnostics of the fused protocol: CTA 0's thread 0 of call e writes %globaltimer at these points into
+/// trace[(e % kTraceCalls) * kTracePoints + point].
+inline constexpr int kTraceCalls = 64;
+inline constexpr int kTracePoints = 8;
+enum TracePoint : int {
+  kTraceEntry = 0,      ///< kernel entry
+  kTraceSent = 1,       ///< this thread's share of the header and LL payload stores issued
+  kTraceCounts = 2,     ///< the count matrix read and checked (after the CTA barrier)
+  kTracePayload = 3,    ///< this thread's LL payload words copied out (large segments done)
+  kTraceClose = 4,      ///< every CTA of the launch arrived
+  kTraceExit = 5,       ///< the epoch written
+};
 
 class AllToAllV {
  public:
@@ -200,6 +214,9 @@ class AllToAllV {
   Protocol protocol() const { return protocol_; }
   /// The arguments the next launch gets (for tests).
   KernelArgs kernelArgs(const int64_t* send_counts, int64_t* recv_counts, int64_t* recv_offsets) const;
+  /// Diagnostics: later fused launches write their phase timestamps (TracePoint) into `device_words`
+  /// (kTraceCalls * kTracePoints words of device memory on this rank's device; nullptr turns it off).
+  void setTrace(uint64_t* device_words) { trace_ = device_words; }
 
  private:
   AllToAllV(Options options, Protocol protocol, RegionLayout layout, SymmetricRegion region, DeviceBuffer state,
@@ -226,6 +243,7 @@ class AllToAllV {
   int max_ctas_ = 0;
   int sms_ = 0;
   cudaStream_t last_stream_ = nullptr;
+  uint64_t* trace_ = nullptr;
 };
 
 /// Turns a device status into the Status the host API reports (ok when code is kDeviceOk).

@@ -31,20 +31,35 @@ inline constexpr uint32_t kSmFreeWord = 1;
 /// sm_signal, in the receiver's slot: one "arrived" word per block of the send kernel.
 inline constexpr uint32_t kSmArrivedWord = 32;
 inline constexpr uint32_t kSmMaxBlocks = 32;
-/// sm_signal, in the receiver's slot from word kSmLlWord: LL lines (reference/core/ll.cuh), tagged with the message's
-/// epoch. Line 0 is every message's header: data {bytes | kSmLlBulk, dst_offset bits 0-31}. A message of at most
-/// kSmLlMaxBytes rides in the lines itself: line 1 {dst_offset bits 32-63, 0}, then 8 payload bytes per line from line
-/// kSmLlHeaderLines; the receiver copies it into its window, and no fence or separate signal is needed. A larger
-/// message has kSmLlBulk set: it is pushed into the window and completed with the "arrived" words (release/acquire).
+/// sm_signal, in the receiver's slot from word kSmLlWord: two buffers of LL lines (reference/core/ll.cuh); message e
+/// uses buffer e % 2 and tags its lines with e. Line 0 is the header: data bits 0-12 the size, bit 31 kSmLlBulk, bits
+/// 13-28 and 32-63 the destination offset (bits 32-47 and 0-31). A message of at most kSmLlMaxBytes (offset below
+/// 2^48) rides in the lines itself, 8 payload bytes per line from line 1; the receiver copies it into its window, and
+/// no fence or separate signal is needed. Because the buffers alternate, an LL message only needs the "free" of the
+/// message before it (its buffer was read two messages ago). A larger message has kSmLlBulk set: it waits for its own
+/// "free", is pushed into the window and completed with the "arrived" words (release/acquire).
 inline constexpr uint32_t kSmLlWord = 64;
-inline constexpr uint32_t kSmLlHeaderLines = 2;
-inline constexpr uint64_t kSmLlMaxBytes = 8192;
-inline constexpr uint32_t kSmLlLines = kSmLlHeaderLines + static_cast<uint32_t>(kSmLlMaxBytes / 8);
+inline constexpr uint64_t kSmLlMaxBytes = 4096;
+inline constexpr uint32_t kSmLlBufferLines = 1 + static_cast<uint32_t>(kSmLlMaxBytes / 8);
 inline constexpr uint32_t kSmLlBulk = 0x80000000u;
+inline constexpr uint64_t kSmLlMaxOffset = uint64_t{1} << 48;
 static_assert(kSmArrivedWord + kSmMaxBlocks <= kSmLlWord);
-static_assert(kSmLlMaxBytes < kSmLlBulk);
+static_assert(kSmLlMaxBytes < (1u << 13));
+/// The header's data word of a message (LL when `bulk` is false).
+__host__ __device__ constexpr uint64_t smLlHeader(uint64_t bytes, uint64_t dst_offset, bool bulk) {
+  return (bulk ? uint64_t{kSmLlBulk} : bytes) | ((dst_offset >> 32) & 0xffffu) << 13 | dst_offset << 32;
+}
+__host__ __device__ constexpr uint64_t smLlHeaderBytes(uint64_t h) {
+  return h & 0x1fffu;
+}
+__host__ __device__ constexpr uint64_t smLlHeaderOffset(uint64_t h) {
+  return (h >> 32) | ((h >> 13) & 0xffffu) << 32;
+}
+__host__ __device__ constexpr bool smLlHeaderBulk(uint64_t h) {
+  return (h & kSmLlBulk) != 0;
+}
 /// Words per slot: a whole number of 128-byte lines, so slots never share one.
-inline constexpr uint32_t kSlotWords = (kSmLlWord + 4 * kSmLlLines + 31) / 32 * 32;
+inline constexpr uint32_t kSlotWords = (kSmLlWord + 2 * 4 * kSmLlBufferLines + 31) / 32 * 32;
 inline constexpr size_t kSlotBytes = kSlotWords * sizeof(uint32_t);
 
 /// Device-held epoch counters per endpoint (private device memory, never exported).

@@ -95,9 +95,9 @@ __device__ __forceinline__ void copyRange(uint8_t* dst, const uint8_t* src, uint
     dst[i] = src[i];
 }
 
-/// The LL lines of an sm_signal slot (its words from kSmLlWord on).
-__device__ __forceinline__ uint4* smLlLines(uint32_t* slot_words) {
-  return reinterpret_cast<uint4*>(slot_words + kSmLlWord);
+/// The LL buffer of message `epoch` in an sm_signal slot (its words from kSmLlWord on).
+__device__ __forceinline__ uint4* smLlBuffer(uint32_t* slot_words, uint32_t epoch) {
+  return reinterpret_cast<uint4*>(slot_words + kSmLlWord) + (epoch & 1u) * kSmLlBufferLines;
 }
 
 /// Bytes [at, at + n) of `src` (n <= 8) as a little-endian word: one 8-byte load when it is aligned and whole.
@@ -118,19 +118,28 @@ __device__ __forceinline__ void storePiece(uint8_t* dst, uint64_t v, uint64_t n)
     dst[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-/// sendPost of an sm_signal sender, by ONE block of at least 32 threads: waits for the receiver's "free" for the next
-/// epoch, then sends [0, bytes) of `src` for the receiver's window at `dst_offset`. At most kSmLlMaxBytes travel in the
-/// receiver's LL lines (data and flag in one store: no fence); larger messages are pushed into the window, then every
-/// "arrived" word is released at system scope. Advances the device epoch. Returns false (and reports) on timeout;
-/// nothing is written then. Every thread returns the same value; the block's shared state may be reused after it
-/// returns.
+/// sendPost of an sm_signal sender, by ONE block of at least 32 threads: sends [0, bytes) of `src` for the receiver's
+/// window at `dst_offset`. A message of at most kSmLlMaxBytes goes out in the receiver's LL buffer for its epoch (data
+/// and flag in one store: no fence) once the receiver freed the message before it; a larger one waits for its own
+/// "free", is pushed into the window, and every "arrived" word is released at system scope. Advances the device epoch.
+/// Returns false (and reports) on timeout; nothing is written then. Every thread returns the same value; the block's
+/// shared state may be reused after it returns.
 __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void* src, uint64_t dst_offset,
                                             uint64_t bytes) {
   __shared__ uint32_t s_epoch;
   __shared__ int s_ok;
+  const bool ll = bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset;
+  const auto* in = static_cast<const uint8_t*>(src);
+  // Each thread's first payload word is loaded while thread 0 checks "free" (the source is not written here).
+  const uint64_t count = 1 + (bytes + 7) / 8;
+  uint64_t first = 0;
+  if (ll && threadIdx.x >= 1 && threadIdx.x < count) {
+    const uint64_t at = 8 * (threadIdx.x - 1);
+    first = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
+  }
   if (threadIdx.x == 0) {
     const uint32_t e = v.counters[kCtrSmSend] + 1;
-    const bool ok = waitWordGe(v.local_words + kSmFreeWord, e, v.timeout_ns);
+    const bool ok = waitWordGe(v.local_words + kSmFreeWord, ll ? e - 1 : e, v.timeout_ns);
     if (!ok) reportError(v.error, kDeviceTimeout, e);
     s_epoch = e;
     s_ok = ok ? 1 : 0;
@@ -138,24 +147,22 @@ __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void*
   __syncthreads();
   const uint32_t e = s_epoch;
   const bool ok = s_ok != 0;
-  uint4* lines = smLlLines(v.remote_words);
-  const auto* in = static_cast<const uint8_t*>(src);
-  if (ok && bytes <= kSmLlMaxBytes) {
-    const uint64_t count = kSmLlHeaderLines + (bytes + 7) / 8;
+  uint4* lines = smLlBuffer(v.remote_words, e);
+  if (ok && ll) {
     for (uint64_t l = threadIdx.x; l < count; l += blockDim.x) {
       uint64_t d;
       if (l == 0) {
-        d = bytes | (dst_offset << 32);
-      } else if (l == 1) {
-        d = dst_offset >> 32;
+        d = smLlHeader(bytes, dst_offset, false);
+      } else if (l == threadIdx.x) {
+        d = first;
       } else {
-        const uint64_t at = 8 * (l - kSmLlHeaderLines);
+        const uint64_t at = 8 * (l - 1);
         d = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
       }
       storeLl(lines + l, d, e);
     }
   } else if (ok) {
-    if (threadIdx.x == 0) storeLl(lines, kSmLlBulk | (dst_offset << 32), e);
+    if (threadIdx.x == 0) storeLl(lines, smLlHeader(bytes, dst_offset, true), e);
     copyRange(v.remote_window + dst_offset, in, bytes, threadIdx.x, blockDim.x);
     // Every thread's stores happen before the release below (CTA barrier, then a system-scope release).
     __syncthreads();
@@ -174,46 +181,67 @@ __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
   v.counters[kCtrSmFree] = f;
 }
 
-/// recvWait of an sm_signal receiver, by a block of at least 32 threads: waits for the next message's header line,
-/// then either copies an LL message out of the lines into this side's window (every thread, one line at a time) or,
-/// for a bulk message, waits until every "arrived" word reaches the epoch (the first warp, one word per lane: relaxed
-/// polls, then one acquire load per word). Returns false on timeout (or an LL message outside the window). Every
-/// thread returns the same value; the block's shared state may be reused after it returns.
+/// recvWait of an sm_signal receiver, by a block of at least 32 threads. Thread 0 waits for the next message's header
+/// line while every other thread already polls one payload line (until it arrives or the header shows it is not part
+/// of the message). An LL message is then copied out of the lines into this side's window; for a bulk message the
+/// first warp waits until every "arrived" word reaches the epoch (relaxed polls, then one acquire load per word).
+/// Returns false on timeout (or an LL message outside the window). Every thread returns the same value; the block's
+/// shared state may be reused after it returns.
 __device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
-  __shared__ uint32_t s_epoch;
-  __shared__ uint64_t s_header[2];
+  __shared__ uint64_t s_header;
+  __shared__ volatile int s_lines;  // payload lines of the message once the header arrived, -1 before
   __shared__ int s_ok;
-  const uint4* lines = smLlLines(v.local_words);
+  // Every thread reads the epoch (one broadcast load).
+  const uint32_t e = v.counters[kCtrSmRecv] + 1;
+  const uint4* lines = smLlBuffer(v.local_words, e);
   if (threadIdx.x == 0) {
-    const uint32_t e = v.counters[kCtrSmRecv] + 1;
-    const uint64_t t0 = globalTimerNs();
-    uint64_t h0 = 0, h1 = 0;
-    bool ok = waitLl(lines, e, t0, v.timeout_ns, &h0);
-    if (ok && (h0 & kSmLlBulk) == 0) ok = waitLl(lines + 1, e, t0, v.timeout_ns, &h1);
-    if (!ok) reportError(v.error, kDeviceTimeout, e);
-    s_epoch = e;
-    s_header[0] = h0;
-    s_header[1] = h1;
-    s_ok = ok ? 1 : 0;
+    s_lines = -1;
+    s_ok = 1;
   }
   __syncthreads();
-  const uint32_t e = s_epoch;
-  const uint64_t h0 = s_header[0];
+  const uint64_t t0 = globalTimerNs();
+  uint64_t first = 0;
+  bool have = false;
+  if (threadIdx.x == 0) {
+    uint64_t h = 0;
+    const bool ok = waitLl(lines, e, t0, v.timeout_ns, &h);
+    s_header = h;
+    s_ok = ok ? 1 : 0;
+    if (!ok) reportError(v.error, kDeviceTimeout, e);
+    const uint64_t bytes = smLlHeaderBytes(h);
+    s_lines = !ok || smLlHeaderBulk(h) ? 0 : static_cast<int>((bytes + 7) / 8);
+  } else if (threadIdx.x < kSmLlBufferLines) {
+    // Payload line threadIdx.x - 1, if the message has it: spin until it arrives, the header says it is beyond the
+    // message, or the deadline passes (then thread 0 reports).
+    for (;;) {
+      if (loadLl(lines + threadIdx.x, e, &first)) {
+        have = true;
+        break;
+      }
+      const int n = s_lines;
+      if (n >= 0 && static_cast<int>(threadIdx.x) > n) break;
+      if (globalTimerNs() - t0 > v.timeout_ns) break;
+    }
+  }
+  __syncthreads();
+  const uint64_t h = s_header;
   bool ok = s_ok != 0;
-  if (ok && (h0 & kSmLlBulk) == 0) {
-    const uint64_t bytes = h0 & 0xffffffffu;
-    const uint64_t offset = (h0 >> 32) | (s_header[1] << 32);
-    const bool inside = bytes <= kSmLlMaxBytes && offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
+  if (ok && !smLlHeaderBulk(h)) {
+    const uint64_t bytes = smLlHeaderBytes(h);
+    const uint64_t offset = smLlHeaderOffset(h);
+    const bool inside = offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
+    const uint64_t count = (bytes + 7) / 8;
     if (inside) {
-      const uint64_t count = (bytes + 7) / 8;
-      const uint64_t t0 = globalTimerNs();
-      for (uint64_t l = threadIdx.x; l < count; l += blockDim.x) {
-        uint64_t d = 0;
-        if (!waitLl(lines + kSmLlHeaderLines + l, e, t0, v.timeout_ns, &d)) {
+      // Payload line p (buffer line p + 1) belongs to thread (p + 1) % blockDim: threads 1.. start with the line they
+      // polled above.
+      const uint64_t start = threadIdx.x == 0 ? blockDim.x - 1 : threadIdx.x - 1;
+      for (uint64_t p = start; p < count; p += blockDim.x) {
+        uint64_t d = first;
+        if (!(have && p == start) && !waitLl(lines + 1 + p, e, t0, v.timeout_ns, &d)) {
           s_ok = 0;
           break;
         }
-        const uint64_t at = 8 * l;
+        const uint64_t at = 8 * p;
         storePiece(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
       }
     } else if (threadIdx.x == 0) {

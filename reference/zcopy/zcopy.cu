@@ -47,7 +47,7 @@ __global__ void graphWaitKernel(const uint32_t* local_word, uint32_t* counter, u
 // always waits for all kSmMaxBlocks words. The last block to finish advances the device epoch.
 __global__ void __launch_bounds__(kSmSendThreads)
     smSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset, uint64_t bytes) {
-  if (bytes <= kSmLlMaxBytes) {
+  if (bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset) {
     if (blockIdx.x == 0) (void)smBlockSend(v, src, dst_offset, bytes);
     return;
   }
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kSmSendThreads)
     const uint32_t e = v.counters[kCtrSmSend] + 1;
     const bool ok = waitWordGe(v.local_words + kSmFreeWord, e, v.timeout_ns);
     if (!ok) reportError(v.error, kDeviceTimeout, e);
-    if (ok && blockIdx.x == 0) storeLl(smLlLines(v.remote_words), kSmLlBulk | (dst_offset << 32), e);
+    if (ok && blockIdx.x == 0) storeLl(smLlBuffer(v.remote_words, e), smLlHeader(bytes, dst_offset, true), e);
     s_epoch = e;
     s_ok = ok ? 1 : 0;
   }

@@ -584,6 +584,27 @@ TEST(Semaphore, SlotsOfBothSidesNeverCollide) {
   for (int n : seen)
     EXPECT_EQ(n, 1);
   EXPECT_EQ(pageBytes(ranks, channels), slotCount(ranks, channels) * kSlotBytes);
+  // Slots hold whole 128-byte lines (two LL buffers each) and never share one.
+  EXPECT_EQ(kSlotBytes % 128, 0u);
+  EXPECT_GE(kSlotBytes, kSmLlWord * 4 + 2 * 16 * size_t{kSmLlBufferLines});
+}
+
+TEST(Semaphore, SmLlHeaderCarriesSizeOffsetAndKind) {
+  const uint64_t offsets[] = {0, 5, (uint64_t{1} << 32) - 1, uint64_t{1} << 32, (uint64_t{1} << 47) + 12345,
+                              kSmLlMaxOffset - 1};
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{8}, kSmLlMaxBytes - 1, kSmLlMaxBytes}) {
+    for (uint64_t offset : offsets) {
+      const uint64_t h = smLlHeader(bytes, offset, false);
+      EXPECT_FALSE(smLlHeaderBulk(h));
+      EXPECT_EQ(smLlHeaderBytes(h), bytes);
+      EXPECT_EQ(smLlHeaderOffset(h), offset) << bytes;
+    }
+  }
+  const uint64_t bulk = smLlHeader(1 << 20, 4096, true);
+  EXPECT_TRUE(smLlHeaderBulk(bulk));
+  EXPECT_EQ(smLlHeaderOffset(bulk), 4096u);
+  // Consecutive epochs use alternate buffers.
+  static_assert(kSmLlBufferLines == 1 + kSmLlMaxBytes / 8);
 }
 
 }  // namespace

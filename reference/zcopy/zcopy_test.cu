@@ -20,6 +20,7 @@
 #include "reference/core/pattern.h"
 #include "reference/core/testing.h"
 #include "reference/core/wait.h"
+#include "reference/zcopy/semaphore_device.cuh"
 
 namespace peerlab::zcopy {
 namespace {
@@ -354,6 +355,55 @@ TEST(Zcopy, GraphCapturedOnceReplaysFreshDataEveryTime) {
   PEERLAB_ASSERT_OK(ctx.close(setup()));
 }
 
+// A device-initiated sm_signal send (through smView) that names a range outside the receiver's window: the host
+// never saw it, so the receiver's kernel checks the LL header, writes nothing and reports invalid_argument.
+__global__ void __launch_bounds__(512) deviceSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset,
+                                                        uint64_t bytes) {
+  (void)smBlockSend(v, src, dst_offset, bytes);
+}
+
+TEST(Zcopy, DeviceInitiatedSendOutsideTheWindowIsRefusedByTheReceiver) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  const int me = boot.rank();
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(me)));
+  constexpr size_t kWindow = 1 << 20;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Buffers bufs, allocBuffers(me, kWindow, ipc::HandleKind::kLegacy));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Context ctx, Context::create(boot, optionsFor(me), setup()));
+  ReleaseOnFailure release{&ctx};
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Channel ch, connect(ctx, Protocol::kSmSignal, 2, bufs));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Stream stream, createStream(me));
+  // Guard bytes right after the window's end: untouched when the message is refused.
+  const uint8_t guard = 0xA5;
+  const size_t window = bufs.b->bytes;
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemset(bufs.b->ptr, guard, window)));
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaDeviceSynchronize()));
+  if (me == 0) {
+    cudaFuncAttributes attr{};
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&deviceSendKernel))));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(SmEndpointView v, ch.smView());
+    // 64 bytes at 16 bytes before the end: the last 48 would land past the window.
+    deviceSendKernel<<<1, 512, 0, stream.get()>>>(v, bufs.a->as<uint8_t>(), window - 16, 64);
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA_LAUNCH("deviceSendKernel"));
+    PEERLAB_ASSERT_OK(ch.accountDeviceCalls(Call::kSendPost, 1));
+    PEERLAB_ASSERT_OK(waitStream(stream.get(), Deadline::afterMs(kRunMs), "device-initiated send"));
+    PEERLAB_EXPECT_OK(ch.deviceError());
+  } else {
+    PEERLAB_ASSERT_OK(ch.recvPost(stream.get()));
+    PEERLAB_ASSERT_OK(ch.recvWait(stream.get()));
+    PEERLAB_ASSERT_OK(waitStream(stream.get(), Deadline::afterMs(kRunMs), "receiving the bad message"));
+    const Status err = ch.deviceError();
+    EXPECT_EQ(err.code(), StatusCode::kInvalidArgument) << err.toString();
+    EXPECT_NE(err.message().find("outside"), std::string::npos) << err.toString();
+    std::vector<uint8_t> tail(64);
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA(
+        cudaMemcpy(tail.data(), bufs.b->as<uint8_t>() + window - 64, tail.size(), cudaMemcpyDeviceToHost)));
+    EXPECT_EQ(std::count(tail.begin(), tail.end(), guard), 64) << "the refused message wrote into the window";
+  }
+  PEERLAB_ASSERT_OK(boot.barrier(setup()));
+  PEERLAB_EXPECT_OK(ctx.close(setup()));
+}
+
 TEST(Zcopy, RejectsMisuse) {
   PEERLAB_REQUIRE_GPUS(2);
   PEERLAB_TEST_RANKS(2, boot);
@@ -513,9 +563,12 @@ TEST(Zcopy, PeerDeathTimesOutWithinTheDeadlineAndTheSurvivorExitsCleanly) {
   watch.stage("enqueueing get sendPost + sendWait (the stream now waits for the dead peer)");
   PEERLAB_ASSERT_OK(get.sendPost(copy_stream.get()));
   PEERLAB_ASSERT_OK(get.sendWait(copy_stream.get()));
-  // sm_signal: rank 0 sends, and its kernel waits for a "free" that never comes (bounded on the device). This launch
-  // happens while another stream is blocked for good: it must not wait for that stream (zcopy.h, lazy loading).
-  watch.stage("launching the sm_signal send kernel while the get stream is blocked");
+  // sm_signal: rank 0 sends, and its kernel waits for a "free" that never comes (bounded on the device). An LL
+  // message only needs the "free" of the message before it, so the first goes out and the second waits. These
+  // launches happen while another stream is blocked for good: they must not wait for it (zcopy.h, lazy loading).
+  watch.stage("launching the sm_signal send kernels while the get stream is blocked");
+  PEERLAB_ASSERT_OK(sm.sendPost(sm_stream.get(), bufs.a->ptr, 0, 4096));
+  PEERLAB_ASSERT_OK(sm.sendWait(sm_stream.get()));
   PEERLAB_ASSERT_OK(sm.sendPost(sm_stream.get(), bufs.a->ptr, 0, 4096));
 
   using Clock = std::chrono::steady_clock;
