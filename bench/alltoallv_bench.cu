@@ -315,6 +315,15 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     if (calls[i].p[0] > prev_exit) gaps.push_back(static_cast<double>(calls[i].p[0] - prev_exit) / 1e3);
   }
   if (!gaps.empty()) rec.extra["trace_gap_us"] = median(gaps);
+  std::vector<double> epoch_us, row_us;
+  for (const Call& c : calls) {
+    epoch_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEpoch] - c.p[alltoallv::kTraceEntry]) / 1e3);
+    row_us.push_back(static_cast<double>(c.p[alltoallv::kTraceRow] - c.p[alltoallv::kTraceEpoch]) / 1e3);
+  }
+  if (!calls.empty()) {
+    rec.extra["trace_epoch_us"] = median(epoch_us);
+    rec.extra["trace_row_us"] = median(row_us);
+  }
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }
 

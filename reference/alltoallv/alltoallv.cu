@@ -132,7 +132,11 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   const uint64_t epoch = loadRelaxedGpu64(&a.state->epoch) + 1;
   uint64_t* const trace =
       a.trace != nullptr && blockIdx.x == 0 && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
-  if (trace != nullptr) trace[kTraceEntry] = t0;
+  if (trace != nullptr) {
+    trace[kTraceEntry] = t0;
+    if (epoch == 0) __trap();  // waits for the load before the timestamp
+    trace[kTraceEpoch] = globalTimerNs();
+  }
   const uint32_t tag = llTag(epoch);
   const uint64_t parity = epoch & 1;
   const uint64_t hw = llHeaderWords(n);
@@ -157,6 +161,10 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     send_total += row_ok ? row[d] : 0;
   }
   row_ok = row_ok && send_total <= a.send_capacity;
+  if (trace != nullptr) {
+    if (send_total == ~uint64_t{0}) __trap();  // waits for the counts before the timestamp
+    trace[kTraceRow] = globalTimerNs();
+  }
 
   // 1. Before waiting for anything: the row (header words) and every small segment (payload words) into this rank's
   //    slot at each peer, spread over every thread of the grid.

@@ -166,6 +166,8 @@ enum TracePoint : int {
   kTracePayload = 3,    ///< this thread's LL payload words copied out (large segments done)
   kTraceClose = 4,      ///< every CTA of the launch arrived
   kTraceExit = 5,       ///< the epoch written
+  kTraceEpoch = 6,      ///< the epoch loaded (between kTraceEntry and kTraceSent)
+  kTraceRow = 7,        ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
 };
 
 class AllToAllV {
