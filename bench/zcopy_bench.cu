@@ -332,26 +332,36 @@ Status agree(Bootstrap& boot, const Status& mine, Deadline deadline) {
   return Status::ok();
 }
 
-// Ping-pong driven from the device: one block per side. Each side answers (or sends the next message) as soon as a
-// message arrived and posts "free" for the peer's next message after that, so the release store of the "free" is not
-// on the way of the reply: an LL message needs only the "free" of the message before it, posted a round trip earlier.
+// Ping-pong driven from the device: one block per side, its epochs in registers (read from the endpoints' device
+// counters at the start, written back at the end). Each side answers (or sends the next message) as soon as a message
+// arrived and posts "free" for the peer's next message after that, so the release store of the "free" is not on the
+// way of the reply: an LL message needs only the "free" of the message before it, posted a round trip earlier.
 __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fwd, zcopy::SmEndpointView bwd,
                                                         const uint8_t* src, uint64_t n, int rounds, int initiator) {
   if (rounds <= 0) return;
-  if (initiator != 0) {
-    if (threadIdx.x == 0) zcopy::smThreadPostFree(bwd);
-    for (int i = 0; i < rounds; ++i) {
-      if (!zcopy::smBlockSend(fwd, src, 0, n)) return;
-      if (threadIdx.x == 0 && i > 0) zcopy::smThreadPostFree(bwd);
-      if (!zcopy::smBlockWait(bwd)) return;
+  // Initiator: sends on fwd, receives on bwd; the other side the mirror.
+  const zcopy::SmEndpointView& out = initiator != 0 ? fwd : bwd;
+  const zcopy::SmEndpointView& in = initiator != 0 ? bwd : fwd;
+  uint32_t sent = out.counters[zcopy::kCtrSmSend];
+  uint32_t received = in.counters[zcopy::kCtrSmRecv];
+  uint32_t freed = in.counters[zcopy::kCtrSmFree];
+  __syncthreads();  // every thread read the counters before thread 0 writes them below
+  if (threadIdx.x == 0) zcopy::smThreadPostFreeEpoch(in, ++freed);
+  for (int i = 0; i < rounds; ++i) {
+    if (initiator != 0) {
+      if (!zcopy::smBlockSendEpoch(out, ++sent, src, 0, n)) break;
+      if (i > 0 && threadIdx.x == 0) zcopy::smThreadPostFreeEpoch(in, ++freed);
+      if (!zcopy::smBlockWaitEpoch(in, ++received)) break;
+    } else {
+      if (!zcopy::smBlockWaitEpoch(in, ++received)) break;
+      if (!zcopy::smBlockSendEpoch(out, ++sent, src, 0, n)) break;
+      if (i + 1 < rounds && threadIdx.x == 0) zcopy::smThreadPostFreeEpoch(in, ++freed);
     }
-  } else {
-    if (threadIdx.x == 0) zcopy::smThreadPostFree(fwd);
-    for (int i = 0; i < rounds; ++i) {
-      if (!zcopy::smBlockWait(fwd)) return;
-      if (!zcopy::smBlockSend(bwd, src, 0, n)) return;
-      if (threadIdx.x == 0 && i + 1 < rounds) zcopy::smThreadPostFree(fwd);
-    }
+  }
+  if (threadIdx.x == 0) {
+    out.counters[zcopy::kCtrSmSend] = sent;
+    in.counters[zcopy::kCtrSmRecv] = received;
+    in.counters[zcopy::kCtrSmFree] = freed;
   }
 }
 

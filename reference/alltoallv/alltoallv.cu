@@ -22,6 +22,8 @@ constexpr int kThreads = 512;
 constexpr uint64_t kBytesPerCta = 64 * 1024;
 /// Fused: capacity per CTA of the default grid (small calls spread their LL words over a few SMs).
 constexpr uint64_t kFusedBytesPerCta = 8 * 1024;
+/// Fused: local segments up to this size are prefetched into L1 while the counts travel.
+constexpr uint64_t kPrefetchBytes = 256 * 1024;
 
 /// Which wait or check produced a device error.
 enum What : uint32_t {
@@ -55,6 +57,9 @@ __device__ __forceinline__ uint32_t loadAcquireGpu32(const uint32_t* p) {
 }
 __device__ __forceinline__ void redRelaxedGpuAdd32(uint32_t* p, uint32_t v) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void prefetchL1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 __device__ __forceinline__ void fenceAcqRelSys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
@@ -123,6 +128,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   __shared__ uint32_t s_last;
   __shared__ int s_job[2];
   __shared__ unsigned long long s_chunk[2];
+  __shared__ int64_t s_count[kMaxRanks];
   __shared__ uint64_t s_row[kMaxRanks];
   __shared__ uint64_t s_soff[kMaxRanks];
   __shared__ LlList s_send;
@@ -155,11 +161,14 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   // This rank's row: a count that is negative or does not fit 32 bits travels as kCountInvalid and sends nothing.
   // Computed once per CTA into shared memory, with the LL send list: per-thread copies would live in local memory,
   // and the stack frames of a 512-thread CTA do not stay in L1 (every access a round trip to L2, microseconds in all).
+  // The counts are loaded by one thread each (a loop of loads and checks would wait for each load in turn).
+  if (tid < n) s_count[tid] = a.send_counts[tid];
+  __syncthreads();
   if (tid == 0) {
     uint64_t send_total = 0;
     bool ok = true;
     for (int d = 0; d < n; ++d) {
-      const int64_t c = a.send_counts[d];
+      const int64_t c = s_count[d];
       const uint64_t v = c < 0 || c >= static_cast<int64_t>(kCountInvalid) ? kCountInvalid : static_cast<uint64_t>(c);
       s_row[d] = v;
       ok = ok && v != kCountInvalid;
@@ -192,6 +201,19 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     }
   }
   if (trace != nullptr) trace[kTraceSent] = globalTimerNs();
+  // The local segment's source is known from the row alone (its destination needs the whole matrix): this CTA warms
+  // about its share of it into L1 now, so the local copy after the count exchange does not wait for L2.
+  {
+    const bool inside = row[me] != kCountInvalid && soff[me] + row[me] <= a.send_capacity;
+    const uint64_t self = inside ? row[me] * eb : 0;
+    if (self > 0 && self <= kPrefetchBytes) {
+      const uint64_t per = (self + gridDim.x - 1) / gridDim.x;
+      const uint64_t lo = blockIdx.x * per > 128 ? blockIdx.x * per - 128 : 0;
+      const uint64_t hi = (blockIdx.x + 1) * per + 128 < self ? (blockIdx.x + 1) * per + 128 : self;
+      for (uint64_t b = lo + 128 * static_cast<uint64_t>(tid); b < hi; b += 128 * static_cast<uint64_t>(blockDim.x))
+        prefetchL1(send + soff[me] * eb + b);
+    }
+  }
 
   // 2. The count matrix from every peer's header words (one warp: lane = source * kLlHeaderWords + word), then the
   //    verdict on it.

@@ -118,15 +118,15 @@ __device__ __forceinline__ void storePiece(uint8_t* dst, uint64_t v, uint64_t n)
     dst[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-/// sendPost of an sm_signal sender, by ONE block of at least 32 threads: sends [0, bytes) of `src` for the receiver's
-/// window at `dst_offset`. A message of at most kSmLlMaxBytes goes out in the receiver's LL buffer for its epoch (data
-/// and flag in one store: no fence) once the receiver freed the message before it; a larger one waits for its own
-/// "free", is pushed into the window, and every "arrived" word is released at system scope. Advances the device epoch.
-/// Returns false (and reports) on timeout; nothing is written then. Every thread returns the same value; the block's
-/// shared state may be reused after it returns.
-__device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void* src, uint64_t dst_offset,
-                                            uint64_t bytes) {
-  __shared__ uint32_t s_epoch;
+/// sendPost of an sm_signal sender for message `e` (the sender's next epoch), by ONE block of at least 32 threads:
+/// sends [0, bytes) of `src` for the receiver's window at `dst_offset`. A message of at most kSmLlMaxBytes goes out in
+/// the receiver's LL buffer for its epoch (data and flag in one store: no fence) once the receiver freed the message
+/// before it; a larger one waits for its own "free", is pushed into the window, and every "arrived" word is released
+/// at system scope. Returns false (and reports) on timeout; nothing is written then. Every thread returns the same
+/// value; the block's shared state may be reused after it returns. A kernel that keeps its epochs in registers calls
+/// this directly and writes the endpoint's counter (kCtrSmSend) back before it ends; smBlockSend does both.
+__device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32_t e, const void* src,
+                                                 uint64_t dst_offset, uint64_t bytes) {
   __shared__ int s_ok;
   const bool ll = bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset;
   const auto* in = static_cast<const uint8_t*>(src);
@@ -138,14 +138,11 @@ __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void*
     first = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
   }
   if (threadIdx.x == 0) {
-    const uint32_t e = v.counters[kCtrSmSend] + 1;
     const bool ok = waitWordGe(v.local_words + kSmFreeWord, ll ? e - 1 : e, v.timeout_ns);
     if (!ok) reportError(v.error, kDeviceTimeout, e);
-    s_epoch = e;
     s_ok = ok ? 1 : 0;
   }
   __syncthreads();
-  const uint32_t e = s_epoch;
   const bool ok = s_ok != 0;
   uint4* lines = smLlBuffer(v.remote_words, e);
   if (ok && ll) {
@@ -168,31 +165,48 @@ __device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void*
     __syncthreads();
     if (threadIdx.x < kSmMaxBlocks) storeReleaseSys(v.remote_words + kSmArrivedWord + threadIdx.x, e);
   }
+  // A later call writes s_ok again only after every thread has read it.
+  __syncthreads();
+  return ok;
+}
+
+/// smBlockSendEpoch for the endpoint's next epoch, advancing its device counter.
+__device__ __forceinline__ bool smBlockSend(const SmEndpointView& v, const void* src, uint64_t dst_offset,
+                                            uint64_t bytes) {
+  const uint32_t e = v.counters[kCtrSmSend] + 1;  // every thread, one broadcast load
+  const bool ok = smBlockSendEpoch(v, e, src, dst_offset, bytes);
   if (threadIdx.x == 0) v.counters[kCtrSmSend] = e;
   __syncthreads();
   return ok;
 }
 
-/// recvPost of an sm_signal receiver (one thread): tells the sender the destination is free for the next message.
-/// Everything the stream did before (readers of the previous message) is complete when this kernel runs.
+/// recvPost of an sm_signal receiver (one thread): tells the sender the destination is free for message `f`. A release
+/// store: what this thread (or its block, after a barrier) read or wrote of the window before happens before the
+/// sender's next writes.
+__device__ __forceinline__ void smThreadPostFreeEpoch(const SmEndpointView& v, uint32_t f) {
+  storeReleaseSys(v.remote_words + kSmFreeWord, f);
+}
+
+/// smThreadPostFreeEpoch for the endpoint's next "free", advancing its device counter. Everything the stream did
+/// before (readers of the previous message) is complete when this kernel runs.
 __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
   const uint32_t f = v.counters[kCtrSmFree] + 1;
-  storeReleaseSys(v.remote_words + kSmFreeWord, f);
+  smThreadPostFreeEpoch(v, f);
   v.counters[kCtrSmFree] = f;
 }
 
-/// recvWait of an sm_signal receiver, by a block of at least 32 threads. Thread 0 waits for the next message's header
+/// recvWait of an sm_signal receiver for message `e` (the receiver's next epoch), by a block of at least 32
+/// threads. Thread 0 waits for the next message's header
 /// line while every other thread already polls one payload line (until it arrives or the header shows it is not part
 /// of the message). An LL message is then copied out of the lines into this side's window; for a bulk message the
 /// first warp waits until every "arrived" word reaches the epoch (relaxed polls, then one acquire load per word).
 /// Returns false on timeout (or an LL message outside the window). Every thread returns the same value; the block's
-/// shared state may be reused after it returns.
-__device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
+/// shared state may be reused after it returns. A kernel that keeps its epochs in registers writes the endpoint's
+/// counter (kCtrSmRecv) back before it ends; smBlockWait does both.
+__device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32_t e) {
   __shared__ uint64_t s_header;
   __shared__ volatile int s_lines;  // payload lines of the message once the header arrived, -1 before
   __shared__ int s_ok;
-  // Every thread reads the epoch (one broadcast load).
-  const uint32_t e = v.counters[kCtrSmRecv] + 1;
   const uint4* lines = smLlBuffer(v.local_words, e);
   if (threadIdx.x == 0) {
     s_lines = -1;
@@ -273,10 +287,18 @@ __device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
       s_ok = all ? 1 : 0;
     }
   }
-  if (threadIdx.x == 0) v.counters[kCtrSmRecv] = e;
   __syncthreads();
   ok = s_ok != 0;
   // A later call of this function (in a loop) writes the shared state again only after every thread has read it.
+  __syncthreads();
+  return ok;
+}
+
+/// smBlockWaitEpoch for the endpoint's next epoch, advancing its device counter.
+__device__ __forceinline__ bool smBlockWait(const SmEndpointView& v) {
+  const uint32_t e = v.counters[kCtrSmRecv] + 1;  // every thread, one broadcast load
+  const bool ok = smBlockWaitEpoch(v, e);
+  if (threadIdx.x == 0) v.counters[kCtrSmRecv] = e;
   __syncthreads();
   return ok;
 }
