@@ -299,7 +299,8 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
   for (int c = 0; c < kTraceCalls; ++c) {
     Call x;
     std::copy_n(t.begin() + c * kTracePoints, kTracePoints, x.p);
-    if (x.p[alltoallv::kTraceEntry] != 0 && x.p[alltoallv::kTraceExit] >= x.p[alltoallv::kTraceEntry]) calls.push_back(x);
+    if (x.p[alltoallv::kTraceEntry] != 0 && x.p[alltoallv::kTraceExit] >= x.p[alltoallv::kTraceEntry])
+      calls.push_back(x);
   }
   std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.p[0] < b.p[0]; });
   const char* names[] = {"", "trace_sent_us", "trace_counts_us", "trace_payload_us", "trace_close_us", "trace_exit_us"};

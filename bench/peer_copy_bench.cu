@@ -839,13 +839,12 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
   rec.dst = b;
   for (auto _ : state) {
     (void)_;
-    Status st =
-        flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
-             : measureChase(a, b,
-                            kind == Latency::kChase         ? ChasePattern::kLineWalk
-                            : kind == Latency::kChasePlain ? ChasePattern::kLineWalkPlain
-                                                           : ChasePattern::kRandom,
-                            rec);
+    Status st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
+                     : measureChase(a, b,
+                                    kind == Latency::kChase        ? ChasePattern::kLineWalk
+                                    : kind == Latency::kChasePlain ? ChasePattern::kLineWalkPlain
+                                                                   : ChasePattern::kRandom,
+                                    rec);
     if (!st.isOk()) {
       finish(state, rec, st);
       break;

@@ -493,8 +493,9 @@ StatusOr<double> elapsedUs(World& w) {
 
 // `count` ping-pong rounds of a zero-copy protocol: rank 0 sends on fwd and receives on bwd, rank 1 the mirror.
 // put: each side posts "free" for the peer's next message before its own send, so the signal never trails the data
-// it must precede at the peer; sm_signal's rank 1 answers first and posts "free" after. With a batch, sm_signal flushes every round (one fused kernel per
-// round and side); get / put let a round's last operations and the next round's first share one batch.
+// it must precede at the peer; sm_signal's rank 1 answers first and posts "free" after. With a batch, sm_signal flushes
+// every round (one fused kernel per round and side); get / put let a round's last operations and the next round's first
+// share one batch.
 Status zcopyRounds(World& w, int pi, StreamRef s, size_t n, int count) {
   Channel& fwd = w.fwd[static_cast<size_t>(pi)];
   Channel& bwd = w.bwd[static_cast<size_t>(pi)];

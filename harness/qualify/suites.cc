@@ -35,11 +35,12 @@ std::string zcopyFilter(const std::string& mode, const std::vector<std::pair<int
 
 std::string alltoallvFilter(const std::string& mode, const std::vector<std::pair<int, int>>&, bool) {
   if (mode == "full") return "";
-  return "/bytes:(4096|65536|1048576|67108864)/|/T=(1|128)/";
+  // 128 MiB per rank is where the bandwidth targets are set.
+  return "/bytes:(4096|65536|1048576|67108864|134217728)/|/T=(1|128|4096)/";
 }
 
 std::string moeFilter(const std::string& mode, const std::vector<std::pair<int, int>>&, bool) {
-  return mode == "full" ? "^moe/" : "^moe/.*T=(1|128)/";
+  return mode == "full" ? "^moe/" : "^moe/.*T=(1|128|4096)/";
 }
 
 std::string noFilter(const std::string&, const std::vector<std::pair<int, int>>&, bool) {

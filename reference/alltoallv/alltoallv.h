@@ -150,8 +150,8 @@ struct KernelArgs {
   uint64_t ll_bytes;     ///< fused: segments of at most this many bytes ride in LL slots
   uint64_t chunk_bytes;  ///< fused: work-queue chunk (0: autoChunkBytes)
   uint32_t transfer;
-  uint32_t protocol;      ///< kFused or kTwoPhase (resolved)
-  uint64_t* trace;        ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
+  uint32_t protocol;  ///< kFused or kTwoPhase (resolved)
+  uint64_t* trace;    ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 
@@ -160,14 +160,14 @@ static_assert(std::is_trivially_copyable_v<KernelArgs>);
 inline constexpr int kTraceCalls = 64;
 inline constexpr int kTracePoints = 8;
 enum TracePoint : int {
-  kTraceEntry = 0,      ///< kernel entry
-  kTraceSent = 1,       ///< this thread's share of the header and LL payload stores issued
-  kTraceCounts = 2,     ///< the count matrix read and checked (after the CTA barrier)
-  kTracePayload = 3,    ///< this thread's LL payload words copied out (large segments done)
-  kTraceClose = 4,      ///< every CTA of the launch arrived
-  kTraceExit = 5,       ///< the epoch written
-  kTraceEpoch = 6,      ///< the epoch loaded (between kTraceEntry and kTraceSent)
-  kTraceRow = 7,        ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
+  kTraceEntry = 0,    ///< kernel entry
+  kTraceSent = 1,     ///< this thread's share of the header and LL payload stores issued
+  kTraceCounts = 2,   ///< the count matrix read and checked (after the CTA barrier)
+  kTracePayload = 3,  ///< this thread's LL payload words copied out (large segments done)
+  kTraceClose = 4,    ///< every CTA of the launch arrived
+  kTraceExit = 5,     ///< the epoch written
+  kTraceEpoch = 6,    ///< the epoch loaded (between kTraceEntry and kTraceSent)
+  kTraceRow = 7,      ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
 };
 
 class AllToAllV {

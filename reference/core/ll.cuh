@@ -29,8 +29,7 @@ __device__ __forceinline__ bool loadLl(const uint4* p, uint32_t tag, uint64_t* d
 }
 
 /// Spins on the line at `p` until it carries `tag`, or until `timeout_ns` after `t0` (%globaltimer) has passed.
-__device__ __forceinline__ bool waitLl(const uint4* p, uint32_t tag, uint64_t t0, uint64_t timeout_ns,
-                                       uint64_t* data) {
+__device__ __forceinline__ bool waitLl(const uint4* p, uint32_t tag, uint64_t t0, uint64_t timeout_ns, uint64_t* data) {
   while (!loadLl(p, tag, data)) {
     if (globalTimerNs() - t0 > timeout_ns) return false;
   }

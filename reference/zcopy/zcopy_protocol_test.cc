@@ -590,8 +590,8 @@ TEST(Semaphore, SlotsOfBothSidesNeverCollide) {
 }
 
 TEST(Semaphore, SmLlHeaderCarriesSizeOffsetAndKind) {
-  const uint64_t offsets[] = {0, 5, (uint64_t{1} << 32) - 1, uint64_t{1} << 32, (uint64_t{1} << 47) + 12345,
-                              kSmLlMaxOffset - 1};
+  const uint64_t offsets[] = {
+      0, 5, (uint64_t{1} << 32) - 1, uint64_t{1} << 32, (uint64_t{1} << 47) + 12345, kSmLlMaxOffset - 1};
   for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{8}, kSmLlMaxBytes - 1, kSmLlMaxBytes}) {
     for (uint64_t offset : offsets) {
       const uint64_t h = smLlHeader(bytes, offset, false);

@@ -357,8 +357,8 @@ TEST(Zcopy, GraphCapturedOnceReplaysFreshDataEveryTime) {
 
 // A device-initiated sm_signal send (through smView) that names a range outside the receiver's window: the host
 // never saw it, so the receiver's kernel checks the LL header, writes nothing and reports invalid_argument.
-__global__ void __launch_bounds__(512) deviceSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset,
-                                                        uint64_t bytes) {
+__global__ void __launch_bounds__(512)
+    deviceSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset, uint64_t bytes) {
   (void)smBlockSend(v, src, dst_offset, bytes);
 }
 
