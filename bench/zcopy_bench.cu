@@ -340,8 +340,10 @@ __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fw
                                                         const uint8_t* src, uint64_t n, int rounds, int initiator) {
   if (rounds <= 0) return;
   // Initiator: sends on fwd, receives on bwd; the other side the mirror.
-  const zcopy::SmEndpointView& out = initiator != 0 ? fwd : bwd;
-  const zcopy::SmEndpointView& in = initiator != 0 ? bwd : fwd;
+  // Copies, not references: a reference to a kernel parameter puts the parameters on the stack, and a first launch
+  // that needs a larger stack than the device has reserved synchronizes the device (while the stream is gated).
+  const zcopy::SmEndpointView out = initiator != 0 ? fwd : bwd;
+  const zcopy::SmEndpointView in = initiator != 0 ? bwd : fwd;
   uint32_t sent = out.counters[zcopy::kCtrSmSend];
   uint32_t received = in.counters[zcopy::kCtrSmRecv];
   uint32_t freed = in.counters[zcopy::kCtrSmFree];
@@ -373,6 +375,11 @@ Status setupLocal(World& w) {
   cudaFuncAttributes attr{};
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smPingPongKernel))));
   PEERLAB_ASSIGN_OR_RETURN(w.stream, createStream(w.device));
+  // One empty launch now (0 rounds): a first launch may also grow the device's local memory for the kernel's stack,
+  // which waits for the whole device, and must not happen while a stream is held at the gate.
+  smPingPongKernel<<<1, 512, 0, w.stream.get()>>>(zcopy::SmEndpointView{}, zcopy::SmEndpointView{}, nullptr, 0, 0, 0);
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("smPingPongKernel (warm-up)"));
+  PEERLAB_RETURN_IF_ERROR(waitStream(w.stream.get(), Deadline::afterMs(kSampleMs), "ping-pong kernel warm-up"));
   PEERLAB_ASSIGN_OR_RETURN(w.nccl_stream, createStream(w.device));
   PEERLAB_ASSIGN_OR_RETURN(w.ev0, createEvent(w.device, cudaEventDefault));
   PEERLAB_ASSIGN_OR_RETURN(w.ev1, createEvent(w.device, cudaEventDefault));

@@ -134,7 +134,7 @@ if has_stage variants; then
 fi
 
 if has_stage scorecard; then
-  stage scorecard 600 ci/scorecard.sh --build "$build" --out "$work/reliability.json"
+  stage scorecard "${PEERLAB_SCORECARD_DEADLINE:-600}" ci/scorecard.sh --build "$build" --out "$work/reliability.json"
   tail -30 "$work/scorecard.log"
   [ -s "$work/reliability.json" ] && cp "$work/reliability.json" "$out/reliability.json"
 fi
