@@ -193,6 +193,7 @@ struct Context::Impl {
   uint32_t* errors_device = nullptr;
   std::optional<ipc::HandleCache> windows;
   Stream rescue;
+  Stream probe;  // the stream-memory-operation probe at creation (the rescue stream stays free of it)
   Event done;
   bool can_flush_remote_writes = false;
   std::vector<int32_t> peer_pid;                        // 0: not watched
@@ -422,7 +423,7 @@ Status checkOptions(const ContextOptions& o) {
 // Probes that this device can write and wait on a local word and write a word in every peer's page (the value
 // written into a peer's slot is the initial epoch it already holds or is about to hold).
 Status probeMemOps(Context::Impl& c, Deadline deadline) {
-  cudaStream_t s = c.rescue.get();
+  cudaStream_t s = c.probe.get();
   uint32_t* probe = c.counters->as<uint32_t>() + kCtrProbe;
   auto check = [&](CUresult r, const char* what) -> Status {
     if (r == CUDA_SUCCESS) return Status::ok();
@@ -445,7 +446,14 @@ Status probeMemOps(Context::Impl& c, Deadline deadline) {
                                                       c.options.initial_epoch, CU_STREAM_WRITE_VALUE_DEFAULT),
                                   "cuStreamWriteValue32 into a peer's mapped page"));
   }
-  return waitStream(s, deadline, "zcopy stream memory operation probe");
+  Status done = waitStream(s, deadline, "zcopy stream memory operation probe");
+  if (!done.isOk()) {
+    // The probe's own write never landed (or its stream is held up): release its wait with a memset from the rescue
+    // stream, so nothing is left waiting when the context is torn down.
+    (void)PEERLAB_CU(cuMemsetD32Async, cuPtr(probe), 1u, 1, cuStream(c.rescue.get()));
+    (void)waitStream(c.rescue.get(), Deadline::afterMs(1000), "releasing the probe's wait");
+  }
+  return done;
 }
 
 void enablePeerAccess(Context::Impl& c) {
@@ -535,6 +543,7 @@ StatusOr<Context> Context::create(Bootstrap& boot, const ContextOptions& options
   int least_priority = 0, greatest_priority = 0;
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority)));
   PEERLAB_ASSIGN_OR_RETURN(c->rescue, createStream(dev, cudaStreamNonBlocking, greatest_priority));
+  PEERLAB_ASSIGN_OR_RETURN(c->probe, createStream(dev, cudaStreamNonBlocking, greatest_priority));
   PEERLAB_ASSIGN_OR_RETURN(c->done, createEvent(dev));
 
   // Every word starts at the initial epoch (the send kernel's block count at 0), before any peer may signal.
@@ -639,8 +648,9 @@ Status Context::abandon(Deadline deadline) {
     }
     if (ch->protocol == Protocol::kSmSignal) continue;  // its kernels end at their own deadline
     // The last epoch this side's stream waits for (eager calls and completed replays): every earlier wait passes too.
-    Status st = PEERLAB_CU(cuStreamWriteValue32, cuStream(c.rescue.get()), cuPtr(ch->local_words + kInboxWord),
-                           ch->state.wait_epoch, CU_STREAM_WRITE_VALUE_DEFAULT);
+    // Written with a memset, not a stream memory operation: the failure being cleaned up may be one of those.
+    Status st = PEERLAB_CU(cuMemsetD32Async, cuPtr(ch->local_words + kInboxWord), ch->state.wait_epoch, 1,
+                           cuStream(c.rescue.get()));
     if (!st.isOk() && first.isOk()) first = st;
   }
   c.abandoned = true;
