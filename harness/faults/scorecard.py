@@ -486,6 +486,18 @@ def summarize(runs, reprobes):
     return out, false_positives
 
 
+def git_sha():
+    """The commit being run: PEERLAB_GIT_SHA (ci/gpu.sh sets it), a tree copy's .git-sha, else git."""
+    if os.environ.get("PEERLAB_GIT_SHA"):
+        return os.environ["PEERLAB_GIT_SHA"]
+    try:
+        with open(".git-sha") as f:
+            return f.read().strip()
+    except OSError:
+        pass
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
@@ -555,7 +567,7 @@ def main():
         "schema": "peerlab.reliability",
         "version": 1,
         "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "git_sha": git_sha(),
         "fingerprint": fingerprint or existing.get("fingerprint", {}),
         "deadline_ms": DEADLINE_MS,
         "wall_s": round(time.time() - started, 1),

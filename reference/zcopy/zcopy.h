@@ -19,17 +19,24 @@
 /// Graph::launch writes into the executable graph before each replay (GraphSync::kMemOps), or become one-thread
 /// kernels that take their epochs from device counters (GraphSync::kKernels, protocol.h ReplayEpochs).
 ///
+/// sm_signal (semaphore.h, semaphore_device.cuh): a message of at most kSmLlMaxBytes rides in LL lines of the
+/// receiver's slot (8 payload bytes and the epoch twice in one 16-byte store, two buffers alternating by epoch) and
+/// the receiver's wait copies it into its window: no fence and no separate signal, and a sender needs only the "free"
+/// of the message before. Larger messages are pushed into the window and released with system-scope flags.
+///
 /// Contexts and channels are not thread-safe: one thread drives a context and its channels, and all calls of one
 /// channel go to one stream (or streams ordered by events), since their epochs are assigned in call order.
 ///
 /// Lazy loading: a kernel's first launch may synchronize the whole device while CUDA loads its module
-/// (CUDA_MODULE_LOADING=LAZY, the default). A stream blocked on a peer's signal would then block that launch, and a
-/// launch the peer waits for would never come. Context::create loads every kernel of this library up front; a kernel
-/// of your own that drives channels through smView() must be loaded before any stream can block (call
-/// cudaFuncGetAttributes on it once).
+/// (CUDA_MODULE_LOADING=LAZY, the default), and so may a first launch that needs more per-thread stack than the device
+/// has reserved so far. A stream blocked on a peer's signal would then block that launch, and a launch the peer waits
+/// for would never come. Context::create loads every kernel of this library up front; a kernel of your own that
+/// drives channels through smView() must be loaded before any stream can block (cudaFuncGetAttributes once), and if
+/// it uses a stack frame, launched once as well.
 ///
 /// Teardown: Channels, then Context::close (collective: every rank unmaps what it imported, barrier), then free the
-/// windows. After a peer failed: Context::abandon releases stream waits that can no longer be satisfied, then the
+/// windows. After a peer failed: Context::abandon releases stream waits that can no longer be satisfied (with memsets
+/// from a rescue stream, not stream memory operations, which may be what failed), then the
 /// destructors tear down without the bootstrap. Freeing memory and destroying the context synchronize the device: a
 /// stream that can never drain (abandon failed) makes them wait forever, so such a process must leave with _Exit.
 
