@@ -83,17 +83,9 @@ struct PingResult {
   uint32_t error;
 };
 
-// Flag accesses of the ping-pong. Relaxed at system scope: a poll always reads the flag's home (no stale L1 copy)
-// and a store goes straight to the peer, with no fence; nothing else is published, so nothing needs ordering.
-__device__ __forceinline__ uint32_t loadRelaxedSys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void storeRelaxedSys(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
+// The ping-pong's flags are read and written relaxed at system scope (loadRelaxedSys / storeRelaxedSys): a poll
+// always reads the flag's home (no stale L1 copy) and a store goes straight to the peer, with no fence; nothing else
+// is published, so nothing needs ordering. Flag values compare wrap-safe.
 __device__ __forceinline__ bool reached(uint32_t v, uint32_t want) {
   return static_cast<int32_t>(v - want) >= 0;
 }

@@ -37,32 +37,8 @@ enum What : uint32_t {
   kWhatLaunch = 7,     ///< waiting for this launch's own CTAs to start
 };
 
-__device__ __forceinline__ void storeRelaxedSys64(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t loadRelaxedSys64(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t loadRelaxedGpu64(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t loadAcquireGpu32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void redRelaxedGpuAdd32(uint32_t* p, uint32_t v) {
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ void prefetchL1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-__device__ __forceinline__ void fenceAcqRelSys() {
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
 __device__ void reportError(DeviceState* st, uint32_t code, int rank, uint64_t epoch, uint64_t a, uint64_t b,

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "reference/core/memory_order.cuh"
+
 namespace peerlab {
 
 /// Nanoseconds from the GPU's global timer (coarse, but monotonic and shared across SMs).
@@ -19,26 +21,6 @@ enum DeviceError : uint32_t {
   kDeviceOverflow = 2,
   kDeviceBadInput = 3,
 };
-
-/// Acquire load of a 32-bit flag at system scope (peer memory over NVLink or PCIe).
-__device__ __forceinline__ uint32_t loadAcquireSys(const volatile uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-/// Release store of a 32-bit flag at system scope.
-__device__ __forceinline__ void storeReleaseSys(volatile uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-/// Acquire load / release store of 64-bit flags at system scope.
-__device__ __forceinline__ uint64_t loadAcquireSys64(const volatile uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void storeReleaseSys64(volatile uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 
 /// Spins until `*flag >= want` (wrap-safe signed compare) or `timeout_ns` passes; returns false on timeout.
 __device__ __forceinline__ bool waitFlagGe(const volatile uint32_t* flag, uint32_t want, uint64_t timeout_ns) {

@@ -12,15 +12,6 @@
 
 namespace peerlab::zcopy {
 
-/// Relaxed load of a semaphore word at system scope. The polling loops spin on it and take acquire semantics with ONE
-/// acquire load once the word reached its epoch: an acquire load does not wait for this thread's outstanding stores
-/// (a fence would, e.g. for the "free" signal just posted to the peer).
-__device__ __forceinline__ uint32_t loadRelaxedSys(const volatile uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 /// Spins until `*word` reaches `want` (cyclic order) or `timeout_ns` passes; false on timeout. Relaxed polls, then
 /// one acquire load (the word only moves forward, so it still holds an epoch at or past `want`).
 __device__ __forceinline__ bool waitWordGe(const volatile uint32_t* word, uint32_t want, uint64_t timeout_ns) {
