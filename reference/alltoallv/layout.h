@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "reference/core/unaligned.h"
+
 namespace peerlab::alltoallv {
 
 /// Most ranks one alltoallv spans (one NVLink domain of 8 GPUs); checked at run time.
@@ -255,56 +257,6 @@ __host__ __device__ inline int queueStartJob(const QueueJobs& q, int ctas, int c
     if (cta < cum + g[i]) return i;
   }
   return cta % q.count;
-}
-
-/// A naturally aligned load or store of T at `p` (memcpy on the host, where the tests simulate the kernels).
-template <class T>
-__host__ __device__ inline T loadAligned(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const T*>(p);
-#else
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-#endif
-}
-template <class T>
-__host__ __device__ inline void storeAligned(uint8_t* p, T v) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<T*>(p) = v;
-#else
-  std::memcpy(p, &v, sizeof(T));
-#endif
-}
-
-/// 8 bytes from any address of a rank's region: aligned loads realigned in registers. Reads up to 15 bytes past `p`
-/// (the send buffer is always followed by the receive buffer inside the region).
-__host__ __device__ inline uint64_t load8(const uint8_t* p) {
-  const uint32_t o = static_cast<uint32_t>(reinterpret_cast<uint64_t>(p) & 7);
-  const uint64_t lo = loadAligned<uint64_t>(p - o);
-  if (o == 0) return lo;
-  return (lo >> (8 * o)) | (loadAligned<uint64_t>(p - o + 8) << (64 - 8 * o));
-}
-/// The low `len` (1..8) bytes of `v` to any address, with the widest aligned stores that fit.
-__host__ __device__ inline void store8(uint8_t* p, uint64_t v, uint64_t len) {
-  const uint64_t addr = reinterpret_cast<uint64_t>(p);
-  if (len == 8 && (addr & 7) == 0) {
-    storeAligned<uint64_t>(p, v);
-    return;
-  }
-  for (uint64_t i = 0; i < len;) {
-    const uint64_t left = len - i;
-    if (((addr + i) & 3) == 0 && left >= 4) {
-      storeAligned<uint32_t>(p + i, static_cast<uint32_t>(v >> (8 * i)));
-      i += 4;
-    } else if (((addr + i) & 1) == 0 && left >= 2) {
-      storeAligned<uint16_t>(p + i, static_cast<uint16_t>(v >> (8 * i)));
-      i += 2;
-    } else {
-      p[i] = static_cast<uint8_t>(v >> (8 * i));
-      i += 1;
-    }
-  }
 }
 
 /// Counts travel as 64-bit words that carry their own epoch tag (low 32 bits: count, high 32: epoch), so a reader

@@ -213,6 +213,19 @@ TEST(Layout, LlTagsNeverZeroAndDifferForCallsSharingASlot) {
   EXPECT_EQ(llWords(9), 2u);
 }
 
+TEST(Layout, LoadUpTo8ReadsExactlyItsBytesAtEveryAlignment) {
+  alignas(16) uint8_t src[32];
+  for (int i = 0; i < 32; ++i)
+    src[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (int o = 0; o < 16; ++o) {
+    for (uint64_t n = 0; n <= 8; ++n) {
+      uint64_t want = 0;
+      std::memcpy(&want, src + o, n);
+      EXPECT_EQ(loadUpTo8(src + o, n), want) << "offset " << o << " n " << n;
+    }
+  }
+}
+
 TEST(Layout, Load8AndStore8MoveExactlyTheirBytesAtEveryAlignment) {
   alignas(16) uint8_t src[64];
   for (int i = 0; i < 64; ++i)

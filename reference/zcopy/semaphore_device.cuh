@@ -8,6 +8,7 @@
 
 #include "reference/core/device_time.cuh"
 #include "reference/core/ll.cuh"
+#include "reference/core/unaligned.h"
 #include "reference/zcopy/semaphore.h"
 
 namespace peerlab::zcopy {
@@ -91,24 +92,6 @@ __device__ __forceinline__ uint4* smLlBuffer(uint32_t* slot_words, uint32_t epoc
   return reinterpret_cast<uint4*>(slot_words + kSmLlWord) + (epoch & 1u) * kSmLlBufferLines;
 }
 
-/// Bytes [at, at + n) of `src` (n <= 8) as a little-endian word: one 8-byte load when it is aligned and whole.
-__device__ __forceinline__ uint64_t loadPiece(const uint8_t* src, uint64_t n) {
-  if (n == 8 && (reinterpret_cast<uintptr_t>(src) & 7) == 0) return *reinterpret_cast<const uint64_t*>(src);
-  uint64_t v = 0;
-  for (uint64_t i = 0; i < n; ++i)
-    v |= static_cast<uint64_t>(src[i]) << (8 * i);
-  return v;
-}
-/// The low `n` bytes (n <= 8) of `v` to `dst`: one 8-byte store when it is aligned and whole.
-__device__ __forceinline__ void storePiece(uint8_t* dst, uint64_t v, uint64_t n) {
-  if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-    *reinterpret_cast<uint64_t*>(dst) = v;
-    return;
-  }
-  for (uint64_t i = 0; i < n; ++i)
-    dst[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
 /// sendPost of an sm_signal sender for message `e` (the sender's next epoch), by ONE block of at least 32 threads:
 /// sends [0, bytes) of `src` for the receiver's window at `dst_offset`. A message of at most kSmLlMaxBytes goes out in
 /// the receiver's LL buffer for its epoch (data and flag in one store: no fence) once the receiver freed the message
@@ -126,7 +109,7 @@ __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32
   uint64_t first = 0;
   if (ll && threadIdx.x >= 1 && threadIdx.x < count) {
     const uint64_t at = 8 * (threadIdx.x - 1);
-    first = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
+    first = loadUpTo8(in + at, bytes - at < 8 ? bytes - at : 8);
   }
   if (threadIdx.x == 0) {
     const bool ok = waitWordGe(v.local_words + kSmFreeWord, ll ? e - 1 : e, v.timeout_ns);
@@ -145,7 +128,7 @@ __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32
         d = first;
       } else {
         const uint64_t at = 8 * (l - 1);
-        d = loadPiece(in + at, bytes - at < 8 ? bytes - at : 8);
+        d = loadUpTo8(in + at, bytes - at < 8 ? bytes - at : 8);
       }
       storeLl(lines + l, d, e);
     }
@@ -247,7 +230,7 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
           break;
         }
         const uint64_t at = 8 * p;
-        storePiece(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
+        store8(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
       }
     } else if (threadIdx.x == 0) {
       s_ok = 0;
