@@ -4,8 +4,12 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <set>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
 namespace peerlab::faults {
 
@@ -302,6 +306,22 @@ StatusOr<FaultSpec> parseFaultSpec(std::string_view text) {
     }
     return Status::ok();
   };
+  // key=value naming one of `options`; otherwise the error lists them ("a, b or c").
+  auto choose = [&]<class E>(const std::string& key, const std::string& value,
+                             std::initializer_list<std::pair<std::string_view, std::type_identity_t<E>>> options,
+                             E* out) -> Status {
+    std::string names;
+    size_t i = 0;
+    for (const auto& [n, e] : options) {
+      if (value == n) {
+        *out = e;
+        return Status::ok();
+      }
+      names += (i == 0 ? "" : i + 1 == options.size() ? " or " : ", ") + std::string(n);
+      ++i;
+    }
+    return bad(name, key + "=" + shown(value) + " is not " + names);
+  };
   constexpr uint64_t kMaxCount = uint64_t{1} << 62;
   constexpr uint64_t kMaxMs = 3'600'000;
   bool have_code = false, have_ms = false, have_rank = false;
@@ -331,15 +351,8 @@ StatusOr<FaultSpec> parseFaultSpec(std::string_view text) {
       spec.pair_a = static_cast<int>(a);
       spec.pair_b = static_cast<int>(b);
     } else if (key == "side") {
-      if (value == "write") {
-        spec.side = Side::kWrite;
-      } else if (value == "read") {
-        spec.side = Side::kRead;
-      } else if (value == "any") {
-        spec.side = Side::kAny;
-      } else {
-        return bad(name, "side=" + shown(value) + " is not write, read or any");
-      }
+      PEERLAB_RETURN_IF_ERROR(
+          choose(key, value, {{"write", Side::kWrite}, {"read", Side::kRead}, {"any", Side::kAny}}, &spec.side));
       spec.side_given = true;
     } else if (key == "offset") {
       PEERLAB_RETURN_IF_ERROR(number(key, value, 0, std::numeric_limits<uint64_t>::max(), &v));
@@ -358,33 +371,15 @@ StatusOr<FaultSpec> parseFaultSpec(std::string_view text) {
       spec.code = static_cast<int>(v);
       have_code = true;
     } else if (key == "direction") {
-      if (value == "first") {
-        spec.direction = Direction::kFirst;
-      } else if (value == "second") {
-        spec.direction = Direction::kSecond;
-      } else if (value == "both") {
-        spec.direction = Direction::kBoth;
-      } else {
-        return bad(name, "direction=" + shown(value) + " is not first, second or both");
-      }
+      PEERLAB_RETURN_IF_ERROR(
+          choose(key, value, {{"first", Direction::kFirst}, {"second", Direction::kSecond}, {"both", Direction::kBoth}},
+                 &spec.direction));
     } else if (key == "ipc") {
-      if (value == "legacy") {
-        spec.ipc = IpcKind::kLegacy;
-      } else if (value == "vmm") {
-        spec.ipc = IpcKind::kVmm;
-      } else if (value == "both") {
-        spec.ipc = IpcKind::kBoth;
-      } else {
-        return bad(name, "ipc=" + shown(value) + " is not legacy, vmm or both");
-      }
+      PEERLAB_RETURN_IF_ERROR(choose(
+          key, value, {{"legacy", IpcKind::kLegacy}, {"vmm", IpcKind::kVmm}, {"both", IpcKind::kBoth}}, &spec.ipc));
     } else if (key == "release") {
-      if (value == "teardown") {
-        spec.release = Release::kTeardown;
-      } else if (value == "exit") {
-        spec.release = Release::kExit;
-      } else {
-        return bad(name, "release=" + shown(value) + " is not teardown or exit");
-      }
+      PEERLAB_RETURN_IF_ERROR(
+          choose(key, value, {{"teardown", Release::kTeardown}, {"exit", Release::kExit}}, &spec.release));
     } else if (key == "release_ms" || key == "ms" || key == "delay_ms") {
       PEERLAB_RETURN_IF_ERROR(number(key, value, key == "delay_ms" ? 0 : 1, kMaxMs, &v));
       spec.ms = static_cast<int64_t>(v);
@@ -393,27 +388,15 @@ StatusOr<FaultSpec> parseFaultSpec(std::string_view text) {
       PEERLAB_RETURN_IF_ERROR(number(key, value, 0, 0xffffffffULL, &v));
       spec.value = static_cast<int64_t>(v);
     } else if (key == "target") {
-      if (value == "all") {
-        spec.drop = DropTarget::kAll;
-      } else if (value == "ipc") {
-        spec.drop = DropTarget::kIpc;
-      } else if (value == "copy") {
-        spec.drop = DropTarget::kCopy;
-      } else {
-        return bad(name, "target=" + shown(value) + " is not all, ipc or copy");
-      }
+      PEERLAB_RETURN_IF_ERROR(choose(
+          key, value, {{"all", DropTarget::kAll}, {"ipc", DropTarget::kIpc}, {"copy", DropTarget::kCopy}}, &spec.drop));
     } else if (key == "mode") {
-      if (value == "flip") {
-        spec.damage = CacheDamage::kFlip;
-      } else if (value == "truncate") {
-        spec.damage = CacheDamage::kTruncate;
-      } else if (value == "empty") {
-        spec.damage = CacheDamage::kEmpty;
-      } else if (value == "garbage") {
-        spec.damage = CacheDamage::kGarbage;
-      } else {
-        return bad(name, "mode=" + shown(value) + " is not flip, truncate, empty or garbage");
-      }
+      PEERLAB_RETURN_IF_ERROR(choose(key, value,
+                                     {{"flip", CacheDamage::kFlip},
+                                      {"truncate", CacheDamage::kTruncate},
+                                      {"empty", CacheDamage::kEmpty},
+                                      {"garbage", CacheDamage::kGarbage}},
+                                     &spec.damage));
     } else if (key == "path") {
       spec.path = value;
     }
