@@ -16,29 +16,12 @@ namespace peerlab::faults {
 namespace {
 
 using testing::ProcessResult;
-using testing::runProcess;
-
-// LD_PRELOAD with the interposer appended to what is there (a sanitizer's own preload stays).
-std::string preloadWith(const std::string& lib) {
-  const char* cur = std::getenv("LD_PRELOAD");
-  return "LD_PRELOAD=" + (cur != nullptr && *cur != '\0' ? std::string(cur) + ":" : std::string()) + lib;
-}
 
 ProcessResult runTarget(const std::vector<std::string>& args, const std::string& fault,
                         const std::vector<std::string>& env = {}) {
-  std::vector<std::string> argv = {PEERLAB_FAULT_TARGET_CUDA_PATH};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<std::string> all = {"PEERLAB_RANK", "PEERLAB_FAULTS_VERBOSE", "PEERLAB_FAULTS_STATS",
-                                  preloadWith(PEERLAB_FAULTS_LIB_PATH), "PEERLAB_FAULT=" + fault};
-  all.insert(all.end(), env.begin(), env.end());
-  return runProcess(argv, all, std::chrono::seconds(60));
+  return testing::runUnderFault(PEERLAB_FAULT_TARGET_CUDA_PATH, PEERLAB_FAULTS_LIB_PATH, args, fault, env,
+                                std::chrono::seconds(60));
 }
-
-#define EXPECT_VALUE(result, key, expected)                                                                           \
-  do {                                                                                                                \
-    auto peerlab_values_ = (result).values();                                                                         \
-    EXPECT_EQ(peerlab_values_[key], expected) << key << "\nstdout:\n" << (result).out << "stderr:\n" << (result).err; \
-  } while (0)
 
 TEST(InterposerGpu, NoneIsTransparentOnEveryCopyPath) {
   PEERLAB_REQUIRE_GPUS(2);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -122,4 +123,32 @@ inline ProcessResult runProcess(const std::vector<std::string>& argv, const std:
   return result;
 }
 
+/// LD_PRELOAD with `lib` appended to what is there (a sanitizer's own preload stays).
+inline std::string preloadWith(const std::string& lib) {
+  const char* cur = std::getenv("LD_PRELOAD");
+  return "LD_PRELOAD=" + (cur != nullptr && *cur != '\0' ? std::string(cur) + ":" : std::string()) + lib;
+}
+
+/// Runs `program args...` with the interposer `faults_lib` preloaded and PEERLAB_FAULT=`fault` (none when empty),
+/// inherited PEERLAB_RANK / PEERLAB_FAULTS_VERBOSE / PEERLAB_FAULTS_STATS removed, then `env` applied last.
+inline ProcessResult runUnderFault(const std::string& program, const std::string& faults_lib,
+                                   const std::vector<std::string>& args, const std::string& fault,
+                                   const std::vector<std::string>& env = {},
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  std::vector<std::string> argv = {program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> all = {"PEERLAB_RANK", "PEERLAB_FAULTS_VERBOSE", "PEERLAB_FAULTS_STATS",
+                                  preloadWith(faults_lib)};
+  if (!fault.empty()) all.push_back("PEERLAB_FAULT=" + fault);
+  all.insert(all.end(), env.begin(), env.end());
+  return runProcess(argv, all, timeout);
+}
+
 }  // namespace peerlab::faults::testing
+
+/// Expects the key=value line `key` of a ProcessResult's stdout to read `expected`; shows both streams otherwise.
+#define EXPECT_VALUE(result, key, expected)                                                                           \
+  do {                                                                                                                \
+    auto peerlab_values_ = (result).values();                                                                         \
+    EXPECT_EQ(peerlab_values_[key], expected) << key << "\nstdout:\n" << (result).out << "stderr:\n" << (result).err; \
+  } while (0)
