@@ -177,10 +177,8 @@ TrafficParams trafficFor(const std::string& pattern, int n, uint64_t bytes) {
   return alltoallv::makeTraffic(TrafficKind::kZipf, n, elements, 2, 1.2, 0);
 }
 
-// Instances for `bytes` per rank, sized for the larger of the two patterns.
-Status prepareSize(Env& e, uint64_t bytes) {
-  if (e.size == bytes) return Status::ok();
-  PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "previous size"));
+// Closes (collectively) and frees the instances of the current alltoallv size.
+Status releaseSizeInstances(Env& e) {
   for (auto& [impl, a] : e.peerlab)
     PEERLAB_RETURN_IF_ERROR(a->close(*e.boot, soon()));
   e.peerlab.clear();
@@ -190,6 +188,14 @@ Status prepareSize(Env& e, uint64_t bytes) {
   e.plain_send.reset();
   e.plain_recv.reset();
   e.size = 0;
+  return Status::ok();
+}
+
+// Instances for `bytes` per rank, sized for the larger of the two patterns.
+Status prepareSize(Env& e, uint64_t bytes) {
+  if (e.size == bytes) return Status::ok();
+  PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "previous size"));
+  PEERLAB_RETURN_IF_ERROR(releaseSizeInstances(e));
   const TrafficParams u = trafficFor("uniform", e.n, bytes), z = trafficFor("skewed", e.n, bytes);
   const uint64_t send = std::max(alltoallv::trafficSendBound(u), alltoallv::trafficSendBound(z));
   const uint64_t recv = std::max(alltoallv::trafficRecvBound(u), alltoallv::trafficRecvBound(z));
@@ -483,15 +489,7 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
   if (m.tokens == tokens) return &m;
   PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "previous moe"));
   // Free the alltoallv instances of the sweep too: the MoE buffers are large.
-  for (auto& [impl, a] : e.peerlab)
-    PEERLAB_RETURN_IF_ERROR(a->close(*e.boot, soon()));
-  e.peerlab.clear();
-  if (e.device) PEERLAB_RETURN_IF_ERROR(e.device->close());
-  e.device.reset();
-  e.hostcounts.reset();
-  e.plain_send.reset();
-  e.plain_recv.reset();
-  e.size = 0;
+  PEERLAB_RETURN_IF_ERROR(releaseSizeInstances(e));
   if (m.peerlab) PEERLAB_RETURN_IF_ERROR(m.peerlab->close(*e.boot, soon()));
   if (m.peerlab_twophase) PEERLAB_RETURN_IF_ERROR(m.peerlab_twophase->close(*e.boot, soon()));
   m = MoeInstance{};
