@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPU test (ctest -L gpu) under compute-sanitizer memcheck, racecheck and synccheck, child processes
-# included (the multi-rank tests start their ranks as processes). Prints one machine-readable line
+# included (the multi-rank tests start their ranks as processes). The three tools run side by side; repeated tests
+# are capped at PEERLAB_TEST_MAX_ITERATIONS iterations (default 20: 10,000 random messages become 20). Prints one
+# machine-readable line
 #   sanitizer: memcheck=N racecheck=N synccheck=N timeouts=N tests=N
 # (N: errors reported, summed over every test and process) and merges {"memcheck", "racecheck", "synccheck"} into
 # the reliability file's "sanitizer" key (created with just that key when the scorecard has not run yet).
@@ -17,6 +19,8 @@ report="reports/reliability/$(date -u +%F).json"
 tools="memcheck racecheck synccheck"
 filter=""
 timeout_s=600
+# Repeated tests run at most this many iterations under the sanitizer (reference/core/testing.h).
+iterations="${PEERLAB_TEST_MAX_ITERATIONS:-20}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -55,13 +59,14 @@ count=$(wc -l <"$tests_file")
 [ "$count" -gt 0 ] || { echo "ci/sanitize.sh: no GPU tests found in $build" >&2; exit 2; }
 log "$count GPU tests x ($tools)"
 
-declare -A errors
-timeouts=0
-for tool in $tools; do
-  errors[$tool]=0
+# One loop per tool, the tools side by side (each test is CPU-bound under the sanitizer and the GPUs take several
+# processes at once); each loop writes "errors timeouts" to $out/<tool>.count.
+run_tool() {
+  local tool="$1" errs=0 touts=0
+  : >"$out/$tool.tsv"
   while IFS=$'\t' read -r name wd envs cmd; do
     IFS=$'\x1f' read -r -a argv <<<"$cmd"
-    env_args=()
+    env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations")
     IFS=';' read -r -a env_list <<<"$envs"
     for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
     logs="$out/$tool-$name"
@@ -81,14 +86,31 @@ for line in sys.stdin:
     if m:
         total += int(m.group(1))
 print(total)')
-    errors[$tool]=$(( ${errors[$tool]} + n ))
+    errs=$((errs + n))
     status="rc $rc"
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      timeouts=$((timeouts + 1))
+      touts=$((touts + 1))
       status="timed out after ${timeout_s}s"
     fi
     log "$tool $name: $n errors ($status, $(( $(date +%s) - start ))s)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$n" "$rc" "$(( $(date +%s) - start ))" >>"$out/$tool.tsv"
   done <"$tests_file"
+  echo "$errs $touts" >"$out/$tool.count"
+}
+
+declare -A errors
+timeouts=0
+pids=()
+for tool in $tools; do
+  rm -f "$out/$tool.count"
+  run_tool "$tool" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+for tool in $tools; do
+  read -r e t <"$out/$tool.count" 2>/dev/null || { e=0; t=1; log "$tool: no result (its loop died)"; }
+  errors[$tool]=$e
+  timeouts=$((timeouts + t))
 done
 
 mc=${errors[memcheck]:-null}
@@ -97,9 +119,17 @@ sc=${errors[synccheck]:-null}
 echo "sanitizer: memcheck=$mc racecheck=$rc_ synccheck=$sc timeouts=$timeouts tests=$count"
 
 mkdir -p "$(dirname "$report")"
-python3 - "$report" "$mc" "$rc_" "$sc" "$timeouts" "$count" <<'PY'
+: >"$out/runs.tsv"
+for tool in $tools; do cat "$out/$tool.tsv" >>"$out/runs.tsv" 2>/dev/null; done
+python3 - "$report" "$mc" "$rc_" "$sc" "$timeouts" "$count" "$iterations" "$out/runs.tsv" <<'PY'
 import json, os, sys
-path, mc, rc, sc, timeouts, tests = sys.argv[1:]
+path, mc, rc, sc, timeouts, tests, iterations, runs_tsv = sys.argv[1:]
+runs = []
+if os.path.exists(runs_tsv):
+    for line in open(runs_tsv):
+        f = line.rstrip("\n").split("\t")
+        if len(f) == 5:
+            runs.append({"tool": f[0], "test": f[1], "errors": int(f[2]), "exit_code": int(f[3]), "wall_s": int(f[4])})
 num = lambda v: None if v == "null" else int(v)
 doc = {}
 if os.path.exists(path):
@@ -109,7 +139,8 @@ if os.path.exists(path):
     except ValueError:
         doc = {}
 doc["sanitizer"] = {"memcheck": num(mc), "racecheck": num(rc), "synccheck": num(sc),
-                    "timeouts": int(timeouts), "tests": int(tests)}
+                    "timeouts": int(timeouts), "tests": int(tests), "max_iterations": int(iterations),
+                    "runs": runs}
 tmp = path + ".tmp"
 with open(tmp, "w") as f:
     json.dump(doc, f, indent=2)

@@ -61,12 +61,21 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+long long realtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1'000'000'000LL + ts.tv_nsec;
+}
+
 struct Outcome {
   std::string verdict = "ok";  // ok, corrupt, timeout, error
   std::string detail;
   uint64_t wrong = 0;
   uint64_t first_bad = UINT64_MAX;
   double wait_ms = 0;
+  /// When the verdict was reached (CLOCK_REALTIME, ns), 0 until then. Teardown after a failure may still wait on
+  /// what the fault holds up (an injected host sleep in a stream, say); that is the run's wall time, not the verdict's.
+  long long verdict_ns = 0;
 };
 
 Outcome fromStatus(const Status& st, double wait_ms) {
@@ -74,13 +83,12 @@ Outcome fromStatus(const Status& st, double wait_ms) {
   o.verdict = st.code() == StatusCode::kTimeout ? "timeout" : "error";
   o.detail = st.toString();
   o.wait_ms = wait_ms;
+  o.verdict_ns = realtimeNs();
   return o;
 }
 
 void print(const Args& a, int rank, const Outcome& o) {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  const long long t_ns = static_cast<long long>(ts.tv_sec) * 1'000'000'000LL + ts.tv_nsec;
+  const long long t_ns = o.verdict_ns != 0 ? o.verdict_ns : realtimeNs();
   std::printf(
       "fault_drill {\"target\":\"%s\",\"rank\":%d,\"verdict\":\"%s\",\"wrong\":%llu,\"first_bad\":%lld,"
       "\"wait_ms\":%.1f,\"t_ns\":%lld,\"detail\":\"%s\"}\n",
@@ -159,6 +167,7 @@ Outcome zcopyRank(const Args& a, Bootstrap& boot) {
     if (!r.isOk()) return fromStatus(r.status(), waited);
     if (r->wrong > 0) {
       out.verdict = "corrupt";
+      out.verdict_ns = realtimeNs();
       out.wrong = r->wrong;
       out.first_bad = r->first_bad;
       out.detail = std::to_string(r->wrong) + " wrong bytes, first at " + std::to_string(r->first_bad);
@@ -226,6 +235,7 @@ Outcome alltoallvRank(const Args& a, Bootstrap& boot) {
   out.wait_ms = waited;
   if (!r->ok()) {
     out.verdict = "corrupt";
+    out.verdict_ns = realtimeNs();
     out.wrong = r->wrong_elements;
     out.first_bad = r->first_bad;
     out.detail = std::to_string(r->wrong_elements) + " wrong elements, " + std::to_string(r->wrong_counts) +

@@ -134,6 +134,23 @@ TEST(Interposer, BitflipHonoursPairSideCountAndAfter) {
   EXPECT_VALUE(runTarget({"copy", "rt_peer_async", "write"}, "bitflip:rank=1", {"PEERLAB_RANK=1"}), "diff", "1");
 }
 
+// A legacy IPC mapping reported under the opening device's ordinal is still another process's memory: a copy into
+// it crosses devices and takes the fault.
+TEST(Interposer, BitflipReachesCopiesIntoIpcMappingsReportedAsLocal) {
+  const std::vector<std::string> opener = {"PEERLAB_FAKE_IPC_ORDINAL=opener"};
+  auto none = runTarget({"ipc_copy"}, "none", opener);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_VALUE(none, "mapped_device", "0");
+  EXPECT_VALUE(none, "diff", "0");
+  auto r = runTarget({"ipc_copy"}, "bitflip:offset=100,bit=1", opener);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_VALUE(r, "copy_rc", "0");
+  EXPECT_VALUE(r, "diff", "1");
+  EXPECT_VALUE(r, "close_rc", "0");
+  // The owner's own ordinal: the copy crossed devices before and still does.
+  EXPECT_VALUE(runTarget({"ipc_copy"}, "bitflip:offset=100,bit=1"), "diff", "1");
+}
+
 TEST(Interposer, EnableErrorReturnsTheCodeInTheChosenDirection) {
   const std::vector<std::string> p2p = {"PEERLAB_FAKE_P2P=1"};
   auto second = runTarget({"enable"}, "enable_error:code=711,direction=second", p2p);

@@ -208,7 +208,7 @@ CUresult realIpcClose(CUdeviceptr p);
 template <int S>
 CUresult w_ipcOpen(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned int flags) {
   auto real = realAt<IpcOpenFn>(h_ipcOpen, S);
-  if (insideRuntimeCall() || !ipcFaultEngaged()) return real(ptr, handle, flags);
+  if (insideRuntimeCall() || !ipcOpenHooked()) return real(ptr, handle, flags);
   return static_cast<CUresult>(ipcOpen(
       Layer::kDriver, ptr, [&] { return static_cast<int>(real(ptr, handle, flags)); },
       [](CUdeviceptr p) { return static_cast<int>(realIpcClose(p)); }));

@@ -516,6 +516,33 @@ std::map<int, std::pair<CUdeviceptr, size_t>> g_copy_scratch;
 std::map<CUdeviceptr, CUdeviceptr> g_ipc_scratch;  // pointer handed out -> scratch allocation
 std::set<CUmemGenericAllocationHandle> g_imported;
 
+// Legacy IPC mappings opened in this process while a copy fault is engaged: base -> end. The driver may report such
+// a mapping under the ordinal of the device that opened it, so a copy into another process's memory would look
+// device-local; copy() counts a copy that touches one as crossing devices (kIpcPeer when the owner is not known).
+std::mutex g_ipc_maps_mu;
+std::map<CUdeviceptr, CUdeviceptr> g_ipc_maps;
+constexpr int kIpcPeer = 1 << 16;
+
+void recordIpcMapping(const Driver* d, CUdeviceptr p) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (d == nullptr || p == 0 || d->memGetAddressRange(&base, &size, p) != CUDA_SUCCESS) return;
+  std::lock_guard<std::mutex> lock(g_ipc_maps_mu);
+  g_ipc_maps[base] = base + size;
+}
+
+bool inIpcMapping(CUdeviceptr p) {
+  std::lock_guard<std::mutex> lock(g_ipc_maps_mu);
+  auto it = g_ipc_maps.upper_bound(p);
+  if (it == g_ipc_maps.begin()) return false;
+  --it;
+  return p >= it->first && p < it->second;
+}
+
+std::string deviceLabel(int device) {
+  return device == kIpcPeer ? std::string("ipc peer") : std::to_string(device);
+}
+
 CUdeviceptr copyScratch(const Driver* d, CUcontext ctx, int device, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_scratch_mu);
   auto& slot = g_copy_scratch[device];
@@ -607,8 +634,15 @@ int copy(const CopyCall& call, const std::function<int(CUdeviceptr dst, int dst_
   const Driver* d = driver();
   if (d == nullptr || call.bytes == 0) return real(call.dst, call.dst_device);
   const FaultSpec& spec = config().spec;
-  const int dst_dev = call.dst_device >= 0 ? call.dst_device : pointerDevice(d, call.dst);
-  const int src_dev = call.src_device >= 0 ? call.src_device : pointerDevice(d, call.src);
+  int dst_dev = call.dst_device >= 0 ? call.dst_device : pointerDevice(d, call.dst);
+  int src_dev = call.src_device >= 0 ? call.src_device : pointerDevice(d, call.src);
+  if (dst_dev >= 0 && dst_dev == src_dev) {
+    if (inIpcMapping(call.dst)) {
+      dst_dev = kIpcPeer;
+    } else if (inIpcMapping(call.src)) {
+      src_dev = kIpcPeer;
+    }
+  }
   if (dst_dev < 0 || src_dev < 0 || dst_dev == src_dev) return real(call.dst, call.dst_device);
   CUstream stream = call.stream;
   if (stream == nullptr) stream = call.per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
@@ -624,8 +658,8 @@ int copy(const CopyCall& call, const std::function<int(CUdeviceptr dst, int dst_
   if (index < 0) return real(call.dst, dst_dev);
 
   const char* side_name = side == Side::kWrite ? "write" : side == Side::kRead ? "read" : "?";
-  const std::string where =
-      format("copy %d->%d side %s, %zu bytes, %s", src_dev, dst_dev, side_name, call.bytes, call.api);
+  const std::string where = format("copy %s->%s side %s, %zu bytes, %s", deviceLabel(src_dev).c_str(),
+                                   deviceLabel(dst_dev).c_str(), side_name, call.bytes, call.api);
   switch (spec.kind) {
     case FaultKind::kBitflip: {
       const int r = real(call.dst, dst_dev);
@@ -690,8 +724,18 @@ bool ipcFaultEngaged() {
          (cfg.spec.kind == FaultKind::kDropWrites && cfg.spec.drop != DropTarget::kCopy);
 }
 
+bool ipcOpenHooked() {
+  return ipcFaultEngaged() || copyFaultEngaged();
+}
+
 int ipcOpen(Layer layer, CUdeviceptr* ptr, const std::function<int()>& real,
             const std::function<int(CUdeviceptr)>& real_close) {
+  if (!ipcFaultEngaged()) {
+    // A copy fault: the mapping is opened as asked, and remembered as another process's memory.
+    const int r = real();
+    if (r == 0 && ptr != nullptr) recordIpcMapping(driver(), *ptr);
+    return r;
+  }
   const FaultSpec& spec = config().spec;
   const bool paired = spec.pair_a >= 0;
   if (engaged(FaultKind::kIpcOpenFail) && spec.ipc == IpcKind::kVmm) return real();
@@ -740,6 +784,10 @@ int ipcOpen(Layer layer, CUdeviceptr* ptr, const std::function<int()>& real,
 }
 
 int ipcClose(CUdeviceptr ptr, const std::function<int()>& real) {
+  {
+    std::lock_guard<std::mutex> lock(g_ipc_maps_mu);
+    g_ipc_maps.erase(ptr);
+  }
   CUdeviceptr scratch = 0;
   {
     std::lock_guard<std::mutex> lock(g_scratch_mu);

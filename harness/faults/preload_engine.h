@@ -91,6 +91,9 @@ int copy(const CopyCall& call, const std::function<int(CUdeviceptr dst, int dst_
 
 /// Legacy IPC open: `real` opens and stores the mapping in *ptr; `real_close` closes a mapping.
 bool ipcFaultEngaged();
+/// True when the hooks must route legacy IPC opens through ipcOpen(): an IPC fault, or a copy fault (which needs to
+/// know which mappings are another process's memory).
+bool ipcOpenHooked();
 int ipcOpen(Layer layer, CUdeviceptr* ptr, const std::function<int()>& real,
             const std::function<int(CUdeviceptr)>& real_close);
 /// Legacy IPC close: frees a scratch mapping handed out by drop_writes instead of calling `real`.

@@ -192,7 +192,7 @@ cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpy
 
 cudaError_t cudaIpcOpenMemHandle(void** devPtr, cudaIpcMemHandle_t handle, unsigned int flags) {
   PEERLAB_NEXT(cudaIpcOpenMemHandle);
-  if (!ipcFaultEngaged() || devPtr == nullptr) {
+  if (!ipcOpenHooked() || devPtr == nullptr) {
     RuntimeScope scope;
     return real(devPtr, handle, flags);
   }

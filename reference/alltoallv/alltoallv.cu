@@ -52,6 +52,27 @@ __device__ void reportError(DeviceState* st, uint32_t code, int rank, uint64_t e
   }
 }
 
+/// A device-side wait gives up at its deadline, or early once this rank already has an error on record (an earlier
+/// call on the stream, or another CTA of this one, failed and no checkStatus() has cleared it): a dead peer then costs
+/// one timeout per batch of queued calls instead of one per call. The status word is read only after a wait has
+/// already spun for kGiveUpCheckNs, never on the fast path.
+constexpr uint64_t kGiveUpCheckNs = 20'000;
+
+__device__ __forceinline__ bool gaveUp(const KernelArgs& a, uint64_t t0) {
+  const uint64_t waited = globalTimerNs() - t0;
+  return waited > a.timeout_ns ||
+         (waited > kGiveUpCheckNs && loadRelaxedSys(&a.state->status.code) != static_cast<uint32_t>(kDeviceOk));
+}
+
+/// waitLl (core/ll.cuh) with gaveUp() as its deadline.
+__device__ __forceinline__ bool waitLlOrGiveUp(const uint4* p, uint32_t tag, const KernelArgs& a, uint64_t t0,
+                                               uint64_t* data) {
+  while (!loadLl(p, tag, data)) {
+    if (gaveUp(a, t0)) return false;
+  }
+  return true;
+}
+
 /// Verdict on a full count matrix, by a whole warp (lane l checks row l and column l, every lane gets the verdict):
 /// every CTA of every rank reaches the same one, and the problem reported (when `report`) is the one the two-phase
 /// kernel's serial check finds first.
@@ -205,7 +226,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       if (s == me) {
         v = llHeaderData(row, n, k);
       } else {
-        ok = waitLl(slotOf(me, s) + k, tag, t0, a.timeout_ns, &v);
+        ok = waitLlOrGiveUp(slotOf(me, s) + k, tag, a, t0, &v);
       }
       if (ok) {
         m[s * n + 2 * k] = static_cast<uint32_t>(v);
@@ -321,7 +342,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         const int s = llRecvPeer(me, j, n);
         const uint64_t p = w - list.first[j];
         uint64_t v = 0;
-        if (!waitLl(slotOf(me, s) + kLlHeaderWords + p, tag, t0, a.timeout_ns, &v)) {
+        if (!waitLlOrGiveUp(slotOf(me, s) + kLlHeaderWords + p, tag, a, t0, &v)) {
           reportError(a.state, kDeviceTimeout, s, epoch, 0, 0, kWhatPayload);
           break;
         }
@@ -354,7 +375,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         if (tid < n && tid != me && m[tid * n + me] * eb > a.ll_bytes) {
           const uint64_t* f = a.region.at<uint64_t>(me, RegionLayout::kDoneOffset + tid * 8);
           while (static_cast<int64_t>(loadAcquireSys64(f) - epoch) < 0) {
-            if (globalTimerNs() - t0 > a.timeout_ns) {
+            if (gaveUp(a, t0)) {
               reportError(a.state, kDeviceTimeout, tid, epoch, 0, 0, kWhatDone);
               break;
             }
@@ -368,7 +389,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   if (blockIdx.x == 0 && tid == 0) {
     if (trace != nullptr) trace[kTracePayload] = globalTimerNs();
     while (loadAcquireGpu32(&a.state->arrived) < gridDim.x) {
-      if (globalTimerNs() - t0 > a.timeout_ns) {
+      if (gaveUp(a, t0)) {
         reportError(a.state, kDeviceTimeout, me, epoch, 0, 0, kWhatLaunch);
         break;
       }
@@ -419,7 +440,7 @@ __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
     const uint64_t* w = a.region.at<uint64_t>(me, RegionLayout::kCountsOffset + (s * kMaxRanks + d) * 8);
     uint64_t v = loadRelaxedSys64(w);
     while (countEpoch(v) != tag) {
-      if (globalTimerNs() - t0 > a.timeout_ns) {
+      if (gaveUp(a, t0)) {
         s_err = kDeviceTimeout;
         reportError(a.state, kDeviceTimeout, s, epoch, 0, 0, kWhatCounts);
         v = 0;
@@ -537,7 +558,7 @@ __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
   if (tid < n) {
     const uint64_t* f = a.region.at<uint64_t>(me, RegionLayout::kDoneOffset + tid * 8);
     while (static_cast<int64_t>(loadAcquireSys64(f) - epoch) < 0) {
-      if (globalTimerNs() - t0 > a.timeout_ns) {
+      if (gaveUp(a, t0)) {
         reportError(a.state, kDeviceTimeout, tid, epoch, 0, 0, kWhatDone);
         break;
       }

@@ -105,6 +105,7 @@ void randomCalls(Bootstrap& boot, Ctx& c, nccl::HostCountAlltoallv& hc, const Mo
   cudaStream_t s = c.stream.get();
   PEERLAB_ASSERT_OK(c.driver.setCall(0, s));
   uint64_t compared = 0;
+  calls = testing::iterations(calls);
   for (int call = 0; call < calls; ++call) {
     PEERLAB_ASSERT_OK(c.driver.writeCounts(p, c.rank, c.send(), s));
     PEERLAB_ASSERT_OK(c.driver.fillSend(p, c.rank, a2a.sendBuffer(), elem_bytes, seed, s));
@@ -373,7 +374,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, AllToAllVGraph,
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param)->name;
                          });
 
-TEST_P(AllToAllVModes, MissingRankGivesTimeoutOnTheOthersWithinTheDeadline) {
+// Three calls are queued behind the missing rank: the first times out, the ones after it give up at once (the error
+// is on record), so the verdict still comes within one deadline.
+TEST_P(AllToAllVModes, MissingRankGivesTimeoutOnTheOthersWithinOneDeadlineForQueuedCalls) {
   PEERLAB_REQUIRE_GPUS(4);
   PEERLAB_TEST_RANKS(4, boot);
   PEERLAB_ASSERT_OK_AND_ASSIGN(Ctx c, makeCtx(boot));
@@ -387,7 +390,8 @@ TEST_P(AllToAllVModes, MissingRankGivesTimeoutOnTheOthersWithinTheDeadline) {
   PEERLAB_ASSERT_OK(boot.barrier(soon()));
   if (c.rank != 3) {
     const auto start = std::chrono::steady_clock::now();
-    PEERLAB_ASSERT_OK(a2a.run(s, c.send(), c.recvCounts(), c.recvOffsets()));
+    for (int call = 0; call < 3; ++call)
+      PEERLAB_ASSERT_OK(a2a.run(s, c.send(), c.recvCounts(), c.recvOffsets()));
     Status st = a2a.checkStatus(s, Deadline::afterMs(o.timeout_ms + 1000));
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();

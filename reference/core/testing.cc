@@ -8,4 +8,13 @@ std::string sourcePath(const std::string& relative) {
   return base + "/" + relative;
 }
 
+int iterations(int n) {
+  const char* cap = std::getenv("PEERLAB_TEST_MAX_ITERATIONS");
+  if (cap == nullptr || *cap == '\0') return n;
+  char* end = nullptr;
+  const long v = std::strtol(cap, &end, 10);
+  if (end == nullptr || *end != '\0' || v <= 0) return n;
+  return v < n ? static_cast<int>(v) : n;
+}
+
 }  // namespace peerlab::testing

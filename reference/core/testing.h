@@ -14,6 +14,11 @@ namespace peerlab::testing {
 /// Path of a file in the source tree (PEERLAB_SOURCE_DIR is set by ctest; falls back to the compile-time root).
 std::string sourcePath(const std::string& relative);
 
+/// Iterations of a repeated test: `n`, or PEERLAB_TEST_MAX_ITERATIONS when that is set and smaller. ci/sanitize.sh
+/// sets it: under compute-sanitizer every kernel runs tens of times slower, and the sanitizer looks at each code path,
+/// which a few iterations already take. A value that is not a positive number is ignored.
+int iterations(int n);
+
 }  // namespace peerlab::testing
 
 #define PEERLAB_ASSERT_OK(expr)                                \

@@ -190,8 +190,9 @@ TEST(Zcopy, TenThousandRandomMessagesReuseOneSemaphoreSet) {
   uint64_t expected_elements = 0;
   int per_protocol[3] = {0, 0, 0};
   int batched_messages = 0;
-  for (int i = 0, burst = 0; i < 10'000; ++burst) {
-    const int len = std::min(1 + static_cast<int>(rng() % 8), 10'000 - i);
+  const int messages = testing::iterations(10'000);
+  for (int i = 0, burst = 0; i < messages; ++burst) {
+    const int len = std::min(1 + static_cast<int>(rng() % 8), messages - i);
     const bool batched = burst % 2 == 1;
     const uint64_t seed = patternSeed(run, 0, 1, static_cast<uint64_t>(burst));
     if (me == 0) PEERLAB_ASSERT_OK(fillPattern(bufs.a->ptr, kSpan, seed, s));

@@ -405,9 +405,23 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {
   count("ipc_get");
   return CUDA_SUCCESS;
 }
+// PEERLAB_FAKE_IPC_ORDINAL=opener: the mapping is a copy of the owner's memory reported under the opening device's
+// ordinal, as a driver may report another process's memory (writes through it do not reach the owner).
 CUresult cuIpcOpenMemHandle(CUdeviceptr* p, CUipcMemHandle handle, unsigned int) {
-  std::memcpy(p, handle.reserved, sizeof(*p));
+  CUdeviceptr owner = 0;
+  std::memcpy(&owner, handle.reserved, sizeof(owner));
   count("ipc_open");
+  const char* mode = std::getenv("PEERLAB_FAKE_IPC_ORDINAL");
+  if (mode == nullptr || std::strcmp(mode, "opener") != 0) {
+    *p = owner;
+    return CUDA_SUCCESS;
+  }
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  const Region* r = regionOf(static_cast<uintptr_t>(owner), nullptr);
+  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t size = r->size;
+  if (CUresult e = cuMemAlloc(p, size); e != CUDA_SUCCESS) return e;
+  std::memcpy(reinterpret_cast<void*>(*p), reinterpret_cast<const void*>(owner), size);
   return CUDA_SUCCESS;
 }
 CUresult cuIpcCloseMemHandle(CUdeviceptr) {

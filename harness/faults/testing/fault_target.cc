@@ -265,6 +265,39 @@ int scenarioIpc() {
   return 0;
 }
 
+// ipc_copy: a device-to-device copy from device 0 into the owner's buffer (device 1) opened through its handle;
+// reports how many bytes differ from the source when read back through the mapping.
+int scenarioIpcCopy() {
+  cudaSetDevice(1);
+  void* owner = nullptr;
+  cudaMalloc(&owner, kBytes);
+  cudaIpcMemHandle_t handle;
+  out("get_rc", cudaIpcGetMemHandle(&handle, owner));
+  cudaSetDevice(0);
+  std::vector<uint8_t> pattern(kBytes), got(kBytes);
+  fillPattern(pattern, 13);
+  void* src = nullptr;
+  cudaMalloc(&src, kBytes);
+  cudaMemcpy(src, pattern.data(), kBytes, cudaMemcpyHostToDevice);
+  void* mapped = nullptr;
+  const int open_rc = cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess);
+  out("open_rc", open_rc);
+  if (open_rc != 0) return 0;
+  auto attribute = entry<decltype(&::cuPointerGetAttribute)>("cuPointerGetAttribute");
+  int dev = -1;
+  attribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(mapped));
+  out("mapped_device", dev);
+  out("copy_rc", cudaMemcpyAsync(mapped, src, kBytes, cudaMemcpyDeviceToDevice, nullptr));
+  cudaStreamSynchronize(nullptr);
+  cudaMemcpy(got.data(), mapped, kBytes, cudaMemcpyDeviceToHost);
+  size_t diff = 0;
+  for (size_t i = 0; i < kBytes; ++i)
+    diff += got[i] != pattern[i] ? 1 : 0;
+  out("diff", diff);
+  out("close_rc", cudaIpcCloseMemHandle(mapped));
+  return 0;
+}
+
 // vmm: an allocation on device 1 exported as a file descriptor, imported and mapped, written through the mapping.
 int scenarioVmm() {
   cudaSetDevice(1);
@@ -364,6 +397,7 @@ int main(int argc, char** argv) {
   if (s == "copy" && argc >= 4) return scenarioCopy(argv[2], argv[3]);
   if (s == "hang" && argc >= 3) return scenarioHang(argv[2], argc >= 4 ? std::atoi(argv[3]) : 5000);
   if (s == "ipc") return scenarioIpc();
+  if (s == "ipc_copy") return scenarioIpcCopy();
   if (s == "vmm") return scenarioVmm();
   if (s == "signal") return scenarioSignal();
   if (s == "export") return scenarioExport();
