@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Runs every GPU test (ctest -L gpu) under compute-sanitizer memcheck, racecheck and synccheck, child processes
-# included (the multi-rank tests start their ranks as processes). The three tools run side by side; repeated tests
-# are capped at PEERLAB_TEST_MAX_ITERATIONS iterations (default 20: 10,000 random messages become 20). Prints one
+# included (the multi-rank tests start their ranks as processes). Each test is split into --shards GoogleTest shards
+# (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX) and the (tool, test, shard) jobs run --jobs at a time; repeated tests are
+# capped at PEERLAB_TEST_MAX_ITERATIONS iterations (default 20: 10,000 random messages become 20). Prints one
 # machine-readable line
-#   sanitizer: memcheck=N racecheck=N synccheck=N timeouts=N tests=N
-# (N: errors reported, summed over every test and process) and merges {"memcheck", "racecheck", "synccheck"} into
-# the reliability file's "sanitizer" key (created with just that key when the scorecard has not run yet).
+#   sanitizer: memcheck=N racecheck=N synccheck=N untracked=N timeouts=N tests=N
+# (N: errors reported, summed over every test and process; untracked: kernel launches the sanitizer said it could not
+# track, which are not errors of the program and are not checked either) and merges the counts, with one entry per
+# job, into the reliability file's "sanitizer" key (created with just that key when the scorecard has not run yet).
+# A test that fails under the sanitizer (its deadlines are set for full speed) is listed with its exit code; only
+# sanitizer errors and jobs that ran out of time fail this script.
 #   ci/sanitize.sh [--build DIR] [--report FILE] [--tools "memcheck racecheck synccheck"] [--filter REGEX]
-#                  [--timeout SECONDS]
+#                  [--timeout SECONDS] [--shards N] [--jobs N]
 # Called by ci/gpu.sh --sanitize. Exit code: 0 no error, 1 errors or timeouts, 2 usage, 3 no compute-sanitizer.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +25,8 @@ filter=""
 timeout_s=600
 # Repeated tests run at most this many iterations under the sanitizer (reference/core/testing.h).
 iterations="${PEERLAB_TEST_MAX_ITERATIONS:-20}"
+shards=4
+jobs=12
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -28,10 +34,14 @@ while [ $# -gt 0 ]; do
     --tools) tools="$2"; shift 2 ;;
     --filter) filter="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --shards) shards="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "ci/sanitize.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "ci/sanitize.sh: --shards must be a positive number, not '$shards'" >&2; exit 2; }
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "ci/sanitize.sh: --jobs must be a positive number, not '$jobs'" >&2; exit 2; }
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$sanitizer" ] || { echo "ci/sanitize.sh: compute-sanitizer not found" >&2; exit 3; }
 [ -f "$build/CTestTestfile.cmake" ] || { echo "ci/sanitize.sh: $build is not a configured build" >&2; exit 2; }
@@ -59,77 +69,92 @@ count=$(wc -l <"$tests_file")
 [ "$count" -gt 0 ] || { echo "ci/sanitize.sh: no GPU tests found in $build" >&2; exit 2; }
 log "$count GPU tests x ($tools)"
 
-# One loop per tool, the tools side by side (each test is CPU-bound under the sanitizer and the GPUs take several
-# processes at once); each loop writes "errors timeouts" to $out/<tool>.count.
-run_tool() {
-  local tool="$1" errs=0 touts=0
-  : >"$out/$tool.tsv"
-  while IFS=$'\t' read -r name wd envs cmd; do
-    IFS=$'\x1f' read -r -a argv <<<"$cmd"
-    env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations")
-    IFS=';' read -r -a env_list <<<"$envs"
-    for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
-    logs="$out/$tool-$name"
-    rm -f "$logs".*.log
-    start=$(date +%s)
-    # CUDA API errors are not reported: the tests provoke them on purpose (invalid device, peer access already
-    # enabled, bad arguments) and check how they are handled; the counts are memory, race and sync errors.
-    ( cd "$wd" && env "${env_args[@]}" timeout --kill-after=10 "$timeout_s" "$sanitizer" --tool "$tool" \
-        --report-api-errors no --target-processes all --print-limit 50 --log-file "$logs.%p.log" "${argv[@]}" ) \
-        >"$logs.out" 2>&1
-    rc=$?
-    n=$(cat "$logs".*.log 2>/dev/null | python3 -c '
+# One job: a shard of a test under a tool. Writes "tool test shard errors untracked exit_code seconds" to
+# $out/jobs/<tool>-<test>-<shard>.tsv.
+mkdir -p "$out/jobs"
+rm -f "$out"/jobs/*.tsv
+run_job() {
+  local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6"
+  local argv env_args env_list kv logs start rc counts
+  IFS=$'\x1f' read -r -a argv <<<"$cmd"
+  env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$shard")
+  IFS=';' read -r -a env_list <<<"$envs"
+  for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
+  logs="$out/$tool-$name-s$shard"
+  rm -f "$logs".*.log
+  start=$(date +%s)
+  # CUDA API errors are not reported: the tests provoke them on purpose (invalid device, peer access already
+  # enabled, bad arguments) and check how they are handled; the counts are memory, race and sync errors.
+  ( cd "$wd" && env "${env_args[@]}" timeout --kill-after=10 "$timeout_s" "$sanitizer" --tool "$tool" \
+      --report-api-errors no --target-processes all --print-limit 50 --log-file "$logs.%p.log" "${argv[@]}" ) \
+      >"$logs.out" 2>&1
+  rc=$?
+  # ERROR SUMMARY counts "Internal Sanitizer Error" reports too (a launch it could not track): those are split out.
+  counts=$(cat "$logs".*.log 2>/dev/null | python3 -c '
 import re, sys
-total = 0
+total = internal = 0
 for line in sys.stdin:
     m = re.search(r"ERROR SUMMARY: (\d+) error", line) or re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", line)
     if m:
         total += int(m.group(1))
-print(total)')
-    errs=$((errs + n))
-    status="rc $rc"
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      touts=$((touts + 1))
-      status="timed out after ${timeout_s}s"
-    fi
-    log "$tool $name: $n errors ($status, $(( $(date +%s) - start ))s)"
-    printf '%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$n" "$rc" "$(( $(date +%s) - start ))" >>"$out/$tool.tsv"
-  done <"$tests_file"
-  echo "$errs $touts" >"$out/$tool.count"
+    if "Internal Sanitizer Error" in line:
+        internal += 1
+print(max(0, total - internal), internal)')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" ${counts:-0 0} "$rc" "$(( $(date +%s) - start ))" \
+    >"$out/jobs/$tool-$name-$shard.tsv"
+  log "$tool $name shard $shard/$shards: ${counts%% *} errors, ${counts##* } untracked (rc $rc, $(( $(date +%s) - start ))s)"
 }
+
+running=0
+for tool in $tools; do
+  while IFS=$'\t' read -r name wd envs cmd; do
+    for ((shard = 0; shard < shards; shard++)); do
+      if [ "$running" -ge "$jobs" ]; then
+        wait -n
+        running=$((running - 1))
+      fi
+      run_job "$tool" "$name" "$wd" "$envs" "$cmd" "$shard" &
+      running=$((running + 1))
+    done
+  done <"$tests_file"
+done
+wait
 
 declare -A errors
 timeouts=0
-pids=()
-for tool in $tools; do
-  rm -f "$out/$tool.count"
-  run_tool "$tool" &
-  pids+=($!)
-done
-wait "${pids[@]}"
-for tool in $tools; do
-  read -r e t <"$out/$tool.count" 2>/dev/null || { e=0; t=1; log "$tool: no result (its loop died)"; }
-  errors[$tool]=$e
-  timeouts=$((timeouts + t))
-done
+untracked=0
+for tool in $tools; do errors[$tool]=0; done
+cat "$out"/jobs/*.tsv >"$out/runs.tsv" 2>/dev/null || : >"$out/runs.tsv"
+jobs_done=0
+while IFS=$'\t' read -r tool name shard e u rc secs; do
+  jobs_done=$((jobs_done + 1))
+  errors[$tool]=$(( ${errors[$tool]} + e ))
+  untracked=$((untracked + u))
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then timeouts=$((timeouts + 1)); fi
+done <"$out/runs.tsv"
+expected=$(( count * shards * $(wc -w <<<"$tools") ))
+if [ "$jobs_done" -ne "$expected" ]; then
+  log "$((expected - jobs_done)) of $expected jobs left no result"
+  timeouts=$((timeouts + expected - jobs_done))
+fi
 
 mc=${errors[memcheck]:-null}
 rc_=${errors[racecheck]:-null}
 sc=${errors[synccheck]:-null}
-echo "sanitizer: memcheck=$mc racecheck=$rc_ synccheck=$sc timeouts=$timeouts tests=$count"
+echo "sanitizer: memcheck=$mc racecheck=$rc_ synccheck=$sc untracked=$untracked timeouts=$timeouts tests=$count"
 
 mkdir -p "$(dirname "$report")"
-: >"$out/runs.tsv"
-for tool in $tools; do cat "$out/$tool.tsv" >>"$out/runs.tsv" 2>/dev/null; done
-python3 - "$report" "$mc" "$rc_" "$sc" "$timeouts" "$count" "$iterations" "$out/runs.tsv" <<'PY'
+python3 - "$report" "$mc" "$rc_" "$sc" "$timeouts" "$count" "$iterations" "$out/runs.tsv" "$untracked" "$shards" <<'PY'
 import json, os, sys
-path, mc, rc, sc, timeouts, tests, iterations, runs_tsv = sys.argv[1:]
+path, mc, rc, sc, timeouts, tests, iterations, runs_tsv, untracked, shards = sys.argv[1:]
 runs = []
 if os.path.exists(runs_tsv):
     for line in open(runs_tsv):
         f = line.rstrip("\n").split("\t")
-        if len(f) == 5:
-            runs.append({"tool": f[0], "test": f[1], "errors": int(f[2]), "exit_code": int(f[3]), "wall_s": int(f[4])})
+        if len(f) == 7:
+            runs.append({"tool": f[0], "test": f[1], "shard": int(f[2]), "errors": int(f[3]), "untracked": int(f[4]),
+                         "exit_code": int(f[5]), "wall_s": int(f[6])})
+runs.sort(key=lambda r: (r["tool"], r["test"], r["shard"]))
 num = lambda v: None if v == "null" else int(v)
 doc = {}
 if os.path.exists(path):
@@ -139,8 +164,8 @@ if os.path.exists(path):
     except ValueError:
         doc = {}
 doc["sanitizer"] = {"memcheck": num(mc), "racecheck": num(rc), "synccheck": num(sc),
-                    "timeouts": int(timeouts), "tests": int(tests), "max_iterations": int(iterations),
-                    "runs": runs}
+                    "untracked_launches": int(untracked), "timeouts": int(timeouts), "tests": int(tests),
+                    "shards": int(shards), "max_iterations": int(iterations), "runs": runs}
 tmp = path + ".tmp"
 with open(tmp, "w") as f:
     json.dump(doc, f, indent=2)

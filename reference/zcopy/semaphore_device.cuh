@@ -178,13 +178,19 @@ __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
 /// shared state may be reused after it returns. A kernel that keeps its epochs in registers writes the endpoint's
 /// counter (kCtrSmRecv) back before it ends; smBlockWait does both.
 __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32_t e) {
+  // s_ok (the header's verdict) is written by thread 0 before the first barrier below and only read after it; what
+  // goes wrong later goes into s_fail, so no thread can see the header's verdict change and take the other branch
+  // (whose barrier it would then miss). s_lines is polled while thread 0 writes it: both sides use shared-memory
+  // atomics.
   __shared__ uint64_t s_header;
-  __shared__ volatile int s_lines;  // payload lines of the message once the header arrived, -1 before
+  __shared__ int s_lines;  // payload lines of the message once the header arrived, -1 before
   __shared__ int s_ok;
+  __shared__ int s_fail;
   const uint4* lines = smLlBuffer(v.local_words, e);
   if (threadIdx.x == 0) {
     s_lines = -1;
     s_ok = 1;
+    s_fail = 0;
   }
   __syncthreads();
   const uint64_t t0 = globalTimerNs();
@@ -197,7 +203,7 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
     s_ok = ok ? 1 : 0;
     if (!ok) reportError(v.error, kDeviceTimeout, e);
     const uint64_t bytes = smLlHeaderBytes(h);
-    s_lines = !ok || smLlHeaderBulk(h) ? 0 : static_cast<int>((bytes + 7) / 8);
+    atomicExch(&s_lines, !ok || smLlHeaderBulk(h) ? 0 : static_cast<int>((bytes + 7) / 8));
   } else if (threadIdx.x < kSmLlBufferLines) {
     // Payload line threadIdx.x - 1, if the message has it: spin until it arrives, the header says it is beyond the
     // message, or the deadline passes (then thread 0 reports).
@@ -206,15 +212,14 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
         have = true;
         break;
       }
-      const int n = s_lines;
+      const int n = atomicOr(&s_lines, 0);
       if (n >= 0 && static_cast<int>(threadIdx.x) > n) break;
       if (globalTimerNs() - t0 > v.timeout_ns) break;
     }
   }
   __syncthreads();
   const uint64_t h = s_header;
-  bool ok = s_ok != 0;
-  if (ok && !smLlHeaderBulk(h)) {
+  if (s_ok != 0 && !smLlHeaderBulk(h)) {
     const uint64_t bytes = smLlHeaderBytes(h);
     const uint64_t offset = smLlHeaderOffset(h);
     const bool inside = offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
@@ -226,19 +231,18 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
       for (uint64_t p = start; p < count; p += blockDim.x) {
         uint64_t d = first;
         if (!(have && p == start) && !waitLl(lines + 1 + p, e, t0, v.timeout_ns, &d)) {
-          s_ok = 0;
+          atomicExch(&s_fail, 1);
           break;
         }
         const uint64_t at = 8 * p;
         store8(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
       }
     } else if (threadIdx.x == 0) {
-      s_ok = 0;
+      s_fail = 1;
     }
     __syncthreads();
-    ok = s_ok != 0;
-    if (threadIdx.x == 0 && !ok) reportError(v.error, inside ? kDeviceTimeout : kDeviceBadInput, e);
-  } else if (ok && threadIdx.x < 32) {
+    if (threadIdx.x == 0 && s_fail != 0) reportError(v.error, inside ? kDeviceTimeout : kDeviceBadInput, e);
+  } else if (s_ok != 0 && threadIdx.x < 32) {
     const volatile uint32_t* flag = v.local_words + kSmArrivedWord + threadIdx.x;
     bool mine = epochReached(loadRelaxedSys(flag), e);
     bool all = true;
@@ -256,13 +260,13 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
       }
     }
     (void)loadAcquireSys(flag);
-    if (threadIdx.x == 0) {
-      if (!all) reportError(v.error, kDeviceTimeout, e);
-      s_ok = all ? 1 : 0;
+    if (threadIdx.x == 0 && !all) {
+      reportError(v.error, kDeviceTimeout, e);
+      s_fail = 1;
     }
   }
   __syncthreads();
-  ok = s_ok != 0;
+  const bool ok = s_ok != 0 && s_fail == 0;
   // A later call of this function (in a loop) writes the shared state again only after every thread has read it.
   __syncthreads();
   return ok;
