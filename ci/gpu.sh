@@ -77,7 +77,9 @@ if has_stage build; then
 fi
 
 if has_stage tests; then
-  args=(--test-dir "$build" -L gpu --output-on-failure --output-junit "$work/ctest-gpu.xml" --timeout 240)
+  # PEERLAB_TESTS_PARALLEL > 1 runs that many GPU tests at once (they share the GPUs; deadlines are seconds).
+  args=(--test-dir "$build" -L gpu --output-on-failure --output-junit "$work/ctest-gpu.xml" --timeout 240
+    --parallel "${PEERLAB_TESTS_PARALLEL:-1}")
   [ -n "$tests_regex" ] && args+=(-R "$tests_regex")
   stage tests "${PEERLAB_TESTS_DEADLINE:-1500}" ctest "${args[@]}"
   grep -E "tests passed|Failed|\*\*\*|Not Run|Passed|Skipped" "$work/tests.log" | tail -40

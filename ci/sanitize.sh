@@ -165,7 +165,8 @@ if os.path.exists(path):
         doc = {}
 doc["sanitizer"] = {"memcheck": num(mc), "racecheck": num(rc), "synccheck": num(sc),
                     "untracked_launches": int(untracked), "timeouts": int(timeouts), "tests": int(tests),
-                    "shards": int(shards), "max_iterations": int(iterations), "runs": runs}
+                    "shards": int(shards), "max_iterations": int(iterations),
+                    "git_sha": os.environ.get("PEERLAB_GIT_SHA", "unknown"), "runs": runs}
 tmp = path + ".tmp"
 with open(tmp, "w") as f:
     json.dump(doc, f, indent=2)

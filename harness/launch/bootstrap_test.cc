@@ -51,6 +51,28 @@ TEST(Bootstrap, RanksAreDistinctAndComplete) {
     EXPECT_EQ(all[static_cast<size_t>(r)], r);
 }
 
+// The parent runs under a GoogleTest shard that would not hold this test if the ranks inherited it: they must run
+// it all the same (and a rank that ran nothing would fail the parent, not pass it).
+TEST(Bootstrap, RanksRunTheirTestUnderAnInheritedShard) {
+  if (!launchedAsRank()) {
+    setenv("GTEST_TOTAL_SHARDS", "7", 1);
+    setenv("GTEST_SHARD_INDEX", "6", 1);
+  }
+  auto ranks = runTestAsRanks(kRanks);
+  if (ranks.is_parent) {
+    unsetenv("GTEST_TOTAL_SHARDS");
+    unsetenv("GTEST_SHARD_INDEX");
+    ASSERT_TRUE(ranks.status.isOk()) << ranks.status.toString();
+    EXPECT_FALSE(ranks.skipped);
+    return;
+  }
+  ASSERT_NE(ranks.bootstrap, nullptr) << ranks.status.toString();
+  EXPECT_EQ(ranks.bootstrap->size(), kRanks);
+  if (!isMpi(*ranks.bootstrap)) {
+    EXPECT_STREQ(std::getenv("GTEST_TOTAL_SHARDS"), "1");
+  }
+}
+
 TEST(Bootstrap, AllgatherCarriesEveryRanksBytes) {
   PEERLAB_TEST_RANKS(kRanks, boot);
   const int me = boot.rank();
@@ -313,7 +335,7 @@ TEST(Bootstrap, AbortFailsAPendingBarrier) {
 TEST(Bootstrap, RankThatExitsEarlyIsNamed) {
   PEERLAB_TEST_RANKS(kRanks, boot);
   if (isMpi(boot)) GTEST_SKIP() << "mpirun ends the whole job when a rank exits without MPI_Finalize";
-  if (boot.rank() == 3) _exit(0);  // gone without a goodbye, as if it crashed
+  if (boot.rank() == 3) exitRankAbruptly();  // gone without a goodbye, as if it crashed
   const auto start = std::chrono::steady_clock::now();
   Status st = boot.barrier(Deadline::afterMs(20'000));
   EXPECT_FALSE(st.isOk());

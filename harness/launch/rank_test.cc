@@ -73,6 +73,9 @@ class FlushingListener : public ::testing::EmptyTestEventListener {
   void OnTestStart(const ::testing::TestInfo&) override { std::fflush(nullptr); }
 };
 
+// This rank's result file (rank side only; empty when the parent gave no result directory).
+std::string g_result_path;
+
 TestRanks rankSide(int ranks, std::chrono::seconds timeout) {
   TestRanks t;
   t.is_parent = false;
@@ -90,13 +93,20 @@ TestRanks rankSide(int ranks, std::chrono::seconds timeout) {
     return t;
   }
   if (const char* dir = std::getenv(kEnvResultDir); dir != nullptr && *dir != '\0') {
-    ::testing::UnitTest::GetInstance()->listeners().Append(new ResultWriter(resultPath(dir, (*boot)->rank())));
+    g_result_path = resultPath(dir, (*boot)->rank());
+    ::testing::UnitTest::GetInstance()->listeners().Append(new ResultWriter(g_result_path));
   }
   t.bootstrap = std::move(boot).value();
   return t;
 }
 
 }  // namespace
+
+void exitRankAbruptly() {
+  if (!g_result_path.empty()) std::ofstream(g_result_path, std::ios::trunc) << "exited\n";
+  std::fflush(nullptr);
+  std::_Exit(0);
+}
 
 TestRanks runTestAsRanks(int ranks, std::chrono::seconds timeout, std::vector<std::string> extra_env) {
   if (launchedAsRank()) return rankSide(ranks, timeout);
@@ -120,6 +130,10 @@ TestRanks runTestAsRanks(int ranks, std::chrono::seconds timeout, std::vector<st
   if (GTEST_FLAG_GET(also_run_disabled_tests)) o.argv.push_back("--gtest_also_run_disabled_tests");
   o.extra_env = std::move(extra_env);
   o.extra_env.push_back(std::string(kEnvResultDir) + "=" + *dir);
+  // A rank re-runs exactly this test: a GoogleTest shard inherited from the parent's environment (gtest-parallel,
+  // ci/sanitize.sh) could assign that one test to another shard and leave the rank with nothing to run.
+  o.extra_env.push_back("GTEST_TOTAL_SHARDS=1");
+  o.extra_env.push_back("GTEST_SHARD_INDEX=0");
   o.timeout = timeout;
   o.log_dir = *dir;
 
@@ -139,7 +153,13 @@ TestRanks runTestAsRanks(int ranks, std::chrono::seconds timeout, std::vector<st
       }
       std::ifstream result(resultPath(*dir, e.rank));
       std::string first;
-      if (!bad && std::getline(result, first) && first == "skipped") {
+      const bool reported = static_cast<bool>(std::getline(result, first));
+      if (!bad && !reported && t.status.isOk()) {
+        // Exit 0 without a result: the rank never ran this test (a filter or shard left it nothing to run).
+        t.status = PEERLAB_INTERNAL("rank " + std::to_string(e.rank) + " exited 0 without running " +
+                                    info->test_suite_name() + "." + info->name());
+      }
+      if (!bad && reported && first == "skipped") {
         std::stringstream rest;
         rest << result.rdbuf();
         t.skipped = true;

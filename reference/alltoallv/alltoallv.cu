@@ -411,6 +411,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) fusedKernel(KernelArgs a
 __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
   __shared__ uint64_t m[kMaxRanks * kMaxRanks];
   __shared__ uint32_t s_err;
+  __shared__ uint32_t s_verdict;
   __shared__ uint32_t s_last;
   const int n = a.region.size;
   const int me = a.region.rank;
@@ -455,9 +456,10 @@ __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
   const bool timed_out = s_err == kDeviceTimeout;
 
   // Validate: every CTA of every rank sees the same matrix and reaches the same verdict, so on an error nobody moves
-  // payload and every rank still completes the call in step.
-  if (tid == 0 && !timed_out) {
-    uint32_t err = kDeviceOk;
+  // payload and every rank still completes the call in step. The verdict goes to its own word: other threads may
+  // still be reading s_err.
+  if (tid == 0) {
+    uint32_t err = timed_out ? static_cast<uint32_t>(kDeviceTimeout) : static_cast<uint32_t>(kDeviceOk);
     for (int i = 0; i < n * n && !err; ++i) {
       if (m[i] == kCountInvalid) {
         err = kDeviceBadInput;
@@ -478,10 +480,10 @@ __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
         if (blockIdx.x == 0) reportError(a.state, err, d, epoch, total, a.recv_capacity, kWhatRecvTotal);
       }
     }
-    s_err = err;
+    s_verdict = err;
   }
   __syncthreads();
-  const bool failed = s_err != kDeviceOk;
+  const bool failed = s_verdict != kDeviceOk;
 
   // Outputs: what arrives from each source and where; zeros after an error so consumers read nothing.
   if (blockIdx.x == 0 && tid < n) {

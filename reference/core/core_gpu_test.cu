@@ -140,7 +140,10 @@ std::vector<DeviceInfo> inventoryUnder(const std::string& visible) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string s(*e);
-    if (s.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || s.rfind("PEERLAB_INVENTORY_OUT=", 0) == 0) continue;
+    // A GoogleTest shard of the parent's would leave the child (one test, by filter) nothing to run.
+    if (s.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || s.rfind("PEERLAB_INVENTORY_OUT=", 0) == 0 ||
+        s.rfind("GTEST_TOTAL_SHARDS=", 0) == 0 || s.rfind("GTEST_SHARD_INDEX=", 0) == 0)
+      continue;
     env.push_back(s);
   }
   env.push_back("CUDA_VISIBLE_DEVICES=" + visible);

@@ -362,7 +362,7 @@ TEST_P(IpcGpu, PeerDeathAfterExportFailsTheSurvivorInTime) {
   {
     auto sym = SymmetricMemory::create(boot, me, 1 << 20, kind, soon());
     PEERLAB_SKIP_IF_UNAVAILABLE(sym.status());
-    if (me == 1) _exit(0);  // gone without teardown, like a crash
+    if (me == 1) launch::exitRankAbruptly();  // gone without teardown, like a crash
     constexpr int kDeadlineMs = 20'000;
     const auto start = std::chrono::steady_clock::now();
     Status st = sym->close(boot, Deadline::afterMs(kDeadlineMs));

@@ -234,9 +234,12 @@ TEST(Zcopy, TenThousandRandomMessagesReuseOneSemaphoreSet) {
     EXPECT_EQ(r.wrong, 0u) << "first bad byte at " << r.first_bad;
     EXPECT_EQ(r.elements, expected_elements);
   }
-  for (int k = 0; k < 3; ++k)
-    EXPECT_GT(per_protocol[k], 1024) << "protocol " << k << " did not cross the wrap";
-  EXPECT_GT(batched_messages, 2000);
+  // The mix itself, at the full count (a capped run, as under the sanitizer, cannot reach the wrap).
+  if (messages == 10'000) {
+    for (int k = 0; k < 3; ++k)
+      EXPECT_GT(per_protocol[k], 1024) << "protocol " << k << " did not cross the wrap";
+    EXPECT_GT(batched_messages, 2000);
+  }
   PEERLAB_ASSERT_OK(ctx.deviceErrors());
   PEERLAB_ASSERT_OK(ctx.close(setup()));
 }
@@ -554,8 +557,7 @@ TEST(Zcopy, PeerDeathTimesOutWithinTheDeadlineAndTheSurvivorExitsCleanly) {
   if (me == 1) {
     // Rank 1 exported its page and windows and dies without a word: no destructors, no goodbye.
     watch.stage("connected both channels; exiting now without teardown");
-    std::fflush(nullptr);
-    std::_Exit(0);
+    launch::exitRankAbruptly();
   }
   watch.stage("connected; the peer exits now");
   PEERLAB_ASSERT_OK_AND_ASSIGN(Stream copy_stream, createStream(me));
