@@ -51,10 +51,23 @@ log() { echo "[sanitize.sh $(date +%T)] $*"; }
 
 # name<TAB>working dir<TAB>env as KEY=VALUE;KEY=VALUE<TAB>argv joined by \x1f, one line per GPU test.
 tests_file="$out/tests.tsv"
+# The longest tests first (ctest's cost data from an earlier run of this build, when there is one), so that their
+# jobs are not the ones left running at the end.
 ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
-import json, sys, re
+import json, os, sys, re
 doc = json.load(sys.stdin)
 flt = re.compile(sys.argv[1]) if sys.argv[1] else None
+cost = {}
+try:
+    for line in open(sys.argv[2]):
+        f = line.split()
+        if line.startswith("---"):
+            break
+        if len(f) == 3:
+            cost[f[0]] = float(f[2])
+except (OSError, ValueError):
+    pass
+rows = []
 for t in doc.get("tests", []):
     if flt and not flt.search(t["name"]):
         continue
@@ -63,8 +76,11 @@ for t in doc.get("tests", []):
     if isinstance(env, str):
         env = [env]
     wd = props.get("WORKING_DIRECTORY", ".")
-    print("\t".join([t["name"], wd, ";".join(env), "\x1f".join(t.get("command", []))]))
-' "$filter" >"$tests_file"
+    rows.append((t["name"], wd, ";".join(env), "\x1f".join(t.get("command", []))))
+rows.sort(key=lambda r: -cost.get(r[0], 0.0))
+for r in rows:
+    print("\t".join(r))
+' "$filter" "$build/Testing/Temporary/CTestCostData.txt" >"$tests_file"
 count=$(wc -l <"$tests_file")
 [ "$count" -gt 0 ] || { echo "ci/sanitize.sh: no GPU tests found in $build" >&2; exit 2; }
 log "$count GPU tests x ($tools)"
@@ -106,8 +122,8 @@ print(max(0, total - internal), internal)')
 }
 
 running=0
-for tool in $tools; do
-  while IFS=$'\t' read -r name wd envs cmd; do
+while IFS=$'\t' read -r name wd envs cmd; do
+  for tool in $tools; do
     for ((shard = 0; shard < shards; shard++)); do
       if [ "$running" -ge "$jobs" ]; then
         wait -n
@@ -116,8 +132,8 @@ for tool in $tools; do
       run_job "$tool" "$name" "$wd" "$envs" "$cmd" "$shard" &
       running=$((running + 1))
     done
-  done <"$tests_file"
-done
+  done
+done <"$tests_file"
 wait
 
 declare -A errors
