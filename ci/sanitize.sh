@@ -54,7 +54,7 @@ tests_file="$out/tests.tsv"
 # The longest tests first (ctest's cost data from an earlier run of this build, when there is one), so that their
 # jobs are not the ones left running at the end.
 ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
-import json, os, sys, re
+import json, sys, re
 doc = json.load(sys.stdin)
 flt = re.compile(sys.argv[1]) if sys.argv[1] else None
 cost = {}
