@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -11,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "reference/core/check.h"
@@ -96,6 +99,67 @@ TEST(ScopedContext, RestoresAfterAnExplicitContext) {
   }
   EXPECT_EQ(*currentContext(), before);
   PEERLAB_EXPECT_OK(PEERLAB_CU(cuDevicePrimaryCtxRelease, dev));
+}
+
+// Teardown behind a held-up stream: the caller does not wait, and the owner (its stream and memory) is destroyed only
+// after the stream drained, on another thread, with the caller's context untouched.
+TEST(ReleaseWhenIdle, DestroysAfterTheStreamDrainedWithoutBlockingTheCaller) {
+  PEERLAB_REQUIRE_GPUS(1);
+  const int device = *deviceCount() - 1;
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
+  const CUcontext before = *currentContext();
+  struct Flags {
+    std::atomic<bool> drained{false};
+    std::atomic<bool> destroyed{false};
+    std::atomic<bool> drained_first{false};
+    std::thread::id by;
+  };
+  struct Held {
+    Stream stream;
+    DeviceBuffer memory;
+    std::shared_ptr<Flags> flags;
+    ~Held() {
+      flags->drained_first.store(flags->drained.load());
+      flags->by = std::this_thread::get_id();
+      flags->destroyed.store(true);
+    }
+  };
+  auto flags = std::make_shared<Flags>();
+  auto held = std::make_shared<Held>();
+  held->flags = flags;
+  {
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto guard, ScopedDevice::make(device));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(held->stream, createStream(device));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(held->memory, allocDevice(device, 64 << 20));
+  }
+  static constexpr int kHoldMs = 400;
+  auto hold = [](void* p) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+    static_cast<Flags*>(p)->drained.store(true);
+  };
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaLaunchHostFunc(held->stream.get(), hold, flags.get())));
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemsetAsync(held->memory->ptr, 0x5a, held->memory->bytes, held->stream.get())));
+  cudaStream_t stream = held->stream.get();
+
+  const auto start = std::chrono::steady_clock::now();
+  releaseWhenIdle(std::move(held), {stream}, device);
+  const auto returned = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(returned, std::chrono::milliseconds(kHoldMs / 2));
+  EXPECT_EQ(heldForRelease(), 1u);
+  EXPECT_FALSE(flags->destroyed.load());
+  EXPECT_EQ(*currentContext(), before);
+
+  const auto end = start + std::chrono::seconds(10);
+  while (!flags->destroyed.load() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(flags->destroyed.load()) << "not released 10 s after its stream was held for " << kHoldMs << " ms";
+  EXPECT_TRUE(flags->drained_first.load());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(kHoldMs));
+  EXPECT_NE(flags->by, std::this_thread::get_id());
+  EXPECT_EQ(heldForRelease(), 0u);
+  EXPECT_EQ(*currentContext(), before);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
 }
 
 TEST(CheckMacros, ClearTheStickyLastError) {

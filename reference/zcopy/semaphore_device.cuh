@@ -180,15 +180,12 @@ __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
 __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32_t e) {
   // s_ok (the header's verdict) is written by thread 0 before the first barrier below and only read after it; what
   // goes wrong later goes into s_fail, so no thread can see the header's verdict change and take the other branch
-  // (whose barrier it would then miss). s_lines is polled while thread 0 writes it: both sides use shared-memory
-  // atomics.
+  // (whose barrier it would then miss). Nothing in shared memory is written while the other threads poll.
   __shared__ uint64_t s_header;
-  __shared__ int s_lines;  // payload lines of the message once the header arrived, -1 before
   __shared__ int s_ok;
   __shared__ int s_fail;
   const uint4* lines = smLlBuffer(v.local_words, e);
   if (threadIdx.x == 0) {
-    s_lines = -1;
     s_ok = 1;
     s_fail = 0;
   }
@@ -202,17 +199,17 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
     s_header = h;
     s_ok = ok ? 1 : 0;
     if (!ok) reportError(v.error, kDeviceTimeout, e);
-    const uint64_t bytes = smLlHeaderBytes(h);
-    atomicExch(&s_lines, !ok || smLlHeaderBulk(h) ? 0 : static_cast<int>((bytes + 7) / 8));
   } else if (threadIdx.x < kSmLlBufferLines) {
-    // Payload line threadIdx.x - 1, if the message has it: spin until it arrives, the header says it is beyond the
-    // message, or the deadline passes (then thread 0 reports).
+    // Payload line threadIdx.x - 1, if the message has it: spin until it arrives, the header (read from the buffer,
+    // as thread 0 does) says it is beyond the message, or the deadline passes (then thread 0 reports).
+    int n = -1;  // the message's payload lines, once this thread saw the header
     for (;;) {
       if (loadLl(lines + threadIdx.x, e, &first)) {
         have = true;
         break;
       }
-      const int n = atomicOr(&s_lines, 0);
+      uint64_t h = 0;
+      if (n < 0 && loadLl(lines, e, &h)) n = smLlHeaderBulk(h) ? 0 : static_cast<int>((smLlHeaderBytes(h) + 7) / 8);
       if (n >= 0 && static_cast<int>(threadIdx.x) > n) break;
       if (globalTimerNs() - t0 > v.timeout_ns) break;
     }

@@ -565,7 +565,13 @@ StatusOr<Context> Context::create(Bootstrap& boot, const ContextOptions& options
   c->windows.emplace(ipc::makeHandleCache(ipc::ImportOptions{dev, {}}));
   c->channels.resize(slots);
   enablePeerAccess(*c);
-  PEERLAB_RETURN_IF_ERROR(probeMemOps(*c, deadline));
+  if (Status probed = probeMemOps(*c, deadline); !probed.isOk()) {
+    // The probe's stream may still hold work the fault or the peer holds up (a delayed write, a write into a stuck
+    // mapping): freeing the context's memory now would wait for it, past the deadline. Released once it drained.
+    std::vector<cudaStream_t> busy{c->probe.get(), c->rescue.get()};
+    releaseWhenIdle(std::move(c), std::move(busy), dev);
+    return probed;
+  }
 
   c->peer_pid.assign(static_cast<size_t>(c->size), 0);
   for (int r = 0; r < c->size; ++r) {
