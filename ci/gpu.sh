@@ -146,7 +146,8 @@ if has_stage sanitize; then
   stage sanitize "${PEERLAB_SANITIZE_DEADLINE:-900}" ci/sanitize.sh --build "$build" --report "$work/reliability.json" \
     --filter "${PEERLAB_SANITIZE_FILTER:-}" --timeout "${PEERLAB_SANITIZE_TEST_TIMEOUT:-300}" \
     --shards "${PEERLAB_SANITIZE_SHARDS:-4}" --jobs "${PEERLAB_SANITIZE_JOBS:-12}" \
-    --tools "${PEERLAB_SANITIZE_TOOLS:-memcheck racecheck synccheck}"
+    --tools "${PEERLAB_SANITIZE_TOOLS:-memcheck racecheck synccheck}" \
+    --exclude-kernels "${PEERLAB_SANITIZE_EXCLUDE-ncclDevKernel}"
   tail -20 "$work/sanitize.log"
   [ -s "$work/reliability.json" ] && cp "$work/reliability.json" "$out/reliability.json"
 fi

@@ -101,7 +101,6 @@ __device__ __forceinline__ uint4* smLlBuffer(uint32_t* slot_words, uint32_t epoc
 /// this directly and writes the endpoint's counter (kCtrSmSend) back before it ends; smBlockSend does both.
 __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32_t e, const void* src,
                                                  uint64_t dst_offset, uint64_t bytes) {
-  __shared__ int s_ok;
   const bool ll = bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset;
   const auto* in = static_cast<const uint8_t*>(src);
   // Each thread's first payload word is loaded while thread 0 checks "free" (the source is not written here).
@@ -111,13 +110,13 @@ __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32
     const uint64_t at = 8 * (threadIdx.x - 1);
     first = loadUpTo8(in + at, bytes - at < 8 ? bytes - at : 8);
   }
+  bool late = false;
   if (threadIdx.x == 0) {
-    const bool ok = waitWordGe(v.local_words + kSmFreeWord, ll ? e - 1 : e, v.timeout_ns);
-    if (!ok) reportError(v.error, kDeviceTimeout, e);
-    s_ok = ok ? 1 : 0;
+    late = !waitWordGe(v.local_words + kSmFreeWord, ll ? e - 1 : e, v.timeout_ns);
+    if (late) reportError(v.error, kDeviceTimeout, e);
   }
-  __syncthreads();
-  const bool ok = s_ok != 0;
+  // One barrier hands thread 0's verdict to the block (and orders its acquire of "free" before everyone's stores).
+  const bool ok = __syncthreads_or(late ? 1 : 0) == 0;
   uint4* lines = smLlBuffer(v.remote_words, e);
   if (ok && ll) {
     for (uint64_t l = threadIdx.x; l < count; l += blockDim.x) {
@@ -139,8 +138,6 @@ __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32
     __syncthreads();
     if (threadIdx.x < kSmMaxBlocks) storeReleaseSys(v.remote_words + kSmArrivedWord + threadIdx.x, e);
   }
-  // A later call writes s_ok again only after every thread has read it.
-  __syncthreads();
   return ok;
 }
 
@@ -178,18 +175,12 @@ __device__ __forceinline__ void smThreadPostFree(const SmEndpointView& v) {
 /// shared state may be reused after it returns. A kernel that keeps its epochs in registers writes the endpoint's
 /// counter (kCtrSmRecv) back before it ends; smBlockWait does both.
 __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32_t e) {
-  // s_ok (the header's verdict) is written by thread 0 before the first barrier below and only read after it; what
-  // goes wrong later goes into s_fail, so no thread can see the header's verdict change and take the other branch
-  // (whose barrier it would then miss). Nothing in shared memory is written while the other threads poll.
+  // Thread 0 writes the header and its verdict before the first barrier; every thread reads them between the two
+  // barriers, and the second (which also gathers what went wrong later) keeps the next call's thread 0 from writing
+  // them again before everyone read them. Nothing in shared memory is written while the other threads poll.
   __shared__ uint64_t s_header;
   __shared__ int s_ok;
-  __shared__ int s_fail;
   const uint4* lines = smLlBuffer(v.local_words, e);
-  if (threadIdx.x == 0) {
-    s_ok = 1;
-    s_fail = 0;
-  }
-  __syncthreads();
   const uint64_t t0 = globalTimerNs();
   uint64_t first = 0;
   bool have = false;
@@ -216,10 +207,14 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
   }
   __syncthreads();
   const uint64_t h = s_header;
-  if (s_ok != 0 && !smLlHeaderBulk(h)) {
+  const bool arrived = s_ok != 0;
+  const bool ll = !smLlHeaderBulk(h);
+  bool fail = false;
+  bool inside = true;
+  if (arrived && ll) {
     const uint64_t bytes = smLlHeaderBytes(h);
     const uint64_t offset = smLlHeaderOffset(h);
-    const bool inside = offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
+    inside = offset <= v.local_window_bytes && bytes <= v.local_window_bytes - offset;
     const uint64_t count = (bytes + 7) / 8;
     if (inside) {
       // Payload line p (buffer line p + 1) belongs to thread (p + 1) % blockDim: threads 1.. start with the line they
@@ -228,18 +223,16 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
       for (uint64_t p = start; p < count; p += blockDim.x) {
         uint64_t d = first;
         if (!(have && p == start) && !waitLl(lines + 1 + p, e, t0, v.timeout_ns, &d)) {
-          atomicExch(&s_fail, 1);
+          fail = true;
           break;
         }
         const uint64_t at = 8 * p;
         store8(v.local_window + offset + at, d, bytes - at < 8 ? bytes - at : 8);
       }
-    } else if (threadIdx.x == 0) {
-      s_fail = 1;
+    } else {
+      fail = threadIdx.x == 0;
     }
-    __syncthreads();
-    if (threadIdx.x == 0 && s_fail != 0) reportError(v.error, inside ? kDeviceTimeout : kDeviceBadInput, e);
-  } else if (s_ok != 0 && threadIdx.x < 32) {
+  } else if (arrived && threadIdx.x < 32) {
     const volatile uint32_t* flag = v.local_words + kSmArrivedWord + threadIdx.x;
     bool mine = epochReached(loadRelaxedSys(flag), e);
     bool all = true;
@@ -257,16 +250,11 @@ __device__ __forceinline__ bool smBlockWaitEpoch(const SmEndpointView& v, uint32
       }
     }
     (void)loadAcquireSys(flag);
-    if (threadIdx.x == 0 && !all) {
-      reportError(v.error, kDeviceTimeout, e);
-      s_fail = 1;
-    }
+    fail = threadIdx.x == 0 && !all;
   }
-  __syncthreads();
-  const bool ok = s_ok != 0 && s_fail == 0;
-  // A later call of this function (in a loop) writes the shared state again only after every thread has read it.
-  __syncthreads();
-  return ok;
+  const bool failed = __syncthreads_or(fail ? 1 : 0) != 0;
+  if (threadIdx.x == 0 && failed) reportError(v.error, ll && !inside ? kDeviceBadInput : kDeviceTimeout, e);
+  return arrived && !failed;
 }
 
 /// smBlockWaitEpoch for the endpoint's next epoch, advancing its device counter.
