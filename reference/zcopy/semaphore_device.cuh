@@ -16,11 +16,12 @@ namespace peerlab::zcopy {
 /// Spins until `*word` reaches `want` (cyclic order) or `timeout_ns` passes; false on timeout. Relaxed polls, then
 /// one acquire load (the word only moves forward, so it still holds an epoch at or past `want`).
 __device__ __forceinline__ bool waitWordGe(const volatile uint32_t* word, uint32_t want, uint64_t timeout_ns) {
-  if (!epochReached(loadRelaxedSys(word), want)) {
-    const uint64_t start = globalTimerNs();
-    while (!epochReached(loadRelaxedSys(word), want)) {
-      if (globalTimerNs() - start > timeout_ns) return false;
-    }
+  // Already there (the common case on a sender's critical path): one acquire load, not a relaxed one and then an
+  // acquire one (two round trips to L2).
+  if (epochReached(loadAcquireSys(word), want)) return true;
+  const uint64_t start = globalTimerNs();
+  while (!epochReached(loadRelaxedSys(word), want)) {
+    if (globalTimerNs() - start > timeout_ns) return false;
   }
   (void)loadAcquireSys(word);
   return true;
