@@ -10,8 +10,8 @@
 # reports/runs/<date>-<kind>[-<tag>].json.
 # Default: build,tests,qualify (qualify runs the topology, the verified probe and the quick benchmarks, and its
 # results.json becomes part of the run file). `--sanitize` adds the sanitize stage (compute-sanitizer memcheck, racecheck and
-# synccheck over the GPU tests). Every stage runs under a deadline; a failed stage does not stop the later ones,
-# and the exit code is nonzero when any stage failed.
+# synccheck over the GPU tests; every job's logs in $OUT/sanitize.tgz). Every stage runs under a deadline; a failed
+# stage does not stop the later ones, and the exit code is nonzero when any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -150,6 +150,8 @@ if has_stage sanitize; then
     --exclude-kernels "${PEERLAB_SANITIZE_EXCLUDE-ncclDevKernel}"
   tail -20 "$work/sanitize.log"
   [ -s "$work/reliability.json" ] && cp "$work/reliability.json" "$out/reliability.json"
+  # Every job's logs, packed: a few hundred files would not all come back from a device run.
+  [ -d "$out/sanitize" ] && tar -C "$out" -czf "$out/sanitize.tgz" sanitize && rm -rf "$out/sanitize"
 fi
 
 # One run file from everything that ran.
@@ -163,7 +165,6 @@ fi
 
 # Raw logs and JSON, packed (what comes back from a device run is a few files).
 tar -C "$out" -czf "$out/logs.tgz" work 2>/dev/null && rm -rf "$work"
-[ -d "$out/work" ] || true
 if [ ${#failed_stages[@]} -gt 0 ]; then
   log "failed stages: ${failed_stages[*]}"
   exit 1
