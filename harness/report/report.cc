@@ -228,9 +228,12 @@ StatusOr<Run> readRun(const std::string& path) {
     try {
       json ignored = json::parse(text);
       (void)ignored;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
       std::string what = e.what();
-      if (auto p = what.find("]: "); p != std::string::npos) what = what.substr(p + 3);
+      // Without the library's "[json.exception.<kind>.<id>] " prefix.
+      if (what.rfind("[json.exception.", 0) == 0) {
+        if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+      }
       return bad(path, "malformed JSON (" + what + ")");
     }
     return bad(path, "malformed JSON");
