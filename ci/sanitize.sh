@@ -58,7 +58,8 @@ out="${OUT:-$PWD/build/gpu-out}/sanitize"
 mkdir -p "$out"
 log() { echo "[sanitize.sh $(date +%T)] $*"; }
 
-# name<TAB>working dir<TAB>env as KEY=VALUE;KEY=VALUE<TAB>argv joined by \x1f, one line per GPU test.
+# name, working dir, env as KEY=VALUE;KEY=VALUE and argv joined by \x1f, separated by \x1e, one line per GPU test.
+# (Not tabs: `read` merges runs of a whitespace separator, so a test without an environment lost a field.)
 tests_file="$out/tests.tsv"
 # The longest tests first (ctest's cost data from an earlier run of this build, when there is one), so that their
 # jobs are not the ones left running at the end.
@@ -88,7 +89,7 @@ for t in doc.get("tests", []):
     rows.append((t["name"], wd, ";".join(env), "\x1f".join(t.get("command", []))))
 rows.sort(key=lambda r: -cost.get(r[0], 0.0))
 for r in rows:
-    print("\t".join(r))
+    print("\x1e".join(r))
 ' "$filter" "$build/Testing/Temporary/CTestCostData.txt" >"$tests_file"
 count=$(wc -l <"$tests_file")
 [ "$count" -gt 0 ] || { echo "ci/sanitize.sh: no GPU tests found in $build" >&2; exit 2; }
@@ -132,7 +133,7 @@ print(max(0, total - internal), internal)')
 }
 
 running=0
-while IFS=$'\t' read -r name wd envs cmd; do
+while IFS=$'\x1e' read -r name wd envs cmd; do
   for tool in $tools; do
     for ((shard = 0; shard < shards; shard++)); do
       if [ "$running" -ge "$jobs" ]; then
