@@ -13,11 +13,10 @@
 
 namespace peerlab::zcopy {
 
-/// Spins until `*word` reaches `want` (cyclic order) or `timeout_ns` passes; false on timeout. Relaxed polls, then
-/// one acquire load (the word only moves forward, so it still holds an epoch at or past `want`).
+/// Spins until `*word` reaches `want` (cyclic order) or `timeout_ns` passes; false on timeout. A word already there
+/// costs one acquire load; otherwise relaxed polls, then one acquire load (the word only moves forward, so it still
+/// holds an epoch at or past `want`).
 __device__ __forceinline__ bool waitWordGe(const volatile uint32_t* word, uint32_t want, uint64_t timeout_ns) {
-  // Already there (the common case on a sender's critical path): one acquire load, not a relaxed one and then an
-  // acquire one (two round trips to L2).
   if (epochReached(loadAcquireSys(word), want)) return true;
   const uint64_t start = globalTimerNs();
   while (!epochReached(loadRelaxedSys(word), want)) {
