@@ -18,7 +18,8 @@
 //                      per round and side)
 //   graph/uni          the same calls captured once into a CUDA graph (K rounds per graph) and replayed; get/put wait
 //                      and signal with memory-operation nodes whose epochs each launch rewrites (GraphSync::kMemOps)
-//   kernel/uni         sm_signal only, latency sizes: one persistent kernel per side drives the channel
+//   kernel/uni         sm_signal only, latency sizes: one persistent kernel per side drives the channel (one block,
+//                      a thread per LL line of the message, 32 to 512; PEERLAB_ZCOPY_KERNEL_THREADS=N fixes it)
 // Alternatives for comparison at latency sizes, registered when PEERLAB_ZCOPY_VARIANTS=all (or a comma list of
 // calls, graph-calls, graph-kernels):
 //   calls/uni          eager, every call straight to the stream (one command per semaphore operation, one kernel
@@ -137,6 +138,7 @@ struct PairConfig {
   ipc::HandleKind kind = ipc::HandleKind::kVmmFd;
   bool calls = false;          // register calls/uni and graph-calls/uni
   bool graph_kernels = false;  // register graph-kernels/uni
+  int kernel_threads = 0;      // threads of the kernel/uni block; 0: one per LL line of the message (32 .. 512)
   std::string error;
 };
 
@@ -177,9 +179,27 @@ const PairConfig& pairConfig() {
         }
       }
     }
+    if (const char* env = std::getenv("PEERLAB_ZCOPY_KERNEL_THREADS"); env != nullptr && *env != '\0') {
+      int t = 0;
+      char tail = 0;
+      if (std::sscanf(env, "%d%c", &t, &tail) != 1 || t < 32 || t > 512 || t % 32 != 0) {
+        c.error = "PEERLAB_ZCOPY_KERNEL_THREADS=\"" + std::string(env) + "\": expected a multiple of 32 from 32 to 512";
+      } else {
+        c.kernel_threads = t;
+      }
+    }
     return c;
   }();
   return config;
+}
+
+// Threads of the persistent ping-pong block for `n`-byte messages: PEERLAB_ZCOPY_KERNEL_THREADS, else one per line of
+// an LL message (its header and one line per 8 bytes) rounded up to whole warps, 32 to 512. Threads beyond the
+// message's lines would only poll lines that never arrive and wait at every barrier.
+int kernelThreads(size_t n) {
+  if (pairConfig().kernel_threads > 0) return pairConfig().kernel_threads;
+  const size_t lines = 1 + (n + 7) / 8;
+  return static_cast<int>(std::clamp<size_t>((lines + 31) / 32 * 32, 32, 512));
 }
 
 // ---- watchdog: bounds what no deadline can (a host thread blocked inside a CUDA call) ----
@@ -579,7 +599,8 @@ Status smKernelRounds(World& w, size_t n, int rounds) {
   Channel& bwd = w.bwd[2];
   PEERLAB_ASSIGN_OR_RETURN(zcopy::SmEndpointView fv, fwd.smView());
   PEERLAB_ASSIGN_OR_RETURN(zcopy::SmEndpointView bv, bwd.smView());
-  smPingPongKernel<<<1, 512, 0, w.stream.get()>>>(fv, bv, w.src->as<uint8_t>(), n, rounds, w.me == 0 ? 1 : 0);
+  smPingPongKernel<<<1, kernelThreads(n), 0, w.stream.get()>>>(fv, bv, w.src->as<uint8_t>(), n, rounds,
+                                                               w.me == 0 ? 1 : 0);
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("smPingPongKernel"));
   // The kernel made these calls from the device: the host's bookkeeping follows.
   using zcopy::Call;
@@ -880,6 +901,7 @@ void runSpec(benchmark::State& state, const Spec& spec, const std::string& row) 
       rec.extra["sms"] = spec.mode == Mode::kKernel ? 1
                                                     : zcopy::smsOccupied(protocolOf(spec.impl), spec.bytes,
                                                                          spec.variant == Variant::kGraphKernels);
+      if (spec.mode == Mode::kKernel) rec.extra["threads"] = kernelThreads(spec.bytes);
     }
     publish(state, rec);
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPU test (ctest -L gpu) under compute-sanitizer memcheck, racecheck and synccheck, child processes
 # included (the multi-rank tests start their ranks as processes). Each test is split into --shards GoogleTest shards
-# (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX) and the (tool, test, shard) jobs run --jobs at a time; repeated tests are
+# (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX; fewer when it has fewer cases) and the (tool, test, shard) jobs run --jobs
+# at a time, each with PEERLAB_UNDER_SANITIZER set to its tool (reference/core/testing.h); repeated tests are
 # capped at PEERLAB_TEST_MAX_ITERATIONS iterations (default 20: 10,000 random messages become 20). Prints one
 # machine-readable line
 #   sanitizer: memcheck=N racecheck=N synccheck=N untracked=N timeouts=N tests=N
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --shards) shards="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --exclude-kernels) exclude_kernels="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "ci/sanitize.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -103,7 +104,9 @@ run_job() {
   local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6"
   local argv env_args env_list kv logs start rc counts
   IFS=$'\x1f' read -r -a argv <<<"$cmd"
-  env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$shard")
+  local nshards="$7"
+  env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" PEERLAB_UNDER_SANITIZER="$tool" GTEST_TOTAL_SHARDS="$nshards"
+    GTEST_SHARD_INDEX="$shard")
   IFS=';' read -r -a env_list <<<"$envs"
   for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
   logs="$out/$tool-$name-s$shard"
@@ -127,21 +130,35 @@ for line in sys.stdin:
     if "Internal Sanitizer Error" in line:
         internal += 1
 print(max(0, total - internal), internal)')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" ${counts:-0 0} "$rc" "$(( $(date +%s) - start ))" \
-    >"$out/jobs/$tool-$name-$shard.tsv"
-  log "$tool $name shard $shard/$shards: ${counts%% *} errors, ${counts##* } untracked (rc $rc, $(( $(date +%s) - start ))s)"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" ${counts:-0 0} "$rc" "$(( $(date +%s) - start ))" \
+    "$nshards" >"$out/jobs/$tool-$name-$shard.tsv"
+  log "$tool $name shard $shard/$nshards: ${counts%% *} errors, ${counts##* } untracked (rc $rc, $(( $(date +%s) - start ))s)"
+}
+
+# Shards of a test: --shards, or fewer when the test has fewer GoogleTest cases (an empty shard checks nothing).
+# A command that lists no cases (not a GoogleTest binary) keeps --shards.
+shards_of() {
+  local wd="$1" envs="$2" cmd="$3" argv env_list kv env_args=() n
+  IFS=$'\x1f' read -r -a argv <<<"$cmd"
+  IFS=';' read -r -a env_list <<<"$envs"
+  for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
+  n=$(cd "$wd" && env "${env_args[@]}" timeout 60 "${argv[@]}" --gtest_list_tests 2>/dev/null | grep -c '^  [^ ]')
+  if [ "${n:-0}" -gt 0 ] && [ "$n" -lt "$shards" ]; then echo "$n"; else echo "$shards"; fi
 }
 
 running=0
+expected=0
 while IFS=$'\x1e' read -r name wd envs cmd; do
+  nshards=$(shards_of "$wd" "$envs" "$cmd")
   for tool in $tools; do
-    for ((shard = 0; shard < shards; shard++)); do
+    for ((shard = 0; shard < nshards; shard++)); do
       if [ "$running" -ge "$jobs" ]; then
         wait -n
         running=$((running - 1))
       fi
-      run_job "$tool" "$name" "$wd" "$envs" "$cmd" "$shard" &
+      run_job "$tool" "$name" "$wd" "$envs" "$cmd" "$shard" "$nshards" &
       running=$((running + 1))
+      expected=$((expected + 1))
     done
   done
 done <"$tests_file"
@@ -153,13 +170,12 @@ untracked=0
 for tool in $tools; do errors[$tool]=0; done
 cat "$out"/jobs/*.tsv >"$out/runs.tsv" 2>/dev/null || : >"$out/runs.tsv"
 jobs_done=0
-while IFS=$'\t' read -r tool name shard e u rc secs; do
+while IFS=$'\t' read -r tool name shard e u rc secs _; do
   jobs_done=$((jobs_done + 1))
   errors[$tool]=$(( ${errors[$tool]} + e ))
   untracked=$((untracked + u))
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then timeouts=$((timeouts + 1)); fi
 done <"$out/runs.tsv"
-expected=$(( count * shards * $(wc -w <<<"$tools") ))
 if [ "$jobs_done" -ne "$expected" ]; then
   log "$((expected - jobs_done)) of $expected jobs left no result"
   timeouts=$((timeouts + expected - jobs_done))
@@ -179,9 +195,9 @@ runs = []
 if os.path.exists(runs_tsv):
     for line in open(runs_tsv):
         f = line.rstrip("\n").split("\t")
-        if len(f) == 7:
-            runs.append({"tool": f[0], "test": f[1], "shard": int(f[2]), "errors": int(f[3]), "untracked": int(f[4]),
-                         "exit_code": int(f[5]), "wall_s": int(f[6])})
+        if len(f) == 8:
+            runs.append({"tool": f[0], "test": f[1], "shard": int(f[2]), "shards": int(f[7]), "errors": int(f[3]),
+                         "untracked": int(f[4]), "exit_code": int(f[5]), "wall_s": int(f[6])})
 runs.sort(key=lambda r: (r["tool"], r["test"], r["shard"]))
 num = lambda v: None if v == "null" else int(v)
 doc = {}

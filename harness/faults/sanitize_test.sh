@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
 done
 log=${log//%p/$$}
 echo "$tool $exclude shard=${GTEST_SHARD_INDEX:-}/${GTEST_TOTAL_SHARDS:-} max=${PEERLAB_TEST_MAX_ITERATIONS:-}" \
-  >>"$SAN_RECORD"
+  "under=${PEERLAB_UNDER_SANITIZER:-} $*" >>"$SAN_RECORD"
 case "$tool" in
   memcheck) printf '========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n' >"$log" ;;
   racecheck) printf '========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n' >"$log" ;;
@@ -36,11 +36,20 @@ esac
 "$@"
 SAN
 chmod +x "$tmp/bin/compute-sanitizer"
+# A GoogleTest-like binary with a single case: it gets one shard, not --shards.
+cat >"$tmp/bin/fake_gtest" <<'GT'
+#!/bin/sh
+[ "${1:-}" = --gtest_list_tests ] && printf 'Suite.\n  OnlyCase\n'
+exit 0
+GT
+chmod +x "$tmp/bin/fake_gtest"
 cat >"$tmp/build/CTestTestfile.cmake" <<CT
 add_test(fake_a_test "/bin/sh" "-c" "exit 0")
 set_tests_properties(fake_a_test PROPERTIES LABELS "gpu" WORKING_DIRECTORY "$tmp")
 add_test(fake_b_test "/bin/sh" "-c" "exit 1")
 set_tests_properties(fake_b_test PROPERTIES LABELS "gpu" WORKING_DIRECTORY "$tmp")
+add_test(fake_c_test "$tmp/bin/fake_gtest")
+set_tests_properties(fake_c_test PROPERTIES LABELS "gpu" WORKING_DIRECTORY "$tmp")
 add_test(host_test "/bin/sh" "-c" "exit 0")
 set_tests_properties(host_test PROPERTIES LABELS "cpu")
 CT
@@ -48,24 +57,29 @@ CT
 export PATH="$tmp/bin:$PATH" SAN_RECORD="$tmp/record.txt" OUT="$tmp/out"
 run() { "$src/ci/sanitize.sh" --build "$tmp/build" --report "$tmp/report.json" "$@" >"$tmp/stdout" 2>"$tmp/stderr"; }
 
-# Every tool, 2 tests x 2 shards: racecheck errors make it fail.
+# Every tool, 2 tests x 2 shards and one single-case test x 1 shard: racecheck errors make it fail.
 set +e
 run --shards 2 --jobs 3
 rc=$?
 set -e
 [ $rc -eq 1 ] || fail "expected exit 1 with racecheck errors, got $rc: $(cat "$tmp/stderr")"
-grep -q '^sanitizer: memcheck=0 racecheck=8 synccheck=0 untracked=4 timeouts=0 tests=2$' "$tmp/stdout" ||
+grep -q '^sanitizer: memcheck=0 racecheck=10 synccheck=0 untracked=5 timeouts=0 tests=3$' "$tmp/stdout" ||
   fail "wrong summary: $(grep '^sanitizer:' "$tmp/stdout")"
-[ "$(wc -l <"$tmp/record.txt")" -eq 12 ] || fail "expected 12 jobs, the stand-in ran $(wc -l <"$tmp/record.txt")"
-[ "$(grep -c ' kns=ncclDevKernel ' "$tmp/record.txt")" -eq 12 ] || fail "NCCL's kernels were not excluded by default"
-grep -q 'shard=1/2 max=20$' "$tmp/record.txt" || fail "shards or the iteration cap not passed: $(head -1 "$tmp/record.txt")"
+[ "$(wc -l <"$tmp/record.txt")" -eq 15 ] || fail "expected 15 jobs, the stand-in ran $(wc -l <"$tmp/record.txt")"
+[ "$(grep -c ' kns=ncclDevKernel ' "$tmp/record.txt")" -eq 15 ] || fail "NCCL's kernels were not excluded by default"
+grep -q '^racecheck .* shard=1/2 max=20 under=racecheck /bin/sh' "$tmp/record.txt" ||
+  fail "shards, the iteration cap or the tool not passed: $(head -1 "$tmp/record.txt")"
+[ "$(grep -c 'shard=0/1 .*fake_gtest' "$tmp/record.txt")" -eq 3 ] && ! grep -q 'shard=1/.*fake_gtest' "$tmp/record.txt" ||
+  fail "a single-case test was not run as one shard: $(grep fake_gtest "$tmp/record.txt")"
 python3 - "$tmp/report.json" <<'PY' || fail "report: $(cat "$tmp/report.json")"
 import json, sys
 s = json.load(open(sys.argv[1]))["sanitizer"]
-assert (s["memcheck"], s["racecheck"], s["synccheck"], s["untracked_launches"]) == (0, 8, 0, 4), s
+assert (s["memcheck"], s["racecheck"], s["synccheck"], s["untracked_launches"]) == (0, 10, 0, 5), s
 assert s["unchecked_kernels"] == "ncclDevKernel", s
 runs = s["runs"]
-assert len(runs) == 12, runs
+assert len(runs) == 15, runs
+assert {r["shards"] for r in runs if r["test"] == "fake_c_test"} == {1}, runs
+assert {r["shards"] for r in runs if r["test"] != "fake_c_test"} == {2}, runs
 # The failing test's exit code is listed; it is not a sanitizer error.
 assert {r["exit_code"] for r in runs if r["test"] == "fake_b_test"} == {1}, runs
 assert {r["exit_code"] for r in runs if r["test"] == "fake_a_test"} == {0}, runs

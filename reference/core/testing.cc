@@ -17,4 +17,9 @@ int iterations(int n) {
   return v < n ? static_cast<int>(v) : n;
 }
 
+std::string underSanitizer() {
+  const char* tool = std::getenv("PEERLAB_UNDER_SANITIZER");
+  return tool != nullptr ? tool : "";
+}
+
 }  // namespace peerlab::testing

@@ -19,6 +19,11 @@ std::string sourcePath(const std::string& relative);
 /// which a few iterations already take. A value that is not a positive number is ignored.
 int iterations(int n);
 
+/// The compute-sanitizer tool this process runs under (PEERLAB_UNDER_SANITIZER, set by ci/sanitize.sh for every job),
+/// or "" at full speed. The sanitizer loads the CUDA driver into every process it follows, so checks that a process
+/// never touched CUDA do not hold under it.
+std::string underSanitizer();
+
 }  // namespace peerlab::testing
 
 #define PEERLAB_ASSERT_OK(expr)                                \
@@ -45,6 +50,13 @@ int iterations(int n);
     auto peerlab_count_ = ::peerlab::deviceCount();                                                           \
     if (!peerlab_count_.isOk()) GTEST_SKIP() << "no GPU: " << peerlab_count_.status().toString();             \
     if (*peerlab_count_ < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, " << *peerlab_count_ << " visible"; \
+  } while (0)
+
+/// Skips the test (with the reason) under compute-sanitizer; for tests whose subject the sanitizer itself changes.
+#define PEERLAB_SKIP_UNDER_SANITIZER(reason)                                                                     \
+  do {                                                                                                           \
+    const std::string peerlab_tool_ = ::peerlab::testing::underSanitizer();                                      \
+    if (!peerlab_tool_.empty()) GTEST_SKIP() << "under compute-sanitizer " << peerlab_tool_ << ": " << (reason); \
   } while (0)
 
 /// Turns an `unavailable` status into a skip with its reason; any other error fails the test.

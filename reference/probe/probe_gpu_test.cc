@@ -68,7 +68,10 @@ TEST(ProbeGpu, EveryOrderedPairAndMethodVerifiesAtBothSizes) {
   EXPECT_EQ(r.workers_started, 2);
   EXPECT_EQ(r.restarts, 0);
   std::printf("probe wall %.1f ms for %zu cells\n", r.wall_us / 1000.0, r.cells.size());
-  EXPECT_FALSE(cudaDriverLoadedHere()) << "the probe's parent initialized CUDA";
+  // compute-sanitizer loads the driver into every process it follows, the probe's parent included.
+  if (::peerlab::testing::underSanitizer().empty()) {
+    EXPECT_FALSE(cudaDriverLoadedHere()) << "the probe's parent initialized CUDA";
+  }
   expectNoChildren();
 }
 
@@ -104,7 +107,9 @@ TEST(ProbeGpu, InjectedFaultsLandInExactlyTheirCells) {
   EXPECT_FALSE(claimsHold(r.cells));
   EXPECT_GE(r.owner_starts, 2) << "the hung owner was not replaced";
   EXPECT_GE(r.importer_starts, 2) << "the crashed importer was not replaced";
-  EXPECT_FALSE(cudaDriverLoadedHere());
+  if (::peerlab::testing::underSanitizer().empty()) {
+    EXPECT_FALSE(cudaDriverLoadedHere());
+  }
   expectNoChildren();
 }
 
@@ -170,7 +175,9 @@ TEST_F(ProbeGpuCli, ExitCodesRunFileAndCache) {
     EXPECT_EQ(res.extra["claimed"], true);
   }
   EXPECT_TRUE(wall);
-  EXPECT_EQ(run.extra["probe"]["parent_loaded_cuda"], false) << "peerlab probe initialized CUDA in the parent";
+  if (::peerlab::testing::underSanitizer().empty()) {
+    EXPECT_EQ(run.extra["probe"]["parent_loaded_cuda"], false) << "peerlab probe initialized CUDA in the parent";
+  }
   EXPECT_FALSE(run.fingerprint.gpus.empty());
   EXPECT_NE(run.fingerprint.gpus[0].uuid.find("GPU-"), std::string::npos);
 
