@@ -17,15 +17,6 @@ namespace {
 
 using testing::ProcessResult;
 
-// Under compute-sanitizer the programs these tests start under the interposer make no progress (no output within
-// 60 s: both preloads interpose the driver's entry points); they launch no kernels of their own, so the sanitizer
-// has nothing of theirs to check.
-#define REQUIRE_GPUS_AT_FULL_SPEED(n)                                                                        \
-  do {                                                                                                       \
-    PEERLAB_REQUIRE_GPUS(n);                                                                                 \
-    PEERLAB_SKIP_UNDER_SANITIZER("programs under the interposer do not run beside the sanitizer's preload"); \
-  } while (0)
-
 ProcessResult runTarget(const std::vector<std::string>& args, const std::string& fault,
                         const std::vector<std::string>& env = {}) {
   return testing::runUnderFault(PEERLAB_FAULT_TARGET_CUDA_PATH, PEERLAB_FAULTS_LIB_PATH, args, fault, env,
@@ -33,7 +24,7 @@ ProcessResult runTarget(const std::vector<std::string>& args, const std::string&
 }
 
 TEST(InterposerGpu, NoneIsTransparentOnEveryCopyPath) {
-  REQUIRE_GPUS_AT_FULL_SPEED(2);
+  PEERLAB_REQUIRE_GPUS(2);
   for (const char* api :
        {"rt_peer_async", "rt_peer", "rt_async", "rt_sync", "drv_peer_async", "drv_async", "drv_dtod_async"}) {
     auto r = runTarget({"copy", api, "write"}, "none");
@@ -45,7 +36,7 @@ TEST(InterposerGpu, NoneIsTransparentOnEveryCopyPath) {
 }
 
 TEST(InterposerGpu, BitflipFlipsOneBitOnceOnEveryCopyPath) {
-  REQUIRE_GPUS_AT_FULL_SPEED(2);
+  PEERLAB_REQUIRE_GPUS(2);
   for (const char* side : {"write", "read"}) {
     for (const char* api :
          {"rt_peer_async", "rt_peer", "rt_async", "rt_sync", "drv_peer_async", "drv_async", "drv_dtod_async"}) {
@@ -62,7 +53,7 @@ TEST(InterposerGpu, BitflipFlipsOneBitOnceOnEveryCopyPath) {
 }
 
 TEST(InterposerGpu, LieAndDropWritesOnRealCopies) {
-  REQUIRE_GPUS_AT_FULL_SPEED(2);
+  PEERLAB_REQUIRE_GPUS(2);
   auto lie = runTarget({"copy", "rt_peer_async", "write"}, "lie:flips=5");
   EXPECT_VALUE(lie, "diff", "5");
   auto caps = runTarget({"caps"}, "lie");
@@ -75,7 +66,7 @@ TEST(InterposerGpu, LieAndDropWritesOnRealCopies) {
 }
 
 TEST(InterposerGpu, EnableErrorReturnsTheCode) {
-  REQUIRE_GPUS_AT_FULL_SPEED(2);
+  PEERLAB_REQUIRE_GPUS(2);
   auto r = runTarget({"enable"}, "enable_error:code=711,direction=second");
   EXPECT_VALUE(r, "rt_enable_1_0", "711");
   const std::string forward = r.values()["rt_enable_0_1"];
@@ -84,7 +75,7 @@ TEST(InterposerGpu, EnableErrorReturnsTheCode) {
 }
 
 TEST(InterposerGpu, CopyHangStallsARealStreamUntilTeardown) {
-  REQUIRE_GPUS_AT_FULL_SPEED(2);
+  PEERLAB_REQUIRE_GPUS(2);
   auto r = runTarget({"hang", "teardown"}, "copy_hang");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_VALUE(r, "pending", "1");
@@ -101,7 +92,7 @@ TEST(InterposerGpu, CopyHangStallsARealStreamUntilTeardown) {
 }
 
 TEST(InterposerGpu, SignalsAreWithheldOrLate) {
-  REQUIRE_GPUS_AT_FULL_SPEED(1);
+  PEERLAB_REQUIRE_GPUS(1);
   EXPECT_VALUE(runTarget({"signal"}, "none"), "word", "7");
   EXPECT_VALUE(runTarget({"signal"}, "signal_withhold"), "word", "0");
   auto late = runTarget({"signal"}, "signal_late:ms=300");
@@ -110,7 +101,7 @@ TEST(InterposerGpu, SignalsAreWithheldOrLate) {
 }
 
 TEST(InterposerGpu, KillAfterExportOnARealHandle) {
-  REQUIRE_GPUS_AT_FULL_SPEED(1);
+  PEERLAB_REQUIRE_GPUS(1);
   auto dies = runTarget({"export"}, "kill_after_export:rank=1", {"PEERLAB_RANK=1"});
   EXPECT_EQ(dies.signal, SIGKILL) << dies.out << dies.err;
   auto lives = runTarget({"export"}, "kill_after_export:rank=1", {"PEERLAB_RANK=0"});

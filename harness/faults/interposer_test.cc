@@ -332,5 +332,17 @@ TEST(Interposer, DlsymRtldNextKeepsItsMeaning) {
   EXPECT_VALUE(r, "missing_is_null", "1");
 }
 
+// A tool that interposes dlopen and looks up the real one with dlsym(RTLD_NEXT) from inside it, preloaded before the
+// interposer (as compute-sanitizer's library is): the interposer's RTLD_NEXT lookup must not call dlopen back.
+TEST(Interposer, DlsymRtldNextNeverCallsBackIntoAnInterposedDlopen) {
+  auto r = runProcess(
+      {PEERLAB_FAULT_TARGET_PATH, "copy", "rt_peer_async", "write"},
+      {"LD_PRELOAD=" + std::string(PEERLAB_DLOPEN_GUARD_PATH) + ":" + PEERLAB_FAULTS_LIB_PATH, "PEERLAB_FAULT=none"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("dlopen_guard: intercepted"), std::string::npos) << r.err;
+  EXPECT_VALUE(r, "copy_rc", "0");
+  EXPECT_VALUE(r, "diff", "0");
+}
+
 }  // namespace
 }  // namespace peerlab::faults

@@ -548,10 +548,10 @@ void* dlsymNextFor(const void* caller, const char* symbol) {
   }
   for (struct link_map* l = self->l_next; l != nullptr; l = l->l_next) {
     const bool main_program = l->l_name == nullptr || l->l_name[0] == '\0';
-    void* handle = dlopen(main_program ? nullptr : l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    void* handle = openLoaded(main_program ? nullptr : l->l_name);
     if (handle == nullptr) continue;
     void* p = real(handle, symbol);
-    dlclose(handle);
+    closeLoaded(handle);
     if (p == nullptr) continue;
     Dl_info pinfo{};
     struct link_map* owner = nullptr;

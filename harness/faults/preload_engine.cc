@@ -26,6 +26,19 @@ namespace {
 thread_local int t_runtime_depth = 0;
 
 std::atomic<void*> g_real_dlsym{nullptr};
+std::atomic<void*> g_real_dlopen{nullptr};
+std::atomic<void*> g_real_dlclose{nullptr};
+
+// glibc's definition of `name` after this library: libc's since glibc 2.34, libdl's (GLIBC_2.2.5) before.
+void* nextGlibc(std::atomic<void*>& cache, const char* name) {
+  void* fn = cache.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = dlvsym(RTLD_NEXT, name, "GLIBC_2.34");
+    if (fn == nullptr) fn = dlvsym(RTLD_NEXT, name, "GLIBC_2.2.5");
+    cache.store(fn, std::memory_order_release);
+  }
+  return fn;
+}
 std::atomic<GpaV2Fn> g_gpa_v2{nullptr};
 std::atomic<GpaV1Fn> g_gpa_v1{nullptr};
 
@@ -68,14 +81,19 @@ bool engaged(FaultKind kind) {
 }
 
 DlsymFn realDlsym() {
-  void* fn = g_real_dlsym.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    // Versioned lookups: glibc >= 2.34 has dlsym@GLIBC_2.34 in libc, older ones only dlsym@GLIBC_2.2.5.
-    fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (fn == nullptr) fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    g_real_dlsym.store(fn, std::memory_order_release);
-  }
-  return reinterpret_cast<DlsymFn>(fn);
+  return reinterpret_cast<DlsymFn>(nextGlibc(g_real_dlsym, "dlsym"));
+}
+
+void* openLoaded(const char* file) {
+  using DlopenFn = void* (*)(const char*, int);
+  auto fn = reinterpret_cast<DlopenFn>(nextGlibc(g_real_dlopen, "dlopen"));
+  return fn != nullptr ? fn(file, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+}
+
+void closeLoaded(void* handle) {
+  using DlcloseFn = int (*)(void*);
+  auto fn = reinterpret_cast<DlcloseFn>(nextGlibc(g_real_dlclose, "dlclose"));
+  if (fn != nullptr && handle != nullptr) fn(handle);
 }
 
 void noteRealGpaV2(GpaV2Fn fn) {
@@ -91,9 +109,9 @@ GpaV2Fn realGpaV2() {
   // Not looked up by the process yet: take it from the loaded driver, if any.
   DlsymFn dls = realDlsym();
   if (dls == nullptr) return nullptr;
-  if (void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) {
+  if (void* lib = openLoaded("libcuda.so.1")) {
     fn = reinterpret_cast<GpaV2Fn>(dls(lib, "cuGetProcAddress_v2"));
-    dlclose(lib);
+    closeLoaded(lib);
   }
   noteRealGpaV2(fn);
   return fn;

@@ -31,6 +31,12 @@ bool engaged(FaultKind kind);
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn realDlsym();
 
+/// An object already loaded (dlopen with RTLD_NOLOAD through glibc's own dlopen, found with dlvsym; null when not
+/// loaded) and its release. Never through a dlopen another tool interposes: such a tool (compute-sanitizer's
+/// injection library) may call our dlsym from inside its dlopen, and calling it back there deadlocked the process.
+void* openLoaded(const char* file);
+void closeLoaded(void* handle);
+
 /// The driver's cuGetProcAddress (5-argument and 4-argument ABIs), as the process looked them up.
 using GpaV2Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using GpaV1Fn = CUresult (*)(const char*, void**, int, cuuint64_t);

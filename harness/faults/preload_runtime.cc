@@ -31,10 +31,10 @@ struct Search {
 int findInCudart(struct dl_phdr_info* info, size_t, void* data) {
   auto* search = static_cast<Search*>(data);
   if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "libcudart.so") == nullptr) return 0;
-  void* handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  void* handle = openLoaded(info->dlpi_name);
   if (handle == nullptr) return 0;
   search->found = realDlsym()(handle, search->symbol);
-  dlclose(handle);
+  closeLoaded(handle);
   return search->found != nullptr ? 1 : 0;
 }
 

@@ -99,6 +99,9 @@ __device__ __forceinline__ uint4* smLlBuffer(uint32_t* slot_words, uint32_t epoc
 /// at system scope. Returns false (and reports) on timeout; nothing is written then. Every thread returns the same
 /// value; the block's shared state may be reused after it returns. A kernel that keeps its epochs in registers calls
 /// this directly and writes the endpoint's counter (kCtrSmSend) back before it ends; smBlockSend does both.
+/// Block size: every thread takes part in the barriers, and on the receiving side each thread up to the LL buffer's
+/// line count polls a line, whether the message has it or not; small messages answer fastest from a block of one
+/// thread per LL line of the message (its header and one line per 8 bytes), at least one warp.
 __device__ __forceinline__ bool smBlockSendEpoch(const SmEndpointView& v, uint32_t e, const void* src,
                                                  uint64_t dst_offset, uint64_t bytes) {
   const bool ll = bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset;
