@@ -101,10 +101,9 @@ log "$count GPU tests x ($tools)"
 mkdir -p "$out/jobs"
 rm -f "$out"/jobs/*.tsv
 run_job() {
-  local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6"
+  local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6" nshards="$7"
   local argv env_args env_list kv logs start rc counts
   IFS=$'\x1f' read -r -a argv <<<"$cmd"
-  local nshards="$7"
   env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" PEERLAB_UNDER_SANITIZER="$tool" GTEST_TOTAL_SHARDS="$nshards"
     GTEST_SHARD_INDEX="$shard")
   IFS=';' read -r -a env_list <<<"$envs"

@@ -28,6 +28,8 @@ thread_local int t_runtime_depth = 0;
 std::atomic<void*> g_real_dlsym{nullptr};
 std::atomic<void*> g_real_dlopen{nullptr};
 std::atomic<void*> g_real_dlclose{nullptr};
+std::atomic<GpaV2Fn> g_gpa_v2{nullptr};
+std::atomic<GpaV1Fn> g_gpa_v1{nullptr};
 
 // glibc's definition of `name` after this library: libc's since glibc 2.34, libdl's (GLIBC_2.2.5) before.
 void* nextGlibc(std::atomic<void*>& cache, const char* name) {
@@ -39,8 +41,6 @@ void* nextGlibc(std::atomic<void*>& cache, const char* name) {
   }
   return fn;
 }
-std::atomic<GpaV2Fn> g_gpa_v2{nullptr};
-std::atomic<GpaV1Fn> g_gpa_v1{nullptr};
 
 int processRank() {
   for (const char* var : {"PEERLAB_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {

@@ -52,13 +52,6 @@ std::string underSanitizer();
     if (*peerlab_count_ < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, " << *peerlab_count_ << " visible"; \
   } while (0)
 
-/// Skips the test (with the reason) under compute-sanitizer; for tests whose subject the sanitizer itself changes.
-#define PEERLAB_SKIP_UNDER_SANITIZER(reason)                                                                     \
-  do {                                                                                                           \
-    const std::string peerlab_tool_ = ::peerlab::testing::underSanitizer();                                      \
-    if (!peerlab_tool_.empty()) GTEST_SKIP() << "under compute-sanitizer " << peerlab_tool_ << ": " << (reason); \
-  } while (0)
-
 /// Turns an `unavailable` status into a skip with its reason; any other error fails the test.
 #define PEERLAB_SKIP_IF_UNAVAILABLE(expr)                                                                  \
   do {                                                                                                     \
