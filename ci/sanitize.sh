@@ -100,14 +100,22 @@ log "$count GPU tests x ($tools)"
 # $out/jobs/<tool>-<test>-<shard>.tsv.
 mkdir -p "$out/jobs"
 rm -f "$out"/jobs/*.tsv
+# A test row's environment (KEY=VALUE;...) and command (fields separated by \x1f) into the caller's arrays test_env
+# and test_argv (declared local there).
+split_row() {
+  local kv list
+  IFS=$'\x1f' read -r -a test_argv <<<"$2"
+  IFS=';' read -r -a list <<<"$1"
+  test_env=()
+  for kv in "${list[@]}"; do [ -n "$kv" ] && test_env+=("$kv"); done
+}
+
 run_job() {
   local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6" nshards="$7"
-  local argv env_args env_list kv logs start rc counts
-  IFS=$'\x1f' read -r -a argv <<<"$cmd"
+  local test_argv test_env env_args logs start rc counts
+  split_row "$envs" "$cmd"
   env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" PEERLAB_UNDER_SANITIZER="$tool" GTEST_TOTAL_SHARDS="$nshards"
-    GTEST_SHARD_INDEX="$shard")
-  IFS=';' read -r -a env_list <<<"$envs"
-  for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
+    GTEST_SHARD_INDEX="$shard" "${test_env[@]}")
   logs="$out/$tool-$name-s$shard"
   rm -f "$logs".*.log
   start=$(date +%s)
@@ -115,7 +123,7 @@ run_job() {
   # enabled, bad arguments) and check how they are handled; the counts are memory, race and sync errors.
   ( cd "$wd" && env "${env_args[@]}" timeout --kill-after=10 "$timeout_s" "$sanitizer" --tool "$tool" \
       --report-api-errors no --target-processes all --print-limit 50 "${exclude_args[@]}" \
-      --log-file "$logs.%p.log" "${argv[@]}" ) \
+      --log-file "$logs.%p.log" "${test_argv[@]}" ) \
       >"$logs.out" 2>&1
   rc=$?
   # ERROR SUMMARY counts "Internal Sanitizer Error" reports too (a launch it could not track): those are split out.
@@ -137,11 +145,9 @@ print(max(0, total - internal), internal)')
 # Shards of a test: --shards, or fewer when the test has fewer GoogleTest cases (an empty shard checks nothing).
 # A command that lists no cases (not a GoogleTest binary) keeps --shards.
 shards_of() {
-  local wd="$1" envs="$2" cmd="$3" argv env_list kv env_args=() n
-  IFS=$'\x1f' read -r -a argv <<<"$cmd"
-  IFS=';' read -r -a env_list <<<"$envs"
-  for kv in "${env_list[@]}"; do [ -n "$kv" ] && env_args+=("$kv"); done
-  n=$(cd "$wd" && env "${env_args[@]}" timeout 60 "${argv[@]}" --gtest_list_tests 2>/dev/null | grep -c '^  [^ ]')
+  local wd="$1" test_argv test_env n
+  split_row "$2" "$3"
+  n=$(cd "$wd" && env "${test_env[@]}" timeout 60 "${test_argv[@]}" --gtest_list_tests 2>/dev/null | grep -c '^  [^ ]')
   if [ "${n:-0}" -gt 0 ] && [ "$n" -lt "$shards" ]; then echo "$n"; else echo "$shards"; fi
 }
 
