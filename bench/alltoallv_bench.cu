@@ -17,6 +17,7 @@
 //   PEERLAB_ALLTOALLV_CTAS=264          CTAs per launch (up to two per SM; default: one per SM for large sizes)
 //   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 65536)
 //   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
+//   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -207,6 +208,7 @@ Status prepareSize(Env& e, uint64_t bytes) {
     o.transfer = impl == Impl::kPeerlabPull ? Transfer::kPull : Transfer::kPush;
     o.protocol = impl == Impl::kPeerlabPush ? alltoallv::Protocol::kAuto : alltoallv::Protocol::kTwoPhase;
     if (impl == Impl::kPeerlabPush) o = tunedOptions(o);
+    o.programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
     PEERLAB_ASSIGN_OR_RETURN(auto a, AllToAllV::create(*e.boot, e.rank, o, soon()));
     e.peerlab[impl] = std::make_unique<AllToAllV>(std::move(a));
   }
@@ -322,14 +324,17 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     if (calls[i].p[0] > prev_exit) gaps.push_back(static_cast<double>(calls[i].p[0] - prev_exit) / 1e3);
   }
   if (!gaps.empty()) rec.extra["trace_gap_us"] = median(gaps);
-  std::vector<double> epoch_us, row_us;
+  std::vector<double> epoch_us, row_us, wait_us;
   for (const Call& c : calls) {
     epoch_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEpoch] - c.p[alltoallv::kTraceEntry]) / 1e3);
     row_us.push_back(static_cast<double>(c.p[alltoallv::kTraceRow] - c.p[alltoallv::kTraceEpoch]) / 1e3);
+    // How long CTA 0 was resident before the previous kernel let it go (programmatic launch; ~0 without).
+    wait_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEntry] - c.p[alltoallv::kTraceResident]) / 1e3);
   }
   if (!calls.empty()) {
     rec.extra["trace_epoch_us"] = median(epoch_us);
     rec.extra["trace_row_us"] = median(row_us);
+    rec.extra["trace_wait_us"] = median(wait_us);
   }
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }
@@ -382,6 +387,7 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
         recv_bytes = a->options().recv_capacity * kElem;
         const int ctas = impl == Impl::kPeerlabPush ? tunedCtas() : 0;
         rec.extra["ctas"] = static_cast<double>(a->gridFor(ctas));
+        rec.extra["programmatic"] = a->programmaticLaunch() ? 1 : 0;
         if (a->protocol() == alltoallv::Protocol::kFused) {
           rec.extra["ll_max_bytes"] = static_cast<double>(a->options().ll_max_bytes);
           rec.extra["chunk_bytes"] = static_cast<double>(a->options().chunk_bytes);

@@ -20,8 +20,10 @@
 // pays). pointer_chase is one thread's dependent loads through a 1 MiB chain in the peer's memory, one node per
 // 128-byte line, walked in address order (nvbandwidth's device_to_device_latency_sm method); pointer_chase_random
 // walks the same lines in one random cycle; pointer_chase_ld is the line walk with default (L1-allocating) loads, as
-// nvbandwidth's kernel compiles. All time a steady-state pass after an untimed one (owner's L2 and the
-// reader's TLB warm); time_us is the time per load.
+// nvbandwidth's kernel compiles; pointer_chase_sms runs pointer_chase_ld on every SM in turn and reports the mean over
+// the SMs (nvbandwidth's statistic: it launches one block per SM and lets each walk alone), with min/median/max per SM.
+// All time a steady-state pass after an untimed one (owner's L2 and the reader's TLB warm); time_us is the time per
+// load.
 //
 // Environment: PEERLAB_SM_COPY="kernel=auto,threads=512,unroll=8,blocks_per_sm=2,hints=2,sms=0,bulk_kib=16,
 // bulk_stages=4,bulk_blocks_per_sm=1" (any subset) sets the SM kernels' configuration (copy_plan.h);
@@ -39,6 +41,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,6 +158,8 @@ __global__ void pingPongKernel(uint32_t* mine, uint32_t* theirs, uint32_t base, 
 struct ChaseResult {
   uint64_t ns;
   uint64_t last;
+  uint32_t smid;  ///< the SM the walk ran on
+  uint32_t pad;
 };
 
 // A plain (weak) load that never allocates in L1: every step is a fresh trip to the owner. (An L2-only ld.global.cg
@@ -171,9 +176,15 @@ __device__ __forceinline__ const uint64_t* chaseNext(const uint64_t* p) {
   return reinterpret_cast<const uint64_t*>(v);
 }
 
+__device__ __forceinline__ uint32_t smId() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 // One thread follows `warmup` then `loads` (a multiple of 8) dependent pointers; times the second part only.
 template <bool kPlain>
-__global__ void chaseKernel(const uint64_t* start, uint32_t warmup, uint32_t loads, ChaseResult* out) {
+__device__ __forceinline__ void chaseWalk(const uint64_t* start, uint32_t warmup, uint32_t loads, ChaseResult* out) {
   const uint64_t* p = start;
   for (uint32_t i = 0; i < warmup; ++i)
     p = chaseNext<kPlain>(p);
@@ -187,6 +198,21 @@ __global__ void chaseKernel(const uint64_t* start, uint32_t warmup, uint32_t loa
   if (reinterpret_cast<uintptr_t>(p) == 1) __trap();  // the timer below reads after the last load returned
   out->ns = globalTimerNs() - t0;
   out->last = reinterpret_cast<uint64_t>(p);
+  out->smid = smId();
+}
+
+template <bool kPlain>
+__global__ void chaseKernel(const uint64_t* start, uint32_t warmup, uint32_t loads, ChaseResult* out) {
+  chaseWalk<kPlain>(start, warmup, loads, out);
+}
+
+// nvbandwidth's statistic: a grid of one single-thread block per SM in which only block `target` walks (launched once
+// per target, so every SM walks alone), averaged over the targets. Which SM issues the loads matters: the SMs sit at
+// different distances from the NVLink ports.
+__global__ void chaseTargetKernel(const uint64_t* start, uint32_t target, uint32_t warmup, uint32_t loads,
+                                  ChaseResult* out) {
+  if (blockIdx.x != target) return;
+  chaseWalk<true>(start, warmup, loads, out + target);
 }
 
 // Everything the benchmarks share, created on first use.
@@ -724,7 +750,9 @@ Status measureFlag(int a, int b, bool acq_rel, Record& rec) {
 // covered by the reader's TLB after the untimed first pass), each load depending on the previous one. kLineWalk
 // visits the lines in address order, as nvbandwidth's device_to_device_latency_sm does (its 128-byte stride; its
 // kernels walk about 1 MB from the buffer start); kRandom visits them in one random cycle (no locality at all).
-enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain };
+// kEverySm is the line walk with default loads on every SM in turn (chaseTargetKernel), reported as the mean over
+// the SMs like nvbandwidth's figure, with the spread between SMs beside it.
+enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain, kEverySm };
 constexpr size_t kChaseBytes = size_t{1} << 20;
 constexpr size_t kChaseStride = 128;
 
@@ -764,20 +792,29 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
         cudaMemcpyAsync(chain->ptr, host.data(), kChaseBytes, cudaMemcpyHostToDevice, e->streams[owner].get())));
     PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[owner].get(), "chain upload"));
   }
-  PEERLAB_ASSIGN_OR_RETURN(PinnedBuffer out,
-                           allocPinned(sizeof(ChaseResult), cudaHostAllocMapped | cudaHostAllocPortable));
+  int sms = 1;
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, reader)));
+  PEERLAB_ASSIGN_OR_RETURN(PinnedBuffer out, allocPinned(sizeof(ChaseResult) * static_cast<size_t>(sms),
+                                                         cudaHostAllocMapped | cudaHostAllocPortable));
   auto* res = out->as<ChaseResult>();
   const auto loads = static_cast<uint32_t>(nodes);
-  const int samples = 7;
+  const int samples = pattern == ChasePattern::kEverySm ? 0 : 7;
   std::vector<double> ns_per_load;
   uint64_t wrong = 0;
+  // Where the chain is after `steps` steps from node 0.
+  auto expected = [&](uint64_t steps) {
+    size_t at = 0;
+    for (uint64_t i = 0; i < steps; ++i)
+      at = next[at];
+    return base + at * kChaseStride;
+  };
   PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(reader));
   for (int s = -1; s < samples; ++s) {
     // Sample -1 walks the whole cycle once untimed first (the owner's L2 and the reader's TLB warm up), then a timed
     // pass that is not kept; the kept samples warm up for 64 loads only.
     const uint32_t warm = s < 0 ? loads : 64;
     *res = ChaseResult{0, 0};
-    if (pattern == ChasePattern::kLineWalkPlain) {
+    if (pattern == ChasePattern::kLineWalkPlain || pattern == ChasePattern::kEverySm) {
       chaseKernel<true><<<1, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), warm, loads, res);
     } else {
       chaseKernel<false><<<1, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), warm, loads, res);
@@ -785,11 +822,43 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("chaseKernel"));
     PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[reader].get(), "pointer chase"));
     // After warm + loads steps from node 0 the chain is at a known node.
-    size_t at = 0;
-    for (uint64_t i = 0; i < warm + static_cast<uint64_t>(loads); ++i)
-      at = next[at];
-    if (res->last != base + at * kChaseStride) ++wrong;
+    if (res->last != expected(warm + static_cast<uint64_t>(loads))) ++wrong;
     if (s >= 0) ns_per_load.push_back(static_cast<double>(res->ns) / loads);
+  }
+  if (pattern == ChasePattern::kEverySm) {
+    // Each SM walks half the chain after a short warm-up of its own (the owner's L2 is warm from the pass above;
+    // the 1 MiB chain lies within one or two pages, so the first loads warm this SM's TLB).
+    const uint32_t sm_warm = 256;
+    const uint32_t sm_loads = loads / 2;
+    std::set<uint32_t> seen;  // %smid values (they need not be dense)
+    for (int t = 0; t < sms; ++t) {
+      res[t] = ChaseResult{0, 0, 0, 0};
+      chaseTargetKernel<<<sms, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), static_cast<uint32_t>(t),
+                                                                   sm_warm, sm_loads, res);
+      PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("chaseTargetKernel"));
+      PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[reader].get(), "pointer chase (one SM)"));
+      if (res[t].last != expected(sm_warm + static_cast<uint64_t>(sm_loads))) ++wrong;
+      ns_per_load.push_back(static_cast<double>(res[t].ns) / sm_loads);
+      seen.insert(res[t].smid);
+    }
+    const auto fastest = std::min_element(ns_per_load.begin(), ns_per_load.end()) - ns_per_load.begin();
+    double sum = 0;
+    for (double v : ns_per_load)
+      sum += v;
+    const double mean = sum / static_cast<double>(ns_per_load.size());
+    rec.time_us = mean / 1e3;
+    rec.wrong = static_cast<double>(wrong);
+    rec.extra["ns_per_load"] = mean;
+    rec.extra["median_sm_ns"] = bench::median(ns_per_load);
+    rec.extra["min_sm_ns"] = ns_per_load[static_cast<size_t>(fastest)];
+    rec.extra["max_sm_ns"] = *std::max_element(ns_per_load.begin(), ns_per_load.end());
+    rec.extra["fastest_smid"] = res[fastest].smid;
+    rec.extra["sms"] = sms;
+    rec.extra["distinct_sms"] = static_cast<double>(seen.size());
+    rec.extra["chain_bytes"] = static_cast<double>(kChaseBytes);
+    rec.extra["stride_bytes"] = static_cast<double>(kChaseStride);
+    rec.extra["loads"] = sm_loads;
+    return Status::ok();
   }
   rec.time_us = bench::median(ns_per_load) / 1e3;
   rec.wrong = static_cast<double>(wrong);
@@ -803,7 +872,7 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
   return Status::ok();
 }
 
-enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom, kChasePlain };
+enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom, kChasePlain, kChaseEverySm };
 
 void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
   Record rec;
@@ -825,6 +894,9 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
     case Latency::kChasePlain:
       rec.impl = "peerlab.pointer_chase_ld";
       break;
+    case Latency::kChaseEverySm:
+      rec.impl = "peerlab.pointer_chase_sms";
+      break;
   }
   rec.name = flag ? "one_way" : "dependent_load";
   rec.src = a;
@@ -833,9 +905,10 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
     (void)_;
     Status st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
                      : measureChase(a, b,
-                                    kind == Latency::kChase        ? ChasePattern::kLineWalk
-                                    : kind == Latency::kChasePlain ? ChasePattern::kLineWalkPlain
-                                                                   : ChasePattern::kRandom,
+                                    kind == Latency::kChase          ? ChasePattern::kLineWalk
+                                    : kind == Latency::kChasePlain   ? ChasePattern::kLineWalkPlain
+                                    : kind == Latency::kChaseEverySm ? ChasePattern::kEverySm
+                                                                     : ChasePattern::kRandom,
                                     rec);
     if (!st.isOk()) {
       finish(state, rec, st);
@@ -1014,7 +1087,7 @@ void registerAll() {
   }
   for (auto [kind, label] :
        {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"},
-        std::pair{Latency::kChasePlain, "pointer_chase_ld"}}) {
+        std::pair{Latency::kChasePlain, "pointer_chase_ld"}, std::pair{Latency::kChaseEverySm, "pointer_chase_sms"}}) {
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
         if (a == b) continue;

@@ -37,6 +37,22 @@ enum What : uint32_t {
   kWhatLaunch = 7,     ///< waiting for this launch's own CTAs to start
 };
 
+/// Programmatic dependent launch (sm_90): wait until the grids this one depends on have completed and their memory
+/// is visible; a no-op for a kernel launched without the attribute. Nothing before it may touch global memory.
+__device__ __forceinline__ void awaitPriorGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// Lets the next kernel in the stream (when launched with the attribute) be scheduled now; it still waits for this
+/// grid's completion in its own awaitPriorGrids().
+__device__ __forceinline__ void releaseDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void prefetchL1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
@@ -134,12 +150,18 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   const int me = a.region.rank;
   const int tid = static_cast<int>(threadIdx.x);
   const uint64_t eb = a.elem_bytes;
+  const uint64_t resident = globalTimerNs();
+  // With programmatic launch this CTA may run before the previous kernel in the stream (an earlier call, or the
+  // producer of the counts and data) has finished: wait for it, then let the next kernel get scheduled behind us.
+  awaitPriorGrids();
+  releaseDependents();
   const uint64_t t0 = globalTimerNs();
   // Written by the previous call's kernel; CTA 0 advances it only after every CTA of this launch has read it.
   const uint64_t epoch = loadRelaxedGpu64(&a.state->epoch) + 1;
   uint64_t* const trace =
       a.trace != nullptr && blockIdx.x == 0 && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
   if (trace != nullptr) {
+    trace[kTraceResident] = resident;
     trace[kTraceEntry] = t0;
     if (epoch == 0) __trap();  // waits for the load before the timestamp
     trace[kTraceEpoch] = globalTimerNs();
@@ -417,6 +439,8 @@ __global__ void __launch_bounds__(kThreads) twoPhaseKernel(KernelArgs a) {
   const int me = a.region.rank;
   const int tid = static_cast<int>(threadIdx.x);
   const bool pull = a.transfer == static_cast<uint32_t>(Transfer::kPull);
+  awaitPriorGrids();
+  releaseDependents();
   const uint64_t epoch = a.state->epoch + 1;
   const uint32_t tag = static_cast<uint32_t>(epoch);
   const uint64_t t0 = globalTimerNs();
@@ -680,8 +704,11 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
   PEERLAB_ASSIGN_OR_RETURN(auto host, allocPinned(sizeof(DeviceStatus)));
   int sms = 0;
   int per_sm = 1;
+  int major = 0;
   {
     PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device));
+    PEERLAB_RETURN_IF_ERROR(
+        PEERLAB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(state->ptr, 0, sizeof(DeviceState))));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)));
     // Load the kernels now: with lazy loading a first launch may wait for the device to go idle, which a peer's
@@ -714,7 +741,7 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
     default_ctas = std::clamp(by_size, n, max_ctas);
   }
   return AllToAllV(options, protocol, layout, std::move(region), std::move(state), std::move(host), default_ctas,
-                   max_ctas, sms);
+                   max_ctas, sms, options.programmatic_launch && major >= 9);
 }
 
 KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_counts, int64_t* recv_offsets) const {
@@ -755,25 +782,37 @@ Status AllToAllV::run(cudaStream_t stream, const int64_t* send_counts, int64_t* 
   const bool fused = protocol_ == Protocol::kFused;
   const int grid = gridFor(ctas);
   const KernelArgs args = kernelArgs(send_counts, recv_counts, recv_offsets);
-  auto launch = [&] {
-    if (fused && grid > sms_) {
-      fusedKernel<2><<<grid, kThreads, 0, stream>>>(args);
-    } else if (fused) {
-      fusedKernel<1><<<grid, kThreads, 0, stream>>>(args);
-    } else {
-      twoPhaseKernel<<<grid, kThreads, 0, stream>>>(args);
-    }
+  auto launch = [&]() -> cudaError_t {
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = programmatic_ ? 1 : 0;
+    if (fused && grid > sms_) return cudaLaunchKernelEx(&cfg, fusedKernel<2>, args);
+    if (fused) return cudaLaunchKernelEx(&cfg, fusedKernel<1>, args);
+    return cudaLaunchKernelEx(&cfg, twoPhaseKernel, args);
   };
+  const char* what = fused ? "alltoallv fusedKernel" : "alltoallv twoPhaseKernel";
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) (void)cudaGetLastError();
+  cudaError_t err = cudaSuccess;
   if (current != device()) {
     PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device()));
-    launch();
+    err = launch();
   } else {
-    launch();
+    err = launch();
   }
   last_stream_ = stream;
-  return PEERLAB_CUDA_LAUNCH(fused ? "alltoallv fusedKernel" : "alltoallv twoPhaseKernel");
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::cudaStatus(err, what, __FILE__, __LINE__);
+  }
+  return PEERLAB_CUDA_LAUNCH(what);
 }
 
 Status AllToAllV::checkStatus(cudaStream_t stream, Deadline deadline) {

@@ -86,6 +86,13 @@ struct Options {
   uint64_t chunk_bytes = 0;
   int max_ctas = 0;  ///< CTAs per launch at most: 0 = as many as can be resident at once (two-phase: one per SM)
   int64_t timeout_ms = 10'000;  ///< bound of every device-side wait
+  /// Programmatic dependent launch (compute capability 9.0 and up; ignored below): each call's kernel is launched
+  /// with cudaLaunchAttributeProgrammaticStreamSerialization, so the GPU may schedule it while the previous kernel in
+  /// the stream is still running; it waits for that kernel's completion and memory (griddepcontrol.wait) before it
+  /// reads or writes anything, so results are the same, and back-to-back calls overlap one call's launch with the
+  /// previous call's tail. Each call also lets the kernel after it launch early: work after a call that opts into
+  /// programmatic launch itself must wait for its prerequisites (cudaGridDependencySynchronize) as usual.
+  bool programmatic_launch = true;
 };
 
 /// Device-side status of the calls since the last check (first error wins).
@@ -158,9 +165,9 @@ static_assert(std::is_trivially_copyable_v<KernelArgs>);
 /// Diagnostics of the fused protocol: CTA 0's thread 0 of call e writes %globaltimer at these points into
 /// trace[(e % kTraceCalls) * kTracePoints + point].
 inline constexpr int kTraceCalls = 64;
-inline constexpr int kTracePoints = 8;
+inline constexpr int kTracePoints = 9;
 enum TracePoint : int {
-  kTraceEntry = 0,    ///< kernel entry
+  kTraceEntry = 0,    ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
   kTraceSent = 1,     ///< this thread's share of the header and LL payload stores issued
   kTraceCounts = 2,   ///< the count matrix read and checked (after the CTA barrier)
   kTracePayload = 3,  ///< this thread's LL payload words copied out (large segments done)
@@ -168,6 +175,7 @@ enum TracePoint : int {
   kTraceExit = 5,     ///< the epoch written
   kTraceEpoch = 6,    ///< the epoch loaded (between kTraceEntry and kTraceSent)
   kTraceRow = 7,      ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
+  kTraceResident = 8,  ///< CTA 0 running, before it waits for the previous kernel (programmatic launch)
 };
 
 class AllToAllV {
@@ -214,6 +222,8 @@ class AllToAllV {
   int gridFor(int ctas) const;
   /// The protocol in use (kAuto resolved).
   Protocol protocol() const { return protocol_; }
+  /// Whether calls launch with programmatic dependent launch (Options::programmatic_launch and the device has it).
+  bool programmaticLaunch() const { return programmatic_; }
   /// The arguments the next launch gets (for tests).
   KernelArgs kernelArgs(const int64_t* send_counts, int64_t* recv_counts, int64_t* recv_offsets) const;
   /// Diagnostics: later fused launches write their phase timestamps (TracePoint) into `device_words`
@@ -222,7 +232,7 @@ class AllToAllV {
 
  private:
   AllToAllV(Options options, Protocol protocol, RegionLayout layout, SymmetricRegion region, DeviceBuffer state,
-            PinnedBuffer host, int default_ctas, int max_ctas, int sms)
+            PinnedBuffer host, int default_ctas, int max_ctas, int sms, bool programmatic)
       : options_(options),
         protocol_(protocol),
         layout_(layout),
@@ -231,7 +241,8 @@ class AllToAllV {
         host_status_(std::move(host)),
         default_ctas_(default_ctas),
         max_ctas_(max_ctas),
-        sms_(sms) {}
+        sms_(sms),
+        programmatic_(programmatic) {}
 
   Status drain(Deadline deadline);
 
@@ -244,6 +255,7 @@ class AllToAllV {
   int default_ctas_ = 0;
   int max_ctas_ = 0;
   int sms_ = 0;
+  bool programmatic_ = false;  ///< options_.programmatic_launch on a device that has it
   cudaStream_t last_stream_ = nullptr;
   uint64_t* trace_ = nullptr;
 };

@@ -14,6 +14,7 @@
 #include "reference/alltoallv/traffic.h"
 #include "reference/alltoallv/verify.h"
 #include "reference/core/check.h"
+#include "reference/core/device_time.cuh"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/testing.h"
@@ -404,6 +405,94 @@ TEST_P(AllToAllVModes, MissingRankGivesTimeoutOnTheOthersWithinOneDeadlineForQue
   PEERLAB_ASSERT_OK(boot.barrier(soon()));
   PEERLAB_ASSERT_OK(a2a.close(boot, soon()));
   EXPECT_TRUE(ipc::counters().balanced()) << ipc::counters().toString();
+}
+
+// A producer that lets the kernel after it launch at once (as a producer written for programmatic launch does) and
+// only after `delay_ns` writes the counts and the send data (copied from staging). Block 0 records when it finished.
+__global__ void lateProducer(const int64_t* counts_from, int64_t* counts_to, int n, const uint8_t* data_from,
+                             uint8_t* data_to, uint64_t bytes, uint64_t delay_ns, uint64_t* finished_at) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const uint64_t t0 = globalTimerNs();
+  while (globalTimerNs() - t0 < delay_ns) {
+  }
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (uint64_t i = first; i < static_cast<uint64_t>(n); i += stride)
+    counts_to[i] = counts_from[i];
+  for (uint64_t i = first; i < bytes; i += stride)
+    data_to[i] = data_from[i];
+  __syncthreads();
+  if (blockIdx.x == 0 && threadIdx.x == 0) *finished_at = globalTimerNs();
+}
+
+// With programmatic launch a call's kernel may be resident before the kernel ahead of it has finished: it must not
+// read counts or data until then. The producer here releases it at once and writes 200 us later; the real counts
+// hold -1 (bad input) and the send buffer the previous call's data until it does, so a call that read early would
+// fail or deliver wrong data. The fused kernel's trace shows that its CTA 0 did become resident early.
+TEST_P(AllToAllVModes, ProgrammaticLaunchWaitsForAProducerThatReleasesItEarly) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Ctx c, makeCtx(boot));
+  cudaStream_t s = c.stream.get();
+  const size_t elem = 2;
+  TrafficParams p = makeTraffic(TrafficKind::kRandom, 2, 6000, 4242, 1.2, 9);
+  const Options o = optionsFor(*GetParam(), elem, trafficSendBound(p), trafficRecvBound(p));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto a2a, AllToAllV::create(boot, c.rank, o, soon()));
+  int major = 0;
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c.rank)));
+  EXPECT_EQ(a2a.programmaticLaunch(), major >= 9);
+  const bool fused = a2a.protocol() == Protocol::kFused;
+  constexpr int kCalls = 20;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto trace, allocDevice(c.rank, kTraceCalls * kTracePoints * sizeof(uint64_t)));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto finished, allocDevice(c.rank, (kCalls + 1) * sizeof(uint64_t)));
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemsetAsync(trace->ptr, 0, kTraceCalls * kTracePoints * sizeof(uint64_t), s)));
+  if (fused) a2a.setTrace(trace->as<uint64_t>());
+  const size_t send_bytes = o.send_capacity * elem;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto stage_counts, allocDevice(c.rank, kMaxRanks * sizeof(int64_t)));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto stage_data, allocDevice(c.rank, send_bytes));
+  const uint64_t mine = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::vector<uint64_t> seeds(boot.size());
+  PEERLAB_ASSERT_OK(boot.allgather(&mine, seeds.data(), sizeof(mine), soon()));
+  const uint64_t seed = patternSeed(seeds[0], 0, 0, elem);
+  PEERLAB_ASSERT_OK(c.driver.setCall(1, s));
+  for (int call = 1; call <= kCalls; ++call) {
+    PEERLAB_ASSERT_OK(c.driver.writeCounts(p, c.rank, stage_counts->as<int64_t>(), s));
+    PEERLAB_ASSERT_OK(c.driver.fillSend(p, c.rank, stage_data->ptr, elem, seed, s));
+    PEERLAB_ASSERT_OK(c.driver.poisonRecv(p, c.rank, a2a.recvBuffer(), o.recv_capacity * elem, elem, seed, s));
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemsetAsync(c.send(), 0xFF, c.n * sizeof(int64_t), s)));
+    lateProducer<<<1, 256, 0, s>>>(stage_counts->as<int64_t>(), c.send(), c.n, stage_data->as<uint8_t>(),
+                                   static_cast<uint8_t*>(a2a.sendBuffer()), send_bytes, 200'000,
+                                   finished->as<uint64_t>() + call);
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA_LAUNCH("lateProducer"));
+    PEERLAB_ASSERT_OK(a2a.run(s, c.send(), c.recvCounts(), c.recvOffsets()));
+    PEERLAB_ASSERT_OK(
+        c.driver.checkRecv(p, c.rank, a2a.recvBuffer(), c.recvCounts(), c.recvOffsets(), elem, seed, s));
+    PEERLAB_ASSERT_OK(c.driver.advance(s));
+  }
+  PEERLAB_ASSERT_OK(a2a.checkStatus(s, soon()));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto r, c.driver.collect(s, soon()));
+  EXPECT_TRUE(r.ok()) << r.wrong_elements << " wrong elements (first at " << r.first_bad << "), " << r.wrong_counts
+                      << " wrong counts over " << kCalls << " calls";
+  EXPECT_GT(r.checked_elements, 0u);
+  if (fused && a2a.programmaticLaunch()) {
+    // Call e (epoch e) wrote its trace row e % kTraceCalls.
+    std::vector<uint64_t> t(kTraceCalls * kTracePoints);
+    std::vector<uint64_t> done(kCalls + 1);
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemcpy(t.data(), trace->ptr, t.size() * 8, cudaMemcpyDeviceToHost)));
+    PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemcpy(done.data(), finished->ptr, done.size() * 8, cudaMemcpyDeviceToHost)));
+    int early = 0;
+    for (int call = 1; call <= kCalls; ++call) {
+      const uint64_t* row = t.data() + (call % kTraceCalls) * kTracePoints;
+      ASSERT_NE(row[kTraceEntry], 0u) << "call " << call << " left no trace";
+      EXPECT_GE(row[kTraceEntry], done[call]) << "call " << call << " went on before its producer finished";
+      if (row[kTraceResident] < done[call]) ++early;
+    }
+    EXPECT_GT(early, 0) << "no call's kernel was resident before its producer finished: the test proved nothing";
+  }
+  PEERLAB_ASSERT_OK(boot.barrier(soon()));
+  PEERLAB_ASSERT_OK(a2a.close(boot, soon()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Protocols, AllToAllVModes, ::testing::Values(&kFused, &kFusedQueue, &kTwoPhasePush),
