@@ -24,9 +24,6 @@ constexpr uint64_t kBytesPerCta = 64 * 1024;
 constexpr uint64_t kFusedBytesPerCta = 8 * 1024;
 /// Fused: local segments up to this size are prefetched into L1 while the counts travel.
 constexpr uint64_t kPrefetchBytes = 256 * 1024;
-/// Fused: send buffers of at most this size (one 128-byte line per thread of a CTA) are prefetched into every CTA's
-/// L1 at kernel start.
-constexpr uint64_t kPrefetchSendBytes = 128 * kThreads;
 
 /// Which wait or check produced a device error.
 enum What : uint32_t {
@@ -158,16 +155,6 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   // producer of the counts and data) has finished: wait for it, then let the next kernel get scheduled behind us.
   awaitPriorGrids();
   releaseDependents();
-  // The send counts, the head of the send buffer and the epoch are independent: their loads go out together (the
-  // counts and the prefetch before the epoch's load, which orders what follows it).
-  const int64_t my_count = tid < n ? a.send_counts[tid] : 0;
-  {
-    // Small calls: the whole send buffer (the LL payload comes from it) into this SM's L1 while the counts travel.
-    const uint64_t head = a.send_capacity * eb;
-    if (head <= kPrefetchSendBytes && 128 * static_cast<uint64_t>(tid) < head) {
-      prefetchL1(a.region.at<uint8_t>(me, a.send_offset) + 128 * static_cast<uint64_t>(tid));
-    }
-  }
   const uint64_t t0 = globalTimerNs();
   // Written by the previous call's kernel; CTA 0 advances it only after every CTA of this launch has read it.
   const uint64_t epoch = loadRelaxedGpu64(&a.state->epoch) + 1;
@@ -194,7 +181,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   // Computed once per CTA into shared memory, with the LL send list: per-thread copies would live in local memory,
   // and the stack frames of a 512-thread CTA do not stay in L1 (every access a round trip to L2, microseconds in all).
   // The counts are loaded by one thread each (a loop of loads and checks would wait for each load in turn).
-  if (tid < n) s_count[tid] = my_count;
+  if (tid < n) s_count[tid] = a.send_counts[tid];
   __syncthreads();
   if (tid == 0) {
     uint64_t send_total = 0;
@@ -299,16 +286,6 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     bool large = false;
     for (int i = 0; i < n; ++i)
       large = large || (i != me && (m[me * n + i] * eb > a.ll_bytes || m[i * n + me] * eb > a.ll_bytes));
-    // Small calls: this thread's first LL payload line is read now and looked at after the local copy, so the two
-    // trips to memory overlap.
-    const LlList& rl = s_recv;
-    const uint4* first_line = nullptr;
-    uint4 first = make_uint4(0, 0, 0, 0);
-    if (!large && gtid < rl.words) {
-      const int j = llPeerIndex(rl, n, gtid);
-      first_line = slotOf(me, llRecvPeer(me, j, n)) + kLlHeaderWords + (gtid - rl.first[j]);
-      first = loadLlLine(first_line);
-    }
 
     if (large) {
       // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
@@ -381,14 +358,13 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 
     // 3c. Small segments out of the LL slots into the receive buffer, spread over every thread of the grid.
     {
-      const LlList& list = rl;
+      const LlList& list = s_recv;
       for (uint64_t w = gtid; w < list.words; w += gthreads) {
         const int j = llPeerIndex(list, n, w);
         const int s = llRecvPeer(me, j, n);
         const uint64_t p = w - list.first[j];
         uint64_t v = 0;
-        const bool early = w == gtid && first_line != nullptr && llComplete(first, tag, &v);
-        if (!early && !waitLlOrGiveUp(slotOf(me, s) + kLlHeaderWords + p, tag, a, t0, &v)) {
+        if (!waitLlOrGiveUp(slotOf(me, s) + kLlHeaderWords + p, tag, a, t0, &v)) {
           reportError(a.state, kDeviceTimeout, s, epoch, 0, 0, kWhatPayload);
           break;
         }
@@ -731,7 +707,8 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
   int major = 0;
   {
     PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device));
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)));
+    PEERLAB_RETURN_IF_ERROR(
+        PEERLAB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(state->ptr, 0, sizeof(DeviceState))));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)));
     // Load the kernels now: with lazy loading a first launch may wait for the device to go idle, which a peer's

@@ -121,51 +121,20 @@ __host__ __device__ inline void pieceRange(uint64_t chunks, int pieces, int i, u
   *end = *begin + base + (ui < extra ? 1 : 0);
 }
 
-/// The work queue's chunks taper: the last 1/kQueueTailShare of a segment's body goes out in chunks of
-/// 1/kQueueTailDivisor the size, so CTAs running out of work near the end of a call wait for a short chunk of their
-/// neighbours, not a full one (with 64 KB chunks a CTA moves one in about 26 us at 128 MB per rank).
-inline constexpr uint64_t kQueueTailShare = 16;
-inline constexpr uint64_t kQueueTailDivisor = 4;
-
-/// Body units [0, head) go out in chunks of `units`, the tail [head, p.chunks) in chunks of `small`.
-struct QueueCut {
-  uint64_t head = 0;
-  uint64_t small = 1;
-  uint64_t big_chunks = 0;
-};
-__host__ __device__ inline QueueCut queueCut(const CopyPlan& p, uint64_t units) {
-  QueueCut q;
-  q.small = units / kQueueTailDivisor > 0 ? units / kQueueTailDivisor : 1;
-  const uint64_t tail = units >= kQueueTailDivisor ? p.chunks / kQueueTailShare / q.small * q.small : 0;
-  q.head = p.chunks - tail;
-  q.big_chunks = (q.head + units - 1) / units;
-  return q;
-}
-
-/// Queue chunks of a segment copy cut as `p` (`bytes` in total) when a chunk holds `units` 16-byte body units (the
-/// tapered tail's chunks fewer, see kQueueTailShare): at least one chunk when there is any byte (chunk 0 copies the
-/// head, the last chunk the tail), none for an empty segment.
+/// Queue chunks of a segment copy cut as `p` (`bytes` in total) when a chunk holds `units` 16-byte body units: the
+/// body split in runs of `units`, at least one chunk when there is any byte (chunk 0 copies the head, the last chunk
+/// the tail), none for an empty segment.
 __host__ __device__ inline uint64_t queueChunks(const CopyPlan& p, uint64_t bytes, uint64_t units) {
   if (bytes == 0) return 0;
   if (p.chunks == 0) return 1;
-  const QueueCut q = queueCut(p, units);
-  return q.big_chunks + (p.chunks - q.head + q.small - 1) / q.small;
+  return (p.chunks + units - 1) / units;
 }
 /// Body units [begin, end) of queue chunk `c` (see queueChunks).
 __host__ __device__ inline void queueChunkRange(const CopyPlan& p, uint64_t units, uint64_t c, uint64_t* begin,
                                                 uint64_t* end) {
-  const QueueCut q = queueCut(p, units);
-  uint64_t b = 0;
-  uint64_t e = 0;
-  if (c < q.big_chunks) {
-    b = c * units;
-    e = b + units < q.head ? b + units : q.head;
-  } else {
-    b = q.head + (c - q.big_chunks) * q.small;
-    e = b + q.small;
-  }
+  const uint64_t b = c * units;
   *begin = b < p.chunks ? b : p.chunks;
-  *end = e < p.chunks ? e : p.chunks;
+  *end = b + units < p.chunks ? b + units : p.chunks;
 }
 
 /// Smallest and largest queue chunk the automatic choice picks.

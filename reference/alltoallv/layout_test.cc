@@ -271,21 +271,6 @@ TEST(Layout, QueueChunksTileEverySegmentOnce) {
     }
     ASSERT_EQ(next, p.chunks);
   }
-  // A large segment: full chunks, then the last sixteenth of the body in quarter chunks.
-  {
-    const CopyPlan p = planCopy(0, 0, 32ull << 20);
-    const uint64_t units = 4096;  // 64 KB
-    const uint64_t chunks = queueChunks(p, 32ull << 20, units);
-    EXPECT_EQ(chunks, 480u + 128u);
-    uint64_t b = 0, e = 0;
-    queueChunkRange(p, units, 479, &b, &e);
-    EXPECT_EQ(e - b, units);
-    queueChunkRange(p, units, 480, &b, &e);
-    EXPECT_EQ(b, 480u * units);
-    EXPECT_EQ(e - b, units / 4);
-    queueChunkRange(p, units, chunks - 1, &b, &e);
-    EXPECT_EQ(e, p.chunks);
-  }
   for (uint64_t total : {0ull, 1ull << 20, 1ull << 27, 1ull << 34}) {
     for (int ctas : {1, 4, 132, 264}) {
       const uint64_t c = autoChunkBytes(total, ctas);

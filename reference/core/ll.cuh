@@ -17,26 +17,15 @@ __device__ __forceinline__ void storeLl(uint4* p, uint64_t data, uint32_t tag) {
                : "memory");
 }
 
-/// Issues a read of the line at `p` and returns it raw: the thread only waits for it where llComplete() looks at
-/// it, so other work can go on while the read is in flight.
-__device__ __forceinline__ uint4 loadLlLine(const uint4* p) {
-  uint4 l;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(l.x), "=r"(l.y), "=r"(l.z), "=r"(l.w)
-               : "l"(p)
-               : "memory");
-  return l;
-}
-
-/// True when both halves of line `l` carry `tag` (then `*data` is the payload).
-__device__ __forceinline__ bool llComplete(const uint4& l, uint32_t tag, uint64_t* data) {
-  *data = static_cast<uint64_t>(l.z) << 32 | l.x;
-  return l.y == tag && l.w == tag;
-}
-
 /// Reads the line at `p`; true when both halves carry `tag` (then `*data` is the payload).
 __device__ __forceinline__ bool loadLl(const uint4* p, uint32_t tag, uint64_t* data) {
-  return llComplete(loadLlLine(p), tag, data);
+  uint32_t d0, f0, d1, f1;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+               : "l"(p)
+               : "memory");
+  *data = static_cast<uint64_t>(d1) << 32 | d0;
+  return f0 == tag && f1 == tag;
 }
 
 /// Spins on the line at `p` until it carries `tag`, or until `timeout_ns` after `t0` (%globaltimer) has passed.
