@@ -834,7 +834,7 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     for (int t = 0; t < sms; ++t) {
       res[t] = ChaseResult{0, 0, 0, 0};
       chaseTargetKernel<<<sms, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), static_cast<uint32_t>(t),
-                                                                   sm_warm, sm_loads, res);
+                                                                 sm_warm, sm_loads, res);
       PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("chaseTargetKernel"));
       PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[reader].get(), "pointer chase (one SM)"));
       if (res[t].last != expected(sm_warm + static_cast<uint64_t>(sm_loads))) ++wrong;

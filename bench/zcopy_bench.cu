@@ -2,7 +2,8 @@
 // sit side by side. Run as `zcopy_bench --ranks=2`; rank 0 drives the GPU pair's source device, rank 1 the
 // destination: PEERLAB_ZCOPY_DEVICES=a,b (default 0,1). `peerlab bench` covers every ordered pair by running the
 // binary once per pair with PEERLAB_ZCOPY_DEVICES set (a != b). PEERLAB_ZCOPY_HANDLE=legacy|vmm_fd picks how the
-// data windows are shared (default vmm_fd).
+// data windows are shared (default vmm_fd). PEERLAB_ZCOPY_PROGRAMMATIC=0 launches the sm_signal kernels without
+// programmatic dependent launch (default on; counter `programmatic`).
 //
 // time_us is ONE-WAY per message, the median of many samples:
 //   8 B - 64 KB (latency): ping-pong, rank 0 sends, rank 1 receives and sends back; a sample is N round trips timed
@@ -139,6 +140,7 @@ struct PairConfig {
   bool calls = false;          // register calls/uni and graph-calls/uni
   bool graph_kernels = false;  // register graph-kernels/uni
   int kernel_threads = 0;      // threads of the kernel/uni block; 0: one per LL line of the message (32 .. 512)
+  bool programmatic = true;    // ContextOptions::programmatic_launch
   std::string error;
 };
 
@@ -177,6 +179,14 @@ const PairConfig& pairConfig() {
           c.error = "PEERLAB_ZCOPY_VARIANTS: unknown variant \"" + item +
                     "\" (default, all, calls, graph-calls, graph-kernels)";
         }
+      }
+    }
+    if (const char* env = std::getenv("PEERLAB_ZCOPY_PROGRAMMATIC"); env != nullptr && *env != '\0') {
+      const std::string v(env);
+      if (v != "0" && v != "1") {
+        c.error = "PEERLAB_ZCOPY_PROGRAMMATIC=\"" + v + "\": expected 0 or 1";
+      } else {
+        c.programmatic = v == "1";
       }
     }
     if (const char* env = std::getenv("PEERLAB_ZCOPY_KERNEL_THREADS"); env != nullptr && *env != '\0') {
@@ -431,6 +441,7 @@ Status setupShared(World& w) {
   o.device = w.device;
   o.channels = 6;
   o.device_timeout_ns = kDeviceTimeoutNs;
+  o.programmatic_launch = pairConfig().programmatic;
   PEERLAB_ASSIGN_OR_RETURN(zcopy::Context ctx, zcopy::Context::create(*w.boot, o, deadline));
   w.ctx.emplace(std::move(ctx));
   // Per protocol: channel 2i carries rank 0 -> rank 1, channel 2i + 1 the way back.
@@ -902,6 +913,9 @@ void runSpec(benchmark::State& state, const Spec& spec, const std::string& row) 
                                                     : zcopy::smsOccupied(protocolOf(spec.impl), spec.bytes,
                                                                          spec.variant == Variant::kGraphKernels);
       if (spec.mode == Mode::kKernel) rec.extra["threads"] = kernelThreads(spec.bytes);
+      if (protocolOf(spec.impl) == Protocol::kSmSignal && spec.mode != Mode::kKernel) {
+        rec.extra["programmatic"] = pairConfig().programmatic ? 1 : 0;
+      }
     }
     publish(state, rec);
   }

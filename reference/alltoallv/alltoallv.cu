@@ -9,6 +9,7 @@
 #include "reference/core/check.h"
 #include "reference/core/device_time.cuh"
 #include "reference/core/ll.cuh"
+#include "reference/core/programmatic.cuh"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
 
@@ -36,22 +37,6 @@ enum What : uint32_t {
   kWhatPayload = 6,    ///< waiting for a peer's LL payload words
   kWhatLaunch = 7,     ///< waiting for this launch's own CTAs to start
 };
-
-/// Programmatic dependent launch (sm_90): wait until the grids this one depends on have completed and their memory
-/// is visible; a no-op for a kernel launched without the attribute. Nothing before it may touch global memory.
-__device__ __forceinline__ void awaitPriorGrids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/// Lets the next kernel in the stream (when launched with the attribute) be scheduled now; it still waits for this
-/// grid's completion in its own awaitPriorGrids().
-__device__ __forceinline__ void releaseDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 __device__ __forceinline__ void prefetchL1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
@@ -704,11 +689,8 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
   PEERLAB_ASSIGN_OR_RETURN(auto host, allocPinned(sizeof(DeviceStatus)));
   int sms = 0;
   int per_sm = 1;
-  int major = 0;
   {
     PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device));
-    PEERLAB_RETURN_IF_ERROR(
-        PEERLAB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(state->ptr, 0, sizeof(DeviceState))));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)));
     // Load the kernels now: with lazy loading a first launch may wait for the device to go idle, which a peer's
@@ -741,7 +723,7 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
     default_ctas = std::clamp(by_size, n, max_ctas);
   }
   return AllToAllV(options, protocol, layout, std::move(region), std::move(state), std::move(host), default_ctas,
-                   max_ctas, sms, options.programmatic_launch && major >= 9);
+                   max_ctas, sms, options.programmatic_launch && programmaticLaunchSupported(device));
 }
 
 KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_counts, int64_t* recv_offsets) const {
@@ -783,19 +765,11 @@ Status AllToAllV::run(cudaStream_t stream, const int64_t* send_counts, int64_t* 
   const int grid = gridFor(ctas);
   const KernelArgs args = kernelArgs(send_counts, recv_counts, recv_offsets);
   auto launch = [&]() -> cudaError_t {
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = programmatic_ ? 1 : 0;
-    if (fused && grid > sms_) return cudaLaunchKernelEx(&cfg, fusedKernel<2>, args);
-    if (fused) return cudaLaunchKernelEx(&cfg, fusedKernel<1>, args);
-    return cudaLaunchKernelEx(&cfg, twoPhaseKernel, args);
+    const dim3 g(static_cast<unsigned>(grid));
+    const dim3 b(kThreads);
+    if (fused && grid > sms_) return launchKernel(fusedKernel<2>, g, b, stream, programmatic_, args);
+    if (fused) return launchKernel(fusedKernel<1>, g, b, stream, programmatic_, args);
+    return launchKernel(twoPhaseKernel, g, b, stream, programmatic_, args);
   };
   const char* what = fused ? "alltoallv fusedKernel" : "alltoallv twoPhaseKernel";
   int current = -1;
@@ -810,7 +784,7 @@ Status AllToAllV::run(cudaStream_t stream, const int64_t* send_counts, int64_t* 
   last_stream_ = stream;
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return detail::cudaStatus(err, what, __FILE__, __LINE__);
+    return ::peerlab::detail::cudaStatus(err, what, __FILE__, __LINE__);
   }
   return PEERLAB_CUDA_LAUNCH(what);
 }

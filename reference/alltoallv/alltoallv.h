@@ -167,14 +167,14 @@ static_assert(std::is_trivially_copyable_v<KernelArgs>);
 inline constexpr int kTraceCalls = 64;
 inline constexpr int kTracePoints = 9;
 enum TracePoint : int {
-  kTraceEntry = 0,    ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
-  kTraceSent = 1,     ///< this thread's share of the header and LL payload stores issued
-  kTraceCounts = 2,   ///< the count matrix read and checked (after the CTA barrier)
-  kTracePayload = 3,  ///< this thread's LL payload words copied out (large segments done)
-  kTraceClose = 4,    ///< every CTA of the launch arrived
-  kTraceExit = 5,     ///< the epoch written
-  kTraceEpoch = 6,    ///< the epoch loaded (between kTraceEntry and kTraceSent)
-  kTraceRow = 7,      ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
+  kTraceEntry = 0,     ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
+  kTraceSent = 1,      ///< this thread's share of the header and LL payload stores issued
+  kTraceCounts = 2,    ///< the count matrix read and checked (after the CTA barrier)
+  kTracePayload = 3,   ///< this thread's LL payload words copied out (large segments done)
+  kTraceClose = 4,     ///< every CTA of the launch arrived
+  kTraceExit = 5,      ///< the epoch written
+  kTraceEpoch = 6,     ///< the epoch loaded (between kTraceEntry and kTraceSent)
+  kTraceRow = 7,       ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
   kTraceResident = 8,  ///< CTA 0 running, before it waits for the previous kernel (programmatic launch)
 };
 

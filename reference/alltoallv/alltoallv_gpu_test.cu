@@ -17,6 +17,7 @@
 #include "reference/core/device_time.cuh"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
+#include "reference/core/programmatic.cuh"
 #include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/nccl/alltoall.h"
@@ -411,9 +412,7 @@ TEST_P(AllToAllVModes, MissingRankGivesTimeoutOnTheOthersWithinOneDeadlineForQue
 // only after `delay_ns` writes the counts and the send data (copied from staging). Block 0 records when it finished.
 __global__ void lateProducer(const int64_t* counts_from, int64_t* counts_to, int n, const uint8_t* data_from,
                              uint8_t* data_to, uint64_t bytes, uint64_t delay_ns, uint64_t* finished_at) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  releaseDependents();
   const uint64_t t0 = globalTimerNs();
   while (globalTimerNs() - t0 < delay_ns) {
   }
@@ -467,8 +466,7 @@ TEST_P(AllToAllVModes, ProgrammaticLaunchWaitsForAProducerThatReleasesItEarly) {
                                    finished->as<uint64_t>() + call);
     PEERLAB_ASSERT_OK(PEERLAB_CUDA_LAUNCH("lateProducer"));
     PEERLAB_ASSERT_OK(a2a.run(s, c.send(), c.recvCounts(), c.recvOffsets()));
-    PEERLAB_ASSERT_OK(
-        c.driver.checkRecv(p, c.rank, a2a.recvBuffer(), c.recvCounts(), c.recvOffsets(), elem, seed, s));
+    PEERLAB_ASSERT_OK(c.driver.checkRecv(p, c.rank, a2a.recvBuffer(), c.recvCounts(), c.recvOffsets(), elem, seed, s));
     PEERLAB_ASSERT_OK(c.driver.advance(s));
   }
   PEERLAB_ASSERT_OK(a2a.checkStatus(s, soon()));

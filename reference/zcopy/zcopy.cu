@@ -16,6 +16,7 @@
 #include "reference/core/device_time.cuh"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
+#include "reference/core/programmatic.cuh"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
 #include "reference/zcopy/handle_cache.h"
@@ -47,6 +48,8 @@ __global__ void graphWaitKernel(const uint32_t* local_word, uint32_t* counter, u
 // always waits for all kSmMaxBlocks words. The last block to finish advances the device epoch.
 __global__ void __launch_bounds__(kSmSendThreads)
     smSendKernel(SmEndpointView v, const uint8_t* src, uint64_t dst_offset, uint64_t bytes) {
+  awaitPriorGrids();
+  releaseDependents();
   if (bytes <= kSmLlMaxBytes && dst_offset < kSmLlMaxOffset) {
     if (blockIdx.x == 0) (void)smBlockSend(v, src, dst_offset, bytes);
     return;
@@ -95,16 +98,24 @@ __global__ void __launch_bounds__(kSmSendThreads)
   }
 }
 
+// Every sm_signal kernel may be launched programmatically (ContextOptions::programmatic_launch): it waits for the
+// kernel before it in the stream before touching memory, then lets the next one be scheduled.
 __global__ void smFreeKernel(SmEndpointView v) {
+  awaitPriorGrids();
+  releaseDependents();
   smThreadPostFree(v);
 }
 
 __global__ void smWaitKernel(SmEndpointView v) {
+  awaitPriorGrids();
+  releaseDependents();
   (void)smBlockWait(v);
 }
 
 // Adjacent sm_signal calls of a MemOpBatch, fused: one launch runs them in order.
 __global__ void __launch_bounds__(kSmSendThreads) smProgramKernel(SmProgram p) {
+  awaitPriorGrids();
+  releaseDependents();
   smRunSteps(p.step, p.count);
 }
 
@@ -196,6 +207,7 @@ struct Context::Impl {
   Stream probe;  // the stream-memory-operation probe at creation (the rescue stream stays free of it)
   Event done;
   bool can_flush_remote_writes = false;
+  bool programmatic = false;                            // options.programmatic_launch on a device that has it
   std::vector<int32_t> peer_pid;                        // 0: not watched
   std::vector<int> peer_access_to;                      // devices this context enabled peer access to
   std::vector<std::weak_ptr<Channel::State>> channels;  // by slot
@@ -326,8 +338,14 @@ Status MemOpBatch::flushSteps() {
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaGetDevice(&device)));
   }
   PEERLAB_ASSIGN_OR_RETURN(auto guard, DeviceGuard::make(device));
+  const bool programmatic = program_programmatic_;
+  program_programmatic_ = true;
   // One warp polls; a send needs the block of the send kernel.
-  smProgramKernel<<<1, kSmSendThreads, 0, stream_>>>(p);
+  const cudaError_t err = launchKernel(smProgramKernel, dim3(1), dim3(kSmSendThreads), stream_, programmatic, p);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return ::peerlab::detail::cudaStatus(err, "smProgramKernel", __FILE__, __LINE__);
+  }
   return PEERLAB_CUDA_LAUNCH("smProgramKernel");
 }
 
@@ -362,7 +380,7 @@ Status MemOpBatch::addWrite(uint32_t* addr, uint32_t value) {
   return Status::ok();
 }
 
-Status MemOpBatch::addSmStep(const SmStep& step) {
+Status MemOpBatch::addSmStep(const SmStep& step, bool programmatic) {
   if (step.kind == SmStepKind::kSend && step.bytes > kSmFusedSendBytes) {
     return PEERLAB_INVALID_ARGUMENT("MemOpBatch::addSmStep: a fused send moves at most " +
                                     std::to_string(kSmFusedSendBytes) + " bytes, not " + std::to_string(step.bytes));
@@ -370,6 +388,7 @@ Status MemOpBatch::addSmStep(const SmStep& step) {
   PEERLAB_RETURN_IF_ERROR(flushMemOps());
   if (program_.count >= kSmProgramSteps) PEERLAB_RETURN_IF_ERROR(flushSteps());
   program_.step[program_.count++] = step;
+  program_programmatic_ = program_programmatic_ && programmatic;
   if (step.kind == SmStepKind::kSend) program_.has_send = 1;
   return Status::ok();
 }
@@ -562,6 +581,7 @@ StatusOr<Context> Context::create(Bootstrap& boot, const ContextOptions& options
     flush = 0;
   }
   c->can_flush_remote_writes = flush != 0;
+  c->programmatic = options.programmatic_launch && programmaticLaunchSupported(options.device);
   c->windows.emplace(ipc::makeHandleCache(ipc::ImportOptions{dev, {}}));
   c->channels.resize(slots);
   enablePeerAccess(*c);
@@ -893,25 +913,31 @@ Status enqueueSteps(Channel::State& s, Call call, const Steps& steps, StreamRef 
         case Call::kSendWait:
           return Status::ok();
       }
-      PEERLAB_RETURN_IF_ERROR(where.batch()->addSmStep(step));
+      PEERLAB_RETURN_IF_ERROR(where.batch()->addSmStep(step, c.programmatic));
       enqueued_any = true;
       return Status::ok();
     }
     PEERLAB_RETURN_IF_ERROR(flushBatch(where));
+    auto launched = [](cudaError_t err, const char* what) {
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ::peerlab::detail::cudaStatus(err, what, __FILE__, __LINE__);
+      }
+      return PEERLAB_CUDA_LAUNCH(what);
+    };
+    const bool pdl = c.programmatic;
     switch (call) {
       case Call::kSendPost:
-        smSendKernel<<<smSendBlocks(bytes), kSmSendThreads, 0, stream>>>(v, static_cast<const uint8_t*>(local),
-                                                                         remote_offset, bytes);
         enqueued_any = true;
-        return PEERLAB_CUDA_LAUNCH("smSendKernel");
+        return launched(launchKernel(smSendKernel, dim3(smSendBlocks(bytes)), dim3(kSmSendThreads), stream, pdl, v,
+                                     static_cast<const uint8_t*>(local), remote_offset, bytes),
+                        "smSendKernel");
       case Call::kRecvPost:
-        smFreeKernel<<<1, 1, 0, stream>>>(v);
         enqueued_any = true;
-        return PEERLAB_CUDA_LAUNCH("smFreeKernel");
+        return launched(launchKernel(smFreeKernel, dim3(1), dim3(1), stream, pdl, v), "smFreeKernel");
       case Call::kRecvWait:
-        smWaitKernel<<<1, kSmSendThreads, 0, stream>>>(v);
         enqueued_any = true;
-        return PEERLAB_CUDA_LAUNCH("smWaitKernel");
+        return launched(launchKernel(smWaitKernel, dim3(1), dim3(kSmSendThreads), stream, pdl, v), "smWaitKernel");
       case Call::kSendWait:
         return Status::ok();
     }

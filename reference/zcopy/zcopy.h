@@ -67,6 +67,9 @@ struct ContextOptions {
   uint32_t initial_epoch = 0;  ///< first epoch is initial_epoch + 1; near 2^32 to test wraps
   ipc::HandleKind semaphore_kind = ipc::HandleKind::kVmmFd;  ///< how the semaphore page is shared
   uint64_t device_timeout_ns = 10'000'000'000ull;            ///< bound of every device-side spin (sm_signal, graphs)
+  /// sm_signal kernels launch with programmatic dependent launch (reference/core/programmatic.cuh) where the device
+  /// has it: back to back, a call's kernel is scheduled while the previous one finishes and waits for it on the GPU.
+  bool programmatic_launch = true;
 };
 
 /// One rank's zero-copy state: the exported semaphore page and the peers' pages mapped, device epoch counters,
@@ -136,8 +139,9 @@ class MemOpBatch {
   Status addWait(const uint32_t* addr, uint32_t value, unsigned flags);
   /// Adds a write of `value` to `addr`, after everything before it is visible.
   Status addWrite(uint32_t* addr, uint32_t value);
-  /// Adds an sm_signal step (Channel calls do; a send of more than kSmFusedSendBytes is refused).
-  Status addSmStep(const SmStep& step);
+  /// Adds an sm_signal step (Channel calls do; a send of more than kSmFusedSendBytes is refused). The fused kernel
+  /// launches programmatically when every step of it asked for that.
+  Status addSmStep(const SmStep& step, bool programmatic = false);
 
  private:
   static constexpr size_t kMaxOps = 64;
@@ -146,6 +150,7 @@ class MemOpBatch {
   cudaStream_t stream_;
   std::vector<CUstreamBatchMemOpParams> ops_;
   SmProgram program_{};
+  bool program_programmatic_ = true;
 };
 
 /// Where a call enqueues: a stream (each semaphore operation its own command) or a MemOpBatch.
