@@ -429,7 +429,8 @@ __global__ void lateProducer(const int64_t* counts_from, int64_t* counts_to, int
 // With programmatic launch a call's kernel may be resident before the kernel ahead of it has finished: it must not
 // read counts or data until then. The producer here releases it at once and writes 200 us later; the real counts
 // hold -1 (bad input) and the send buffer the previous call's data until it does, so a call that read early would
-// fail or deliver wrong data. The fused kernel's trace shows that its CTA 0 did become resident early.
+// fail or deliver wrong data. The fused kernel's trace shows that its CTA 0 did become resident early (except under
+// compute-sanitizer, which serializes kernels).
 TEST_P(AllToAllVModes, ProgrammaticLaunchWaitsForAProducerThatReleasesItEarly) {
   PEERLAB_REQUIRE_GPUS(2);
   PEERLAB_TEST_RANKS(2, boot);
@@ -487,7 +488,10 @@ TEST_P(AllToAllVModes, ProgrammaticLaunchWaitsForAProducerThatReleasesItEarly) {
       EXPECT_GE(row[kTraceEntry], done[call]) << "call " << call << " went on before its producer finished";
       if (row[kTraceResident] < done[call]) ++early;
     }
-    EXPECT_GT(early, 0) << "no call's kernel was resident before its producer finished: the test proved nothing";
+    // compute-sanitizer runs kernels one after another, so nothing launches early under it.
+    if (testing::underSanitizer().empty()) {
+      EXPECT_GT(early, 0) << "no call's kernel was resident before its producer finished: the test proved nothing";
+    }
   }
   PEERLAB_ASSERT_OK(boot.barrier(soon()));
   PEERLAB_ASSERT_OK(a2a.close(boot, soon()));
