@@ -782,11 +782,7 @@ Status AllToAllV::run(cudaStream_t stream, const int64_t* send_counts, int64_t* 
     err = launch();
   }
   last_stream_ = stream;
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ::peerlab::detail::cudaStatus(err, what, __FILE__, __LINE__);
-  }
-  return PEERLAB_CUDA_LAUNCH(what);
+  return PEERLAB_CUDA_LAUNCHED(err, what);
 }
 
 Status AllToAllV::checkStatus(cudaStream_t stream, Deadline deadline) {

@@ -341,12 +341,8 @@ Status MemOpBatch::flushSteps() {
   const bool programmatic = program_programmatic_;
   program_programmatic_ = true;
   // One warp polls; a send needs the block of the send kernel.
-  const cudaError_t err = launchKernel(smProgramKernel, dim3(1), dim3(kSmSendThreads), stream_, programmatic, p);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ::peerlab::detail::cudaStatus(err, "smProgramKernel", __FILE__, __LINE__);
-  }
-  return PEERLAB_CUDA_LAUNCH("smProgramKernel");
+  return PEERLAB_CUDA_LAUNCHED(launchKernel(smProgramKernel, dim3(1), dim3(kSmSendThreads), stream_, programmatic, p),
+                               "smProgramKernel");
 }
 
 Status MemOpBatch::addWait(const uint32_t* addr, uint32_t value, unsigned flags) {
@@ -918,26 +914,20 @@ Status enqueueSteps(Channel::State& s, Call call, const Steps& steps, StreamRef 
       return Status::ok();
     }
     PEERLAB_RETURN_IF_ERROR(flushBatch(where));
-    auto launched = [](cudaError_t err, const char* what) {
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return ::peerlab::detail::cudaStatus(err, what, __FILE__, __LINE__);
-      }
-      return PEERLAB_CUDA_LAUNCH(what);
-    };
     const bool pdl = c.programmatic;
     switch (call) {
       case Call::kSendPost:
         enqueued_any = true;
-        return launched(launchKernel(smSendKernel, dim3(smSendBlocks(bytes)), dim3(kSmSendThreads), stream, pdl, v,
-                                     static_cast<const uint8_t*>(local), remote_offset, bytes),
-                        "smSendKernel");
+        return PEERLAB_CUDA_LAUNCHED(launchKernel(smSendKernel, dim3(smSendBlocks(bytes)), dim3(kSmSendThreads), stream,
+                                                  pdl, v, static_cast<const uint8_t*>(local), remote_offset, bytes),
+                                     "smSendKernel");
       case Call::kRecvPost:
         enqueued_any = true;
-        return launched(launchKernel(smFreeKernel, dim3(1), dim3(1), stream, pdl, v), "smFreeKernel");
+        return PEERLAB_CUDA_LAUNCHED(launchKernel(smFreeKernel, dim3(1), dim3(1), stream, pdl, v), "smFreeKernel");
       case Call::kRecvWait:
         enqueued_any = true;
-        return launched(launchKernel(smWaitKernel, dim3(1), dim3(kSmSendThreads), stream, pdl, v), "smWaitKernel");
+        return PEERLAB_CUDA_LAUNCHED(launchKernel(smWaitKernel, dim3(1), dim3(kSmSendThreads), stream, pdl, v),
+                                     "smWaitKernel");
       case Call::kSendWait:
         return Status::ok();
     }
