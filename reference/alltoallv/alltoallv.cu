@@ -330,11 +330,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         uint64_t c0 = 0;
         uint64_t c1 = 0;
         queueChunkRange(p, units, c, &c0, &c1);
-        if (a.stream_hints) {
-          copyRange<true>(src, dst, p, c0, c1, c == 0, c + 1 == queueChunks(p, q.bytes[jb], units));
-        } else {
-          copyRange<false>(src, dst, p, c0, c1, c == 0, c + 1 == queueChunks(p, q.bytes[jb], units));
-        }
+        copyRange(src, dst, p, c0, c1, c == 0, c + 1 == queueChunks(p, q.bytes[jb], units));
         // The other slot is free: everyone read it before the previous barrier.
         if (tid == 0) settle(ticket, (it + 1) & 1);
         __syncthreads();
@@ -750,7 +746,6 @@ KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_count
   a.transfer = static_cast<uint32_t>(options_.transfer);
   a.protocol = static_cast<uint32_t>(protocol_);
   a.trace = trace_;
-  a.stream_hints = options_.stream_hints ? 1 : 0;
   return a;
 }
 

@@ -93,9 +93,6 @@ struct Options {
   /// previous call's tail. Each call also lets the kernel after it launch early: work after a call that opts into
   /// programmatic launch itself must wait for its prerequisites (cudaGridDependencySynchronize) as usual.
   bool programmatic_launch = true;
-  /// Fused: the work queue's chunks are copied with streaming cache hints (read-only loads that skip L1 with a
-  /// 256-byte L2 fetch, stores that skip L1). The send buffer must not change while a call runs (it never may).
-  bool stream_hints = true;
 };
 
 /// Device-side status of the calls since the last check (first error wins).
@@ -160,10 +157,8 @@ struct KernelArgs {
   uint64_t ll_bytes;     ///< fused: segments of at most this many bytes ride in LL slots
   uint64_t chunk_bytes;  ///< fused: work-queue chunk (0: autoChunkBytes)
   uint32_t transfer;
-  uint32_t protocol;      ///< kFused or kTwoPhase (resolved)
-  uint64_t* trace;        ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
-  uint32_t stream_hints;  ///< fused: Options::stream_hints
-  uint32_t pad;
+  uint32_t protocol;  ///< kFused or kTwoPhase (resolved)
+  uint64_t* trace;    ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 

@@ -42,34 +42,7 @@ __device__ __forceinline__ uint4 shflDown16(const uint4& v, int delta) {
                     __shfl_down_sync(0xffffffffu, v.z, delta), __shfl_down_sync(0xffffffffu, v.w, delta));
 }
 
-/// kStream: the source is read once through the read-only path without allocating in L1 and with a 256-byte L2
-/// fetch, the destination written without allocating in L1 (data streamed once, never reused by this SM). The source
-/// must not change while the kernel runs.
-template <bool kStream>
-__device__ __forceinline__ uint4 loadVec(const uint4* p) {
-  if constexpr (kStream) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-  } else {
-    return *p;
-  }
-}
-template <bool kStream>
-__device__ __forceinline__ void storeVec(uint4* p, const uint4& v) {
-  if constexpr (kStream) {
-    asm volatile("st.global.L1::no_allocate.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w)
-                 : "memory");
-  } else {
-    *p = v;
-  }
-}
-
 /// Chunks [c0, c1) of 16 bytes, both sides aligned.
-template <bool kStream = false>
 __device__ __forceinline__ void copyAligned(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t c0,
                                             uint64_t c1) {
   const uint64_t stride = blockDim.x;
@@ -78,13 +51,13 @@ __device__ __forceinline__ void copyAligned(const uint4* __restrict__ s, uint4* 
     uint4 v[kCopyUnroll];
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u)
-      v[u] = loadVec<kStream>(s + c + u * stride);
+      v[u] = s[c + u * stride];
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u)
-      storeVec<kStream>(d + c + u * stride, v[u]);
+      d[c + u * stride] = v[u];
   }
   for (; c < c1; c += stride)
-    storeVec<kStream>(d + c, loadVec<kStream>(s + c));
+    d[c] = s[c];
 }
 
 /// Destination chunks [c0, c1) of 16 bytes; source chunk c starts `shift` bytes into aligned source vector s[c].
@@ -116,9 +89,7 @@ __device__ __forceinline__ void copyRealign(const uint4* __restrict__ s, uint4* 
   }
 }
 
-/// Body chunks [c0, c1) of the copy cut as `p`, plus the byte head and/or tail, by the whole CTA (kStream: see
-/// loadVec; the aligned body only).
-template <bool kStream = false>
+/// Body chunks [c0, c1) of the copy cut as `p`, plus the byte head and/or tail, by the whole CTA.
 __device__ __forceinline__ void copyRange(const uint8_t* src, uint8_t* dst, const CopyPlan& p, uint64_t c0, uint64_t c1,
                                           bool head, bool tail) {
   const uint64_t tid = threadIdx.x;
@@ -134,7 +105,7 @@ __device__ __forceinline__ void copyRange(const uint8_t* src, uint8_t* dst, cons
   if (c0 >= c1) return;
   auto* d = reinterpret_cast<uint4*>(dst + p.head);
   if (p.shift == 0) {
-    copyAligned<kStream>(reinterpret_cast<const uint4*>(src + p.head), d, c0, c1);
+    copyAligned(reinterpret_cast<const uint4*>(src + p.head), d, c0, c1);
   } else {
     copyRealign(reinterpret_cast<const uint4*>(src + p.head - p.shift), d, c0, c1, p.shift);
   }
