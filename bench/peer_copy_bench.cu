@@ -831,13 +831,14 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     const uint32_t sm_warm = 256;
     const uint32_t sm_loads = loads / 2;
     std::set<uint32_t> seen;  // %smid values (they need not be dense)
+    const uint64_t sm_last = expected(sm_warm + static_cast<uint64_t>(sm_loads));  // the same walk on every SM
     for (int t = 0; t < sms; ++t) {
       res[t] = ChaseResult{0, 0, 0, 0};
       chaseTargetKernel<<<sms, 1, 0, e->streams[reader].get()>>>(chain->as<const uint64_t>(), static_cast<uint32_t>(t),
                                                                  sm_warm, sm_loads, res);
       PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA_LAUNCH("chaseTargetKernel"));
       PEERLAB_RETURN_IF_ERROR(syncStream(e->streams[reader].get(), "pointer chase (one SM)"));
-      if (res[t].last != expected(sm_warm + static_cast<uint64_t>(sm_loads))) ++wrong;
+      if (res[t].last != sm_last) ++wrong;
       ns_per_load.push_back(static_cast<double>(res[t].ns) / sm_loads);
       seen.insert(res[t].smid);
     }
