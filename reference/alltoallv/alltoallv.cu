@@ -167,6 +167,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   // and the stack frames of a 512-thread CTA do not stay in L1 (every access a round trip to L2, microseconds in all).
   // The counts are loaded by one thread each (a loop of loads and checks would wait for each load in turn).
   if (tid < n) s_count[tid] = a.send_counts[tid];
+  if (trace != nullptr) trace[kTraceLoaded] = globalTimerNs();
   __syncthreads();
   if (tid == 0) {
     uint64_t send_total = 0;
@@ -244,6 +245,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       }
     }
     __syncwarp();
+    if (trace != nullptr) trace[kTraceHeaders] = globalTimerNs();
     if (s_err == kDeviceOk) {
       const uint32_t err = validateMatrixWarp(m, n, a, epoch, blockIdx.x == 0);
       if (err == kDeviceOk && tid < n) s_roff[tid] = recvOffset(m, n, tid, me);
@@ -340,6 +342,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       copyPiece(send + soff[me] * eb, recv + s_roff[me] * eb, m[me * n + me] * eb, static_cast<int>(gridDim.x),
                 static_cast<int>(blockIdx.x));
     }
+    if (trace != nullptr) trace[kTraceLocal] = globalTimerNs();
 
     // 3c. Small segments out of the LL slots into the receive buffer, spread over every thread of the grid.
     {

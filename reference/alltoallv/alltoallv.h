@@ -165,7 +165,7 @@ static_assert(std::is_trivially_copyable_v<KernelArgs>);
 /// Diagnostics of the fused protocol: CTA 0's thread 0 of call e writes %globaltimer at these points into
 /// trace[(e % kTraceCalls) * kTracePoints + point].
 inline constexpr int kTraceCalls = 64;
-inline constexpr int kTracePoints = 9;
+inline constexpr int kTracePoints = 12;
 enum TracePoint : int {
   kTraceEntry = 0,     ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
   kTraceSent = 1,      ///< this thread's share of the header and LL payload stores issued
@@ -176,6 +176,9 @@ enum TracePoint : int {
   kTraceEpoch = 6,     ///< the epoch loaded (between kTraceEntry and kTraceSent)
   kTraceRow = 7,       ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
   kTraceResident = 8,  ///< CTA 0 running, before it waits for the previous kernel (programmatic launch)
+  kTraceLoaded = 9,    ///< this thread's send count loaded (between kTraceEpoch and kTraceRow)
+  kTraceHeaders = 10,  ///< every peer's header words seen (between kTraceSent and kTraceCounts)
+  kTraceLocal = 11,    ///< this thread's share of the local copy done (between kTraceCounts and kTracePayload)
 };
 
 class AllToAllV {
