@@ -18,6 +18,7 @@
 //   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 65536)
 //   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
 //   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
+//   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -209,6 +210,7 @@ Status prepareSize(Env& e, uint64_t bytes) {
     o.protocol = impl == Impl::kPeerlabPush ? alltoallv::Protocol::kAuto : alltoallv::Protocol::kTwoPhase;
     if (impl == Impl::kPeerlabPush) o = tunedOptions(o);
     o.programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
+    o.small_kernel = envOr("PEERLAB_ALLTOALLV_SMALL_KERNEL", 1) != 0;
     PEERLAB_ASSIGN_OR_RETURN(auto a, AllToAllV::create(*e.boot, e.rank, o, soon()));
     e.peerlab[impl] = std::make_unique<AllToAllV>(std::move(a));
   }
@@ -396,6 +398,7 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
         const int ctas = impl == Impl::kPeerlabPush ? tunedCtas() : 0;
         rec.extra["ctas"] = static_cast<double>(a->gridFor(ctas));
         rec.extra["programmatic"] = a->programmaticLaunch() ? 1 : 0;
+        rec.extra["small_kernel"] = a->smallKernel() ? 1 : 0;
         if (a->protocol() == alltoallv::Protocol::kFused) {
           rec.extra["ll_max_bytes"] = static_cast<double>(a->options().ll_max_bytes);
           rec.extra["chunk_bytes"] = static_cast<double>(a->options().chunk_bytes);

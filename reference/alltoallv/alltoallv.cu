@@ -119,6 +119,9 @@ __device__ uint32_t validateMatrixWarp(const uint64_t* m, int n, const KernelArg
 
 // Fused protocol: one pass (see alltoallv.h). Segments of at most ll_bytes ("small") ride in LL slots; larger ones
 // ("large") are pushed into the receiver's buffer through a work queue and completed with one flag per receiver.
+// kSmall: compiled for calls whose every segment rides in LL slots (the host picks it when the send capacity
+// guarantees that), without the work queue.
+template <bool kSmall>
 __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   __shared__ uint64_t m[kMaxRanks * kMaxRanks];
   __shared__ uint64_t s_roff[kMaxRanks];  // element offset of each source's segment in this rank's receive buffer
@@ -181,7 +184,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       send_total += ok ? v : 0;
     }
     ok = ok && send_total <= a.send_capacity;
-    s_send = llSendList(s_row, ok, n, me, eb, a.ll_bytes);
+    llSendListInto(s_row, ok, n, me, eb, a.ll_bytes, &s_send);
     if (trace != nullptr) trace[kTraceRow] = globalTimerNs();
   }
   __syncthreads();
@@ -249,7 +252,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     if (s_err == kDeviceOk) {
       const uint32_t err = validateMatrixWarp(m, n, a, epoch, blockIdx.x == 0);
       if (err == kDeviceOk && tid < n) s_roff[tid] = recvOffset(m, n, tid, me);
-      if (err == kDeviceOk && tid == 0) s_recv = llRecvList(m, n, me, eb, a.ll_bytes);
+      if (err == kDeviceOk && tid == 0) llRecvListInto(m, n, me, eb, a.ll_bytes, &s_recv);
       __syncwarp();
       if (tid == 0) s_err = err;
     }
@@ -270,9 +273,12 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 
   if (!failed) {
     // Every row passed the check, so every sender sent each of its small segments in its LL slot.
+    // (A valid matrix has no segment above the send capacity, so the small kernel never sees a large one.)
     bool large = false;
-    for (int i = 0; i < n; ++i)
-      large = large || (i != me && (m[me * n + i] * eb > a.ll_bytes || m[i * n + me] * eb > a.ll_bytes));
+    if constexpr (!kSmall) {
+      for (int i = 0; i < n; ++i)
+        large = large || (i != me && (m[me * n + i] * eb > a.ll_bytes || m[i * n + me] * eb > a.ll_bytes));
+    }
 
     if (large) {
       // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
@@ -412,9 +418,9 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 }
 
 // One CTA per SM (no register limit), or two (64 registers per thread) for grids larger than the SM count.
-template <int kCtasPerSm>
+template <int kCtasPerSm, bool kSmall>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) fusedKernel(KernelArgs a) {
-  fusedCall(a);
+  fusedCall<kSmall>(a);
 }
 
 // Two-phase protocol: counts, then payload (push or pull), then a flag per segment.
@@ -699,12 +705,14 @@ StatusOr<AllToAllV> AllToAllV::create(Bootstrap& boot, int device, const Options
     // Load the kernels now: with lazy loading a first launch may wait for the device to go idle, which a peer's
     // spinning call (or a stream waiting on a peer) would postpone until its timeout.
     cudaFuncAttributes attrs{};
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<1>)));
-    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<2>)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<1, false>)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<2, false>)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<1, true>)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, fusedKernel<2, true>)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaFuncGetAttributes(&attrs, twoPhaseKernel)));
     if (protocol == Protocol::kFused) {
       PEERLAB_RETURN_IF_ERROR(
-          PEERLAB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fusedKernel<2>, kThreads, 0)));
+          PEERLAB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fusedKernel<2, false>, kThreads, 0)));
       per_sm = std::clamp(per_sm, 1, 2);
     }
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceSynchronize()));
@@ -744,12 +752,21 @@ KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_count
   a.timeout_ns = static_cast<uint64_t>(options_.timeout_ms) * 1'000'000ull;
   a.staging_offset = layout_.staging_offset;
   a.slot_stride = layout_.slot_stride;
-  a.ll_bytes = protocol_ == Protocol::kFused ? (layout_.slot_stride / 16 - kLlHeaderWords) * 8 : 0;
+  a.ll_bytes = protocol_ == Protocol::kFused ? llBytes() : 0;
   a.chunk_bytes = options_.chunk_bytes;
   a.transfer = static_cast<uint32_t>(options_.transfer);
   a.protocol = static_cast<uint32_t>(protocol_);
   a.trace = trace_;
   return a;
+}
+
+uint64_t AllToAllV::llBytes() const {
+  return (layout_.slot_stride / 16 - kLlHeaderWords) * 8;
+}
+
+bool AllToAllV::smallKernel() const {
+  if (protocol_ != Protocol::kFused || !options_.small_kernel) return false;
+  return options_.send_capacity <= llBytes() / options_.elem_bytes;
 }
 
 int AllToAllV::gridFor(int ctas) const {
@@ -770,8 +787,11 @@ Status AllToAllV::run(cudaStream_t stream, const int64_t* send_counts, int64_t* 
   auto launch = [&]() -> cudaError_t {
     const dim3 g(static_cast<unsigned>(grid));
     const dim3 b(kThreads);
-    if (fused && grid > sms_) return launchKernel(fusedKernel<2>, g, b, stream, programmatic_, args);
-    if (fused) return launchKernel(fusedKernel<1>, g, b, stream, programmatic_, args);
+    const bool small = fused && smallKernel();
+    if (small && grid > sms_) return launchKernel(fusedKernel<2, true>, g, b, stream, programmatic_, args);
+    if (small) return launchKernel(fusedKernel<1, true>, g, b, stream, programmatic_, args);
+    if (fused && grid > sms_) return launchKernel(fusedKernel<2, false>, g, b, stream, programmatic_, args);
+    if (fused) return launchKernel(fusedKernel<1, false>, g, b, stream, programmatic_, args);
     return launchKernel(twoPhaseKernel, g, b, stream, programmatic_, args);
   };
   const char* what = fused ? "alltoallv fusedKernel" : "alltoallv twoPhaseKernel";

@@ -93,6 +93,10 @@ struct Options {
   /// previous call's tail. Each call also lets the kernel after it launch early: work after a call that opts into
   /// programmatic launch itself must wait for its prerequisites (cudaGridDependencySynchronize) as usual.
   bool programmatic_launch = true;
+  /// Fused: when the capacities guarantee that every call is small (send_capacity x elem_bytes within the LL
+  /// threshold, so every segment rides in LL slots), launch a kernel compiled without the large-segment path: the same
+  /// protocol and results, with less code to fetch and fewer registers per call.
+  bool small_kernel = true;
 };
 
 /// Device-side status of the calls since the last check (first error wins).
@@ -227,6 +231,8 @@ class AllToAllV {
   Protocol protocol() const { return protocol_; }
   /// Whether calls launch with programmatic dependent launch (Options::programmatic_launch and the device has it).
   bool programmaticLaunch() const { return programmatic_; }
+  /// Whether calls launch the small-call kernel (Options::small_kernel and capacities within the LL threshold).
+  bool smallKernel() const;
   /// The arguments the next launch gets (for tests).
   KernelArgs kernelArgs(const int64_t* send_counts, int64_t* recv_counts, int64_t* recv_offsets) const;
   /// Diagnostics: later fused launches write their phase timestamps (TracePoint) into `device_words`
@@ -248,6 +254,8 @@ class AllToAllV {
         programmatic_(programmatic) {}
 
   Status drain(Deadline deadline);
+  /// Fused: the largest segment that rides in LL slots (what the slots hold past their header words).
+  uint64_t llBytes() const;
 
   Options options_;
   Protocol protocol_ = Protocol::kFused;

@@ -191,27 +191,43 @@ __host__ __device__ inline int llRecvPeer(int me, int j, int n) {
   return (me + n - j) % n;
 }
 /// Sender side, from this rank's row alone: every peer gets the header words, plus its segment's payload words when
-/// the row is valid and the segment has at most `ll_bytes`.
+/// the row is valid and the segment has at most `ll_bytes`. Writes `*out` (kernels pass shared memory: a list built
+/// in a local variable lives in the thread's stack, and on the device every step of the sum would wait for a store
+/// and a load of local memory).
+__host__ __device__ inline void llSendListInto(const uint64_t* row, bool row_ok, int n, int me, uint64_t elem_bytes,
+                                               uint64_t ll_bytes, LlList* out) {
+  uint64_t words = 0;
+  for (int j = 1; j < n; ++j) {
+    const uint64_t bytes = row_ok ? row[llSendPeer(me, j, n)] * elem_bytes : 0;
+    out->first[j] = words;
+    words += llHeaderWords(n) + (row_ok && bytes <= ll_bytes ? llWords(bytes) : 0);
+  }
+  out->first[0] = 0;
+  out->first[n > 1 ? n : 1] = words;
+  out->words = words;
+}
 __host__ __device__ inline LlList llSendList(const uint64_t* row, bool row_ok, int n, int me, uint64_t elem_bytes,
                                              uint64_t ll_bytes) {
   LlList l{};
-  for (int j = 1; j < n; ++j) {
-    const uint64_t bytes = row_ok ? row[llSendPeer(me, j, n)] * elem_bytes : 0;
-    l.first[j] = l.words;
-    l.words += llHeaderWords(n) + (row_ok && bytes <= ll_bytes ? llWords(bytes) : 0);
-  }
-  l.first[n > 1 ? n : 1] = l.words;
+  llSendListInto(row, row_ok, n, me, elem_bytes, ll_bytes, &l);
   return l;
 }
 /// Receiver side, from a valid matrix: the payload words of every source whose segment has at most `ll_bytes`.
-__host__ __device__ inline LlList llRecvList(const uint64_t* m, int n, int me, uint64_t elem_bytes, uint64_t ll_bytes) {
-  LlList l{};
+__host__ __device__ inline void llRecvListInto(const uint64_t* m, int n, int me, uint64_t elem_bytes, uint64_t ll_bytes,
+                                               LlList* out) {
+  uint64_t words = 0;
   for (int j = 1; j < n; ++j) {
     const uint64_t bytes = m[llRecvPeer(me, j, n) * n + me] * elem_bytes;
-    l.first[j] = l.words;
-    l.words += bytes <= ll_bytes ? llWords(bytes) : 0;
+    out->first[j] = words;
+    words += bytes <= ll_bytes ? llWords(bytes) : 0;
   }
-  l.first[n > 1 ? n : 1] = l.words;
+  out->first[0] = 0;
+  out->first[n > 1 ? n : 1] = words;
+  out->words = words;
+}
+__host__ __device__ inline LlList llRecvList(const uint64_t* m, int n, int me, uint64_t elem_bytes, uint64_t ll_bytes) {
+  LlList l{};
+  llRecvListInto(m, n, me, elem_bytes, ll_bytes, &l);
   return l;
 }
 /// The peer index j (1..n-1) that word `w` (< l.words) belongs to.
