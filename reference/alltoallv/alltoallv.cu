@@ -418,9 +418,17 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 }
 
 // One CTA per SM (no register limit), or two (64 registers per thread) for grids larger than the SM count.
+// The arguments are copied into shared memory first, one word per thread, before the kernel waits for the previous
+// one: a launch's parameters start cold in the constant cache, and each phase of a call would otherwise pay a miss
+// on its first use of another part of them.
 template <int kCtasPerSm, bool kSmall>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) fusedKernel(KernelArgs a) {
-  fusedCall<kSmall>(a);
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) fusedKernel(const __grid_constant__ KernelArgs a) {
+  constexpr int kWords = sizeof(KernelArgs) / 4;
+  static_assert(sizeof(KernelArgs) % 4 == 0 && kWords <= kThreads);
+  __shared__ alignas(16) uint32_t s_args[kWords];
+  if (threadIdx.x < kWords) s_args[threadIdx.x] = reinterpret_cast<const uint32_t*>(&a)[threadIdx.x];
+  __syncthreads();
+  fusedCall<kSmall>(*reinterpret_cast<const KernelArgs*>(s_args));
 }
 
 // Two-phase protocol: counts, then payload (push or pull), then a flag per segment.
