@@ -119,115 +119,161 @@ __device__ uint32_t validateMatrixWarp(const uint64_t* m, int n, const KernelArg
 
 // Fused protocol: one pass (see alltoallv.h). Segments of at most ll_bytes ("small") ride in LL slots; larger ones
 // ("large") are pushed into the receiver's buffer through a work queue and completed with one flag per receiver.
+//
+// A small call is latency-bound, and one thread's chain of dependent instructions costs about 2 ns per step: the
+// bookkeeping (row, send and receive lists, offsets, matrix check) is done by one warp with shuffles, the results
+// land in shared memory as per-peer pointers, and every word of the call is then one lookup, one load and one store.
 // kSmall: compiled for calls whose every segment rides in LL slots (the host picks it when the send capacity
 // guarantees that), without the work queue.
 template <bool kSmall>
 __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
+  constexpr unsigned kAll = 0xffffffffu;
   __shared__ uint64_t m[kMaxRanks * kMaxRanks];
   __shared__ uint64_t s_roff[kMaxRanks];  // element offset of each source's segment in this rank's receive buffer
   __shared__ uint32_t s_err;
   __shared__ uint32_t s_last;
   __shared__ int s_job[2];
   __shared__ unsigned long long s_chunk[2];
-  __shared__ int64_t s_count[kMaxRanks];
   __shared__ uint64_t s_row[kMaxRanks];
   __shared__ uint64_t s_soff[kMaxRanks];
+  __shared__ uint64_t s_epoch;
+  __shared__ uint32_t s_large;
+  // Sends, by peer index j = 1..n-1 (to (me + j) % n): its words in s_send, its slot at that peer, its payload.
   __shared__ LlList s_send;
+  __shared__ uint4* s_out_slot[kMaxRanks];
+  __shared__ const uint8_t* s_out_src[kMaxRanks];
+  // Receives, by index j = 0..n-1: 0 is the local segment (plain words from the send buffer, when no segment is
+  // large), j >= 1 the LL payload from (me - j) mod n: its words in s_recv, where they come from and go, how many
+  // bytes.
   __shared__ LlList s_recv;
+  __shared__ const uint8_t* s_in_src[kMaxRanks];
+  __shared__ uint8_t* s_in_dst[kMaxRanks];
+  __shared__ uint64_t s_in_bytes[kMaxRanks];
   const int n = a.region.size;
   const int me = a.region.rank;
   const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
   const uint64_t eb = a.elem_bytes;
+  const uint64_t hw = llHeaderWords(n);
   const uint64_t resident = globalTimerNs();
   // With programmatic launch this CTA may run before the previous kernel in the stream (an earlier call, or the
   // producer of the counts and data) has finished: wait for it, then let the next kernel get scheduled behind us.
   awaitPriorGrids();
   releaseDependents();
   const uint64_t t0 = globalTimerNs();
-  // Written by the previous call's kernel; CTA 0 advances it only after every CTA of this launch has read it.
-  const uint64_t epoch = loadRelaxedGpu64(&a.state->epoch) + 1;
+  uint8_t* const send = a.region.at<uint8_t>(me, a.send_offset);
+  uint8_t* const recv = a.region.at<uint8_t>(me, a.recv_offset);
+  auto slotOf = [&](int owner, int src, uint64_t parity) {
+    return a.region.at<uint4>(owner, a.staging_offset + (parity * static_cast<uint64_t>(n) + src) * a.slot_stride);
+  };
+
+  // 1. Warp 0: the epoch (written by the previous call's kernel; CTA 0 advances it only after every CTA of this
+  //    launch has counted itself in below) and this rank's row, loaded together; then the row's offsets and the send
+  //    list. A count that is negative or does not fit 32 bits travels as kCountInvalid and sends nothing.
+  uint64_t t_loaded = 0;
+  uint64_t t_row = 0;
+  if (tid < 32) {
+    const uint64_t previous = loadRelaxedGpu64(&a.state->epoch);
+    const int64_t c = lane < n ? a.send_counts[lane] : 0;
+    const uint64_t v =
+        lane >= n ? 0 : (c < 0 || c >= static_cast<int64_t>(kCountInvalid) ? kCountInvalid : static_cast<uint64_t>(c));
+    const uint64_t epoch = previous + 1;
+    t_loaded = globalTimerNs();
+    const bool bad = __any_sync(kAll, v == kCountInvalid);
+    const uint64_t valid = v == kCountInvalid ? 0 : v;
+    uint64_t incl = valid;
+#pragma unroll
+    for (int o = 1; o < kMaxRanks; o *= 2) {
+      const uint64_t y = __shfl_up_sync(kAll, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const uint64_t soff = incl - valid;
+    const bool ok = !bad && __shfl_sync(kAll, incl, n - 1) <= a.send_capacity;
+    if (lane < n) {
+      s_row[lane] = v;
+      s_soff[lane] = soff;
+    }
+    // Peer index j = lane (1..n-1) sends to d = (me + j) % n.
+    const bool peer = lane >= 1 && lane < n;
+    const int d = peer ? (me + lane < n ? me + lane : me + lane - n) : 0;
+    const uint64_t vd = __shfl_sync(kAll, v, d);
+    const uint64_t sd = __shfl_sync(kAll, soff, d);
+    const uint64_t bytes = ok ? vd * eb : 0;
+    const uint64_t words = peer ? hw + (ok && bytes <= a.ll_bytes ? llWords(bytes) : 0) : 0;
+    uint64_t winc = words;
+#pragma unroll
+    for (int o = 1; o < kMaxRanks; o *= 2) {
+      const uint64_t y = __shfl_up_sync(kAll, winc, o);
+      if (lane >= o) winc += y;
+    }
+    const uint64_t wtotal = __shfl_sync(kAll, winc, n - 1);
+    if (peer) {
+      s_send.first[lane] = winc - words;
+      s_out_slot[lane] = slotOf(d, me, epoch & 1);
+      s_out_src[lane] = send + sd * eb;
+    }
+    if (lane == 0) {
+      s_send.first[0] = 0;
+      s_send.first[n > 1 ? n : 1] = wtotal;
+      s_send.words = wtotal;
+      s_epoch = epoch;
+      s_err = kDeviceOk;
+    }
+    t_row = globalTimerNs();
+  }
+  __syncthreads();
+  const uint64_t epoch = s_epoch;
+  // Every thread of this CTA is past its last use of the epoch word: count the CTA in.
+  // NOTE: relaxed on purpose. The barrier has already performed warp 0's load of the epoch, and a release here would
+  // compile to a fence that waits for this thread's stores to peers (a full NVLink round trip).
+  if (tid == 0) redRelaxedGpuAdd32(&a.state->arrived, 1u);
   uint64_t* const trace =
       a.trace != nullptr && blockIdx.x == 0 && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
   if (trace != nullptr) {
     trace[kTraceResident] = resident;
     trace[kTraceEntry] = t0;
-    if (epoch == 0) __trap();  // waits for the load before the timestamp
-    trace[kTraceEpoch] = globalTimerNs();
+    trace[kTraceEpoch] = t_loaded;
+    trace[kTraceLoaded] = t_loaded;
+    trace[kTraceRow] = t_row;
   }
   const uint32_t tag = llTag(epoch);
   const uint64_t parity = epoch & 1;
-  const uint64_t hw = llHeaderWords(n);
   const uint64_t gthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t gtid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint8_t* const send = a.region.at<uint8_t>(me, a.send_offset);
-  uint8_t* const recv = a.region.at<uint8_t>(me, a.recv_offset);
-  auto slotOf = [&](int owner, int src) {
-    return a.region.at<uint4>(owner, a.staging_offset + (parity * static_cast<uint64_t>(n) + src) * a.slot_stride);
-  };
-
-  // This rank's row: a count that is negative or does not fit 32 bits travels as kCountInvalid and sends nothing.
-  // Computed once per CTA into shared memory, with the LL send list: per-thread copies would live in local memory,
-  // and the stack frames of a 512-thread CTA do not stay in L1 (every access a round trip to L2, microseconds in all).
-  // The counts are loaded by one thread each (a loop of loads and checks would wait for each load in turn).
-  if (tid < n) s_count[tid] = a.send_counts[tid];
-  if (trace != nullptr) trace[kTraceLoaded] = globalTimerNs();
-  __syncthreads();
-  if (tid == 0) {
-    uint64_t send_total = 0;
-    bool ok = true;
-    for (int d = 0; d < n; ++d) {
-      const int64_t c = s_count[d];
-      const uint64_t v = c < 0 || c >= static_cast<int64_t>(kCountInvalid) ? kCountInvalid : static_cast<uint64_t>(c);
-      s_row[d] = v;
-      ok = ok && v != kCountInvalid;
-      s_soff[d] = send_total;
-      send_total += ok ? v : 0;
-    }
-    ok = ok && send_total <= a.send_capacity;
-    llSendListInto(s_row, ok, n, me, eb, a.ll_bytes, &s_send);
-    if (trace != nullptr) trace[kTraceRow] = globalTimerNs();
-  }
-  __syncthreads();
   const uint64_t* const row = s_row;
   const uint64_t* const soff = s_soff;
 
-  // 1. Before waiting for anything: the row (header words) and every small segment (payload words) into this rank's
+  // 2. Before waiting for anything: the row (header words) and every small segment (payload words) into this rank's
   //    slot at each peer, spread over every thread of the grid.
   {
     const LlList& list = s_send;
     for (uint64_t w = gtid; w < list.words; w += gthreads) {
-      const int j = llPeerIndex(list, n, w);
-      const int d = llSendPeer(me, j, n);
+      int j = 1;
+#pragma unroll
+      for (int i = 2; i < kMaxRanks; ++i)
+        j += i < n && w >= list.first[i] ? 1 : 0;
       const uint64_t k = w - list.first[j];
-      uint4* slot = slotOf(d, me);
+      uint4* const slot = s_out_slot[j];
       if (k < hw) {
         storeLl(slot + k, llHeaderData(row, n, k), tag);
       } else {
         const uint64_t p = k - hw;
-        storeLl(slot + kLlHeaderWords + p, load8(send + soff[d] * eb + 8 * p), tag);
+        storeLl(slot + kLlHeaderWords + p, load8(s_out_src[j] + 8 * p), tag);
       }
     }
   }
   if (trace != nullptr) trace[kTraceSent] = globalTimerNs();
-  // The local segment's source is known from the row alone (its destination needs the whole matrix): this CTA warms
-  // about its share of it into L1 now, so the local copy after the count exchange does not wait for L2.
-  {
-    const bool inside = row[me] != kCountInvalid && soff[me] + row[me] <= a.send_capacity;
-    const uint64_t self = inside ? row[me] * eb : 0;
-    if (self > 0 && self <= kPrefetchBytes) {
-      const uint64_t per = (self + gridDim.x - 1) / gridDim.x;
-      const uint64_t lo = blockIdx.x * per > 128 ? blockIdx.x * per - 128 : 0;
-      const uint64_t hi = (blockIdx.x + 1) * per + 128 < self ? (blockIdx.x + 1) * per + 128 : self;
-      for (uint64_t b = lo + 128 * static_cast<uint64_t>(tid); b < hi; b += 128 * static_cast<uint64_t>(blockDim.x))
-        prefetchL1(send + soff[me] * eb + b);
-    }
+  // The local segment's source is known from the row alone (its destination needs the whole matrix): each thread
+  // warms the line of the first local word it will copy into L1 now, so that copy does not wait for L2.
+  const bool local_inside = row[me] != kCountInvalid && soff[me] + row[me] <= a.send_capacity;
+  const uint64_t local_bytes = local_inside ? row[me] * eb : 0;
+  if (local_bytes > 0 && local_bytes <= kPrefetchBytes && gtid < llWords(local_bytes)) {
+    prefetchL1(send + soff[me] * eb + 8 * gtid);
   }
 
-  // 2. The count matrix from every peer's header words (one warp: lane = source * kLlHeaderWords + word), then the
-  //    verdict on it.
+  // 3. Warp 0 of every CTA: the count matrix from every peer's header words (lane = source * kLlHeaderWords + word),
+  //    the verdict on it, then the receive offsets and the receive list.
   if (tid < 32) {
-    if (tid == 0) s_err = kDeviceOk;
-    __syncwarp();
     const int s = tid / static_cast<int>(kLlHeaderWords);
     const uint64_t k = static_cast<uint64_t>(tid) % kLlHeaderWords;
     if (s < n && k < hw) {
@@ -237,7 +283,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       if (s == me) {
         v = llHeaderData(row, n, k);
       } else {
-        ok = waitLlOrGiveUp(slotOf(me, s) + k, tag, a, t0, &v);
+        ok = waitLlOrGiveUp(slotOf(me, s, parity) + k, tag, a, t0, &v);
       }
       if (ok) {
         m[s * n + 2 * k] = static_cast<uint32_t>(v);
@@ -251,18 +297,55 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     if (trace != nullptr) trace[kTraceHeaders] = globalTimerNs();
     if (s_err == kDeviceOk) {
       const uint32_t err = validateMatrixWarp(m, n, a, epoch, blockIdx.x == 0);
-      if (err == kDeviceOk && tid < n) s_roff[tid] = recvOffset(m, n, tid, me);
-      if (err == kDeviceOk && tid == 0) llRecvListInto(m, n, me, eb, a.ll_bytes, &s_recv);
+      if (err == kDeviceOk) {
+        // Lane l < n: what source l sends here, and where it lands (exclusive prefix over sources).
+        const uint64_t in = lane < n ? m[lane * n + me] : 0;
+        uint64_t incl = in;
+#pragma unroll
+        for (int o = 1; o < kMaxRanks; o *= 2) {
+          const uint64_t y = __shfl_up_sync(kAll, incl, o);
+          if (lane >= o) incl += y;
+        }
+        const uint64_t roff = incl - in;
+        if (lane < n) s_roff[lane] = roff;
+        // A segment above the LL threshold in either direction sends this rank through the work queue.
+        bool large = false;
+        if constexpr (!kSmall) {
+          large =
+              __any_sync(kAll, lane < n && lane != me && (m[me * n + lane] * eb > a.ll_bytes || in * eb > a.ll_bytes));
+        }
+        // Receive index j = lane: 0 is the local segment, j >= 1 comes from (me - j) mod n.
+        const int src = lane < n ? (me - lane >= 0 ? me - lane : me - lane + n) : 0;
+        const uint64_t bytes = __shfl_sync(kAll, in, src) * eb;
+        const uint64_t at = __shfl_sync(kAll, roff, src);
+        uint64_t words = 0;
+        if (lane == 0) words = large ? 0 : llWords(bytes);
+        if (lane >= 1 && lane < n) words = bytes <= a.ll_bytes ? llWords(bytes) : 0;
+        uint64_t winc = words;
+#pragma unroll
+        for (int o = 1; o < kMaxRanks; o *= 2) {
+          const uint64_t y = __shfl_up_sync(kAll, winc, o);
+          if (lane >= o) winc += y;
+        }
+        if (lane < n) {
+          s_recv.first[lane] = winc - words;
+          s_in_src[lane] = lane == 0 ? send + soff[me] * eb
+                                     : reinterpret_cast<const uint8_t*>(slotOf(me, src, parity) + kLlHeaderWords);
+          s_in_dst[lane] = recv + at * eb;
+          s_in_bytes[lane] = bytes;
+        }
+        if (lane == n - 1) {
+          s_recv.first[n] = winc;
+          s_recv.words = winc;
+        }
+        if (lane == 0) s_large = large ? 1u : 0u;
+      }
       __syncwarp();
       if (tid == 0) s_err = err;
     }
   }
   __syncthreads();
   if (trace != nullptr) trace[kTraceCounts] = globalTimerNs();
-  // Every thread of this CTA has read the epoch: count the CTA in.
-  // NOTE: relaxed on purpose. The barrier has already performed every thread's load of the epoch, and a release
-  // here would compile to a fence that waits for this thread's stores to peers (a full NVLink round trip).
-  if (tid == 0) redRelaxedGpuAdd32(&a.state->arrived, 1u);
   const bool failed = s_err != kDeviceOk;
 
   // Outputs: what arrives from each source and where; zeros after an error so consumers read nothing.
@@ -274,11 +357,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   if (!failed) {
     // Every row passed the check, so every sender sent each of its small segments in its LL slot.
     // (A valid matrix has no segment above the send capacity, so the small kernel never sees a large one.)
-    bool large = false;
-    if constexpr (!kSmall) {
-      for (int i = 0; i < n; ++i)
-        large = large || (i != me && (m[me * n + i] * eb > a.ll_bytes || m[i * n + me] * eb > a.ll_bytes));
-    }
+    const bool large = !kSmall && s_large != 0;
 
     if (large) {
       // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
@@ -343,27 +422,29 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         if (tid == 0) settle(ticket, (it + 1) & 1);
         __syncthreads();
       }
-    } else if (m[me * n + me] != 0) {
-      // 3b. No large segment: the local copy is split over the grid.
-      copyPiece(send + soff[me] * eb, recv + s_roff[me] * eb, m[me * n + me] * eb, static_cast<int>(gridDim.x),
-                static_cast<int>(blockIdx.x));
     }
     if (trace != nullptr) trace[kTraceLocal] = globalTimerNs();
 
-    // 3c. Small segments out of the LL slots into the receive buffer, spread over every thread of the grid.
+    // 3b. The local segment (when no segment is large) and the small segments out of the LL slots, into the receive
+    //     buffer, one 8-byte word per step, spread over every thread of the grid (the local words first: they wait
+    //     for nothing).
     {
       const LlList& list = s_recv;
       for (uint64_t w = gtid; w < list.words; w += gthreads) {
-        const int j = llPeerIndex(list, n, w);
-        const int s = llRecvPeer(me, j, n);
+        int j = 0;
+#pragma unroll
+        for (int i = 1; i < kMaxRanks; ++i)
+          j += i < n && w >= list.first[i] ? 1 : 0;
         const uint64_t p = w - list.first[j];
         uint64_t v = 0;
-        if (!waitLlOrGiveUp(slotOf(me, s) + kLlHeaderWords + p, tag, a, t0, &v)) {
-          reportError(a.state, kDeviceTimeout, s, epoch, 0, 0, kWhatPayload);
+        if (j == 0) {
+          v = load8(s_in_src[0] + 8 * p);
+        } else if (!waitLlOrGiveUp(reinterpret_cast<const uint4*>(s_in_src[j]) + p, tag, a, t0, &v)) {
+          reportError(a.state, kDeviceTimeout, me - j >= 0 ? me - j : me - j + n, epoch, 0, 0, kWhatPayload);
           break;
         }
-        const uint64_t bytes = m[s * n + me] * eb;
-        store8(recv + s_roff[s] * eb + 8 * p, v, bytes - 8 * p < 8 ? bytes - 8 * p : 8);
+        const uint64_t bytes = s_in_bytes[j];
+        store8(s_in_dst[j] + 8 * p, v, bytes - 8 * p < 8 ? bytes - 8 * p : 8);
       }
     }
 

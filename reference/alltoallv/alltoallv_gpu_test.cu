@@ -44,15 +44,18 @@ struct Mode {
   Transfer transfer;
   uint64_t ll_max_bytes;
   uint64_t chunk_bytes;
+  bool small_kernel = true;
 };
 const Mode kFused{"fused", Protocol::kFused, Transfer::kPush, kDefaultLlMaxBytes, 0};
+// The same calls through the kernel that also has the work queue (its path for calls without large segments).
+const Mode kFusedGeneric{"fused_generic", Protocol::kFused, Transfer::kPush, kDefaultLlMaxBytes, 0, false};
 // An LL threshold inside the range of the tests' segment sizes: calls mix LL and queued segments.
 const Mode kFusedMixed{"fused_mixed", Protocol::kFused, Transfer::kPush, 2048, 4096};
 // Nothing in LL slots: every segment goes through the work queue, in many small chunks.
 const Mode kFusedQueue{"fused_queue", Protocol::kFused, Transfer::kPush, 0, 1024};
 const Mode kTwoPhasePush{"two_phase_push", Protocol::kTwoPhase, Transfer::kPush, kDefaultLlMaxBytes, 0};
 const Mode kTwoPhasePull{"two_phase_pull", Protocol::kTwoPhase, Transfer::kPull, kDefaultLlMaxBytes, 0};
-const Mode* const kModes[] = {&kFused, &kFusedMixed, &kFusedQueue, &kTwoPhasePush, &kTwoPhasePull};
+const Mode* const kModes[] = {&kFused, &kFusedGeneric, &kFusedMixed, &kFusedQueue, &kTwoPhasePush, &kTwoPhasePull};
 
 Options optionsFor(const Mode& mode, size_t elem_bytes, uint64_t send_capacity, uint64_t recv_capacity) {
   Options o;
@@ -63,6 +66,7 @@ Options optionsFor(const Mode& mode, size_t elem_bytes, uint64_t send_capacity, 
   o.transfer = mode.transfer;
   o.ll_max_bytes = mode.ll_max_bytes;
   o.chunk_bytes = mode.chunk_bytes;
+  o.small_kernel = mode.small_kernel;
   o.timeout_ms = 20'000;
   return o;
 }
@@ -98,6 +102,9 @@ void randomCalls(Bootstrap& boot, Ctx& c, nccl::HostCountAlltoallv& hc, const Mo
   const Options o = optionsFor(mode, elem_bytes, trafficSendBound(p), trafficRecvBound(p));
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto a2a, AllToAllV::create(boot, c.rank, o, soon()));
   if (ctas < 0) ctas = a2a.maxCtas();
+  // The small-call kernel runs exactly where the capacities guarantee LL-only calls and the mode allows it.
+  EXPECT_EQ(a2a.smallKernel(), mode.protocol == Protocol::kFused && mode.small_kernel &&
+                                   o.send_capacity * elem_bytes <= mode.ll_max_bytes);
   // One seed for the whole job (a receiver checks what every sender wrote), fresh for every run.
   const uint64_t mine = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::vector<uint64_t> seeds(boot.size());
