@@ -326,13 +326,17 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     if (calls[i].p[0] > prev_exit) gaps.push_back(static_cast<double>(calls[i].p[0] - prev_exit) / 1e3);
   }
   if (!gaps.empty()) rec.extra["trace_gap_us"] = median(gaps);
-  std::vector<double> epoch_us, row_us, wait_us, loaded_us, headers_us, local_us;
+  std::vector<double> epoch_us, row_us, wait_us, loaded_us, headers_us, local_us, last_us, flags_us;
   auto us = [](uint64_t later, uint64_t earlier) { return static_cast<double>(later - earlier) / 1e3; };
   for (const Call& c : calls) {
     loaded_us.push_back(us(c.p[alltoallv::kTraceLoaded], c.p[alltoallv::kTraceEpoch]));
     headers_us.push_back(us(c.p[alltoallv::kTraceHeaders], c.p[alltoallv::kTraceSent]));
     // Calls with large segments stamp kTraceLocal after their queue; small ones after the local copy.
     local_us.push_back(us(c.p[alltoallv::kTraceLocal], c.p[alltoallv::kTraceCounts]));
+    if (c.p[alltoallv::kTraceFlags] >= c.p[alltoallv::kTraceLast] && c.p[alltoallv::kTraceLast] >= c.p[0]) {
+      last_us.push_back(us(c.p[alltoallv::kTraceLast], c.p[alltoallv::kTraceCounts]));
+      flags_us.push_back(us(c.p[alltoallv::kTraceFlags], c.p[alltoallv::kTraceLast]));
+    }
     epoch_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEpoch] - c.p[alltoallv::kTraceEntry]) / 1e3);
     row_us.push_back(static_cast<double>(c.p[alltoallv::kTraceRow] - c.p[alltoallv::kTraceEpoch]) / 1e3);
     // How long CTA 0 was resident before the previous kernel let it go (programmatic launch; ~0 without).
@@ -345,6 +349,11 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     rec.extra["trace_loaded_us"] = median(loaded_us);
     rec.extra["trace_headers_us"] = median(headers_us);
     rec.extra["trace_local_us"] = median(local_us);
+    if (!last_us.empty()) {
+      // Large calls: from the counts checked to the last CTA off the queue, then to its senders' flags.
+      rec.extra["trace_last_us"] = median(last_us);
+      rec.extra["trace_flags_us"] = median(flags_us);
+    }
   }
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }

@@ -458,6 +458,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       }
       __syncthreads();
       if (s_last) {
+        uint64_t* const last_trace = a.trace != nullptr ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
+        if (tid == 0 && last_trace != nullptr) last_trace[kTraceLast] = globalTimerNs();
         if (tid == 0) {
           fenceAcqRelSys();
           a.state->bulk_done = 0;
@@ -477,6 +479,10 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
               break;
             }
           }
+        }
+        if (last_trace != nullptr) {
+          __syncthreads();
+          if (tid == 0) last_trace[kTraceFlags] = globalTimerNs();
         }
       }
     }

@@ -166,10 +166,11 @@ struct KernelArgs {
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 
-/// Diagnostics of the fused protocol: CTA 0's thread 0 of call e writes %globaltimer at these points into
+/// Diagnostics of the fused protocol: CTA 0's thread 0 of call e (the last CTA off the work queue for kTraceLast and
+/// kTraceFlags) writes %globaltimer at these points into
 /// trace[(e % kTraceCalls) * kTracePoints + point].
 inline constexpr int kTraceCalls = 64;
-inline constexpr int kTracePoints = 12;
+inline constexpr int kTracePoints = 14;
 enum TracePoint : int {
   kTraceEntry = 0,     ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
   kTraceSent = 1,      ///< this thread's share of the header and LL payload stores issued
@@ -182,7 +183,9 @@ enum TracePoint : int {
   kTraceResident = 8,  ///< CTA 0 running, before it waits for the previous kernel (programmatic launch)
   kTraceLoaded = 9,    ///< this thread's send count loaded (between kTraceEpoch and kTraceRow)
   kTraceHeaders = 10,  ///< every peer's header words seen (between kTraceSent and kTraceCounts)
-  kTraceLocal = 11,    ///< this thread's share of the local copy done (between kTraceCounts and kTracePayload)
+  kTraceLocal = 11,    ///< CTA 0's share of the work queue done (small calls: equal to kTraceCounts)
+  kTraceLast = 12,     ///< large segments: the last CTA off the queue found it was last (written by that CTA)
+  kTraceFlags = 13,    ///< large segments: that CTA saw every large sender's flag
 };
 
 class AllToAllV {

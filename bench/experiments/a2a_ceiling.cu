@@ -1,0 +1,307 @@
+// How fast SM stores can move an all-to-all between the GPUs of one process, with nothing around the copy: no
+// counts, no queue, no flags. Every GPU pushes `seg` bytes to every GPU (itself included, unless remote_only) at
+// once; time per call is the slowest GPU's (events on each, started together behind a host-mapped gate).
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 bench/experiments/a2a_ceiling.cu -o a2a_ceiling && ./a2a_ceiling [MiB per rank]
+//
+// Layouts (the CTAs of a launch; 512 threads, 16-byte vectors, 8 loads in flight per thread before the stores):
+//   split/L       L CTAs copy the local segment, the rest are split evenly between the peers, each a grid-stride loop
+//   rotate        every CTA copies its share of every segment, peers in an order rotated by CTA
+//   remote_only   split without the local segment (what the links alone allow)
+//   pieces        split, but each CTA copies one contiguous piece of its segment (not a grid-stride loop)
+//   queue/K       a work queue: per segment a counter of K-KiB chunks; CTAs start spread over the segments, thread 0
+//                 draws the next chunk while the CTA copies the current one, a CTA barrier per chunk, and a CTA moves
+//                 to the next segment when one runs dry
+//   warpq/K       the same queue drawn per warp (no CTA barrier)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+constexpr int kMaxGpus = 8;
+constexpr int kThreads = 512;
+constexpr int kUnroll = 8;
+
+struct Args {
+  const uint4* src;      // this rank's send buffer: segment d at d * seg
+  uint4* dst[kMaxGpus];  // every rank's receive buffer: this rank's segment at me * seg
+  uint64_t seg_vecs;     // 16-byte vectors per segment
+  int n;
+  int me;
+  int local_ctas;            // split: CTAs on the local segment (0: local skipped)
+  int mode;                  // 0 split, 1 rotate, 2 pieces, 3 queue, 4 warp queue
+  uint64_t chunk_vecs;       // queue: vectors per chunk
+  unsigned long long* next;  // queue: next chunk of each segment (zeroed before the launch)
+};
+
+__device__ __forceinline__ void copyVecs(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t lo, uint64_t hi,
+                                         uint64_t start, uint64_t stride) {
+  uint64_t c = lo + start;
+  for (; c + (kUnroll - 1) * stride < hi; c += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = s[c + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      d[c + u * stride] = v[u];
+  }
+  for (; c < hi; c += stride)
+    d[c] = s[c];
+}
+
+__global__ void __launch_bounds__(kThreads, 1) push(Args a) {
+  const int b = blockIdx.x;
+  const int g = gridDim.x;
+  if (a.mode == 3 || a.mode == 4) {
+    const uint64_t chunks = (a.seg_vecs + a.chunk_vecs - 1) / a.chunk_vecs;
+    const bool per_warp = a.mode == 4;
+    const int lane = per_warp ? threadIdx.x % 32 : threadIdx.x;
+    const int width = per_warp ? 32 : kThreads;
+    const int unit = per_warp ? b * (kThreads / 32) + threadIdx.x / 32 : b;
+    const int units = per_warp ? g * (kThreads / 32) : g;
+    __shared__ unsigned long long s_c[kThreads / 32];
+    __shared__ int s_j[kThreads / 32];
+    const int slot = per_warp ? threadIdx.x / 32 : 0;
+    int job = unit % a.n;
+    int tries = 0;
+    auto draw = [&]() {
+      unsigned long long c = atomicAdd(&a.next[job], 1ull);
+      while (c >= chunks) {
+        if (++tries >= a.n) return false;
+        job = (job + 1) % a.n;
+        c = atomicAdd(&a.next[job], 1ull);
+      }
+      s_c[slot] = c;
+      s_j[slot] = job;
+      return true;
+    };
+    (void)units;
+    for (;;) {
+      if (lane == 0 && !draw()) s_j[slot] = -1;
+      if (per_warp) {
+        __syncwarp();
+      } else {
+        __syncthreads();
+      }
+      const int j = s_j[slot];
+      const uint64_t c = s_c[slot];
+      if (per_warp) {
+        __syncwarp();
+      } else {
+        __syncthreads();
+      }
+      if (j < 0) break;
+      const int dest = (a.me + j) % a.n;
+      const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
+      uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+      const uint64_t lo = c * a.chunk_vecs;
+      const uint64_t hi = lo + a.chunk_vecs < a.seg_vecs ? lo + a.chunk_vecs : a.seg_vecs;
+      copyVecs(s, d, lo, hi, lane, width);
+    }
+    return;
+  }
+  if (a.mode == 2) {
+    const int peers = a.n - 1;
+    const int remote = g - a.local_ctas;
+    int dest, idx, cnt;
+    if (b < a.local_ctas) {
+      dest = a.me;
+      idx = b;
+      cnt = a.local_ctas;
+    } else {
+      const int r = b - a.local_ctas;
+      const int j = r % peers;
+      dest = (a.me + 1 + j) % a.n;
+      idx = r / peers;
+      cnt = remote / peers + (j < remote % peers ? 1 : 0);
+    }
+    const uint64_t per = (a.seg_vecs + cnt - 1) / cnt;
+    const uint64_t lo = per * idx < a.seg_vecs ? per * idx : a.seg_vecs;
+    const uint64_t hi = lo + per < a.seg_vecs ? lo + per : a.seg_vecs;
+    const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
+    uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+    copyVecs(s, d, lo, hi, threadIdx.x, kThreads);
+    return;
+  }
+  if (a.mode == 0) {
+    // Which segment this CTA works on, and its place among that segment's CTAs.
+    const int peers = a.n - 1;
+    const int remote = g - a.local_ctas;
+    int dest, idx, cnt;
+    if (b < a.local_ctas) {
+      dest = a.me;
+      idx = b;
+      cnt = a.local_ctas;
+    } else {
+      const int r = b - a.local_ctas;
+      const int j = r % peers;  // peer index 0..peers-1
+      dest = (a.me + 1 + j) % a.n;
+      idx = r / peers;
+      cnt = remote / peers + (j < remote % peers ? 1 : 0);
+    }
+    const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
+    uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+    copyVecs(s, d, 0, a.seg_vecs, static_cast<uint64_t>(idx) * kThreads + threadIdx.x,
+             static_cast<uint64_t>(cnt) * kThreads);
+  } else {
+    for (int k = 0; k < a.n; ++k) {
+      const int dest = (a.me + b + k) % a.n;
+      if (dest == a.me && a.local_ctas == 0) continue;
+      const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
+      uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+      copyVecs(s, d, 0, a.seg_vecs, static_cast<uint64_t>(b) * kThreads + threadIdx.x,
+               static_cast<uint64_t>(g) * kThreads);
+    }
+  }
+}
+
+__global__ void gateKernel(volatile uint32_t* gate, uint32_t want) {
+  const long long t0 = clock64();
+  while (*gate < want && clock64() - t0 < 4'000'000'000ll) {
+  }
+}
+
+__global__ void fill(uint4* p, uint64_t n, uint32_t seed) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    p[i] = make_uint4(static_cast<uint32_t>(i) ^ seed, seed, static_cast<uint32_t>(i >> 32), ~seed);
+}
+
+// Counts vectors of the receive buffer that differ from what rank s wrote (segment s holds rank s's segment me).
+__global__ void check(const uint4* p, uint64_t seg_vecs, int me, int n, unsigned long long* wrong, bool skip_local) {
+  unsigned long long w = 0;
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < seg_vecs * n; i += gridDim.x * blockDim.x) {
+    const uint64_t s = i / seg_vecs;
+    if (skip_local && static_cast<int>(s) == me) continue;
+    const uint64_t src_index = static_cast<uint64_t>(me) * seg_vecs + (i - s * seg_vecs);
+    const uint32_t seed = 0x9E37u * (static_cast<uint32_t>(s) + 1);
+    const uint4 want =
+        make_uint4(static_cast<uint32_t>(src_index) ^ seed, seed, static_cast<uint32_t>(src_index >> 32), ~seed);
+    const uint4 v = p[i];
+    w += (v.x != want.x || v.y != want.y || v.z != want.z || v.w != want.w) ? 1 : 0;
+  }
+  if (w) atomicAdd(wrong, w);
+}
+
+int main(int argc, char** argv) {
+  const uint64_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 128;
+  int n = 0;
+  CK(cudaGetDeviceCount(&n));
+  n = std::min(n, kMaxGpus);
+  const uint64_t per_rank = mib << 20;
+  const uint64_t seg = per_rank / n / 16 * 16;
+  const uint64_t seg_vecs = seg / 16;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::vector<uint4*> src(n), dst(n);
+  std::vector<cudaStream_t> st(n);
+  std::vector<cudaEvent_t> e0(n), e1(n);
+  uint32_t* gate = nullptr;
+  CK(cudaHostAlloc(&gate, 4, cudaHostAllocMapped | cudaHostAllocPortable));
+  *gate = 0;
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    for (int p = 0; p < n; ++p)
+      if (p != d) CK(cudaDeviceEnablePeerAccess(p, 0));
+    CK(cudaMalloc(&src[d], seg * n));
+    CK(cudaMalloc(&dst[d], seg * n));
+    fill<<<264, 512>>>(src[d], seg_vecs * n, 0x9E37u * (d + 1));
+    CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0[d]));
+    CK(cudaEventCreate(&e1[d]));
+  }
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaDeviceSynchronize());
+  }
+  std::printf("%d GPUs, %llu MiB per rank (%llu bytes per segment), %d SMs\n", n, static_cast<unsigned long long>(mib),
+              static_cast<unsigned long long>(seg), sms);
+  struct Layout {
+    std::string name;
+    int mode;
+    int local_ctas;
+    int grid;
+    uint64_t chunk_kib = 0;
+  };
+  std::vector<Layout> layouts = {{"remote_only", 0, 0, sms},  {"split/12", 0, 12, sms},
+                                 {"pieces/12", 2, 12, sms},   {"queue/64", 3, 1, sms, 64},
+                                 {"queue/16", 3, 1, sms, 16}, {"queue/256", 3, 1, sms, 256},
+                                 {"warpq/8", 4, 1, sms, 8},   {"warpq/32", 4, 1, sms, 32},
+                                 {"split/12", 0, 12, sms},    {"queue/64", 3, 1, sms, 64}};
+  unsigned long long* next[kMaxGpus] = {};
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaMalloc(&next[d], kMaxGpus * sizeof(unsigned long long)));
+  }
+  uint32_t want = 0;
+  for (const Layout& l : layouts) {
+    std::vector<double> us;
+    for (int it = 0; it < 12; ++it) {
+      ++want;
+      for (int d = 0; d < n; ++d) {
+        CK(cudaSetDevice(d));
+        CK(cudaMemsetAsync(dst[d], 0, seg * n, st[d]));
+        CK(cudaMemsetAsync(next[d], 0, kMaxGpus * sizeof(unsigned long long), st[d]));
+        CK(cudaStreamSynchronize(st[d]));
+      }
+      for (int d = 0; d < n; ++d) {
+        CK(cudaSetDevice(d));
+        gateKernel<<<1, 1, 0, st[d]>>>(gate, want);
+        CK(cudaEventRecord(e0[d], st[d]));
+        Args a{};
+        a.src = src[d];
+        for (int p = 0; p < n; ++p)
+          a.dst[p] = dst[p];
+        a.seg_vecs = seg_vecs;
+        a.n = n;
+        a.me = d;
+        a.local_ctas = l.local_ctas;
+        a.mode = l.mode;
+        a.chunk_vecs = l.chunk_kib * 1024 / 16;
+        a.next = next[d];
+        push<<<l.grid, kThreads, 0, st[d]>>>(a);
+        CK(cudaEventRecord(e1[d], st[d]));
+      }
+      *reinterpret_cast<volatile uint32_t*>(gate) = want;
+      double worst = 0;
+      for (int d = 0; d < n; ++d) {
+        CK(cudaSetDevice(d));
+        CK(cudaStreamSynchronize(st[d]));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0[d], e1[d]));
+        worst = std::max(worst, ms * 1000.0);
+      }
+      if (it >= 2) us.push_back(worst);
+    }
+    unsigned long long total_wrong = 0;
+    for (int d = 0; d < n; ++d) {
+      CK(cudaSetDevice(d));
+      unsigned long long* w = nullptr;
+      CK(cudaMallocManaged(&w, 8));
+      *w = 0;
+      check<<<264, 512>>>(dst[d], seg_vecs, d, n, w, l.local_ctas == 0);
+      CK(cudaDeviceSynchronize());
+      total_wrong += *w;
+      CK(cudaFree(w));
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2];
+    const double remote_bytes = static_cast<double>(seg) * (n - 1);
+    std::printf("%-12s grid %4d  %8.1f us (min %8.1f)  %6.1f GB/s per direction over the links  wrong vectors %llu\n",
+                l.name.c_str(), l.grid, med, us.front(), remote_bytes / med / 1e3, total_wrong);
+  }
+  return 0;
+}
