@@ -16,6 +16,15 @@
 /// Large pushes into a receiver's buffer likewise start only after its header of the same call, so they never race
 /// the receiver's consumers of the previous call.
 ///
+/// A small call is latency-bound, and on the GPU one thread's chain of dependent instructions costs about 2 ns per
+/// step, so the fused kernel keeps its critical path short: warp 0 loads the epoch and the row together, computes
+/// offsets and the send and receive lists with shuffles into per-peer pointers in shared memory (no serial loops, no
+/// local memory), and every word of the call is then one lookup, one load and one store; the local segment of a call
+/// without large segments is copied in the same loop as the LL words. The launch arguments are copied into shared
+/// memory while the kernel waits for the one before it. When the capacities guarantee that every call is small
+/// (send_capacity x elem_bytes within the LL threshold), the launch uses a kernel compiled without the work queue
+/// (Options::small_kernel).
+///
 /// Two-phase (push or pull): counts first (epoch-tagged words), then the payload with 16-byte loads/stores directly
 /// between ranks' buffers (push: the sender stores into the receiver's buffer; pull: the receiver loads from the
 /// sender's), then a system-scope release flag per segment.
