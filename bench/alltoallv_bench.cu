@@ -15,7 +15,7 @@
 // Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
 // counters ctas, ll_max_bytes, chunk_bytes):
 //   PEERLAB_ALLTOALLV_CTAS=264          CTAs per launch (up to two per SM; default: one per SM for large sizes)
-//   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 65536)
+//   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 262144)
 //   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
 //   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
