@@ -191,9 +191,9 @@ enum TracePoint : int {
   kTraceClose = 4,     ///< every CTA of the launch arrived
   kTraceExit = 5,      ///< the epoch written
   kTraceEpoch = 6,     ///< the epoch loaded (between kTraceEntry and kTraceSent)
-  kTraceRow = 7,       ///< this rank's send counts loaded (between kTraceEpoch and kTraceSent)
+  kTraceRow = 7,       ///< the row's offsets and the send list computed (between kTraceEpoch and kTraceSent)
   kTraceResident = 8,  ///< CTA 0 running, before it waits for the previous kernel (programmatic launch)
-  kTraceLoaded = 9,    ///< this thread's send count loaded (between kTraceEpoch and kTraceRow)
+  kTraceLoaded = 9,    ///< this rank's send counts loaded (loaded together with the epoch: same as kTraceEpoch)
   kTraceHeaders = 10,  ///< every peer's header words seen (between kTraceSent and kTraceCounts)
   kTraceLocal = 11,    ///< CTA 0's share of the work queue done (small calls: equal to kTraceCounts)
   kTraceLast = 12,     ///< large segments: the last CTA off the queue found it was last (written by that CTA)
