@@ -2,7 +2,7 @@
 // counts, no queue, no flags. Every GPU pushes `seg` bytes to every GPU (itself included, unless remote_only) at
 // once; time per call is the slowest GPU's (events on each, started together behind a host-mapped gate).
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 bench/experiments/a2a_ceiling.cu -o a2a_ceiling && ./a2a_ceiling [MiB per rank]
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. bench/experiments/a2a_ceiling.cu -o a2a_ceiling && ./a2a_ceiling [MiB per rank]
 //
 // Layouts (the CTAs of a launch; 512 threads, 16-byte vectors, 8 loads in flight per thread before the stores):
 //   split/L       L CTAs copy the local segment, the rest are split evenly between the peers, each a grid-stride loop
@@ -22,14 +22,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "bench/experiments/check.h"
 
 constexpr int kMaxGpus = 8;
 constexpr int kThreads = 512;
@@ -61,6 +54,24 @@ __device__ __forceinline__ void copyVecs(const uint4* __restrict__ s, uint4* __r
   }
   for (; c < hi; c += stride)
     d[c] = s[c];
+}
+
+// Static split: CTA b's segment (`dest`), its index among that segment's CTAs and how many they are. The first
+// local_ctas CTAs take the local segment, the rest are dealt to the peers in turn.
+__device__ void splitAssignment(const Args& a, int b, int g, int* dest, int* idx, int* cnt) {
+  const int peers = a.n - 1;
+  const int remote = g - a.local_ctas;
+  if (b < a.local_ctas) {
+    *dest = a.me;
+    *idx = b;
+    *cnt = a.local_ctas;
+    return;
+  }
+  const int r = b - a.local_ctas;
+  const int j = r % peers;  // peer index 0..peers-1
+  *dest = (a.me + 1 + j) % a.n;
+  *idx = r / peers;
+  *cnt = remote / peers + (j < remote % peers ? 1 : 0);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
@@ -115,20 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
     return;
   }
   if (a.mode == 2) {
-    const int peers = a.n - 1;
-    const int remote = g - a.local_ctas;
     int dest, idx, cnt;
-    if (b < a.local_ctas) {
-      dest = a.me;
-      idx = b;
-      cnt = a.local_ctas;
-    } else {
-      const int r = b - a.local_ctas;
-      const int j = r % peers;
-      dest = (a.me + 1 + j) % a.n;
-      idx = r / peers;
-      cnt = remote / peers + (j < remote % peers ? 1 : 0);
-    }
+    splitAssignment(a, b, g, &dest, &idx, &cnt);
     const uint64_t per = (a.seg_vecs + cnt - 1) / cnt;
     const uint64_t lo = per * idx < a.seg_vecs ? per * idx : a.seg_vecs;
     const uint64_t hi = lo + per < a.seg_vecs ? lo + per : a.seg_vecs;
@@ -139,20 +138,8 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
   }
   if (a.mode == 0) {
     // Which segment this CTA works on, and its place among that segment's CTAs.
-    const int peers = a.n - 1;
-    const int remote = g - a.local_ctas;
     int dest, idx, cnt;
-    if (b < a.local_ctas) {
-      dest = a.me;
-      idx = b;
-      cnt = a.local_ctas;
-    } else {
-      const int r = b - a.local_ctas;
-      const int j = r % peers;  // peer index 0..peers-1
-      dest = (a.me + 1 + j) % a.n;
-      idx = r / peers;
-      cnt = remote / peers + (j < remote % peers ? 1 : 0);
-    }
+    splitAssignment(a, b, g, &dest, &idx, &cnt);
     const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
     uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
     copyVecs(s, d, 0, a.seg_vecs, static_cast<uint64_t>(idx) * kThreads + threadIdx.x,

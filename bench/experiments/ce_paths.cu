@@ -1,6 +1,6 @@
 // Copy-engine paths between two GPUs of one process, measured without peerlab's protocol around them.
 //
-//   nvcc -O2 -std=c++17 -arch=sm_90 bench/experiments/ce_paths.cu -lcuda -o ce_paths && ./ce_paths [dev_a dev_b]
+//   nvcc -O2 -std=c++17 -arch=sm_90 -I. bench/experiments/ce_paths.cu -lcuda -o ce_paths && ./ce_paths [dev_a dev_b]
 //
 // Latency (8 B, ping-pong between a stream on each GPU, time per hop = round trip / 2, median of samples):
 //   memop          write the peer's flag, wait on our own (stream memory operations only)
@@ -27,14 +27,8 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "bench/experiments/check.h"
+
 #define CU(x)                                                             \
   do {                                                                    \
     CUresult r_ = (x);                                                    \

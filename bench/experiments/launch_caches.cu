@@ -1,7 +1,7 @@
 // What a kernel pays on its first touches after a launch: kernel-parameter reads (constant bank) and instruction
 // fetch, measured with %globaltimer by one thread, launch after launch of the same kernel.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 bench/experiments/launch_caches.cu -o launch_caches && ./launch_caches
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. bench/experiments/launch_caches.cu -o launch_caches && ./launch_caches
 //
 // Per launch (medians over launches 10..99 of one kernel, then the same with two kernels launched alternately):
 //   param_a / param_b / param_a_again   first read of a parameter word, of a word 192 bytes further, the first again
@@ -14,14 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "bench/experiments/check.h"
 
 struct Params {
   uint32_t w[64];
