@@ -337,10 +337,10 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
       last_us.push_back(us(c.p[alltoallv::kTraceLast], c.p[alltoallv::kTraceCounts]));
       flags_us.push_back(us(c.p[alltoallv::kTraceFlags], c.p[alltoallv::kTraceLast]));
     }
-    epoch_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEpoch] - c.p[alltoallv::kTraceEntry]) / 1e3);
-    row_us.push_back(static_cast<double>(c.p[alltoallv::kTraceRow] - c.p[alltoallv::kTraceEpoch]) / 1e3);
+    epoch_us.push_back(us(c.p[alltoallv::kTraceEpoch], c.p[alltoallv::kTraceEntry]));
+    row_us.push_back(us(c.p[alltoallv::kTraceRow], c.p[alltoallv::kTraceEpoch]));
     // How long CTA 0 was resident before the previous kernel let it go (programmatic launch; ~0 without).
-    wait_us.push_back(static_cast<double>(c.p[alltoallv::kTraceEntry] - c.p[alltoallv::kTraceResident]) / 1e3);
+    wait_us.push_back(us(c.p[alltoallv::kTraceEntry], c.p[alltoallv::kTraceResident]));
   }
   if (!calls.empty()) {
     rec.extra["trace_epoch_us"] = median(epoch_us);
