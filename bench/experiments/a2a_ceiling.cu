@@ -13,6 +13,11 @@
 //                 draws the next chunk while the CTA copies the current one, a CTA barrier per chunk, and a CTA moves
 //                 to the next segment when one runs dry
 //   warpq/K       the same queue drawn per warp (no CTA barrier)
+//   pullq/K       queue/K, but each GPU loads its segments from the peers' send buffers and stores locally (pull)
+//   bulk/G/P/S/K  the Hopper bulk-copy engine (cp.async.bulk): G CTAs of P warps; lane 0 of each warp streams its
+//                 K-KiB chunks (chunk j of all segments interleaved, j = warp, warp + all warps, ...) through S
+//                 shared-memory stages: bulk load global -> shared (mbarrier), bulk store shared -> peer
+//   bulkpull/...  the same, loading from the peer and storing locally
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,11 +39,26 @@ struct Args {
   uint64_t seg_vecs;     // 16-byte vectors per segment
   int n;
   int me;
-  int local_ctas;            // split: CTAs on the local segment (0: local skipped)
-  int mode;                  // 0 split, 1 rotate, 2 pieces, 3 queue, 4 warp queue
-  uint64_t chunk_vecs;       // queue: vectors per chunk
-  unsigned long long* next;  // queue: next chunk of each segment (zeroed before the launch)
+  int local_ctas;               // split: CTAs on the local segment (0: local skipped)
+  int mode;                     // 0 split, 1 rotate, 2 pieces, 3 queue, 4 warp queue
+  uint64_t chunk_vecs;          // queue: vectors per chunk
+  unsigned long long* next;     // queue: next chunk of each segment (zeroed before the launch)
+  const uint4* srcs[kMaxGpus];  // pull: every rank's send buffer
+  int pull;                     // 1: load from the peer's send buffer, store into this rank's receive buffer
+  int stages;                   // bulk: shared-memory stages per warp
 };
+
+// Source and destination of this rank's part of the exchange with rank `peer`: push sends segment `peer` of the
+// local send buffer to the peer's receive buffer; pull fetches the peer's segment for this rank into the local one.
+__device__ __forceinline__ void segmentPair(const Args& a, int peer, const uint4** s, uint4** d) {
+  if (a.pull) {
+    *s = a.srcs[peer] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+    *d = a.dst[a.me] + static_cast<uint64_t>(peer) * a.seg_vecs;
+  } else {
+    *s = a.src + static_cast<uint64_t>(peer) * a.seg_vecs;
+    *d = a.dst[peer] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+  }
+}
 
 __device__ __forceinline__ void copyVecs(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t lo, uint64_t hi,
                                          uint64_t start, uint64_t stride) {
@@ -116,9 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
         __syncthreads();
       }
       if (j < 0) break;
-      const int dest = (a.me + j) % a.n;
-      const uint4* s = a.src + static_cast<uint64_t>(dest) * a.seg_vecs;
-      uint4* d = a.dst[dest] + static_cast<uint64_t>(a.me) * a.seg_vecs;
+      const uint4* s = nullptr;
+      uint4* d = nullptr;
+      segmentPair(a, (a.me + j) % a.n, &s, &d);
       const uint64_t lo = c * a.chunk_vecs;
       const uint64_t hi = lo + a.chunk_vecs < a.seg_vecs ? lo + a.chunk_vecs : a.seg_vecs;
       copyVecs(s, d, lo, hi, lane, width);
@@ -154,6 +174,81 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
                static_cast<uint64_t>(g) * kThreads);
     }
   }
+}
+
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Bulk-copy all-to-all: lane 0 of every warp streams chunks through its stages (see the header comment).
+__global__ void bulk(Args a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  if (threadIdx.x % 32 != 0) return;
+  const uint32_t chunk = static_cast<uint32_t>(a.chunk_vecs * 16);
+  uint8_t* buf = smem + static_cast<uint64_t>(warp) * a.stages * chunk;
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(smem + static_cast<uint64_t>(warps) * a.stages * chunk) + warp * a.stages;
+  for (int i = 0; i < a.stages; ++i)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smemAddr(bars + i)));
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const uint64_t seg = a.seg_vecs * 16;
+  const uint64_t per_seg = (seg + chunk - 1) / chunk;
+  const uint64_t total = per_seg * a.n;
+  const uint64_t pipes = static_cast<uint64_t>(gridDim.x) * warps;
+  const uint64_t pipe = static_cast<uint64_t>(blockIdx.x) * warps + warp;
+  if (pipe >= total) return;
+  const uint64_t mine = (total - pipe + pipes - 1) / pipes;
+  // Chunk i of this pipe: its source, destination and length.
+  auto at = [&](uint64_t i, const uint8_t** s, uint8_t** d) {
+    const uint64_t j = pipe + i * pipes;
+    const uint4* sv = nullptr;
+    uint4* dv = nullptr;
+    segmentPair(a, static_cast<int>((a.me + j % a.n) % a.n), &sv, &dv);
+    const uint64_t off = (j / a.n) * chunk;
+    *s = reinterpret_cast<const uint8_t*>(sv) + off;
+    *d = reinterpret_cast<uint8_t*>(dv) + off;
+    return static_cast<uint32_t>(seg - off < chunk ? seg - off : chunk);
+  };
+  auto load = [&](uint64_t i) {
+    const uint8_t* s = nullptr;
+    uint8_t* d = nullptr;
+    const uint32_t len = at(i, &s, &d);
+    const int st = static_cast<int>(i % a.stages);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bars + st)), "r"(len)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smemAddr(buf + static_cast<uint64_t>(st) * chunk)),
+                 "l"(s), "r"(len), "r"(smemAddr(bars + st))
+                 : "memory");
+  };
+  for (uint64_t i = 0; i < mine && i < static_cast<uint64_t>(a.stages); ++i)
+    load(i);
+  for (uint64_t i = 0; i < mine; ++i) {
+    const int st = static_cast<int>(i % a.stages);
+    const uint32_t parity = static_cast<uint32_t>((i / a.stages) & 1);
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done)
+                   : "r"(smemAddr(bars + st)), "r"(parity)
+                   : "memory");
+    }
+    const uint8_t* s = nullptr;
+    uint8_t* d = nullptr;
+    const uint32_t len = at(i, &s, &d);
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(d),
+                 "r"(smemAddr(buf + static_cast<uint64_t>(st) * chunk)), "r"(len)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    // The stage of chunk i - 1 is free once its store has read it: refill it with chunk i - 1 + stages.
+    if (i >= 1 && i - 1 + a.stages < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      load(i - 1 + a.stages);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 __global__ void gateKernel(volatile uint32_t* gate, uint32_t want) {
@@ -222,12 +317,26 @@ int main(int argc, char** argv) {
     int local_ctas;
     int grid;
     uint64_t chunk_kib = 0;
+    int pull = 0;
+    int warps = 0;   // bulk: warps (pipelines) per CTA
+    int stages = 0;  // bulk: stages per warp
   };
-  std::vector<Layout> layouts = {{"remote_only", 0, 0, sms},  {"split/12", 0, 12, sms},
-                                 {"pieces/12", 2, 12, sms},   {"queue/64", 3, 1, sms, 64},
-                                 {"queue/16", 3, 1, sms, 16}, {"queue/256", 3, 1, sms, 256},
-                                 {"warpq/8", 4, 1, sms, 8},   {"warpq/32", 4, 1, sms, 32},
-                                 {"split/12", 0, 12, sms},    {"queue/64", 3, 1, sms, 64}};
+  auto bulkLayout = [](int grid, int warps, int stages, int kib, int pull) {
+    const std::string name = std::string(pull ? "bulkpull/" : "bulk/") + std::to_string(grid) + "/" +
+                             std::to_string(warps) + "/" + std::to_string(stages) + "/" + std::to_string(kib);
+    return Layout{name, 5, 1, grid, static_cast<uint64_t>(kib), pull, warps, stages};
+  };
+  std::vector<Layout> layouts = {
+      {"queue/64", 3, 1, sms, 64},      {"pullq/64", 3, 1, sms, 64, 1},   {"pullq/16", 3, 1, sms, 16, 1},
+      bulkLayout(sms, 1, 4, 16, 0),     bulkLayout(sms, 1, 8, 16, 0),     bulkLayout(sms, 1, 6, 32, 0),
+      bulkLayout(sms, 2, 4, 16, 0),     bulkLayout(sms, 4, 4, 8, 0),      bulkLayout(sms, 4, 2, 16, 0),
+      bulkLayout(2 * sms, 1, 4, 16, 0), bulkLayout(sms / 2, 1, 8, 16, 0), bulkLayout(sms, 2, 4, 16, 1),
+      bulkLayout(sms, 1, 8, 16, 1),     {"queue/64", 3, 1, sms, 64}};
+  if (argc > 2 && std::string(argv[2]) == "sm") layouts.resize(3);
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaFuncSetAttribute(bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+  }
   unsigned long long* next[kMaxGpus] = {};
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
@@ -259,7 +368,17 @@ int main(int argc, char** argv) {
         a.mode = l.mode;
         a.chunk_vecs = l.chunk_kib * 1024 / 16;
         a.next = next[d];
-        push<<<l.grid, kThreads, 0, st[d]>>>(a);
+        for (int p = 0; p < n; ++p)
+          a.srcs[p] = src[p];
+        a.pull = l.pull;
+        a.stages = l.stages;
+        if (l.mode == 5) {
+          const size_t smem = static_cast<size_t>(l.warps) * l.stages * (l.chunk_kib * 1024 + 8);
+          bulk<<<l.grid, 32 * l.warps, smem, st[d]>>>(a);
+        } else {
+          push<<<l.grid, kThreads, 0, st[d]>>>(a);
+        }
+        CK(cudaGetLastError());
         CK(cudaEventRecord(e1[d], st[d]));
       }
       *reinterpret_cast<volatile uint32_t*>(gate) = want;
@@ -287,7 +406,7 @@ int main(int argc, char** argv) {
     std::sort(us.begin(), us.end());
     const double med = us[us.size() / 2];
     const double remote_bytes = static_cast<double>(seg) * (n - 1);
-    std::printf("%-12s grid %4d  %8.1f us (min %8.1f)  %6.1f GB/s per direction over the links  wrong vectors %llu\n",
+    std::printf("%-20s grid %4d  %8.1f us (min %8.1f)  %6.1f GB/s per direction over the links  wrong vectors %llu\n",
                 l.name.c_str(), l.grid, med, us.front(), remote_bytes / med / 1e3, total_wrong);
   }
   return 0;

@@ -12,6 +12,7 @@
 #include "reference/core/programmatic.cuh"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
+#include "reference/core/warp_scan.cuh"
 
 namespace peerlab::alltoallv {
 
@@ -181,12 +182,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     t_loaded = globalTimerNs();
     const bool bad = __any_sync(kAll, v == kCountInvalid);
     const uint64_t valid = v == kCountInvalid ? 0 : v;
-    uint64_t incl = valid;
-#pragma unroll
-    for (int o = 1; o < kMaxRanks; o *= 2) {
-      const uint64_t y = __shfl_up_sync(kAll, incl, o);
-      if (lane >= o) incl += y;
-    }
+    const uint64_t incl = warpInclusiveSum<kMaxRanks>(valid);
     const uint64_t soff = incl - valid;
     const bool ok = !bad && __shfl_sync(kAll, incl, n - 1) <= a.send_capacity;
     if (lane < n) {
@@ -200,12 +196,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     const uint64_t sd = __shfl_sync(kAll, soff, d);
     const uint64_t bytes = ok ? vd * eb : 0;
     const uint64_t words = peer ? hw + (ok && bytes <= a.ll_bytes ? llWords(bytes) : 0) : 0;
-    uint64_t winc = words;
-#pragma unroll
-    for (int o = 1; o < kMaxRanks; o *= 2) {
-      const uint64_t y = __shfl_up_sync(kAll, winc, o);
-      if (lane >= o) winc += y;
-    }
+    const uint64_t winc = warpInclusiveSum<kMaxRanks>(words);
     const uint64_t wtotal = __shfl_sync(kAll, winc, n - 1);
     if (peer) {
       s_send.first[lane] = winc - words;
@@ -300,12 +291,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       if (err == kDeviceOk) {
         // Lane l < n: what source l sends here, and where it lands (exclusive prefix over sources).
         const uint64_t in = lane < n ? m[lane * n + me] : 0;
-        uint64_t incl = in;
-#pragma unroll
-        for (int o = 1; o < kMaxRanks; o *= 2) {
-          const uint64_t y = __shfl_up_sync(kAll, incl, o);
-          if (lane >= o) incl += y;
-        }
+        const uint64_t incl = warpInclusiveSum<kMaxRanks>(in);
         const uint64_t roff = incl - in;
         if (lane < n) s_roff[lane] = roff;
         // A segment above the LL threshold in either direction sends this rank through the work queue.
@@ -321,12 +307,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         uint64_t words = 0;
         if (lane == 0) words = large ? 0 : llWords(bytes);
         if (lane >= 1 && lane < n) words = bytes <= a.ll_bytes ? llWords(bytes) : 0;
-        uint64_t winc = words;
-#pragma unroll
-        for (int o = 1; o < kMaxRanks; o *= 2) {
-          const uint64_t y = __shfl_up_sync(kAll, winc, o);
-          if (lane >= o) winc += y;
-        }
+        const uint64_t winc = warpInclusiveSum<kMaxRanks>(words);
         if (lane < n) {
           s_recv.first[lane] = winc - words;
           s_in_src[lane] = lane == 0 ? send + soff[me] * eb

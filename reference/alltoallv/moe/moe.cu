@@ -8,6 +8,7 @@
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
+#include "reference/core/warp_scan.cuh"
 
 namespace peerlab::alltoallv::moe {
 
@@ -35,22 +36,12 @@ __device__ __forceinline__ const float* tailWeights(const uint8_t* row, int hidd
 __device__ __forceinline__ int blockExclusiveScan(int v, int* total, int* smem /* [32] */) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
+  const int x = warpInclusiveSum(v);
   if (lane == 31) smem[warp] = x;
   __syncthreads();
   if (warp == 0) {
     const int nw = static_cast<int>(blockDim.x >> 5);
-    int w = lane < nw ? smem[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
+    const int w = warpInclusiveSum(lane < nw ? smem[lane] : 0);
     if (lane < nw) smem[lane] = w;
   }
   __syncthreads();
