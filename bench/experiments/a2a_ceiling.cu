@@ -13,6 +13,10 @@
 //                 draws the next chunk while the CTA copies the current one, a CTA barrier per chunk, and a CTA moves
 //                 to the next segment when one runs dry
 //   warpq/K       the same queue drawn per warp (no CTA barrier)
+//   rotq/K/LN     queue/K, but every CTA but the first N starts on peer me+1 and moves on to me+2, ...: at each step a
+//                 GPU sends to one peer and receives from one (the first N CTAs start on the local segment)
+//   xorq/K/LN     the same with peer me^1, me^2, ...: each step pairs the GPUs both ways
+//   .../ldcs, /cs queue with streaming loads (ld.global.cs), and streaming stores too (st.global.cs)
 //   pullq/K       queue/K, but each GPU loads its segments from the peers' send buffers and stores locally (pull)
 //   bulk/G/P/S/K  the Hopper bulk-copy engine (cp.async.bulk): G CTAs of P warps; lane 0 of each warp streams its
 //                 K-KiB chunks (chunk j of all segments interleaved, j = warp, warp + all warps, ...) through S
@@ -46,6 +50,9 @@ struct Args {
   const uint4* srcs[kMaxGpus];  // pull: every rank's send buffer
   int pull;                     // 1: load from the peer's send buffer, store into this rank's receive buffer
   int stages;                   // bulk: shared-memory stages per warp
+  int order;  // queue: 0 CTAs start spread over the segments; 1 all start on peer me+1, then me+2, ...; 2 the same
+              // with peer me^k (a perfect matching per step); for 1 and 2 the first local_ctas CTAs start locally
+  int hint;   // 1: streaming loads (ld.global.cs), 2: streaming loads and stores (st.global.cs)
 };
 
 // Source and destination of this rank's part of the exchange with rank `peer`: push sends segment `peer` of the
@@ -74,6 +81,28 @@ __device__ __forceinline__ void copyVecs(const uint4* __restrict__ s, uint4* __r
   }
   for (; c < hi; c += stride)
     d[c] = s[c];
+}
+
+// copyVecs with streaming cache hints: loads evict first, and so do stores when `cs_stores`.
+__device__ __forceinline__ void copyVecsHint(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t lo,
+                                             uint64_t hi, uint64_t start, uint64_t stride, bool cs_stores) {
+  uint64_t c = lo + start;
+  for (; c + (kUnroll - 1) * stride < hi; c += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = __ldcs(s + c + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (cs_stores) {
+        __stcs(d + c + u * stride, v[u]);
+      } else {
+        d[c + u * stride] = v[u];
+      }
+    }
+  }
+  for (; c < hi; c += stride)
+    d[c] = __ldcs(s + c);
 }
 
 // Static split: CTA b's segment (`dest`), its index among that segment's CTAs and how many they are. The first
@@ -107,13 +136,15 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
     __shared__ unsigned long long s_c[kThreads / 32];
     __shared__ int s_j[kThreads / 32];
     const int slot = per_warp ? threadIdx.x / 32 : 0;
-    int job = unit % a.n;
+    // Job k of this unit's sequence; job j is the segment of peer (me + j) % n, or me ^ j in order 2.
+    const int first = a.order == 0 ? unit % a.n : (b < a.local_ctas ? 0 : 1);
     int tries = 0;
+    int job = first;
     auto draw = [&]() {
       unsigned long long c = atomicAdd(&a.next[job], 1ull);
       while (c >= chunks) {
         if (++tries >= a.n) return false;
-        job = (job + 1) % a.n;
+        job = (first + tries) % a.n;
         c = atomicAdd(&a.next[job], 1ull);
       }
       s_c[slot] = c;
@@ -138,10 +169,14 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
       if (j < 0) break;
       const uint4* s = nullptr;
       uint4* d = nullptr;
-      segmentPair(a, (a.me + j) % a.n, &s, &d);
+      segmentPair(a, a.order == 2 ? (a.me ^ j) : (a.me + j) % a.n, &s, &d);
       const uint64_t lo = c * a.chunk_vecs;
       const uint64_t hi = lo + a.chunk_vecs < a.seg_vecs ? lo + a.chunk_vecs : a.seg_vecs;
-      copyVecs(s, d, lo, hi, lane, width);
+      if (a.hint == 0) {
+        copyVecs(s, d, lo, hi, lane, width);
+      } else {
+        copyVecsHint(s, d, lo, hi, lane, width, a.hint == 2);
+      }
     }
     return;
   }
@@ -320,19 +355,34 @@ int main(int argc, char** argv) {
     int pull = 0;
     int warps = 0;   // bulk: warps (pipelines) per CTA
     int stages = 0;  // bulk: stages per warp
+    int order = 0;
+    int hint = 0;
+  };
+  auto queueLayout = [sms](const char* name, int kib, int order, int local_ctas, int hint) {
+    Layout l{name, 3, local_ctas, sms, static_cast<uint64_t>(kib)};
+    l.order = order;
+    l.hint = hint;
+    return l;
   };
   auto bulkLayout = [](int grid, int warps, int stages, int kib, int pull) {
     const std::string name = std::string(pull ? "bulkpull/" : "bulk/") + std::to_string(grid) + "/" +
                              std::to_string(warps) + "/" + std::to_string(stages) + "/" + std::to_string(kib);
     return Layout{name, 5, 1, grid, static_cast<uint64_t>(kib), pull, warps, stages};
   };
-  std::vector<Layout> layouts = {
-      {"queue/64", 3, 1, sms, 64},      {"pullq/64", 3, 1, sms, 64, 1},   {"pullq/16", 3, 1, sms, 16, 1},
-      bulkLayout(sms, 1, 4, 16, 0),     bulkLayout(sms, 1, 8, 16, 0),     bulkLayout(sms, 1, 6, 32, 0),
-      bulkLayout(sms, 2, 4, 16, 0),     bulkLayout(sms, 4, 4, 8, 0),      bulkLayout(sms, 4, 2, 16, 0),
-      bulkLayout(2 * sms, 1, 4, 16, 0), bulkLayout(sms / 2, 1, 8, 16, 0), bulkLayout(sms, 2, 4, 16, 1),
-      bulkLayout(sms, 1, 8, 16, 1),     {"queue/64", 3, 1, sms, 64}};
-  if (argc > 2 && std::string(argv[2]) == "sm") layouts.resize(3);
+  std::vector<Layout> layouts = {{"queue/64", 3, 1, sms, 64},
+                                 queueLayout("queue/16", 16, 0, 1, 0),
+                                 queueLayout("rotq/64/L0", 64, 1, 0, 0),
+                                 queueLayout("rotq/64/L12", 64, 1, 12, 0),
+                                 queueLayout("rotq/16/L12", 16, 1, 12, 0),
+                                 queueLayout("xorq/64/L12", 64, 2, 12, 0),
+                                 queueLayout("xorq/16/L12", 16, 2, 12, 0),
+                                 queueLayout("xorq/64/L33", 64, 2, 33, 0),
+                                 queueLayout("queue/64/ldcs", 64, 0, 1, 1),
+                                 queueLayout("queue/64/cs", 64, 0, 1, 2),
+                                 queueLayout("xorq/64/L12/ldcs", 64, 2, 12, 1),
+                                 {"pullq/16", 3, 1, sms, 16, 1},
+                                 bulkLayout(sms, 2, 4, 16, 0),
+                                 {"queue/64", 3, 1, sms, 64}};
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
     CK(cudaFuncSetAttribute(bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
@@ -372,6 +422,8 @@ int main(int argc, char** argv) {
           a.srcs[p] = src[p];
         a.pull = l.pull;
         a.stages = l.stages;
+        a.order = l.order;
+        a.hint = l.hint;
         if (l.mode == 5) {
           const size_t smem = static_cast<size_t>(l.warps) * l.stages * (l.chunk_kib * 1024 + 8);
           bulk<<<l.grid, 32 * l.warps, smem, st[d]>>>(a);
