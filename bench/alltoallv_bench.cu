@@ -15,10 +15,11 @@
 // Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
 // counters ctas, ll_max_bytes, chunk_bytes):
 //   PEERLAB_ALLTOALLV_CTAS=264          CTAs per launch (up to two per SM; default: one per SM for large sizes)
-//   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 262144)
+//   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 524288)
 //   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
 //   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
+//   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -129,6 +130,7 @@ uint64_t envOr(const char* name, uint64_t fallback) {
 alltoallv::Options tunedOptions(alltoallv::Options o) {
   o.ll_max_bytes = envOr("PEERLAB_ALLTOALLV_LL_BYTES", o.ll_max_bytes);
   o.chunk_bytes = envOr("PEERLAB_ALLTOALLV_CHUNK_BYTES", o.chunk_bytes);
+  o.queue_in_step = envOr("PEERLAB_ALLTOALLV_IN_STEP", o.queue_in_step ? 1 : 0) != 0;
   return o;
 }
 int tunedCtas() {
@@ -411,6 +413,7 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
         if (a->protocol() == alltoallv::Protocol::kFused) {
           rec.extra["ll_max_bytes"] = static_cast<double>(a->options().ll_max_bytes);
           rec.extra["chunk_bytes"] = static_cast<double>(a->options().chunk_bytes);
+          rec.extra["queue_in_step"] = a->options().queue_in_step ? 1 : 0;
         }
         call = [&e, a, s, ctas] { return a->run(s, e.sendCounts(), e.recvCounts(), e.recvOffsets(), ctas); };
         break;

@@ -342,8 +342,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 
     if (large) {
       // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
-      //     the job the byte-weighted split gives it (all peers busy from the start), takes chunks from that job's
-      //     counter and moves on to the next job when it runs dry.
+      //     the job queueStartJob gives it (in step: the local copy's share of CTAs on it, all others on the first
+      //     peer), takes chunks from that job's counter and moves on to the next job when it runs dry.
       const QueueJobs q = queueJobs(m, n, me, eb, a.ll_bytes);
       const int jobs = q.count;
       uint64_t total = 0;
@@ -362,7 +362,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       // Thread 0 owns this CTA's place in the queue: the job it takes from and how many jobs it found empty.
       int job = 0;
       int tries = 0;
-      if (tid == 0 && jobs > 0) job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x));
+      if (tid == 0 && jobs > 0)
+        job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), a.queue_in_step != 0);
       // Thread 0 turns ticket `c` of the current job into the next chunk for slot `which`: when the job has run dry
       // it moves on to the next one (job -1: every queue is empty).
       auto settle = [&](unsigned long long c, int which) {
@@ -830,6 +831,7 @@ KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_count
   a.slot_stride = layout_.slot_stride;
   a.ll_bytes = protocol_ == Protocol::kFused ? llBytes() : 0;
   a.chunk_bytes = options_.chunk_bytes;
+  a.queue_in_step = options_.queue_in_step ? 1u : 0u;
   a.transfer = static_cast<uint32_t>(options_.transfer);
   a.protocol = static_cast<uint32_t>(protocol_);
   a.trace = trace_;

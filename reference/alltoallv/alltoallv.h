@@ -79,10 +79,11 @@ enum class Protocol : uint32_t {
 std::string_view protocolName(Protocol p);
 
 /// Segments up to this size ride in LL slots by default (fused protocol). LL words carry 8 data bytes per 16, so
-/// they double what a segment puts on the link, but they need no per-receiver flag and no fence: on nvidia-h200-x4
-/// (4 ranks) LL wins up to segments of 256 KiB (1 MiB per rank: 8.4 us instead of 19.2; NCCL's device API 14.5) and
-/// loses at 1 MiB segments (4 MiB per rank: 29.5 us instead of 26.4).
-inline constexpr uint64_t kDefaultLlMaxBytes = 256 * 1024;
+/// they double what a segment puts on the link, but they need no per-receiver flag and no fence. On nvidia-h200-x4
+/// LL wins up to segments of 512 KiB: 2 ranks at 1 MiB per rank take 6.3 us instead of 14.6 with 256 KiB (NCCL's
+/// device API 11.2), 4 ranks at 1 MiB per rank 8.4 us instead of 19.2 with 64 KiB (device API 14.5); it loses at
+/// 1 MiB segments (4 ranks at 4 MiB per rank: 29.5 us instead of 26.4).
+inline constexpr uint64_t kDefaultLlMaxBytes = 512 * 1024;
 /// Largest LL threshold accepted (every rank keeps 2 x ranks slots of twice this size).
 inline constexpr uint64_t kMaxLlMaxBytes = 1024 * 1024;
 
@@ -109,6 +110,9 @@ struct Options {
   /// threshold, so every segment rides in LL slots), launch a kernel compiled without the large-segment path: the same
   /// protocol and results, with less code to fetch and fewer registers per call.
   bool small_kernel = true;
+  /// Fused, large segments: the work queue's CTAs go through the peers in step (every rank sends to one peer at a
+  /// time, see queueStartJob); false spreads them over every peer from the start.
+  bool queue_in_step = true;
 };
 
 /// Device-side status of the calls since the last check (first error wins).
@@ -173,8 +177,10 @@ struct KernelArgs {
   uint64_t ll_bytes;     ///< fused: segments of at most this many bytes ride in LL slots
   uint64_t chunk_bytes;  ///< fused: work-queue chunk (0: autoChunkBytes)
   uint32_t transfer;
-  uint32_t protocol;  ///< kFused or kTwoPhase (resolved)
-  uint64_t* trace;    ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
+  uint32_t protocol;       ///< kFused or kTwoPhase (resolved)
+  uint32_t queue_in_step;  ///< fused: Options::queue_in_step
+  uint32_t reserved;
+  uint64_t* trace;  ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 

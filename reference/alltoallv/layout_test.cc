@@ -283,7 +283,7 @@ TEST(Layout, QueueChunksTileEverySegmentOnce) {
   EXPECT_EQ(autoChunkBytes(128ull << 20, 132), 64u * 1024);
 }
 
-TEST(Layout, QueueJobsStartSpreadOverEveryPeer) {
+TEST(Layout, QueueJobsStartSpreadOrInStep) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 500; ++trial) {
     const int n = 2 + static_cast<int>(rng() % (kMaxRanks - 1));
@@ -300,17 +300,30 @@ TEST(Layout, QueueJobsStartSpreadOverEveryPeer) {
     ASSERT_EQ(q.self >= 0, m[me * n + me] != 0);
     if (q.count == 0) continue;
     const int ctas = 1 + static_cast<int>(rng() % 200);
-    std::vector<int> started(q.count, 0);
+    std::vector<int> spread(q.count, 0);
+    std::vector<int> in_step(q.count, 0);
     for (int b = 0; b < ctas; ++b) {
-      const int j = queueStartJob(q, ctas, b);
-      ASSERT_GE(j, 0);
-      ASSERT_LT(j, q.count);
-      ++started[j];
+      for (const bool step : {false, true}) {
+        const int j = queueStartJob(q, ctas, b, step);
+        ASSERT_GE(j, 0);
+        ASSERT_LT(j, q.count);
+        ++(step ? in_step : spread)[j];
+      }
     }
+    // Spread: every job has a CTA from the start (when there are enough CTAs).
     if (ctas >= q.count) {
       for (int j = 0; j < q.count; ++j)
-        ASSERT_GE(started[j], 1) << "job " << j << " has no CTA at the start";
+        ASSERT_GE(spread[j], 1) << "job " << j << " has no CTA at the start";
     }
+    // In step: the first peer job and the local copy (with its spread share) are the only starting jobs.
+    for (int j = 1; j < q.count; ++j) {
+      if (j == q.self) {
+        ASSERT_EQ(in_step[j], spread[j]) << "the local copy keeps its share";
+      } else {
+        ASSERT_EQ(in_step[j], 0) << "peer job " << j << " started before its turn";
+      }
+    }
+    ASSERT_EQ(in_step[0], ctas - (q.self > 0 ? spread[q.self] : 0));
   }
 }
 
