@@ -342,8 +342,9 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
 
     if (large) {
       // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
-      //     the job queueStartJob gives it (in step: the local copy's share of CTAs on it, all others on the first
-      //     peer), takes chunks from that job's counter and moves on to the next job when it runs dry.
+      //     the job queueStartJob gives it (in step, for even traffic: the local copy's share of CTAs on it, all
+      //     others on the first peer), takes chunks from that job's counter and moves on to the next job when it runs
+      //     dry.
       const QueueJobs q = queueJobs(m, n, me, eb, a.ll_bytes);
       const int jobs = q.count;
       uint64_t total = 0;
@@ -363,7 +364,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       int job = 0;
       int tries = 0;
       if (tid == 0 && jobs > 0)
-        job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), a.queue_in_step != 0);
+        job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x),
+                            a.queue_in_step != 0 && queueInStep(m, n, eb, a.ll_bytes));
       // Thread 0 turns ticket `c` of the current job into the next chunk for slot `which`: when the job has run dry
       // it moves on to the next one (job -1: every queue is empty).
       auto settle = [&](unsigned long long c, int which) {

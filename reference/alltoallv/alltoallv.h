@@ -110,8 +110,8 @@ struct Options {
   /// threshold, so every segment rides in LL slots), launch a kernel compiled without the large-segment path: the same
   /// protocol and results, with less code to fetch and fewer registers per call.
   bool small_kernel = true;
-  /// Fused, large segments: the work queue's CTAs go through the peers in step (every rank sends to one peer at a
-  /// time, see queueStartJob); false spreads them over every peer from the start.
+  /// Fused, large segments: when the traffic is even (queueInStep), the work queue's CTAs go through the peers in
+  /// step (every rank sends to one peer at a time, see queueStartJob); false always spreads them over every peer.
   bool queue_in_step = true;
 };
 

@@ -327,6 +327,25 @@ TEST(Layout, QueueJobsStartSpreadOrInStep) {
   }
 }
 
+TEST(Layout, QueueInStepOnlyForEvenLargeTraffic) {
+  const int n = 4;
+  std::vector<uint64_t> m(n * n, 1000);
+  m[0] = 5;  // the diagonal does not count
+  EXPECT_TRUE(queueInStep(m.data(), n, 4, 3999));
+  EXPECT_FALSE(queueInStep(m.data(), n, 4, 4000)) << "a segment at the LL threshold is not large";
+  m[1 * n + 2] = 876;  // 12.4% below the largest
+  EXPECT_TRUE(queueInStep(m.data(), n, 4, 0));
+  m[1 * n + 2] = 874;  // 12.6% below
+  EXPECT_FALSE(queueInStep(m.data(), n, 4, 0));
+  m[1 * n + 2] = 1000;
+  m[3 * n + 0] = 1200;  // one hot cell
+  EXPECT_FALSE(queueInStep(m.data(), n, 4, 0));
+  m[3 * n + 0] = 0;  // an empty segment
+  EXPECT_FALSE(queueInStep(m.data(), n, 4, 0));
+  const std::vector<uint64_t> two(4, 1000);
+  EXPECT_FALSE(queueInStep(two.data(), 2, 4, 0)) << "one peer: nothing to put in step";
+}
+
 // One fused call simulated on the host with the kernel's own bookkeeping (layout.h): every sender writes its header
 // and small segments into LL slots and pushes its large segments in queue chunks (the local copy too when the call
 // has a large segment, else in grid pieces); every receiver rebuilds the matrix from the headers and copies its small
