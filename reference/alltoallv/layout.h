@@ -287,7 +287,7 @@ __host__ __device__ inline bool queueInStep(const uint64_t* m, int n, uint64_t e
 /// peer and receives from one), which the links carry faster than traffic spread over every peer at once (uniform
 /// 128 MiB per rank on nvidia-h200-x4: 296 us instead of 306; a2a_ceiling: 282 us instead of 287 with bare stores).
 /// Spread: CTAs shared out by bytes so every job has CTAs from the start. Only for q.count > 0.
-__host__ __device__ inline int queueStartJob(const QueueJobs& q, int ctas, int cta, bool in_step = true) {
+__host__ __device__ inline int queueStartJob(const QueueJobs& q, int ctas, int cta, bool in_step) {
   int g[kMaxRanks];
   splitCtas(q.bytes, q.count, q.self, ctas, g);
   if (in_step) {
