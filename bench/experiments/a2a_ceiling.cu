@@ -67,42 +67,31 @@ __device__ __forceinline__ void segmentPair(const Args& a, int peer, const uint4
   }
 }
 
+// Vectors [lo, hi) from start in steps of stride, kUnroll loads in flight before the stores. kHint 1: streaming
+// loads (ld.global.cs); 2: streaming loads and stores (st.global.cs); 0: plain.
+template <int kHint = 0>
 __device__ __forceinline__ void copyVecs(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t lo, uint64_t hi,
                                          uint64_t start, uint64_t stride) {
-  uint64_t c = lo + start;
-  for (; c + (kUnroll - 1) * stride < hi; c += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      v[u] = s[c + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      d[c + u * stride] = v[u];
-  }
-  for (; c < hi; c += stride)
-    d[c] = s[c];
-}
-
-// copyVecs with streaming cache hints: loads evict first, and so do stores when `cs_stores`.
-__device__ __forceinline__ void copyVecsHint(const uint4* __restrict__ s, uint4* __restrict__ d, uint64_t lo,
-                                             uint64_t hi, uint64_t start, uint64_t stride, bool cs_stores) {
-  uint64_t c = lo + start;
-  for (; c + (kUnroll - 1) * stride < hi; c += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      v[u] = __ldcs(s + c + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (cs_stores) {
-        __stcs(d + c + u * stride, v[u]);
-      } else {
-        d[c + u * stride] = v[u];
-      }
+  auto load = [](const uint4* p) { return kHint == 0 ? *p : __ldcs(p); };
+  auto store = [](uint4* p, const uint4& v) {
+    if constexpr (kHint == 2) {
+      __stcs(p, v);
+    } else {
+      *p = v;
     }
+  };
+  uint64_t c = lo + start;
+  for (; c + (kUnroll - 1) * stride < hi; c += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = load(s + c + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      store(d + c + u * stride, v[u]);
   }
   for (; c < hi; c += stride)
-    d[c] = __ldcs(s + c);
+    d[c] = load(s + c);
 }
 
 // Static split: CTA b's segment (`dest`), its index among that segment's CTAs and how many they are. The first
@@ -174,8 +163,10 @@ __global__ void __launch_bounds__(kThreads, 1) push(Args a) {
       const uint64_t hi = lo + a.chunk_vecs < a.seg_vecs ? lo + a.chunk_vecs : a.seg_vecs;
       if (a.hint == 0) {
         copyVecs(s, d, lo, hi, lane, width);
+      } else if (a.hint == 1) {
+        copyVecs<1>(s, d, lo, hi, lane, width);
       } else {
-        copyVecsHint(s, d, lo, hi, lane, width, a.hint == 2);
+        copyVecs<2>(s, d, lo, hi, lane, width);
       }
     }
     return;
