@@ -328,16 +328,30 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     if (calls[i].p[0] > prev_exit) gaps.push_back(static_cast<double>(calls[i].p[0] - prev_exit) / 1e3);
   }
   if (!gaps.empty()) rec.extra["trace_gap_us"] = median(gaps);
-  std::vector<double> epoch_us, row_us, wait_us, loaded_us, headers_us, local_us, last_us, flags_us;
+  // From the latest CTA's exit of one call to the next call's entry (the kernel boundary).
+  std::vector<double> tails;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    const uint64_t end = calls[i - 1].p[alltoallv::kTraceEnd];
+    if (end != 0 && calls[i].p[0] > end) tails.push_back(static_cast<double>(calls[i].p[0] - end) / 1e3);
+  }
+  if (!tails.empty()) rec.extra["trace_tail_us"] = median(tails);
+  std::vector<double> epoch_us, row_us, wait_us, loaded_us, headers_us, local_us, last_us, flags_us, queued_us, end_us;
   auto us = [](uint64_t later, uint64_t earlier) { return static_cast<double>(later - earlier) / 1e3; };
   for (const Call& c : calls) {
     loaded_us.push_back(us(c.p[alltoallv::kTraceLoaded], c.p[alltoallv::kTraceEpoch]));
     headers_us.push_back(us(c.p[alltoallv::kTraceHeaders], c.p[alltoallv::kTraceSent]));
     // Calls with large segments stamp kTraceLocal after their queue; small ones after the local copy.
     local_us.push_back(us(c.p[alltoallv::kTraceLocal], c.p[alltoallv::kTraceCounts]));
-    if (c.p[alltoallv::kTraceFlags] >= c.p[alltoallv::kTraceLast] && c.p[alltoallv::kTraceLast] >= c.p[0]) {
+    if (c.p[alltoallv::kTraceQueued] >= c.p[0] && c.p[alltoallv::kTraceLast] >= c.p[0] &&
+        c.p[alltoallv::kTraceFlags] >= c.p[0]) {
+      queued_us.push_back(us(c.p[alltoallv::kTraceQueued], c.p[alltoallv::kTraceCounts]));
       last_us.push_back(us(c.p[alltoallv::kTraceLast], c.p[alltoallv::kTraceCounts]));
-      flags_us.push_back(us(c.p[alltoallv::kTraceFlags], c.p[alltoallv::kTraceLast]));
+      // Signed: this rank's own pushes may be released after every peer's have arrived here.
+      flags_us.push_back(static_cast<double>(c.p[alltoallv::kTraceFlags]) / 1e3 -
+                         static_cast<double>(c.p[alltoallv::kTraceLast]) / 1e3);
+    }
+    if (c.p[alltoallv::kTraceEnd] >= c.p[alltoallv::kTraceExit]) {
+      end_us.push_back(us(c.p[alltoallv::kTraceEnd], c.p[alltoallv::kTraceExit]));
     }
     epoch_us.push_back(us(c.p[alltoallv::kTraceEpoch], c.p[alltoallv::kTraceEntry]));
     row_us.push_back(us(c.p[alltoallv::kTraceRow], c.p[alltoallv::kTraceEpoch]));
@@ -352,10 +366,14 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
     rec.extra["trace_headers_us"] = median(headers_us);
     rec.extra["trace_local_us"] = median(local_us);
     if (!last_us.empty()) {
-      // Large calls: from the counts checked to the last CTA off the queue, then to its senders' flags.
+      // Large calls: from the counts checked to the latest CTA off the queue and to the latest CTA's pushes
+      // released; from those to every large segment arrived here (CTA 0).
+      rec.extra["trace_queued_us"] = median(queued_us);
       rec.extra["trace_last_us"] = median(last_us);
       rec.extra["trace_flags_us"] = median(flags_us);
     }
+    // From CTA 0's epoch write to the latest CTA done.
+    if (!end_us.empty()) rec.extra["trace_end_us"] = median(end_us);
   }
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }

@@ -119,7 +119,7 @@ __device__ uint32_t validateMatrixWarp(const uint64_t* m, int n, const KernelArg
 }
 
 // Fused protocol: one pass (see alltoallv.h). Segments of at most ll_bytes ("small") ride in LL slots; larger ones
-// ("large") are pushed into the receiver's buffer through a work queue and completed with one flag per receiver.
+// ("large") are pushed into the receiver's buffer through a work queue and completed with per-CTA byte counts.
 //
 // A small call is latency-bound, and one thread's chain of dependent instructions costs about 2 ns per step: the
 // bookkeeping (row, send and receive lists, offsets, matrix check) is done by one warp with shuffles, the results
@@ -132,9 +132,9 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   __shared__ uint64_t m[kMaxRanks * kMaxRanks];
   __shared__ uint64_t s_roff[kMaxRanks];  // element offset of each source's segment in this rank's receive buffer
   __shared__ uint32_t s_err;
-  __shared__ uint32_t s_last;
   __shared__ int s_job[2];
   __shared__ unsigned long long s_chunk[2];
+  __shared__ uint64_t s_pushed[kMaxRanks];  // bytes this CTA pushed per work-queue job
   __shared__ uint64_t s_row[kMaxRanks];
   __shared__ uint64_t s_soff[kMaxRanks];
   __shared__ uint64_t s_epoch;
@@ -218,8 +218,18 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
   // NOTE: relaxed on purpose. The barrier has already performed warp 0's load of the epoch, and a release here would
   // compile to a fence that waits for this thread's stores to peers (a full NVLink round trip).
   if (tid == 0) redRelaxedGpuAdd32(&a.state->arrived, 1u);
-  uint64_t* const trace =
-      a.trace != nullptr && blockIdx.x == 0 && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
+  const uint64_t parity = epoch & 1;
+  // The queue counters of the other parity were the previous call's (complete before this one started): zero them
+  // for the next call.
+  if constexpr (!kSmall) {
+    if (blockIdx.x == 0 && tid < kMaxRanks) a.state->next_chunk[parity ^ 1][tid] = 0;
+  }
+  // Diagnostics: this call's row; CTA 0 writes its phases, every CTA its share of the latest-CTA points.
+  uint64_t* const trace_row = a.trace != nullptr && tid == 0 ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
+  uint64_t* const trace = blockIdx.x == 0 ? trace_row : nullptr;
+  auto traceLatest = [&](int point) {
+    if (trace_row != nullptr) atomicMax(reinterpret_cast<unsigned long long*>(trace_row + point), globalTimerNs());
+  };
   if (trace != nullptr) {
     trace[kTraceResident] = resident;
     trace[kTraceEntry] = t0;
@@ -228,7 +238,6 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     trace[kTraceRow] = t_row;
   }
   const uint32_t tag = llTag(epoch);
-  const uint64_t parity = epoch & 1;
   const uint64_t gthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t gtid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t* const row = s_row;
@@ -360,9 +369,12 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
             planCopy(reinterpret_cast<uint64_t>(srcOf(jb)), reinterpret_cast<uint64_t>(dstOf(jb)), q.bytes[jb]);
         return queueChunks(p, q.bytes[jb], units);
       };
-      // Thread 0 owns this CTA's place in the queue: the job it takes from and how many jobs it found empty.
+      unsigned long long* const next = a.state->next_chunk[parity];
+      // Thread 0 owns this CTA's place in the queue: the job it takes from and how many jobs it found empty, and
+      // the bytes it has pushed for each job.
       int job = 0;
       int tries = 0;
+      if (tid < kMaxRanks) s_pushed[tid] = 0;
       if (tid == 0 && jobs > 0)
         job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x),
                             a.queue_in_step != 0 && queueInStep(m, n, eb, a.ll_bytes));
@@ -375,14 +387,14 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
             return;
           }
           job = (job + 1) % jobs;
-          c = atomicAdd(&a.state->next_chunk[job], 1ull);
+          c = atomicAdd(&next[job], 1ull);
         }
         s_job[which] = job;
         s_chunk[which] = c;
       };
       if (tid == 0) {
         if (jobs > 0) {
-          settle(atomicAdd(&a.state->next_chunk[job], 1ull), 0);
+          settle(atomicAdd(&next[job], 1ull), 0);
         } else {
           s_job[0] = -1;
         }
@@ -394,17 +406,41 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
         if (jb < 0) break;
         // The ticket for the next chunk is drawn before this chunk is copied and read after, hiding the atomic.
         unsigned long long ticket = 0;
-        if (tid == 0) ticket = atomicAdd(&a.state->next_chunk[job], 1ull);
+        if (tid == 0) ticket = atomicAdd(&next[job], 1ull);
         const uint8_t* src = srcOf(jb);
         uint8_t* dst = dstOf(jb);
         const CopyPlan p = planCopy(reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), q.bytes[jb]);
         uint64_t c0 = 0;
         uint64_t c1 = 0;
         queueChunkRange(p, units, c, &c0, &c1);
-        copyRange(src, dst, p, c0, c1, c == 0, c + 1 == queueChunks(p, q.bytes[jb], units));
-        // The other slot is free: everyone read it before the previous barrier.
-        if (tid == 0) settle(ticket, (it + 1) & 1);
+        const bool first = c == 0;
+        const bool last = c + 1 == queueChunks(p, q.bytes[jb], units);
+        copyRange(src, dst, p, c0, c1, first, last);
+        if (tid == 0) {
+          s_pushed[jb] += (c1 - c0) * 16 + (first ? p.head : 0) + (last ? p.tail : 0);
+          // The other slot is free: everyone read it before the previous barrier.
+          settle(ticket, (it + 1) & 1);
+        }
         __syncthreads();
+      }
+      if (tid == 0) traceLatest(kTraceQueued);
+      // 3c. This CTA's pushes are released to each receiver as soon as they have landed: one fence, then the bytes
+      //     it moved for that receiver added to the receiver's count for this rank (no CTA waits for another).
+      if (tid == 0) {
+        bool pushed = false;
+        for (int jb = 0; jb < jobs; ++jb)
+          pushed = pushed || (jb != q.self && s_pushed[jb] != 0);
+        if (pushed) {
+          fenceAcqRelSys();
+          for (int jb = 0; jb < jobs; ++jb) {
+            if (jb != q.self && s_pushed[jb] != 0) {
+              redRelaxedSysAdd64(
+                  a.region.at<uint64_t>(q.rank[jb], RegionLayout::kArrivedBytesOffset + (parity * kMaxRanks + me) * 8),
+                  s_pushed[jb]);
+            }
+          }
+          traceLatest(kTraceLast);
+        }
       }
     }
     if (trace != nullptr) trace[kTraceLocal] = globalTimerNs();
@@ -432,42 +468,26 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
       }
     }
 
-    if (large) {
-      // 3d. The last CTA off the queue releases every CTA's pushes with one flag per receiver of a large segment,
-      //     resets the queue, then waits for the flags of its own large senders.
-      __syncthreads();
-      if (tid == 0) {
-        fenceAcqRelSys();
-        s_last = atomicAdd(&a.state->bulk_done, 1u) + 1 == gridDim.x ? 1u : 0u;
+    if (large && blockIdx.x == 0) {
+      // 3d. CTA 0 waits until every large segment addressed to this rank has arrived whole, then zeroes its count
+      //     for the call two epochs on (that sender adds to it only after this rank's next-but-one row of counts).
+      if (tid < n && tid != me && m[tid * n + me] * eb > a.ll_bytes) {
+        const uint64_t want = m[tid * n + me] * eb;
+        uint64_t* const got =
+            a.region.at<uint64_t>(me, RegionLayout::kArrivedBytesOffset + (parity * kMaxRanks + tid) * 8);
+        bool ok = true;
+        while (loadAcquireSys64(got) < want) {
+          if (gaveUp(a, t0)) {
+            reportError(a.state, kDeviceTimeout, tid, epoch, 0, 0, kWhatDone);
+            ok = false;
+            break;
+          }
+        }
+        if (ok) storeRelaxedSys64(got, 0);
       }
-      __syncthreads();
-      if (s_last) {
-        uint64_t* const last_trace = a.trace != nullptr ? a.trace + (epoch % kTraceCalls) * kTracePoints : nullptr;
-        if (tid == 0 && last_trace != nullptr) last_trace[kTraceLast] = globalTimerNs();
-        if (tid == 0) {
-          fenceAcqRelSys();
-          a.state->bulk_done = 0;
-          for (int i = 0; i < kMaxRanks; ++i)
-            a.state->next_chunk[i] = 0;
-          for (int d = 0; d < n; ++d) {
-            if (d != me && m[me * n + d] * eb > a.ll_bytes) {
-              storeReleaseSys64(a.region.at<uint64_t>(d, RegionLayout::kDoneOffset + me * 8), epoch);
-            }
-          }
-        }
-        if (tid < n && tid != me && m[tid * n + me] * eb > a.ll_bytes) {
-          const uint64_t* f = a.region.at<uint64_t>(me, RegionLayout::kDoneOffset + tid * 8);
-          while (static_cast<int64_t>(loadAcquireSys64(f) - epoch) < 0) {
-            if (gaveUp(a, t0)) {
-              reportError(a.state, kDeviceTimeout, tid, epoch, 0, 0, kWhatDone);
-              break;
-            }
-          }
-        }
-        if (last_trace != nullptr) {
-          __syncthreads();
-          if (tid == 0) last_trace[kTraceFlags] = globalTimerNs();
-        }
+      if (tid < 32) {
+        __syncwarp();
+        if (trace != nullptr) trace[kTraceFlags] = globalTimerNs();
       }
     }
   }
@@ -486,6 +506,7 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     a.state->epoch = epoch;
     if (trace != nullptr) trace[kTraceExit] = globalTimerNs();
   }
+  traceLatest(kTraceEnd);
 }
 
 // One CTA per SM (no register limit), or two (64 registers per thread) for grids larger than the SM count.

@@ -8,8 +8,11 @@
 /// LL words (8 data bytes + two copies of the call's tag per 16-byte store; see layout.h): a receiver that sees the
 /// tags needs no fence and no separate completion flag, so a small call costs one NVLink trip plus a local copy out
 /// of the slot. Segments above the threshold are pushed straight into the receiver's buffer by a work-stealing grid
-/// (CTAs take chunks from per-peer queues, starting spread over all peers and moving on when one runs dry), followed
-/// by one release flag per receiver. Every CTA reads the count matrix from the slot headers and validates it, so on
+/// (CTAs take chunks from per-peer queues, starting spread over all peers, or with every rank on one peer at a time
+/// when the traffic is even, and moving on when one runs dry). Each CTA releases its own pushes: once its last chunk
+/// is done, one fence, then the bytes it moved for each receiver added to that receiver's count for this rank; the
+/// receiver's CTA 0 waits until every large segment's count is whole (no CTA waits for another, and the last chunk
+/// costs one fence and one NVLink trip). Every CTA reads the count matrix from the slot headers and validates it, so on
 /// bad counts nothing is copied into any receive buffer and every rank reports the same error. Slots alternate with
 /// the call's parity: a sender writes a slot again two calls later, and it cannot start that call before the
 /// receiver has started the call in between (every call waits for every peer's header), i.e. finished reading it.
@@ -133,9 +136,11 @@ struct DeviceState {
   uint32_t seg_done[kMaxRanks];  ///< two-phase: CTAs finished per segment in the current call
   uint32_t grid_done;            ///< two-phase: CTAs finished in the current call
   uint32_t arrived;              ///< fused: CTAs of the current call that have read the epoch
-  uint32_t bulk_done;            ///< fused: CTAs done with the work queue in the current call
-  uint32_t pad;
-  unsigned long long next_chunk[kMaxRanks];  ///< fused: next chunk of each work-queue job in the current call
+  uint32_t pad[2];
+  /// Fused: next chunk of each work-queue job, by call parity (epoch & 1). Call e takes chunks from [e & 1] and
+  /// zeroes [(e + 1) & 1], which the call before it (complete before e starts) used: no CTA waits for another to
+  /// reset the queue.
+  unsigned long long next_chunk[2][kMaxRanks];
   DeviceStatus status;
 };
 static_assert(std::is_trivially_copyable_v<DeviceState>);
@@ -144,6 +149,10 @@ static_assert(std::is_trivially_copyable_v<DeviceState>);
 struct RegionLayout {
   static constexpr uint64_t kCountsOffset = 0;   ///< uint64 words [kMaxRanks][kMaxRanks]: row of source s at s
   static constexpr uint64_t kDoneOffset = 1024;  ///< uint64 flags [kMaxRanks]: epoch of peer s's completion
+  /// Fused, large segments: uint64 [2 parities][kMaxRanks]: bytes that source s has pushed into this rank's receive
+  /// buffer in the current call of that parity (each CTA adds its share after a release fence; the receiver zeroes
+  /// the word once the whole segment has arrived, two calls before the next use of that parity).
+  static constexpr uint64_t kArrivedBytesOffset = 2048;
   static constexpr uint64_t kControlBytes = 4096;
   static constexpr uint64_t kGuardBytes = 4096;  ///< after the receive buffer: never written by a correct call
   uint64_t staging_offset = 0;  ///< fused: LL slots [2 parities][ranks sources], slot_stride bytes each
@@ -184,11 +193,11 @@ struct KernelArgs {
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 
-/// Diagnostics of the fused protocol: CTA 0's thread 0 of call e (the last CTA off the work queue for kTraceLast and
-/// kTraceFlags) writes %globaltimer at these points into
-/// trace[(e % kTraceCalls) * kTracePoints + point].
+/// Diagnostics of the fused protocol: CTA 0's thread 0 of call e writes %globaltimer at these points into
+/// trace[(e % kTraceCalls) * kTracePoints + point]; kTraceQueued, kTraceLast and kTraceEnd are the latest over every
+/// CTA of the launch (atomicMax).
 inline constexpr int kTraceCalls = 64;
-inline constexpr int kTracePoints = 14;
+inline constexpr int kTracePoints = 16;
 enum TracePoint : int {
   kTraceEntry = 0,     ///< kernel entry (after the wait for the previous kernel, with programmatic launch)
   kTraceSent = 1,      ///< this thread's share of the header and LL payload stores issued
@@ -202,8 +211,10 @@ enum TracePoint : int {
   kTraceLoaded = 9,    ///< this rank's send counts loaded (loaded together with the epoch: same as kTraceEpoch)
   kTraceHeaders = 10,  ///< every peer's header words seen (between kTraceSent and kTraceCounts)
   kTraceLocal = 11,    ///< CTA 0's share of the work queue done (small calls: equal to kTraceCounts)
-  kTraceLast = 12,     ///< large segments: the last CTA off the queue found it was last (written by that CTA)
-  kTraceFlags = 13,    ///< large segments: that CTA saw every large sender's flag
+  kTraceLast = 12,     ///< large segments: the latest CTA's pushes released (its fence returned, byte counts sent)
+  kTraceFlags = 13,    ///< large segments: CTA 0 saw every large segment's bytes arrive
+  kTraceQueued = 14,   ///< large segments: the latest CTA off the work queue
+  kTraceEnd = 15,      ///< the latest CTA done with the call
 };
 
 class AllToAllV {

@@ -159,6 +159,14 @@ TEST(Layout, CountWordsCarryEpochAndCountAndSaturate) {
   EXPECT_NE(countEpoch(0), 1u);
 }
 
+TEST(Layout, ControlWordsDoNotOverlap) {
+  // Counts [kMaxRanks][kMaxRanks], completion flags [kMaxRanks], arrived bytes [2][kMaxRanks], all 8-byte words.
+  EXPECT_LE(RegionLayout::kCountsOffset + kMaxRanks * kMaxRanks * 8, RegionLayout::kDoneOffset);
+  EXPECT_LE(RegionLayout::kDoneOffset + kMaxRanks * 8, RegionLayout::kArrivedBytesOffset);
+  EXPECT_LE(RegionLayout::kArrivedBytesOffset + 2 * kMaxRanks * 8, RegionLayout::kControlBytes);
+  EXPECT_EQ(RegionLayout::kArrivedBytesOffset % 8, 0u);
+}
+
 TEST(Layout, RegionLayoutKeepsBuffersAlignedAndTheGuardInside) {
   for (uint64_t send : {0ull, 1ull, 3ull, 4096ull, 1000001ull}) {
     for (uint64_t recv : {0ull, 7ull, 65536ull, 3000003ull}) {
@@ -167,7 +175,7 @@ TEST(Layout, RegionLayoutKeepsBuffersAlignedAndTheGuardInside) {
       EXPECT_EQ(l.recv_offset % 256, 0u);
       EXPECT_GE(l.recv_offset, l.send_offset + send);
       EXPECT_GE(l.total_bytes, l.recv_offset + recv + RegionLayout::kGuardBytes);
-      EXPECT_GE(l.send_offset, RegionLayout::kDoneOffset + kMaxRanks * 8);
+      EXPECT_GE(l.send_offset, RegionLayout::kArrivedBytesOffset + 2 * kMaxRanks * 8);
       EXPECT_EQ(l.total_bytes % 4096, 0u);
     }
   }
@@ -181,7 +189,7 @@ TEST(Layout, RegionLayoutPutsTheLlSlotsBeforeTheSendBuffer) {
       EXPECT_EQ(l.slot_stride % 16, 0u);
       EXPECT_GE(l.slot_stride, 16 * (kLlHeaderWords + llWords(ll)));
       EXPECT_EQ(l.staging_bytes, 2ull * ranks * l.slot_stride);
-      EXPECT_GE(l.staging_offset, RegionLayout::kDoneOffset + kMaxRanks * 8);
+      EXPECT_GE(l.staging_offset, RegionLayout::kArrivedBytesOffset + 2 * kMaxRanks * 8);
       EXPECT_GE(l.send_offset, l.staging_offset + l.staging_bytes);
       EXPECT_EQ(l.send_offset % 256, 0u);
       EXPECT_GE(l.recv_offset, l.send_offset + 12345);

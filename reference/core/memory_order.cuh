@@ -60,6 +60,11 @@ __device__ __forceinline__ void redRelaxedGpuAdd32(uint32_t* p, uint32_t v) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+/// Adds to a counter that a peer polls (after fenceAcqRelSys(), the add releases what came before it).
+__device__ __forceinline__ void redRelaxedSysAdd64(uint64_t* p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ void fenceAcqRelSys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
