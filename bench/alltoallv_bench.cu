@@ -20,6 +20,7 @@
 //   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
 //   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
+//   PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES=33554432  large sends below this total split statically instead of queued
 // and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above).
 #include <benchmark/benchmark.h>
 
@@ -137,6 +138,7 @@ alltoallv::Options tunedOptions(alltoallv::Options o) {
   o.ll_max_bytes = envOr("PEERLAB_ALLTOALLV_LL_BYTES", o.ll_max_bytes);
   o.chunk_bytes = envOr("PEERLAB_ALLTOALLV_CHUNK_BYTES", o.chunk_bytes);
   o.queue_in_step = envOr("PEERLAB_ALLTOALLV_IN_STEP", o.queue_in_step ? 1 : 0) != 0;
+  o.queue_min_bytes = envOr("PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES", o.queue_min_bytes);
   return o;
 }
 int tunedCtas() {

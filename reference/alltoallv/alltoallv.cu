@@ -369,59 +369,78 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
             planCopy(reinterpret_cast<uint64_t>(srcOf(jb)), reinterpret_cast<uint64_t>(dstOf(jb)), q.bytes[jb]);
         return queueChunks(p, q.bytes[jb], units);
       };
-      unsigned long long* const next = a.state->next_chunk[parity];
-      // Thread 0 owns this CTA's place in the queue: the job it takes from and how many jobs it found empty, and
-      // the bytes it has pushed for each job.
-      int job = 0;
-      int tries = 0;
       if (tid < kMaxRanks) s_pushed[tid] = 0;
-      if (tid == 0 && jobs > 0)
-        job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x),
-                            a.queue_in_step != 0 && queueInStep(m, n, eb, a.ll_bytes));
-      // Thread 0 turns ticket `c` of the current job into the next chunk for slot `which`: when the job has run dry
-      // it moves on to the next one (job -1: every queue is empty).
-      auto settle = [&](unsigned long long c, int which) {
-        while (c >= chunksOf(job)) {
-          if (++tries >= jobs) {
-            s_job[which] = -1;
-            return;
+      if (total < a.queue_min_bytes) {
+        // A static split: one contiguous piece per CTA, no queue.
+        int jb = -1;
+        int piece = 0;
+        int pieces = 0;
+        splitJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), &jb, &piece, &pieces);
+        __syncthreads();
+        if (jb >= 0) {
+          const uint8_t* src = srcOf(jb);
+          uint8_t* dst = dstOf(jb);
+          copyPiece(src, dst, q.bytes[jb], pieces, piece);
+          if (tid == 0) {
+            s_pushed[jb] = pieceBytes(
+                planCopy(reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), q.bytes[jb]), pieces, piece);
           }
-          job = (job + 1) % jobs;
-          c = atomicAdd(&next[job], 1ull);
-        }
-        s_job[which] = job;
-        s_chunk[which] = c;
-      };
-      if (tid == 0) {
-        if (jobs > 0) {
-          settle(atomicAdd(&next[job], 1ull), 0);
-        } else {
-          s_job[0] = -1;
-        }
-      }
-      __syncthreads();
-      for (int it = 0;; ++it) {
-        const int jb = s_job[it & 1];
-        const uint64_t c = s_chunk[it & 1];
-        if (jb < 0) break;
-        // The ticket for the next chunk is drawn before this chunk is copied and read after, hiding the atomic.
-        unsigned long long ticket = 0;
-        if (tid == 0) ticket = atomicAdd(&next[job], 1ull);
-        const uint8_t* src = srcOf(jb);
-        uint8_t* dst = dstOf(jb);
-        const CopyPlan p = planCopy(reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), q.bytes[jb]);
-        uint64_t c0 = 0;
-        uint64_t c1 = 0;
-        queueChunkRange(p, units, c, &c0, &c1);
-        const bool first = c == 0;
-        const bool last = c + 1 == queueChunks(p, q.bytes[jb], units);
-        copyRange(src, dst, p, c0, c1, first, last);
-        if (tid == 0) {
-          s_pushed[jb] += (c1 - c0) * 16 + (first ? p.head : 0) + (last ? p.tail : 0);
-          // The other slot is free: everyone read it before the previous barrier.
-          settle(ticket, (it + 1) & 1);
         }
         __syncthreads();
+      } else {
+        unsigned long long* const next = a.state->next_chunk[parity];
+        // Thread 0 owns this CTA's place in the queue: the job it takes from and how many jobs it found empty, and
+        // the bytes it has pushed for each job.
+        int job = 0;
+        int tries = 0;
+        if (tid == 0 && jobs > 0)
+          job = queueStartJob(q, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x),
+                              a.queue_in_step != 0 && queueInStep(m, n, eb, a.ll_bytes));
+        // Thread 0 turns ticket `c` of the current job into the next chunk for slot `which`: when the job has run dry
+        // it moves on to the next one (job -1: every queue is empty).
+        auto settle = [&](unsigned long long c, int which) {
+          while (c >= chunksOf(job)) {
+            if (++tries >= jobs) {
+              s_job[which] = -1;
+              return;
+            }
+            job = (job + 1) % jobs;
+            c = atomicAdd(&next[job], 1ull);
+          }
+          s_job[which] = job;
+          s_chunk[which] = c;
+        };
+        if (tid == 0) {
+          if (jobs > 0) {
+            settle(atomicAdd(&next[job], 1ull), 0);
+          } else {
+            s_job[0] = -1;
+          }
+        }
+        __syncthreads();
+        for (int it = 0;; ++it) {
+          const int jb = s_job[it & 1];
+          const uint64_t c = s_chunk[it & 1];
+          if (jb < 0) break;
+          // The ticket for the next chunk is drawn before this chunk is copied and read after, hiding the atomic.
+          unsigned long long ticket = 0;
+          if (tid == 0) ticket = atomicAdd(&next[job], 1ull);
+          const uint8_t* src = srcOf(jb);
+          uint8_t* dst = dstOf(jb);
+          const CopyPlan p = planCopy(reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), q.bytes[jb]);
+          uint64_t c0 = 0;
+          uint64_t c1 = 0;
+          queueChunkRange(p, units, c, &c0, &c1);
+          const bool first = c == 0;
+          const bool last = c + 1 == queueChunks(p, q.bytes[jb], units);
+          copyRange(src, dst, p, c0, c1, first, last);
+          if (tid == 0) {
+            s_pushed[jb] += (c1 - c0) * 16 + (first ? p.head : 0) + (last ? p.tail : 0);
+            // The other slot is free: everyone read it before the previous barrier.
+            settle(ticket, (it + 1) & 1);
+          }
+          __syncthreads();
+        }
       }
       if (tid == 0) traceLatest(kTraceQueued);
       // 3c. This CTA's pushes are released to each receiver as soon as they have landed: one fence, then the bytes
@@ -855,6 +874,7 @@ KernelArgs AllToAllV::kernelArgs(const int64_t* send_counts, int64_t* recv_count
   a.ll_bytes = protocol_ == Protocol::kFused ? llBytes() : 0;
   a.chunk_bytes = options_.chunk_bytes;
   a.queue_in_step = options_.queue_in_step ? 1u : 0u;
+  a.queue_min_bytes = options_.queue_min_bytes;
   a.transfer = static_cast<uint32_t>(options_.transfer);
   a.protocol = static_cast<uint32_t>(protocol_);
   a.trace = trace_;

@@ -87,6 +87,8 @@ std::string_view protocolName(Protocol p);
 /// device API 11.2), 4 ranks at 1 MiB per rank 8.4 us instead of 19.2 with 64 KiB (device API 14.5); it loses at
 /// 1 MiB segments (4 ranks at 4 MiB per rank: 29.5 us instead of 26.4).
 inline constexpr uint64_t kDefaultLlMaxBytes = 512 * 1024;
+/// Default Options::queue_min_bytes.
+inline constexpr uint64_t kDefaultQueueMinBytes = 32ull << 20;
 /// Largest LL threshold accepted (every rank keeps 2 x ranks slots of twice this size).
 inline constexpr uint64_t kMaxLlMaxBytes = 1024 * 1024;
 
@@ -116,6 +118,10 @@ struct Options {
   /// Fused, large segments: when the traffic is even (queueInStep), the work queue's CTAs go through the peers in
   /// step (every rank sends to one peer at a time, see queueStartJob); false always spreads them over every peer.
   bool queue_in_step = true;
+  /// Fused, large segments: a rank whose large sends (and local copy) total fewer bytes than this splits them over its
+  /// CTAs statically, one contiguous piece per CTA (splitJob), instead of the work queue. Each rank decides for its
+  /// own sends: receivers count bytes, whoever moves them.
+  uint64_t queue_min_bytes = kDefaultQueueMinBytes;
 };
 
 /// Device-side status of the calls since the last check (first error wins).
@@ -189,7 +195,8 @@ struct KernelArgs {
   uint32_t protocol;       ///< kFused or kTwoPhase (resolved)
   uint32_t queue_in_step;  ///< fused: Options::queue_in_step
   uint32_t reserved;
-  uint64_t* trace;  ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
+  uint64_t queue_min_bytes;  ///< fused: Options::queue_min_bytes
+  uint64_t* trace;           ///< fused, diagnostics: phase timestamps (see AllToAllV::setTrace), null when off
 };
 static_assert(std::is_trivially_copyable_v<KernelArgs>);
 

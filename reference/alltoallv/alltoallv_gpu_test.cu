@@ -45,6 +45,7 @@ struct Mode {
   uint64_t ll_max_bytes;
   uint64_t chunk_bytes;
   bool small_kernel = true;
+  uint64_t queue_min_bytes = kDefaultQueueMinBytes;
 };
 const Mode kFused{"fused", Protocol::kFused, Transfer::kPush, kDefaultLlMaxBytes, 0};
 // The same calls through the kernel that also has the work queue (its path for calls without large segments).
@@ -52,10 +53,13 @@ const Mode kFusedGeneric{"fused_generic", Protocol::kFused, Transfer::kPush, kDe
 // An LL threshold inside the range of the tests' segment sizes: calls mix LL and queued segments.
 const Mode kFusedMixed{"fused_mixed", Protocol::kFused, Transfer::kPush, 2048, 4096};
 // Nothing in LL slots: every segment goes through the work queue, in many small chunks.
-const Mode kFusedQueue{"fused_queue", Protocol::kFused, Transfer::kPush, 0, 1024};
+const Mode kFusedQueue{"fused_queue", Protocol::kFused, Transfer::kPush, 0, 1024, true, 0};
+// Nothing in LL slots and no work queue: every segment split statically over the CTAs.
+const Mode kFusedSplit{"fused_split", Protocol::kFused, Transfer::kPush, 0, 0, true, ~0ull};
 const Mode kTwoPhasePush{"two_phase_push", Protocol::kTwoPhase, Transfer::kPush, kDefaultLlMaxBytes, 0};
 const Mode kTwoPhasePull{"two_phase_pull", Protocol::kTwoPhase, Transfer::kPull, kDefaultLlMaxBytes, 0};
-const Mode* const kModes[] = {&kFused, &kFusedGeneric, &kFusedMixed, &kFusedQueue, &kTwoPhasePush, &kTwoPhasePull};
+const Mode* const kModes[] = {&kFused,      &kFusedGeneric, &kFusedMixed,  &kFusedQueue,
+                              &kFusedSplit, &kTwoPhasePush, &kTwoPhasePull};
 
 Options optionsFor(const Mode& mode, size_t elem_bytes, uint64_t send_capacity, uint64_t recv_capacity) {
   Options o;
@@ -67,6 +71,7 @@ Options optionsFor(const Mode& mode, size_t elem_bytes, uint64_t send_capacity, 
   o.ll_max_bytes = mode.ll_max_bytes;
   o.chunk_bytes = mode.chunk_bytes;
   o.small_kernel = mode.small_kernel;
+  o.queue_min_bytes = mode.queue_min_bytes;
   o.timeout_ms = 20'000;
   return o;
 }
@@ -244,6 +249,11 @@ TEST(AllToAllV, WideGridAndSmallChunksStayCorrect) {
   Mode wide = kFused;
   wide.name = "fused_wide";
   wide.chunk_bytes = 16 * 1024;
+  wide.queue_min_bytes = 0;
+  randomCalls(boot, c, nc.hc, wide, 6, p, 20, 10, /*ctas=*/-1);
+  // The same traffic split statically over the wide grid.
+  wide.name = "fused_wide_split";
+  wide.queue_min_bytes = ~0ull;
   randomCalls(boot, c, nc.hc, wide, 6, p, 20, 10, /*ctas=*/-1);
 }
 
@@ -378,7 +388,8 @@ TEST_P(AllToAllVGraph, ReplayedGraphAdvancesTheEpochAndStaysCorrect) {
 INSTANTIATE_TEST_SUITE_P(Ranks, AllToAllVGraph,
                          ::testing::Values(std::make_tuple(2, &kFused), std::make_tuple(2, &kTwoPhasePull),
                                            std::make_tuple(4, &kFused), std::make_tuple(4, &kFusedMixed),
-                                           std::make_tuple(4, &kFusedQueue), std::make_tuple(4, &kTwoPhasePush)),
+                                           std::make_tuple(4, &kFusedQueue), std::make_tuple(4, &kFusedSplit),
+                                           std::make_tuple(4, &kTwoPhasePush)),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param)->name;
                          });

@@ -121,6 +121,15 @@ __host__ __device__ inline void pieceRange(uint64_t chunks, int pieces, int i, u
   *end = *begin + base + (ui < extra ? 1 : 0);
 }
 
+/// Bytes that piece `i` of `pieces` of a copy cut as `p` moves: its body chunks, plus the head (piece 0) and the
+/// tail (the last piece).
+__host__ __device__ inline uint64_t pieceBytes(const CopyPlan& p, int pieces, int i) {
+  uint64_t b = 0;
+  uint64_t e = 0;
+  pieceRange(p.chunks, pieces, i, &b, &e);
+  return (e - b) * 16 + (i == 0 ? p.head : 0) + (i == pieces - 1 ? p.tail : 0);
+}
+
 /// Queue chunks of a segment copy cut as `p` (`bytes` in total) when a chunk holds `units` 16-byte body units: the
 /// body split in runs of `units`, at least one chunk when there is any byte (chunk 0 copies the head, the last chunk
 /// the tail), none for an empty segment.
@@ -298,6 +307,33 @@ __host__ __device__ inline int queueStartJob(const QueueJobs& q, int ctas, int c
     if (cta < cum + g[i]) return i;
   }
   return cta % q.count;
+}
+
+/// Fused, large segments without the work queue (Options::queue_min_bytes): CTAs for each job of `q` in proportion
+/// to its bytes (splitCtas), one contiguous piece each, about kSplitBytesPerCta per CTA (at least one CTA per job, at
+/// most `ctas`). Writes the job and the piece of CTA `cta` (job -1: no piece) and the pieces of its job.
+inline constexpr uint64_t kSplitBytesPerCta = 64 * 1024;
+__host__ __device__ inline void splitJob(const QueueJobs& q, int ctas, int cta, int* job, int* piece, int* pieces) {
+  *job = -1;
+  *piece = 0;
+  *pieces = 0;
+  uint64_t total = 0;
+  for (int i = 0; i < q.count; ++i)
+    total += q.bytes[i];
+  if (total == 0 || ctas <= 0) return;
+  uint64_t want = (total + kSplitBytesPerCta - 1) / kSplitBytesPerCta;
+  if (want < static_cast<uint64_t>(q.count)) want = static_cast<uint64_t>(q.count);
+  const int active = want < static_cast<uint64_t>(ctas) ? static_cast<int>(want) : ctas;
+  int g[kMaxRanks];
+  splitCtas(q.bytes, q.count, q.self, active, g);
+  for (int i = 0, cum = 0; i < q.count; cum += g[i], ++i) {
+    if (cta < cum + g[i]) {
+      *job = i;
+      *piece = cta - cum;
+      *pieces = g[i];
+      return;
+    }
+  }
 }
 
 /// Counts travel as 64-bit words that carry their own epoch tag (low 32 bits: count, high 32: epoch), so a reader

@@ -546,5 +546,58 @@ TEST(Layout, DeviceStatusBecomesAHostStatusNamingRankAndSizes) {
   EXPECT_NE(st.message().find("rank 3"), std::string::npos) << st.message();
 }
 
+TEST(Layout, PiecesOfACopyAddUpToItsBytes) {
+  for (uint64_t bytes : {0ull, 1ull, 15ull, 16ull, 17ull, 4095ull, 65536ull, 1000003ull}) {
+    for (uint64_t src : {0ull, 3ull, 16ull}) {
+      for (uint64_t dst : {0ull, 5ull, 15ull}) {
+        const CopyPlan p = planCopy(src, dst, bytes);
+        for (int pieces : {1, 2, 3, 7, 64}) {
+          uint64_t sum = 0;
+          for (int i = 0; i < pieces; ++i)
+            sum += pieceBytes(p, pieces, i);
+          EXPECT_EQ(sum, bytes) << bytes << " bytes, src " << src << ", dst " << dst << ", " << pieces << " pieces";
+        }
+      }
+    }
+  }
+}
+
+TEST(Layout, StaticSplitGivesEveryJobCtasAndEveryCtaAtMostOnePiece) {
+  // 4 ranks, rank 1: three large peer segments (jobs 0..2: to ranks 2, 3, 0) and the local copy (job 3).
+  const uint64_t m[16] = {0, 0, 0, 0, 3 << 20, 1 << 20, 5 << 20, 2 << 20, 0, 0, 0, 0, 0, 0, 0, 0};
+  const QueueJobs q = queueJobs(m, 4, 1, 1, 512 * 1024);
+  ASSERT_EQ(q.count, 4);
+  for (int ctas : {4, 7, 132, 264}) {
+    int per_job[kMaxRanks] = {};
+    int active = 0;
+    for (int cta = 0; cta < ctas; ++cta) {
+      int job = -1, piece = -1, pieces = -1;
+      splitJob(q, ctas, cta, &job, &piece, &pieces);
+      if (job < 0) continue;
+      ++active;
+      ++per_job[job];
+      EXPECT_LT(piece, pieces);
+    }
+    for (int j = 0; j < q.count; ++j)
+      EXPECT_GE(per_job[j], 1) << "job " << j << " got no CTA of " << ctas;
+    // About kSplitBytesPerCta per CTA: 11 MiB total wants 176 CTAs.
+    EXPECT_EQ(active, std::min(ctas, 176)) << ctas << " CTAs";
+    // The biggest peer segment gets the most CTAs once there are enough.
+    if (ctas >= 132) {
+      EXPECT_GT(per_job[0], per_job[2]);
+    }
+  }
+  // Too little to split: one CTA per job, the others idle.
+  const uint64_t small[4] = {0, 600 * 1024, 0, 0};
+  const QueueJobs one = queueJobs(small, 2, 0, 1, 512 * 1024);
+  ASSERT_EQ(one.count, 1);
+  int job = -1, piece = -1, pieces = -1;
+  splitJob(one, 132, 0, &job, &piece, &pieces);
+  EXPECT_EQ(job, 0);
+  EXPECT_EQ(pieces, 10);
+  splitJob(one, 132, 10, &job, &piece, &pieces);
+  EXPECT_EQ(job, -1);
+}
+
 }  // namespace
 }  // namespace peerlab::alltoallv
