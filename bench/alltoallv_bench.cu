@@ -639,10 +639,28 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
       return fail(state, rec, wrong.isOk() ? PEERLAB_INTERNAL("a peer failed") : wrong.status());
     rec.wrong = static_cast<double>(*wrong);
     const Plan plan = tokens >= 1024 ? Plan{3, 2, 8} : Plan{10, 10, 20};
+    // PEERLAB_ALLTOALLV_TRACE=1: the phases of the timed exchange's alltoallv (fused protocol), as for alltoallv.
+    alltoallv::AllToAllV* traced = nullptr;
+    DeviceBuffer trace;
+    if (traceRequested() && path == MoePath::kPeerlab) {
+      auto* t = dynamic_cast<alltoallv::moe::AllToAllVTransport*>(combine ? &moe.combineTransport()
+                                                                          : &moe.dispatchTransport());
+      if (t != nullptr && t->alltoallv().protocol() == alltoallv::Protocol::kFused) {
+        auto buf =
+            allocDevice(t->alltoallv().device(), alltoallv::kTraceCalls * alltoallv::kTracePoints * sizeof(uint64_t));
+        if (buf.isOk() && PEERLAB_CUDA(cudaMemsetAsync((*buf)->ptr, 0, (*buf)->bytes, s)).isOk()) {
+          trace = std::move(*buf);
+          traced = &t->alltoallv();
+          traced->setTrace(trace->as<uint64_t>());
+        }
+      }
+    }
     auto us = combine ? timeSamples(e, plan, graph, combineCall) : timeSamples(e, plan, graph, dispatch);
+    if (traced != nullptr) traced->setTrace(nullptr);
     if (!agree(e, us.isOk())) return fail(state, rec, us.isOk() ? PEERLAB_INTERNAL("a peer failed") : us.status());
     Status after = moe.checkStatus(s, soon());
     if (!agree(e, after.isOk())) return fail(state, rec, after.isOk() ? PEERLAB_INTERNAL("a peer failed") : after);
+    if (traced != nullptr) addTrace(rec, trace, s);
     publishTimed(state, e, rec, *us);
   }
 }
