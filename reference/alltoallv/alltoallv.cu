@@ -350,7 +350,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     const bool large = !kSmall && s_large != 0;
 
     if (large) {
-      // 3a. Work queue: jobs are this rank's large peer segments (rotated) and the local copy. Each CTA starts on
+      // 3a. Jobs are this rank's large peer segments (rotated) and the local copy. Below queue_min_bytes in total
+      //     they are split statically, one contiguous piece per CTA. Otherwise a work queue: each CTA starts on
       //     the job queueStartJob gives it (in step, for even traffic: the local copy's share of CTAs on it, all
       //     others on the first peer), takes chunks from that job's counter and moves on to the next job when it runs
       //     dry.

@@ -7,14 +7,15 @@
 /// symmetric region, its row of counts and, for every segment of at most `ll_max_bytes`, the payload itself, all as
 /// LL words (8 data bytes + two copies of the call's tag per 16-byte store; see layout.h): a receiver that sees the
 /// tags needs no fence and no separate completion flag, so a small call costs one NVLink trip plus a local copy out
-/// of the slot. Segments above the threshold are pushed straight into the receiver's buffer by a work-stealing grid
-/// (CTAs take chunks from per-peer queues, starting spread over all peers, or with every rank on one peer at a time
-/// when the traffic is even, and moving on when one runs dry). Each CTA releases its own pushes: once its last chunk
-/// is done, one fence, then the bytes it moved for each receiver added to that receiver's count for this rank; the
-/// receiver's CTA 0 waits until every large segment's count is whole (no CTA waits for another, and the last chunk
-/// costs one fence and one NVLink trip). Every CTA reads the count matrix from the slot headers and validates it, so on
-/// bad counts nothing is copied into any receive buffer and every rank reports the same error. Slots alternate with
-/// the call's parity: a sender writes a slot again two calls later, and it cannot start that call before the
+/// of the slot. Segments above the threshold are pushed straight into the receiver's buffer: below
+/// Options::queue_min_bytes in total, each CTA copies one contiguous piece (CTAs shared out by bytes); above, by a
+/// work-stealing grid (CTAs take chunks from per-peer queues, starting spread over all peers, or with every rank on one
+/// peer at a time when the traffic is even, and moving on when one runs dry). Each CTA releases its own pushes: once
+/// its last chunk is done, one fence, then the bytes it moved for each receiver added to that receiver's count for this
+/// rank; the receiver's CTA 0 waits until every large segment's count is whole (no CTA waits for another, and the last
+/// chunk costs one fence and one NVLink trip). Every CTA reads the count matrix from the slot headers and validates it,
+/// so on bad counts nothing is copied into any receive buffer and every rank reports the same error. Slots alternate
+/// with the call's parity: a sender writes a slot again two calls later, and it cannot start that call before the
 /// receiver has started the call in between (every call waits for every peer's header), i.e. finished reading it.
 /// Large pushes into a receiver's buffer likewise start only after its header of the same call, so they never race
 /// the receiver's consumers of the previous call.
@@ -87,7 +88,10 @@ std::string_view protocolName(Protocol p);
 /// device API 11.2), 4 ranks at 1 MiB per rank 8.4 us instead of 19.2 with 64 KiB (device API 14.5); it loses at
 /// 1 MiB segments (4 ranks at 4 MiB per rank: 29.5 us instead of 26.4).
 inline constexpr uint64_t kDefaultLlMaxBytes = 512 * 1024;
-/// Default Options::queue_min_bytes.
+/// Default Options::queue_min_bytes. On nvidia-h200-x4 (4 ranks, graph replays) the static split wins where the
+/// queue's per-chunk barriers and job changes are a large share of the call: 4 MiB per rank 22.6 us instead of 24.0,
+/// Zipf-skewed 24.2 instead of 27.6; 16 MiB skewed 59.1 instead of 61.7 (uniform 51.0 against 50.5). From 64 MiB the
+/// queue wins clearly (154 us against 165 static; 128 MiB 295 against 316): it keeps CTAs busy while links are uneven.
 inline constexpr uint64_t kDefaultQueueMinBytes = 32ull << 20;
 /// Largest LL threshold accepted (every rank keeps 2 x ranks slots of twice this size).
 inline constexpr uint64_t kMaxLlMaxBytes = 1024 * 1024;
@@ -120,7 +124,7 @@ struct Options {
   bool queue_in_step = true;
   /// Fused, large segments: a rank whose large sends (and local copy) total fewer bytes than this splits them over its
   /// CTAs statically, one contiguous piece per CTA (splitJob), instead of the work queue. Each rank decides for its
-  /// own sends: receivers count bytes, whoever moves them.
+  /// own sends: receivers count bytes, whoever moves them. 0: always the queue.
   uint64_t queue_min_bytes = kDefaultQueueMinBytes;
 };
 
