@@ -119,7 +119,8 @@ __device__ uint32_t validateMatrixWarp(const uint64_t* m, int n, const KernelArg
 }
 
 // Fused protocol: one pass (see alltoallv.h). Segments of at most ll_bytes ("small") ride in LL slots; larger ones
-// ("large") are pushed into the receiver's buffer through a work queue and completed with per-CTA byte counts.
+// ("large") are pushed into the receiver's buffer (a static split or a work queue) and completed with per-CTA byte
+// counts.
 //
 // A small call is latency-bound, and one thread's chain of dependent instructions costs about 2 ns per step: the
 // bookkeeping (row, send and receive lists, offsets, matrix check) is done by one warp with shuffles, the results
@@ -491,6 +492,8 @@ __device__ __forceinline__ void fusedCall(const KernelArgs& a) {
     if (large && blockIdx.x == 0) {
       // 3d. CTA 0 waits until every large segment addressed to this rank has arrived whole, then zeroes its count
       //     for the call two epochs on (that sender adds to it only after this rank's next-but-one row of counts).
+      //     After a timeout the count is left as it is: a sender that finishes later still adds to it, and the calls
+      //     after a timeout are out of step with that peer anyway (its headers carry another epoch).
       if (tid < n && tid != me && m[tid * n + me] * eb > a.ll_bytes) {
         const uint64_t want = m[tid * n + me] * eb;
         uint64_t* const got =

@@ -224,7 +224,7 @@ enum TracePoint : int {
   kTraceLocal = 11,    ///< CTA 0's share of the work queue done (small calls: equal to kTraceCounts)
   kTraceLast = 12,     ///< large segments: the latest CTA's pushes released (its fence returned, byte counts sent)
   kTraceFlags = 13,    ///< large segments: CTA 0 saw every large segment's bytes arrive
-  kTraceQueued = 14,   ///< large segments: the latest CTA off the work queue
+  kTraceQueued = 14,   ///< large segments: the latest CTA done with its copies (off the work queue, or its piece)
   kTraceEnd = 15,      ///< the latest CTA done with the call
 };
 
