@@ -66,7 +66,7 @@ std::optional<int> getOptInt(const json& j) {
 }
 
 const char* kResultKeys[] = {"suite", "name",    "impl",       "src",        "dst",   "ranks",
-                             "bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status"};
+                             "bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "numa"};
 const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
 const char* kFingerprintKeys[] = {"hostname", "driver", "cuda_runtime", "nccl", "gpus"};
 
@@ -104,6 +104,7 @@ json toJson(const Result& r) {
   j["busbw_gbps"] = optNum(r.busbw_gbps);
   j["wrong"] = optNum(r.wrong);
   j["status"] = r.status;
+  if (r.numa) j["numa"] = *r.numa;
   return j;
 }
 
@@ -166,6 +167,7 @@ Status validate(const json& doc) {
     for (const char* k : {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}) {
       PEERLAB_RETURN_IF_ERROR(requireNumberOrNull(r, k, where));
     }
+    if (r.contains("numa")) PEERLAB_RETURN_IF_ERROR(requireIntOrNull(r, "numa", where));
   }
   return Status::ok();
 }
@@ -200,6 +202,7 @@ StatusOr<Run> fromJson(const json& doc) {
     out.busbw_gbps = getOptNum(r["busbw_gbps"]);
     out.wrong = getOptNum(r["wrong"]);
     out.status = r["status"].get<std::string>();
+    if (r.contains("numa")) out.numa = getOptInt(r["numa"]);
     for (auto it = r.begin(); it != r.end(); ++it) {
       if (!isKnown(kResultKeys, std::size(kResultKeys), it.key())) out.extra[it.key()] = it.value();
     }
@@ -382,9 +385,13 @@ StatusOr<std::vector<Result>> resultsFromGbench(const json& gbench) {
                                                    "busbw_gbps",
                                                    "wrong",
                                                    "ranks",
+                                                   "numa",
                                                    "skipped"};
     for (auto it = b.begin(); it != b.end(); ++it) {
       if (!skipKeys.count(it.key()) && it.value().is_number()) r.extra[it.key()] = it.value();
+    }
+    if (b.contains("numa") && b["numa"].is_number() && b["numa"].get<double>() >= 0) {
+      r.numa = static_cast<int>(b["numa"].get<double>());
     }
     r.extra["benchmark"] = b.value("name", "");
     out.push_back(std::move(r));

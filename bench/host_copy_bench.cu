@@ -1,0 +1,507 @@
+// Host <-> device paths of every visible GPU, as nvbandwidth's host testcases measure them, and device-local copy
+// bandwidth.
+//
+// Rows (suite host_copy; src = the GPU; numa = the host node the memory sits on):
+//   BM_HostCopy/<impl>/<name>/gpu:<g>/numa:<local|remote>/bytes:<N>   name h2d, d2h, bidir (both at once)
+//     impl cuda.memcpy_async  the plain loop: cudaMallocHost memory and cudaMemcpyAsync, the anchor
+//          peerlab.ce         host::copyEngine on memory bound to the GPU's node (numa:local) or another node
+//                             (numa:remote, the misplaced-memory case; skipped on a one-node machine)
+//          peerlab.sm         host::smCopy: a kernel loads (h2d) or stores (d2h) the mapped pinned memory
+//          cuda.pageable      cudaMemcpyAsync of pageable memory (staged by the driver, ungated)
+//   BM_HostCopy/<impl>/<all_h2d|all_d2h>/bytes:<N>   every GPU at once, each with memory on its own node
+//     (nvbandwidth's host_to_all / all_to_host); busbw is the sum over the GPUs
+//   BM_HostLatency/peerlab.sm/latency/gpu:<g>/numa:local   one thread's dependent loads through a 1 MiB chain in
+//     pinned host memory, one node per 128-byte line (nvbandwidth's host_device_latency_sm); time_us per load
+//   BM_DeviceLocal/peerlab.ce/device_local/gpu:<g>/bytes:<N>   cudaMemcpyAsync within one GPU's memory; peak_gbps is
+//     the DRAM figure (bus width x clock x 2) and mem_efficiency = 2 x algbw / peak (a copy reads and writes each byte)
+//
+// Timing (bench/common/sampler.h): per sample a batch of copies per lane behind a gate kernel, timed by events on
+// each lane; time_us is the median over the samples of the slowest lane's time per copy. algbw_gbps = bytes /
+// time_us / 1e3 per lane; busbw_gbps = the sum over the lanes (bidir: h2d + d2h, the anchors' "both at once" figure).
+// Every peerlab.ce row also reports vs_plain = its busbw / the plain loop's for the same GPU, name and size (the
+// anchor rows run first), the >= 0.98 target.
+// Data check: sources hold a fresh seeded pattern, destinations are poisoned; a verified warm-up copy, then the timed
+// samples, then the destinations are verified again, on their owner (the device for h2d, the host for d2h).
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/common/bench_util.h"
+#include "bench/common/sampler.h"
+#include "reference/core/check.h"
+#include "reference/core/devices.h"
+#include "reference/core/memory.h"
+#include "reference/core/pattern.h"
+#include "reference/core/scoped.h"
+#include "reference/core/wait.h"
+#include "reference/host/host_copy.h"
+#include "reference/host/host_memory.h"
+#include "reference/host/numa.h"
+
+namespace peerlab {
+namespace {
+
+using bench::Record;
+using host::Direction;
+using host::HostBuffer;
+
+constexpr int64_t kWaitMs = 60000;
+constexpr size_t kMaxBytes = size_t{256} << 20;
+constexpr size_t kChaseBytes = size_t{1} << 20;
+constexpr size_t kChaseStride = 128;
+constexpr uint32_t kChaseLoads = 20000;
+
+enum class Impl { kPlain, kCe, kSm, kPageable };
+
+const char* implName(Impl i) {
+  switch (i) {
+    case Impl::kPlain:
+      return "cuda.memcpy_async";
+    case Impl::kCe:
+      return "peerlab.ce";
+    case Impl::kSm:
+      return "peerlab.sm";
+    case Impl::kPageable:
+      return "cuda.pageable";
+  }
+  return "?";
+}
+
+struct GpuState {
+  Stream lane[2];  // by Direction
+  DeviceBuffer dev[2];
+  std::optional<PatternChecker> checker;
+  host::NodeChoice nodes;
+};
+
+struct Env {
+  int devices = 0;
+  uint64_t run = 0;
+  std::vector<GpuState> gpus;
+  // Plain-loop busbw per (name, gpu, bytes), for the vs_plain ratio.
+  std::map<std::tuple<std::string, int, size_t>, double> plain;
+};
+
+// NOTE: never destroyed (static destructors run after the CUDA runtime's teardown; exit releases the GPU).
+StatusOr<Env*> env() {
+  static Env* e = nullptr;
+  static Status failed = Status::ok();
+  if (e) return e;
+  if (!failed.isOk()) return failed;
+  auto build = [&]() -> Status {
+    auto made = std::make_unique<Env>();
+    PEERLAB_ASSIGN_OR_RETURN(made->devices, deviceCount());
+    made->run = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+    PEERLAB_ASSIGN_OR_RETURN(std::vector<int> online, host::onlineNodes());
+    made->gpus.resize(made->devices);
+    for (int g = 0; g < made->devices; ++g) {
+      PEERLAB_RETURN_IF_ERROR(host::checkKernelImage(g));
+      GpuState& s = made->gpus[g];
+      for (int d = 0; d < 2; ++d) {
+        PEERLAB_ASSIGN_OR_RETURN(s.lane[d], createStream(g));
+        PEERLAB_ASSIGN_OR_RETURN(s.dev[d], allocDevice(g, kMaxBytes));
+      }
+      PEERLAB_ASSIGN_OR_RETURN(PatternChecker c, PatternChecker::create(g));
+      s.checker.emplace(std::move(c));
+      PEERLAB_ASSIGN_OR_RETURN(std::optional<int> node, host::gpuHostNode(g));
+      s.nodes = host::chooseNodes(node, online);
+    }
+    e = made.release();
+    return Status::ok();
+  };
+  if (Status st = build(); !st.isOk()) {
+    failed = st;
+    return failed;
+  }
+  return e;
+}
+
+uint64_t hashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s)
+    h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+void finish(benchmark::State& state, const Record& rec, const Status& st) {
+  if (st.code() == StatusCode::kUnavailable) {
+    bench::skip(state, rec, st.toString());
+  } else {
+    bench::fail(state, rec, st);
+  }
+}
+
+struct HostSpec {
+  Impl impl = Impl::kCe;
+  std::string name;  // h2d, d2h, bidir, all_h2d, all_d2h
+  int gpu = -1;      // -1: every GPU
+  bool remote = false;
+  size_t bytes = 0;
+};
+
+// One direction of one GPU: its stream, its buffers and its pattern.
+struct Lane {
+  int gpu;
+  Direction dir;
+  HostBuffer host;      // peerlab placements
+  PinnedBuffer pinned;  // the plain loop's cudaMallocHost memory
+  void* host_ptr = nullptr;
+  int numa = -1;
+  uint64_t seed = 0;
+};
+
+StatusOr<Lane> makeLane(Env& e, const HostSpec& spec, int gpu, Direction dir) {
+  Lane l{gpu, dir, {}, {}, nullptr, -1, 0};
+  const GpuState& g = e.gpus[gpu];
+  if (spec.impl == Impl::kPlain) {
+    PEERLAB_ASSIGN_OR_RETURN(l.pinned, allocPinned(spec.bytes));
+    l.host_ptr = l.pinned->ptr;
+    std::fill_n(static_cast<uint8_t*>(l.host_ptr), spec.bytes, uint8_t{0});
+    auto node = host::nodeOfPage(l.host_ptr);
+    l.numa = node.isOk() ? *node : -1;
+  } else {
+    host::HostPlacement where;
+    where.pinned = spec.impl != Impl::kPageable;
+    if (spec.remote) {
+      if (!g.nodes.remote) {
+        return PEERLAB_UNAVAILABLE("GPU " + std::to_string(gpu) + ": no NUMA node other than the GPU's own");
+      }
+      where.node = g.nodes.remote;
+    } else {
+      // The local node when known; memory stays where the kernel puts it when it cannot be bound.
+      where.node = g.nodes.local;
+      where.node_required = false;
+    }
+    PEERLAB_ASSIGN_OR_RETURN(l.host, host::allocHost(spec.bytes, where));
+    l.host_ptr = l.host->ptr;
+    l.numa = l.host->node;
+  }
+  l.seed = patternSeed(e.run, gpu, static_cast<int>(dir), hashName(spec.name + implName(spec.impl)) ^ spec.bytes);
+  return l;
+}
+
+cudaStream_t laneStream(Env& e, const Lane& l) {
+  return e.gpus[l.gpu].lane[static_cast<int>(l.dir)].get();
+}
+void* laneDevice(Env& e, const Lane& l) {
+  return e.gpus[l.gpu].dev[static_cast<int>(l.dir)]->ptr;
+}
+
+Status syncLane(Env& e, const Lane& l, const char* what) {
+  PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(l.gpu));
+  return waitStream(laneStream(e, l), Deadline::afterMs(kWaitMs), what);
+}
+
+// Sources get the pattern, destinations its complement.
+Status prepareLanes(Env& e, const HostSpec& spec, std::vector<Lane>& lanes, bool sources) {
+  for (Lane& l : lanes) {
+    auto* h = static_cast<uint8_t*>(l.host_ptr);
+    void* d = laneDevice(e, l);
+    if (l.dir == Direction::kHostToDevice) {
+      if (sources) fillPatternHost(h, spec.bytes, l.seed);
+      PEERLAB_RETURN_IF_ERROR(poisonPattern(d, spec.bytes, l.seed, laneStream(e, l)));
+    } else {
+      if (sources) PEERLAB_RETURN_IF_ERROR(fillPattern(d, spec.bytes, l.seed, laneStream(e, l)));
+      poisonPatternHost(h, spec.bytes, l.seed);
+    }
+  }
+  for (Lane& l : lanes)
+    PEERLAB_RETURN_IF_ERROR(syncLane(e, l, "fill/poison"));
+  return Status::ok();
+}
+
+Status issue(Env& e, const HostSpec& spec, const Lane& l) {
+  void* d = laneDevice(e, l);
+  cudaStream_t s = laneStream(e, l);
+  switch (spec.impl) {
+    case Impl::kPlain:
+    case Impl::kPageable:
+      if (l.dir == Direction::kHostToDevice) {
+        return PEERLAB_CUDA(cudaMemcpyAsync(d, l.host_ptr, spec.bytes, cudaMemcpyHostToDevice, s));
+      }
+      return PEERLAB_CUDA(cudaMemcpyAsync(l.host_ptr, d, spec.bytes, cudaMemcpyDeviceToHost, s));
+    case Impl::kCe:
+      return host::copyEngine(d, l.host_ptr, spec.bytes, l.dir, s);
+    case Impl::kSm:
+      return host::smCopy(d, l.host_ptr, spec.bytes, l.dir, s);
+  }
+  return PEERLAB_INTERNAL("unknown impl");
+}
+
+// Wrong bytes over every lane's destination, checked by its owner.
+StatusOr<PatternCheck> verify(Env& e, const HostSpec& spec, std::vector<Lane>& lanes) {
+  PatternCheck total;
+  for (Lane& l : lanes) {
+    PEERLAB_RETURN_IF_ERROR(syncLane(e, l, "copies"));
+    PatternCheck c;
+    if (l.dir == Direction::kHostToDevice) {
+      PEERLAB_ASSIGN_OR_RETURN(
+          c, checkPattern(laneDevice(e, l), spec.bytes, l.seed, l.gpu, laneStream(e, l), Deadline::afterMs(kWaitMs)));
+    } else {
+      c = checkPatternHost(l.host_ptr, spec.bytes, l.seed);
+    }
+    total.elements += c.elements;
+    total.wrong += c.wrong;
+    total.first_bad = std::min(total.first_bad, c.first_bad);
+  }
+  return total;
+}
+
+size_t batchFor(const HostSpec& spec) {
+  if (spec.impl == Impl::kPageable) return 1;
+  return std::clamp<size_t>((size_t{1} << 30) / spec.bytes, 1, 64);
+}
+
+int samplesFor(const HostSpec& spec) {
+  if (spec.impl == Impl::kPageable) return 3;
+  return spec.bytes >= kMaxBytes ? 7 : 15;
+}
+
+Status measureHost(benchmark::State& state, const HostSpec& spec, Record& rec) {
+  PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
+  if (spec.gpu >= e->devices) return PEERLAB_UNAVAILABLE("GPU " + std::to_string(spec.gpu) + " not visible");
+  std::vector<Lane> lanes;
+  const bool all = spec.gpu < 0;
+  const int first = all ? 0 : spec.gpu;
+  const int last = all ? e->devices - 1 : spec.gpu;
+  for (int g = first; g <= last; ++g) {
+    if (spec.name == "h2d" || spec.name == "bidir" || spec.name == "all_h2d") {
+      PEERLAB_ASSIGN_OR_RETURN(Lane l, makeLane(*e, spec, g, Direction::kHostToDevice));
+      lanes.push_back(std::move(l));
+    }
+    if (spec.name == "d2h" || spec.name == "bidir" || spec.name == "all_d2h") {
+      PEERLAB_ASSIGN_OR_RETURN(Lane l, makeLane(*e, spec, g, Direction::kDeviceToHost));
+      lanes.push_back(std::move(l));
+    }
+  }
+
+  // Warm-up copy, verified; then the destinations are poisoned again.
+  PEERLAB_RETURN_IF_ERROR(prepareLanes(*e, spec, lanes, true));
+  for (const Lane& l : lanes)
+    PEERLAB_RETURN_IF_ERROR(issue(*e, spec, l));
+  PEERLAB_ASSIGN_OR_RETURN(PatternCheck warm, verify(*e, spec, lanes));
+  PEERLAB_RETURN_IF_ERROR(prepareLanes(*e, spec, lanes, false));
+
+  bench::SampleSpec sample;
+  for (const Lane& l : lanes)
+    sample.lanes.push_back({laneStream(*e, l), l.gpu});
+  sample.batch = batchFor(spec);
+  sample.samples = samplesFor(spec);
+  // A pageable copy returns only once the driver has staged its source: behind a closed gate it would never return.
+  sample.gated = spec.impl != Impl::kPageable;
+  PEERLAB_ASSIGN_OR_RETURN(bench::Samples times,
+                           bench::timeBatches(sample, [&](size_t i) { return issue(*e, spec, lanes[i]); }));
+  PEERLAB_ASSIGN_OR_RETURN(PatternCheck timed, verify(*e, spec, lanes));
+
+  const double time_us = bench::median(times.slowest_us);
+  state.SetIterationTime(time_us * 1e-6);
+  rec.time_us = time_us;
+  rec.algbw_gbps = static_cast<double>(spec.bytes) / time_us / 1e3;
+  double sum = 0;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const double gbps = static_cast<double>(spec.bytes) / bench::median(times.lane_us[i]) / 1e3;
+    sum += gbps;
+    if (spec.name == "bidir") rec.extra[std::string(host::directionName(lanes[i].dir)) + "_gbps"] = gbps;
+  }
+  // Both at once: the sum of what each lane moved over its own time, never more than lanes x the slowest.
+  rec.busbw_gbps = lanes.size() == 1 ? rec.algbw_gbps : sum;
+  rec.wrong = static_cast<double>(warm.wrong + timed.wrong);
+  if (rec.wrong > 0) rec.extra["first_bad"] = static_cast<double>(std::min(warm.first_bad, timed.first_bad));
+  rec.extra["samples"] = sample.samples;
+  rec.extra["batch"] = static_cast<double>(sample.batch);
+  rec.extra["p10_us"] = bench::percentile(times.slowest_us, 10);
+  rec.extra["p90_us"] = bench::percentile(times.slowest_us, 90);
+  if (all) rec.extra["gpus"] = e->devices;
+  // One node for the row when every lane agrees.
+  const int numa = lanes.front().numa;
+  const bool same = std::all_of(lanes.begin(), lanes.end(), [&](const Lane& l) { return l.numa == numa; });
+  if (numa >= 0 && same) rec.extra["numa"] = numa;
+  const auto key = std::make_tuple(spec.name, spec.gpu, spec.bytes);
+  if (spec.impl == Impl::kPlain) e->plain[key] = rec.busbw_gbps;
+  if (spec.impl == Impl::kCe && !spec.remote) {
+    if (auto it = e->plain.find(key); it != e->plain.end() && it->second > 0) {
+      rec.extra["vs_plain"] = rec.busbw_gbps / it->second;
+    }
+  }
+  return Status::ok();
+}
+
+Record hostIdentity(const HostSpec& spec) {
+  Record r;
+  r.suite = "host_copy";
+  r.impl = implName(spec.impl);
+  r.name = spec.name;
+  r.src = spec.gpu;
+  r.bytes = static_cast<double>(spec.bytes);
+  return r;
+}
+
+void hostBenchmark(benchmark::State& state, const HostSpec& spec) {
+  Record rec = hostIdentity(spec);
+  for (auto _ : state) {
+    (void)_;
+    Status st = measureHost(state, spec, rec);
+    if (!st.isOk()) {
+      finish(state, rec, st);
+      break;
+    }
+    bench::publish(state, rec);
+  }
+}
+
+Status measureLatency(benchmark::State& state, int gpu, Record& rec) {
+  PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
+  if (gpu >= e->devices) return PEERLAB_UNAVAILABLE("GPU " + std::to_string(gpu) + " not visible");
+  const GpuState& g = e->gpus[gpu];
+  host::HostPlacement where;
+  where.node = g.nodes.local;
+  where.node_required = false;
+  PEERLAB_ASSIGN_OR_RETURN(HostBuffer chain, host::allocHost(kChaseBytes, where));
+  PEERLAB_RETURN_IF_ERROR(host::buildChase(chain->ptr, kChaseBytes, kChaseStride));
+  std::vector<double> ns;
+  for (int s = 0; s < 5; ++s) {
+    PEERLAB_ASSIGN_OR_RETURN(double v, host::chaseLatency(chain->ptr, kChaseBytes, kChaseStride, kChaseLoads, gpu,
+                                                          g.lane[0].get(), Deadline::afterMs(kWaitMs)));
+    ns.push_back(v);
+  }
+  const double us = bench::median(ns) / 1e3;
+  state.SetIterationTime(us * 1e-6);
+  rec.time_us = us;
+  rec.wrong = 0;
+  rec.extra["samples"] = 5;
+  rec.extra["loads"] = kChaseLoads;
+  if (chain->node >= 0) rec.extra["numa"] = chain->node;
+  return Status::ok();
+}
+
+void latencyBenchmark(benchmark::State& state, int gpu) {
+  Record rec;
+  rec.suite = "host_copy";
+  rec.impl = "peerlab.sm";
+  rec.name = "latency";
+  rec.src = gpu;
+  rec.bytes = 8;
+  for (auto _ : state) {
+    (void)_;
+    Status st = measureLatency(state, gpu, rec);
+    if (!st.isOk()) {
+      finish(state, rec, st);
+      break;
+    }
+    bench::publish(state, rec);
+  }
+}
+
+// Device-local copy: one GPU's memory to itself by the copy engine, against the DRAM peak.
+Status measureLocal(benchmark::State& state, int gpu, size_t bytes, Record& rec) {
+  PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
+  if (gpu >= e->devices) return PEERLAB_UNAVAILABLE("GPU " + std::to_string(gpu) + " not visible");
+  GpuState& g = e->gpus[gpu];
+  void* src = g.dev[0]->ptr;
+  void* dst = g.dev[1]->ptr;
+  cudaStream_t s = g.lane[0].get();
+  const uint64_t seed = patternSeed(e->run, gpu, gpu, hashName("device_local") ^ bytes);
+  PEERLAB_RETURN_IF_ERROR(fillPattern(src, bytes, seed, s));
+  PEERLAB_RETURN_IF_ERROR(poisonPattern(dst, bytes, seed, s));
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)));
+  PEERLAB_ASSIGN_OR_RETURN(PatternCheck warm, checkPattern(dst, bytes, seed, gpu, s, Deadline::afterMs(kWaitMs)));
+  PEERLAB_RETURN_IF_ERROR(poisonPattern(dst, bytes, seed, s));
+  bench::SampleSpec sample;
+  sample.lanes = {{s, gpu}};
+  sample.batch = std::clamp<size_t>((size_t{4} << 30) / bytes, 1, 64);
+  sample.samples = 7;
+  PEERLAB_ASSIGN_OR_RETURN(bench::Samples times, bench::timeBatches(sample, [&](size_t) {
+                             return PEERLAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+                           }));
+  PEERLAB_ASSIGN_OR_RETURN(PatternCheck timed, checkPattern(dst, bytes, seed, gpu, s, Deadline::afterMs(kWaitMs)));
+  const double time_us = bench::median(times.slowest_us);
+  state.SetIterationTime(time_us * 1e-6);
+  rec.time_us = time_us;
+  rec.algbw_gbps = static_cast<double>(bytes) / time_us / 1e3;
+  rec.busbw_gbps = rec.algbw_gbps;
+  rec.wrong = static_cast<double>(warm.wrong + timed.wrong);
+  rec.extra["samples"] = sample.samples;
+  rec.extra["batch"] = static_cast<double>(sample.batch);
+  if (auto peak = host::memoryPeakGbps(gpu); peak.isOk()) {
+    rec.extra["peak_gbps"] = *peak;
+    rec.extra["mem_efficiency"] = 2 * rec.algbw_gbps / *peak;
+  }
+  return Status::ok();
+}
+
+void localBenchmark(benchmark::State& state, int gpu, size_t bytes) {
+  Record rec;
+  rec.suite = "host_copy";
+  rec.impl = "peerlab.ce";
+  rec.name = "device_local";
+  rec.src = gpu;
+  rec.dst = gpu;
+  rec.bytes = static_cast<double>(bytes);
+  for (auto _ : state) {
+    (void)_;
+    Status st = measureLocal(state, gpu, bytes, rec);
+    if (!st.isOk()) {
+      finish(state, rec, st);
+      break;
+    }
+    bench::publish(state, rec);
+  }
+}
+
+void configure(benchmark::internal::Benchmark* b) {
+  b->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+void registerHost(const HostSpec& spec) {
+  std::string name = std::string("BM_HostCopy/") + implName(spec.impl) + "/" + spec.name;
+  if (spec.gpu >= 0) name += "/gpu:" + std::to_string(spec.gpu) + (spec.remote ? "/numa:remote" : "/numa:local");
+  name += "/bytes:" + std::to_string(spec.bytes);
+  configure(benchmark::RegisterBenchmark(name.c_str(), [spec](benchmark::State& st) { hostBenchmark(st, spec); }));
+}
+
+void registerAll() {
+  auto count = deviceCount();
+  // Without a GPU, one row per kind still runs and reports why it was skipped.
+  const int n = count.isOk() ? std::max(*count, 1) : 1;
+  const std::vector<size_t> sizes = {size_t{1} << 20, size_t{16} << 20, kMaxBytes};
+  for (int g = 0; g < n; ++g) {
+    for (size_t bytes : sizes) {
+      // The plain loop first, so that the peerlab.ce row after it can report vs_plain.
+      for (const char* name : {"h2d", "d2h", "bidir"}) {
+        registerHost({Impl::kPlain, name, g, false, bytes});
+        registerHost({Impl::kCe, name, g, false, bytes});
+        registerHost({Impl::kCe, name, g, true, bytes});
+      }
+      for (const char* name : {"h2d", "d2h"}) {
+        registerHost({Impl::kSm, name, g, false, bytes});
+        registerHost({Impl::kPageable, name, g, false, bytes});
+      }
+    }
+    const std::string lat = "BM_HostLatency/peerlab.sm/latency/gpu:" + std::to_string(g) + "/numa:local";
+    configure(benchmark::RegisterBenchmark(lat.c_str(), [g](benchmark::State& st) { latencyBenchmark(st, g); }));
+    const std::string local =
+        "BM_DeviceLocal/peerlab.ce/device_local/gpu:" + std::to_string(g) + "/bytes:" + std::to_string(kMaxBytes);
+    configure(
+        benchmark::RegisterBenchmark(local.c_str(), [g](benchmark::State& st) { localBenchmark(st, g, kMaxBytes); }));
+  }
+  for (size_t bytes : sizes) {
+    for (const char* name : {"all_h2d", "all_d2h"}) {
+      registerHost({Impl::kPlain, name, -1, false, bytes});
+      registerHost({Impl::kCe, name, -1, false, bytes});
+    }
+  }
+}
+
+PEERLAB_BENCH_REGISTER(host_copy, registerAll);
+
+}  // namespace
+}  // namespace peerlab
