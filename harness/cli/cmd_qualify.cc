@@ -22,6 +22,7 @@
 #include "harness/report/junit.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
+#include "reference/host/host_copy.h"
 
 namespace peerlab::cli {
 namespace {
@@ -142,7 +143,7 @@ int runQualify(const QualifyArgs& a) {
     }
   }
   // The probe's speed is a benchmark, not a health figure: qualify runs the probe itself, not probe_bench.
-  if (po.suites.empty()) po.suites = {"peer_copy", "zcopy", "alltoallv"};
+  if (po.suites.empty()) po.suites = {"peer_copy", "zcopy", "alltoallv", "host_copy"};
   if (a.skip_bench) po.suites = {};
   if (!a.pairs.empty()) {
     auto pairs = qualify::parsePairs(a.pairs);
@@ -184,6 +185,10 @@ int runQualify(const QualifyArgs& a) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
       return fail(kCmd, kExitNoGpu,
                   "no GPU visible to CUDA on this machine (" + st.message() + "); the plan above is for its topology");
+    }
+    // Before anything runs: binaries without a kernel image for a GPU present would fail every GPU check.
+    for (const qualify::PlanGpu& g : topo->gpus) {
+      if (Status st = host::checkKernelImage(g.index); !st.isOk()) return fail(kCmd, kExitRuntime, st.message());
     }
   }
 

@@ -24,6 +24,8 @@ std::string fmt(const char* f, double v) {
 }
 
 std::string pairName(const Result& r) {
+  // One GPU's own result (host paths, device-local copies).
+  if (r.src && (!r.dst || *r.dst == *r.src)) return " gpu " + std::to_string(*r.src);
   if (!r.src || !r.dst) return "";
   return " " + std::to_string(*r.src) + "->" + std::to_string(*r.dst);
 }

@@ -249,5 +249,49 @@ TEST(Checks, TopologyLinkDownAndCudaVisibility) {
   EXPECT_FALSE(cuda->pass);
 }
 
+// One GPU: the host paths and the device-local copy are checked per GPU and named by it.
+TEST(Checks, OneGpuHostPathsAreChecked) {
+  auto c = defaultConfig();
+  ASSERT_TRUE(c.isOk());
+  PlanTopology t = box(1);
+  t.memory_peak_gbps[0] = 3352.32;
+  PlanOptions o;
+  o.suites = {"host_copy"};
+  auto p = makePlan(t, *c, o);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  report::Run run;
+  run.fingerprint.gpus = {{0, "GPU-a", "0000:00:06.0", "NVIDIA H100"}};
+  auto host = [](const std::string& impl, const std::string& name, double gbps) {
+    Result r = copy(0, 0, 1 << 28, gbps, impl);
+    r.suite = "host_copy";
+    r.name = name;
+    r.dst = std::nullopt;
+    r.busbw_gbps = name == "bidir" ? 2 * gbps : gbps;
+    r.numa = 0;
+    return r;
+  };
+  Result local = copy(0, 0, 1 << 28, 1400);
+  local.suite = "host_copy";
+  local.name = "device_local";
+  // h2d healthy (Gen5: 54.2), d2h far below the floor (a link trained at x4), bidir healthy.
+  run.results = {host("peerlab.ce", "h2d", 54.2), host("peerlab.ce", "d2h", 7.5), host("peerlab.ce", "bidir", 44.1),
+                 host("peerlab.sm", "h2d", 40.0), local};
+  CheckInputs in;
+  in.plan = &*p;
+  in.config = &*c;
+  in.run = &run;
+  const std::vector<Check> checks = evaluateChecks(in);
+  const Check* h2d = named(checks, "host_copy peerlab.ce h2d gpu 0");
+  ASSERT_NE(h2d, nullptr);
+  EXPECT_TRUE(h2d->pass) << h2d->reason;
+  const Check* d2h = named(checks, "host_copy peerlab.ce d2h gpu 0");
+  ASSERT_NE(d2h, nullptr);
+  EXPECT_FALSE(d2h->pass);
+  const Check* dl = named(checks, "host_copy peerlab.ce device_local gpu 0");
+  ASSERT_NE(dl, nullptr);
+  EXPECT_TRUE(dl->pass) << dl->expected;
+  EXPECT_NE(dl->expected.find("DRAM 3352.32 GB/s"), std::string::npos) << dl->expected;
+}
+
 }  // namespace
 }  // namespace peerlab::qualify

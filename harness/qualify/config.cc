@@ -207,8 +207,8 @@ StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& 
           }
         } else if (k == "scope") {
           PEERLAB_ASSIGN_OR_RETURN(r.scope, getStr(sec, k, e));
-          if (r.scope != "pair" && r.scope != "gpu") {
-            return lineError(name, e.line, "[" + sec + "] scope must be \"pair\" or \"gpu\"");
+          if (r.scope != "pair" && r.scope != "gpu" && r.scope != "host" && r.scope != "device") {
+            return lineError(name, e.line, "[" + sec + "] scope must be \"pair\", \"gpu\", \"host\" or \"device\"");
           }
         } else if (k == "directions") {
           PEERLAB_ASSIGN_OR_RETURN(r.directions, getNum(sec, k, e, 0.001, 64));

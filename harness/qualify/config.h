@@ -21,7 +21,9 @@ struct BandwidthRule {
   std::string impl = "*";
   std::string name = "*";
   std::string metric = "algbw_gbps";  ///< algbw_gbps or busbw_gbps
-  std::string scope = "pair";         ///< pair: links between src and dst; gpu: all NVLinks of one GPU
+  std::string scope = "pair";         ///< pair: links between src and dst; gpu: all NVLinks of one GPU; host: each
+                                      ///< GPU's PCIe link to the host (pcie_efficiency); device: each GPU's DRAM peak
+                                      ///< (bus width x clock x 2) / 2, a copy reading and writing every byte
   double directions = 1;              ///< 2 for figures that add up both directions
   double efficiency = 0.8;            ///< of the NVLink line rate
   double pcie_efficiency = 0.8;       ///< of pcie_gbps, for pairs without NVLink

@@ -10,12 +10,21 @@
 #include "harness/qualify/process.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
+#include "reference/host/host_copy.h"
 
 namespace peerlab::qualify {
 
 StatusOr<PlanTopology> loadPlanTopology(const std::string& fixture) {
   PEERLAB_ASSIGN_OR_RETURN(topology::Topology topo, topology::load(fixture));
-  return fromTopology(topo);
+  PlanTopology plan = fromTopology(topo);
+  if (fixture.empty()) {
+    // The DRAM peak, for the device-local copy expectation; a GPU CUDA cannot see keeps none.
+    for (const PlanGpu& g : plan.gpus) {
+      auto peak = host::memoryPeakGbps(g.index);
+      if (peak.isOk()) plan.memory_peak_gbps[g.index] = *peak;
+    }
+  }
+  return plan;
 }
 
 Status cudaGpusVisible() {

@@ -114,6 +114,8 @@ nlohmann::json toJson(const PlanTopology& topo) {
     nlohmann::json j = {{"index", g.index}, {"bus_id", g.bus_id}, {"model", g.model}, {"uuid", g.uuid}};
     j["nvlinks"] = g.nvlinks ? nlohmann::json(*g.nvlinks) : nlohmann::json(nullptr);
     j["nvlink_link_gbps"] = g.nvlink_link_gbps ? nlohmann::json(*g.nvlink_link_gbps) : nlohmann::json(nullptr);
+    if (auto m = topo.memory_peak_gbps.find(g.index); m != topo.memory_peak_gbps.end())
+      j["memory_peak_gbps"] = m->second;
     gpus.push_back(j);
   }
   nlohmann::json pairs = nlohmann::json::array();
@@ -144,6 +146,9 @@ StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc) {
       if (g.contains("nvlinks") && g["nvlinks"].is_number_integer()) pg.nvlinks = g["nvlinks"].get<int>();
       if (g.contains("nvlink_link_gbps") && g["nvlink_link_gbps"].is_number()) {
         pg.nvlink_link_gbps = g["nvlink_link_gbps"].get<double>();
+      }
+      if (g.contains("memory_peak_gbps") && g["memory_peak_gbps"].is_number()) {
+        t.memory_peak_gbps[pg.index] = g["memory_peak_gbps"].get<double>();
       }
       t.gpus.push_back(pg);
     }
@@ -244,7 +249,35 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
 
   // Bandwidth expectations from the links.
   std::set<std::string> unknownLinks;
+  std::set<int> unknownMemory;
   for (const BandwidthRule& rule : config.bandwidth) {
+    if (rule.scope == "host") {
+      // Each GPU's link to the host.
+      if (config.pcie_gbps <= 0) continue;
+      for (const PlanGpu& g : topo.gpus) {
+        const double v = config.pcie_gbps * rule.pcie_efficiency * rule.directions;
+        const std::string dirs = rule.directions != 1 ? " x " + fmtNum(rule.directions) + " directions" : "";
+        plan.expectations.push_back(
+            {rule.id, rule.suite, rule.impl, rule.name, rule.metric, g.index, std::nullopt, rule.min_bytes, v,
+             "PCIe " + fmtNum(config.pcie_gbps) + " GB/s x " + fmtEff(rule.pcie_efficiency) + dirs});
+      }
+      continue;
+    }
+    if (rule.scope == "device") {
+      // A copy within one GPU's memory reads and writes every byte: half the DRAM peak at most.
+      for (const PlanGpu& g : topo.gpus) {
+        auto m = topo.memory_peak_gbps.find(g.index);
+        if (m == topo.memory_peak_gbps.end() || m->second <= 0) {
+          unknownMemory.insert(g.index);
+          continue;
+        }
+        plan.expectations.push_back(
+            {rule.id, rule.suite, rule.impl, rule.name, rule.metric, g.index, g.index, rule.min_bytes,
+             m->second / 2 * rule.efficiency,
+             "DRAM " + fmtNum(m->second) + " GB/s / 2 (read + write) x " + fmtEff(rule.efficiency)});
+      }
+      continue;
+    }
     if (rule.scope == "pair") {
       for (const auto& [s, d] : pairs) {
         const PlanPair* p = topo.pair(s, d);
@@ -307,6 +340,12 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
                          (topo.format == "live" ? "; NVML unavailable?" : "; a live run reads NVLink from NVML") +
                          "): no bandwidth is expected of them");
   }
+  if (!unknownMemory.empty()) {
+    plan.notes.push_back("the memory bandwidth of " + std::to_string(unknownMemory.size()) +
+                         " GPU(s) is unknown (only a live run reads it from CUDA): no device-local copy rate is "
+                         "expected of them");
+  }
+
   plan.latency = config.latency;
   return plan;
 }
@@ -397,7 +436,12 @@ std::string formatPlan(const Plan& plan) {
         groups.push_back({&e, {}});
         g = &groups.back();
       }
-      if (e.src) g->pairs.push_back(std::to_string(*e.src) + "->" + std::to_string(*e.dst));
+      // A GPU's own figure (host link, device-local copy) is named by the GPU.
+      if (e.src && (!e.dst || *e.dst == *e.src)) {
+        g->pairs.push_back("GPU" + std::to_string(*e.src));
+      } else if (e.src) {
+        g->pairs.push_back(std::to_string(*e.src) + "->" + std::to_string(*e.dst));
+      }
     }
     for (const Group& g : groups) {
       const Expectation& e = *g.e;
@@ -406,6 +450,12 @@ std::string formatPlan(const Plan& plan) {
       if (e.min_bytes > 0) o << " at >= " << report::formatBytes(e.min_bytes);
       if (g.pairs.empty()) {
         o << ", whole machine";
+      } else if (g.pairs.front().rfind("GPU", 0) == 0) {
+        o << (g.pairs.size() == plan.topology.gpus.size() && g.pairs.size() > 3 ? ", every GPU" : ",");
+        if (g.pairs.size() != plan.topology.gpus.size() || g.pairs.size() <= 3) {
+          for (const auto& p : g.pairs)
+            o << " " << p;
+        }
       } else if (g.pairs.size() == plan.options.pairs.size() && g.pairs.size() > 3) {
         o << ", all " << g.pairs.size() << " pairs";
       } else {

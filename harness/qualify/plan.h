@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ struct PlanTopology {
   std::string nvlink_source;  ///< nvml, hwloc, nccl or ""
   std::string no_gpu_message;
   std::vector<std::string> warnings;
+  std::map<int, double> memory_peak_gbps;  ///< by GPU index: DRAM peak, bus width x clock x 2 (live GPUs only)
   const PlanPair* pair(int src, int dst) const;
 };
 

@@ -90,7 +90,9 @@ TEST(Plan, PciePairsAndUnknownLinks) {
   EXPECT_EQ(ce->basis.rfind("PCIe (SYS) 25 GB/s", 0), 0u) << ce->basis;
 
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan unknown, makePlan(nvswitchBox(2, std::nullopt), config(), {}));
-  EXPECT_TRUE(unknown.expectations.empty());
+  // Only the host links (PCIe to the host, not a question of NVLink) are still expected.
+  for (const Expectation& e : unknown.expectations)
+    EXPECT_EQ(e.suite, "host_copy") << e.rule;
   ASSERT_FALSE(unknown.notes.empty());
   EXPECT_NE(unknown.notes[0].find("does not say how 2 pair(s) are linked"), std::string::npos) << unknown.notes[0];
 }
@@ -190,6 +192,53 @@ TEST(Plan, EveryTopologyFixture) {
     }
   }
   EXPECT_GE(fixtures, 9);
+}
+
+// One GPU: the host paths and the device-local copy are qualified; the pair suites say why they do not run.
+TEST(Plan, OneGpuGetsHostPathsAndDeviceLocalExpectations) {
+  PlanTopology t = nvswitchBox(1, 0);
+  t.memory_peak_gbps[0] = 3352.32;  // H100 SXM: 5120 bits x 2619 MHz x 2
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(t, config(), {}));
+  ASSERT_EQ(plan.jobs.size(), 1u);
+  EXPECT_EQ(plan.jobs[0].suite, "host_copy");
+  EXPECT_EQ(plan.jobs[0].label, "host_copy (1 GPU)");
+  EXPECT_NE(plan.jobs[0].args[0].find("bytes:268435456"), std::string::npos) << plan.jobs[0].args[0];
+  const Expectation* h2d = find(plan, "host_copy_ce_h2d", 0);
+  ASSERT_NE(h2d, nullptr);
+  EXPECT_NEAR(h2d->gbps, 25.0 * 0.80, 1e-9);
+  const Expectation* bidir = find(plan, "host_copy_ce_bidir", 0);
+  ASSERT_NE(bidir, nullptr);
+  EXPECT_EQ(bidir->metric, "busbw_gbps");
+  EXPECT_NEAR(bidir->gbps, 25.0 * 0.65 * 2, 1e-9);
+  const Expectation* local = find(plan, "host_copy_device_local", 0, 0);
+  ASSERT_NE(local, nullptr);
+  EXPECT_NEAR(local->gbps, 3352.32 / 2 * 0.60, 1e-6);
+  EXPECT_NE(local->basis.find("/ 2 (read + write)"), std::string::npos) << local->basis;
+  bool peer_note = false;
+  for (const std::string& n : plan.notes)
+    peer_note |= n.find("peer_copy: needs 2 GPUs") != std::string::npos;
+  EXPECT_TRUE(peer_note);
+
+  // Without the memory peak (a fixture), no device-local figure, and the plan says so.
+  t.memory_peak_gbps.clear();
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan fixture, makePlan(t, config(), {}));
+  EXPECT_EQ(find(fixture, "host_copy_device_local", 0, 0), nullptr);
+  bool memory_note = false;
+  for (const std::string& n : fixture.notes)
+    memory_note |= n.find("memory bandwidth of 1 GPU(s) is unknown") != std::string::npos;
+  EXPECT_TRUE(memory_note);
+  // The memory peak survives the run file's stored plan.
+  t.memory_peak_gbps[0] = 4916.7;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(PlanTopology back, planTopologyFromJson(toJson(t)));
+  EXPECT_NEAR(back.memory_peak_gbps.at(0), 4916.7, 1e-9);
+}
+
+TEST(Plan, HostAndDeviceScopesParse) {
+  EXPECT_TRUE(parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"host\"\n", "my.toml").isOk());
+  EXPECT_TRUE(parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"device\"\n", "my.toml").isOk());
+  auto bad = parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"numa\"\n", "my.toml");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("my.toml:3"), std::string::npos) << bad.status().toString();
 }
 
 }  // namespace

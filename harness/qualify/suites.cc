@@ -14,6 +14,9 @@ namespace peerlab::qualify {
 //   alltoallv_bench  alltoallv/<impl>/[graph/]{uniform,skewed}/bytes:N, moe/<impl>/[graph/]T=N (suites alltoallv and
 //                    moe; the alltoallv process runs both, moe alone runs only the moe rows)
 //   probe_bench      BM_ProbeMatrix
+//   host_copy_bench  BM_HostCopy/<impl>/{h2d,d2h,bidir}/gpu:G/numa:{local,remote}/bytes:N,
+//                    BM_HostCopy/<impl>/{all_h2d,all_d2h}/bytes:N, BM_HostLatency/peerlab.sm/latency/gpu:G/numa:local,
+//                    BM_DeviceLocal/peerlab.ce/device_local/gpu:G/bytes:N
 namespace {
 
 std::string peerCopyFilter(const std::string& mode, const std::vector<std::pair<int, int>>& pairs, bool all) {
@@ -41,6 +44,12 @@ std::string alltoallvFilter(const std::string& mode, const std::vector<std::pair
 
 std::string moeFilter(const std::string& mode, const std::vector<std::pair<int, int>>&, bool) {
   return mode == "full" ? "^moe/" : "^moe/.*T=(1|128|4096)/";
+}
+
+std::string hostCopyFilter(const std::string& mode, const std::vector<std::pair<int, int>>&, bool) {
+  if (mode == "full") return "";
+  // Quick: 256 MiB (nvbandwidth's size class, where the PCIe anchors are set), the latency and the local copy.
+  return "^BM_HostCopy/.*/bytes:268435456/|^BM_HostLatency/|^BM_DeviceLocal/";
 }
 
 std::string noFilter(const std::string&, const std::vector<std::pair<int, int>>&, bool) {
@@ -74,6 +83,10 @@ const std::vector<SuiteSpec>& suiteSpecs() {
                  "GPU-initiated alltoallv with device-side counts and MoE dispatch/combine, with the NCCL baselines"});
     s.push_back({"probe", "probe_bench", JobShape::kWholeMachine, 2, 60, 60, noFilter,
                  "wall time of the verified probe's whole matrix through its worker processes"});
+    // Host <-> device paths of every GPU, the suite a one-GPU machine qualifies with.
+    s.push_back({"host_copy", "host_copy_bench", JobShape::kWholeMachine, 1, 45, 240, hostCopyFilter,
+                 "host <-> device copies of every GPU (copy engine, SM, pageable; own and remote NUMA node; all GPUs "
+                 "at once), host latency and device-local copy bandwidth"});
     // MoE dispatch/combine rows come from alltoallv_bench: named alone, only they run.
     s.push_back({"moe", "alltoallv_bench", JobShape::kCollective, 2, 60, 300, moeFilter,
                  "MoE dispatch/combine over the alltoallv (part of the alltoallv suite's process)", false});
@@ -109,9 +122,15 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, in
       j.suite = spec.name;
       j.binary = spec.binary;
       j.args = common;
-      // Budgets are for every pair of a 4-GPU machine; scale with the pairs covered.
-      j.budget_s = spec.name == "probe" ? budget : budget * std::max(1.0, static_cast<double>(pairs.size()) / 12.0);
-      j.label = spec.name + " (" + std::to_string(pairs.size()) + " pairs)";
+      // Budgets are for every pair of a 4-GPU machine; scale with the pairs covered. A suite that runs on one GPU
+      // budgets per GPU.
+      if (spec.min_gpus == 1) {
+        j.budget_s = budget * std::max(1, gpus);
+        j.label = spec.name + " (" + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
+      } else {
+        j.budget_s = spec.name == "probe" ? budget : budget * std::max(1.0, static_cast<double>(pairs.size()) / 12.0);
+        j.label = spec.name + " (" + std::to_string(pairs.size()) + " pairs)";
+      }
       jobs.push_back(j);
       break;
     }
