@@ -13,6 +13,7 @@
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
 #include "harness/report/report.h"
+#include "reference/host/host_copy.h"
 
 namespace peerlab::cli {
 namespace {
@@ -87,6 +88,9 @@ int runBench(const BenchArgs& a) {
   if (Status st = qualify::cudaGpusVisible(); !st.isOk()) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
     return fail(kCmd, kExitNoGpu, "no GPU visible to CUDA on this machine: " + st.message());
+  }
+  for (const qualify::PlanGpu& g : topo->gpus) {
+    if (Status st = host::checkKernelImage(g.index); !st.isOk()) return fail(kCmd, kExitRuntime, st.message());
   }
 
   // Binaries: a suite asked for by name must exist; with every suite, missing ones are reported and skipped.

@@ -166,6 +166,12 @@ int runQualify(const QualifyArgs& a) {
   auto plan = qualify::makePlan(*topo, *config, po);
   if (!plan.isOk()) return fail(kCmd, kExitUsage, plan.status().message());
   if (a.skip_bench) plan->jobs.clear();
+  // One GPU: no pair to probe; the host paths and the device-local copy qualify it.
+  if (po.probe && plan->options.pairs.empty() && !topo->gpus.empty()) {
+    po.probe = false;
+    plan->options.probe = false;
+    plan->notes.push_back("probe: skipped, the topology has no GPU pair");
+  }
   if (topo->gpus.empty()) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
     std::string why = topo->no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : topo->no_gpu_message;

@@ -32,16 +32,23 @@ static_assert(std::is_trivially_copyable_v<SmCopyView>);
 
 // kHints (SmCopyConfig::hints): 0 plain; 1 no L1 allocation and a 256-byte L2 fetch, coherent loads (the compiler
 // keeps every load of a tile ahead of its stores); 2 the same through the read-only path.
+// The L2 prefetch-size qualifier needs sm_80; Turing gets the same loads without it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define PEERLAB_L2_256B ""
+#else
+#define PEERLAB_L2_256B ".L2::256B"
+#endif
+
 template <int kHints>
 __device__ __forceinline__ uint4 loadVec(const uint4* p) {
   uint4 v;
   if constexpr (kHints == 2) {
     // The source is streamed once and not written meanwhile.
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate" PEERLAB_L2_256B ".v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
   } else if constexpr (kHints == 1) {
-    asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.L1::no_allocate" PEERLAB_L2_256B ".v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
   } else {
