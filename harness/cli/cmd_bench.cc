@@ -89,9 +89,11 @@ int runBench(const BenchArgs& a) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
     return fail(kCmd, kExitNoGpu, "no GPU visible to CUDA on this machine: " + st.message());
   }
-  for (const qualify::PlanGpu& g : topo->gpus) {
-    if (Status st = host::checkKernelImage(g.index); !st.isOk()) return fail(kCmd, kExitRuntime, st.message());
-  }
+  std::vector<int> ordinals;
+  for (const qualify::PlanGpu& g : topo->gpus)
+    ordinals.push_back(g.index);
+  if (Status st = host::checkKernelImagesAndRelease(ordinals); !st.isOk())
+    return fail(kCmd, kExitRuntime, st.message());
 
   // Binaries: a suite asked for by name must exist; with every suite, missing ones are reported and skipped.
   std::vector<qualify::BenchJob> jobs;

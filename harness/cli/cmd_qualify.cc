@@ -193,9 +193,11 @@ int runQualify(const QualifyArgs& a) {
                   "no GPU visible to CUDA on this machine (" + st.message() + "); the plan above is for its topology");
     }
     // Before anything runs: binaries without a kernel image for a GPU present would fail every GPU check.
-    for (const qualify::PlanGpu& g : topo->gpus) {
-      if (Status st = host::checkKernelImage(g.index); !st.isOk()) return fail(kCmd, kExitRuntime, st.message());
-    }
+    std::vector<int> ordinals;
+    for (const qualify::PlanGpu& g : topo->gpus)
+      ordinals.push_back(g.index);
+    if (Status st = host::checkKernelImagesAndRelease(ordinals); !st.isOk())
+      return fail(kCmd, kExitRuntime, st.message());
   }
 
   const std::string dir = a.out.empty() ? qualify::defaultOutputName("peerlab-qualify") : a.out;

@@ -245,4 +245,18 @@ Status checkKernelImage(int device) {
   return PEERLAB_UNAVAILABLE("cannot load kernels on " + what + ": " + describeCudaError(err));
 }
 
+Status checkKernelImagesAndRelease(const std::vector<int>& devices) {
+  Status first = Status::ok();
+  for (int d : devices) {
+    Status st = checkKernelImage(d);
+    if (first.isOk() && !st.isOk()) first = st;
+  }
+  // Nothing else of this process uses the GPUs: drop the contexts the checks created.
+  for (int d : devices) {
+    if (cudaSetDevice(d) == cudaSuccess) (void)cudaDeviceReset();
+    (void)cudaGetLastError();
+  }
+  return first;
+}
+
 }  // namespace peerlab::host

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "reference/core/deadline.h"
 #include "reference/core/status.h"
@@ -55,6 +56,10 @@ double memoryPeakGbps(int bus_width_bits, int clock_khz);
 /// Whether this build's kernels can run on `device`: `unavailable` with one line naming the GPU's compute
 /// capability and the architectures built when the binary holds no image (SASS or PTX) for it.
 Status checkKernelImage(int device);
+/// checkKernelImage for each of `devices`, for a process that leaves the GPUs to child processes: the primary
+/// context each check creates is reset afterwards (cudaDeviceReset), so the caller holds no GPU memory and no
+/// exclusive-process slot. The first failure is returned.
+Status checkKernelImagesAndRelease(const std::vector<int>& devices);
 /// The CUDA architectures this library was compiled for ("75;80;...;120+PTX", from the build).
 std::string_view builtArchitectures();
 
