@@ -171,5 +171,44 @@ TEST(GbenchImport, ReadsLabelsCountersAndSkips) {
   EXPECT_FALSE(resultsFromGbench(json::object()).isOk());
 }
 
+TEST(GbenchImport, HostCopyRowsCarryTheirNumaNode) {
+  json gb = json::parse(R"({
+    "context": {},
+    "benchmarks": [
+      {"name": "BM_HostCopy/peerlab.ce/h2d/gpu:0/numa:local/bytes:268435456", "run_type": "iteration",
+       "repetitions": 1, "label": "suite=host_copy;impl=peerlab.ce;name=h2d;src=0;ranks=1;bytes=268435456",
+       "bytes": 268435456, "time_us": 4950, "algbw_gbps": 54.2, "busbw_gbps": 54.2, "wrong": 0, "numa": 1,
+       "vs_plain": 0.995}
+    ]})");
+  auto rows = resultsFromGbench(gb);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  const Result& h2d = (*rows)[0];
+  EXPECT_EQ(h2d.suite, "host_copy");
+  EXPECT_EQ(*h2d.src, 0);
+  EXPECT_FALSE(h2d.dst.has_value());
+  ASSERT_TRUE(h2d.numa.has_value());
+  EXPECT_EQ(*h2d.numa, 1);
+  EXPECT_FALSE(h2d.extra.contains("numa"));
+  EXPECT_EQ(h2d.extra["vs_plain"], 0.995);
+
+  // The run file keeps the field; a run without it reads back without one; a wrong type names the path.
+  report::Run run = newRun();
+  run.results = {h2d};
+  const json doc = toJson(run);
+  EXPECT_EQ(doc["results"][0]["numa"], 1);
+  auto back = fromJson(doc);
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  EXPECT_EQ(back->results[0].numa, 1);
+  json bad = doc;
+  bad["results"][0]["numa"] = "one";
+  auto rejected = fromJson(bad);
+  ASSERT_FALSE(rejected.isOk());
+  EXPECT_NE(rejected.status().message().find("numa"), std::string::npos) << rejected.status().toString();
+  Result plain = h2d;
+  plain.numa.reset();
+  EXPECT_FALSE(toJson(plain).contains("numa"));
+}
+
 }  // namespace
 }  // namespace peerlab::report
