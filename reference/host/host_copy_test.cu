@@ -28,15 +28,17 @@ uint64_t freshRun() {
 
 enum class Engine { kCe, kSm };
 
-// Copies `bytes` at byte offset `offset` of both buffers one way and returns the wrong bytes found by the owner.
-void roundTrip(Direction dir, Engine engine, const HostPlacement& where, size_t bytes, size_t offset) {
+// Copies `bytes` one way, from/to byte `host_offset` of the host buffer and `dev_offset` of the device buffer, and
+// expects no wrong byte where the owner checks.
+void roundTrip(Direction dir, Engine engine, const HostPlacement& where, size_t bytes, size_t host_offset,
+               size_t dev_offset) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(Stream stream, createStream(0));
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto guard, ScopedDevice::make(0));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(DeviceBuffer dev, allocDevice(0, bytes + offset));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(HostBuffer host, allocHost(bytes + offset, where));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(DeviceBuffer dev, allocDevice(0, bytes + dev_offset));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(HostBuffer host, allocHost(bytes + host_offset, where));
   const uint64_t seed = patternSeed(freshRun(), 0, 0, static_cast<uint64_t>(dir) * 7 + static_cast<int>(engine));
-  uint8_t* h = host->as<uint8_t>() + offset;
-  uint8_t* d = dev->as<uint8_t>() + offset;
+  uint8_t* h = host->as<uint8_t>() + host_offset;
+  uint8_t* d = dev->as<uint8_t>() + dev_offset;
   if (dir == Direction::kHostToDevice) {
     fillPatternHost(h, bytes, seed);
     PEERLAB_ASSERT_OK(poisonPattern(d, bytes, seed, stream.get()));
@@ -70,21 +72,22 @@ class HostCopy : public ::testing::Test {
 
 TEST_F(HostCopy, CopyEngineMovesPinnedDataBothWays) {
   for (Direction dir : {Direction::kHostToDevice, Direction::kDeviceToHost})
-    roundTrip(dir, Engine::kCe, HostPlacement{}, (size_t{32} << 20) + 3, 0);
+    roundTrip(dir, Engine::kCe, HostPlacement{}, (size_t{32} << 20) + 3, 0, 0);
 }
 
 TEST_F(HostCopy, CopyEngineMovesPageableData) {
   HostPlacement pageable;
   pageable.pinned = false;
   for (Direction dir : {Direction::kHostToDevice, Direction::kDeviceToHost})
-    roundTrip(dir, Engine::kCe, pageable, size_t{8} << 20, 0);
+    roundTrip(dir, Engine::kCe, pageable, size_t{8} << 20, 0, 0);
 }
 
 TEST_F(HostCopy, SmKernelsLoadAndStoreHostMemoryAtAnyAlignment) {
   for (Direction dir : {Direction::kHostToDevice, Direction::kDeviceToHost}) {
-    roundTrip(dir, Engine::kSm, HostPlacement{}, (size_t{16} << 20) + 5, 0);
-    roundTrip(dir, Engine::kSm, HostPlacement{}, (size_t{1} << 20) + 9, 3);  // unaligned: the byte path
-    roundTrip(dir, Engine::kSm, HostPlacement{}, 1, 0);
+    roundTrip(dir, Engine::kSm, HostPlacement{}, (size_t{16} << 20) + 5, 0, 0);
+    roundTrip(dir, Engine::kSm, HostPlacement{}, (size_t{1} << 20) + 9, 3, 3);  // head, vectors and tail
+    roundTrip(dir, Engine::kSm, HostPlacement{}, (size_t{1} << 20) + 9, 5, 3);  // unequal alignment: bytes
+    roundTrip(dir, Engine::kSm, HostPlacement{}, 1, 0, 0);
   }
 }
 
@@ -107,12 +110,12 @@ TEST_F(HostCopy, LocalAndRemoteNodesCarryData) {
   local.node = nodes.local;
   auto probe = allocHost(4096, local);
   if (probe.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << probe.status().toString();
-  roundTrip(Direction::kHostToDevice, Engine::kCe, local, size_t{8} << 20, 0);
+  roundTrip(Direction::kHostToDevice, Engine::kCe, local, size_t{8} << 20, 0, 0);
   if (!nodes.remote) GTEST_SKIP() << "one NUMA node: no misplaced-memory case on this machine";
   HostPlacement remote;
   remote.node = nodes.remote;
-  roundTrip(Direction::kHostToDevice, Engine::kCe, remote, size_t{8} << 20, 0);
-  roundTrip(Direction::kDeviceToHost, Engine::kSm, remote, size_t{8} << 20, 0);
+  roundTrip(Direction::kHostToDevice, Engine::kCe, remote, size_t{8} << 20, 0, 0);
+  roundTrip(Direction::kDeviceToHost, Engine::kSm, remote, size_t{8} << 20, 0, 0);
 }
 
 TEST_F(HostCopy, HostLatencyIsAPcieRoundTrip) {
