@@ -33,7 +33,10 @@ function(peerlab_add_library name)
 endfunction()
 
 # peerlab_add_test(<source> LABEL cpu|gpu [DEPS ...] [TIMEOUT s] [ARGS ...])
-#   One GoogleTest executable named after the source's stem, registered with ctest under its label.
+#   One GoogleTest executable named after the source's stem. Every test case is its own ctest entry
+#   (`<stem>.<Suite>.<Case>`, discovered when ctest runs, so listing needs no GPU), labelled `cpu` or `gpu`; a case that
+#   calls GTEST_SKIP shows as skipped in ctest, never as passed (SKIP_REGULAR_EXPRESSION on gtest's "[  SKIPPED ]").
+#   TIMEOUT applies to each case. The test main keeps NVLink multicast off (reference/core/testing_main.cc).
 function(peerlab_add_test source)
   cmake_parse_arguments(ARG "" "LABEL;TIMEOUT" "DEPS;ARGS" ${ARGN})
   if(NOT PEERLAB_BUILD_TESTS)
@@ -52,9 +55,17 @@ function(peerlab_add_test source)
       set(ARG_TIMEOUT 120)
     endif()
   endif()
-  add_test(NAME ${stem} COMMAND ${stem} ${ARG_ARGS})
-  set_tests_properties(${stem} PROPERTIES LABELS ${ARG_LABEL} TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR};NCCL_NVLS_ENABLE=0;TORCH_SYMM_MEM_DISABLE_MULTICAST=1;NVSHMEM_DISABLE_NVLS=1")
+  gtest_discover_tests(${stem}
+    EXTRA_ARGS ${ARG_ARGS}
+    TEST_PREFIX "${stem}."
+    DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
+    NO_PRETTY_TYPES NO_PRETTY_VALUES
+    PROPERTIES
+      LABELS ${ARG_LABEL}
+      TIMEOUT ${ARG_TIMEOUT}
+      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+      ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
 # peerlab_add_bench(<source> [DEPS ...])
