@@ -16,7 +16,7 @@
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
 #include "reference/core/testing.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 #include "reference/probe/probe.h"
 
 namespace peerlab::probe {

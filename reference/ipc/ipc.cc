@@ -1,4 +1,4 @@
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 
 #include <cuda.h>
 #include <unistd.h>

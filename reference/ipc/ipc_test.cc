@@ -13,8 +13,8 @@
 
 #include "harness/launch/rank_test.h"
 #include "reference/core/testing.h"
-#include "reference/zcopy/handle_cache.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/handle_cache.h"
+#include "reference/ipc/ipc.h"
 
 namespace peerlab::ipc {
 namespace {

@@ -19,8 +19,8 @@
 #include "reference/core/scoped.h"
 #include "reference/core/testing.h"
 #include "reference/core/wait.h"
-#include "reference/zcopy/handle_cache.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/handle_cache.h"
+#include "reference/ipc/ipc.h"
 
 namespace peerlab::ipc {
 namespace {

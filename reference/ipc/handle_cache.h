@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "reference/core/status.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 
 namespace peerlab::ipc {
 

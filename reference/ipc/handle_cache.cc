@@ -1,4 +1,4 @@
-#include "reference/zcopy/handle_cache.h"
+#include "reference/ipc/handle_cache.h"
 
 namespace peerlab::ipc {
 

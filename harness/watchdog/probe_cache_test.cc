@@ -1,4 +1,4 @@
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

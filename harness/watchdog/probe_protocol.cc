@@ -1,4 +1,4 @@
-#include "reference/probe/protocol.h"
+#include "harness/watchdog/probe_protocol.h"
 
 #include <cstring>
 
