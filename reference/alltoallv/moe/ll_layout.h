@@ -26,6 +26,8 @@ enum class LlPayload : uint32_t {
   kFp8 = 1,   ///< e4m3 with one fp32 scale per 128 elements (DeepEP's layout): x ~= q * scale
 };
 
+/// Most top-k slots per token (both modes).
+inline constexpr int kMaxTopK = 16;
 inline constexpr int kFp8Group = 128;
 inline constexpr float kFp8E4m3Max = 448.f;
 /// Groups whose largest magnitude is below this are scaled as if it were this (no division by zero).
