@@ -4,7 +4,7 @@
 /// Every rank's symmetric region holds, per call parity (calls alternate between two copies, so a sender never
 /// overwrites what a receiver may still read from the call before):
 ///   dispatch slab     [source rank][local expert][slot] rows: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32
-///                     scales), then LlRowMeta; `capacity` slots per (source rank, local expert)
+///                     scales), LlRowMeta in the row's last 16 bytes; `capacity` slots per (source rank, local expert)
 ///   dispatch signals  uint64 [source rank][local expert]: (call epoch << 32) | rows written
 ///   combine rows      bf16 [token][top-k slot][H]: expert outputs sent back to the token's rank
 ///   combine signals   uint64 [global expert]: call epoch, written once that expert's outputs for this rank are sent
@@ -73,7 +73,8 @@ struct LlLayout {
   uint64_t combine_signal_offset;
   uint64_t total_bytes;
 
-  __host__ __device__ uint64_t metaOffset() const { return payload_bytes + scale_bytes; }
+  /// LlRowMeta sits in the row's last 16 bytes (16-byte aligned; fp8 scales end on a 4-byte boundary).
+  __host__ __device__ uint64_t metaOffset() const { return row_bytes - sizeof(LlRowMeta); }
   /// Row `slot` of (source `src`, local expert `le`) in the dispatch slab of `parity`.
   __host__ __device__ uint64_t slabRow(int parity, int src, int le, int slot) const {
     return slab_offset + static_cast<uint64_t>(parity) * slab_parity_bytes +

@@ -15,7 +15,12 @@ TEST(LlLayout, Fp8RowsCarryScalesAndMetaAndStayVectorAligned) {
   EXPECT_EQ(l.payload_bytes, 256u);
   EXPECT_EQ(l.scale_bytes, 8u);
   EXPECT_EQ(l.row_bytes, 288u);  // 256 + 8 + 16 = 280, rounded up to 16
-  EXPECT_EQ(l.metaOffset() % 4, 0u);
+  EXPECT_EQ(l.metaOffset(), 272u);  // the last 16 bytes, vector-aligned for one int4 store
+  EXPECT_GE(l.metaOffset(), l.payload_bytes + l.scale_bytes);
+  LlShape small = s;
+  small.hidden = 128;  // 128 + 4 bytes of payload and scales: the meta must not follow them unaligned
+  EXPECT_EQ(makeLlLayout(small).metaOffset() % 16, 0u);
+  EXPECT_EQ(makeLlLayout(small).row_bytes, 160u);
   s.payload = LlPayload::kBf16;
   s.hidden = 7168;
   const LlLayout b = makeLlLayout(s);
