@@ -131,7 +131,9 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
     } else {
       PEERLAB_ASSERT_OK(st);
     }
-    if (c.routing == Routing::kHot) EXPECT_GT(dropped, 0) << "the hot routing must overflow some slab";
+    if (c.routing == Routing::kHot) {
+      EXPECT_GT(dropped, 0) << "the hot routing must overflow some slab";
+    }
     const LlRankDispatch& want = ref[me];
     std::vector<int64_t> counts;
     PEERLAB_ASSERT_OK(download(counts, o.expert_counts, per));
