@@ -8,6 +8,8 @@
 ///   dispatch signals  uint64 [source rank][local expert]: (call epoch << 32) | rows written
 ///   combine rows      bf16 [token][top-k slot][H]: expert outputs sent back to the token's rank
 ///   combine signals   uint64 [global expert]: call epoch, written once that expert's outputs for this rank are sent
+///   combine done      uint64 [rank]: the last combine rank r finished reading (r pushes it to every rank); a
+///                     combine writes into r's rows of a parity only once r is done with that parity's previous call
 /// The slot of a (token, expert) pair is its rank among the sender's (token, slot) pairs of that expert, in token
 /// then slot order: deterministic, with no count exchange first. Pairs at slot >= capacity are dropped (counted,
 /// never written).
@@ -71,6 +73,7 @@ struct LlLayout {
   uint64_t combine_offset;
   uint64_t combine_parity_bytes;
   uint64_t combine_signal_offset;
+  uint64_t combine_done_offset;
   uint64_t total_bytes;
 
   /// LlRowMeta sits in the row's last 16 bytes (16-byte aligned; fp8 scales end on a 4-byte boundary).
@@ -91,6 +94,7 @@ struct LlLayout {
   __host__ __device__ uint64_t combineSignal(int parity, int global_expert) const {
     return combine_signal_offset + (static_cast<uint64_t>(parity) * experts + global_expert) * 8;
   }
+  __host__ __device__ uint64_t combineDone(int rank) const { return combine_done_offset + static_cast<uint64_t>(rank) * 8; }
   /// Rows of one local expert in the packed dispatch output (every source's slots).
   __host__ __device__ uint64_t expertStride() const { return static_cast<uint64_t>(ranks) * capacity; }
 };
@@ -121,7 +125,8 @@ inline LlLayout makeLlLayout(const LlShape& s) {
   l.combine_offset = llAlign(l.dispatch_signal_offset + 2ull * s.experts * 8, 256);
   l.combine_parity_bytes = static_cast<uint64_t>(s.max_tokens) * static_cast<uint64_t>(s.top_k) * 2 * h;
   l.combine_signal_offset = l.combine_offset + 2 * l.combine_parity_bytes;
-  l.total_bytes = llAlign(l.combine_signal_offset + 2ull * s.experts * 8, 4096);
+  l.combine_done_offset = l.combine_signal_offset + 2ull * s.experts * 8;
+  l.total_bytes = llAlign(l.combine_done_offset + 8ull * s.ranks, 4096);
   return l;
 }
 
@@ -137,6 +142,10 @@ __host__ __device__ inline uint32_t llSignalEpoch(uint64_t w) {
 }
 __host__ __device__ inline uint32_t llSignalRows(uint64_t w) {
   return static_cast<uint32_t>(w & 0xffffffffu);
+}
+/// Whether epoch `a` is at or past `b` (wrap-safe).
+__host__ __device__ inline bool llEpochReached(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) >= 0;
 }
 /// Epoch 1 is the first call; parity picks the slab and signal copy.
 __host__ __device__ inline int llParity(uint32_t epoch) {

@@ -53,6 +53,8 @@ TEST(LlLayout, RegionsAreDisjointAndInside) {
       for (int e = 0; e < s.experts; ++e)
         spans.emplace_back(l.combineSignal(par, e), l.combineSignal(par, e) + 8);
     }
+    for (int r = 0; r < s.ranks; ++r)
+      spans.emplace_back(l.combineDone(r), l.combineDone(r) + 8);
     std::sort(spans.begin(), spans.end());
     for (size_t i = 0; i < spans.size(); ++i) {
       EXPECT_LE(spans[i].second, l.total_bytes);
@@ -83,6 +85,10 @@ TEST(LlLayout, SignalWordsCarryEpochAndRows) {
   EXPECT_NE(llSignalEpoch(0), 1u);
   EXPECT_EQ(llParity(1), 1);
   EXPECT_EQ(llParity(2), 0);
+  EXPECT_TRUE(llEpochReached(5, 5));
+  EXPECT_TRUE(llEpochReached(6, 5));
+  EXPECT_FALSE(llEpochReached(4, 5));
+  EXPECT_TRUE(llEpochReached(2, 0xfffffffeu));  // across the wrap
 }
 
 TEST(LlLayout, OverflowKeepsTheFirstCapacitySlots) {

@@ -275,6 +275,18 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x) & 31;
 
+  // Rows of this parity at rank r are free once r has finished the call two before (a rank whose tokens need
+  // nothing from another could otherwise run two combines ahead of it). Usually true already: a local load.
+  if (epoch > 2 && threadIdx.x < static_cast<unsigned>(L.ranks)) {
+    const int r = static_cast<int>(threadIdx.x);
+    uint64_t w = 0;
+    const bool ok = llWait(
+        a.region.at<uint64_t>(a.rank, L.combineDone(r)),
+        [epoch](uint64_t x) { return llEpochReached(static_cast<uint32_t>(x), epoch - 2); }, a.timeout_ns, &w);
+    if (!ok) llReportTimeout(a.state, r, kWhatCombine);
+  }
+  __syncthreads();
+
   for (int le = static_cast<int>(blockIdx.x); le < per; le += static_cast<int>(gridDim.x)) {
     const int64_t total = a.expert_counts[le];
     for (int64_t j = warp; j < total; j += kLlWarps) {
@@ -331,7 +343,17 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
     }
     __syncthreads();
   }
-  llCloseCall(&a.state->combine_arrived, &a.state->combine_epoch, epoch);
+  // The last CTA (every CTA has read its rows) tells every rank this call is done here.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&a.state->combine_arrived, 1u) + 1 == gridDim.x) {
+      a.state->combine_arrived = 0;
+      a.state->combine_epoch = epoch;
+      for (int r = 0; r < L.ranks; ++r)
+        storeReleaseSys64(a.region.at<uint64_t>(r, L.combineDone(a.rank)), epoch);
+    }
+  }
 }
 
 }  // namespace

@@ -12,8 +12,9 @@
 /// once to bf16. A pair beyond its expert's capacity is dropped: not written, counted, reported by checkStatus(), and
 /// left out of its token's combine.
 ///
-/// Calls alternate dispatch, combine: each dispatch waits for every peer's signals, which is what keeps a sender from
-/// rewriting a slab (or combine row) of a given parity before its receiver has finished reading it.
+/// Calls alternate between two slab parities. A dispatch waits for every peer's signals, and a combine for every peer
+/// to have finished the combine two calls back, so no sender rewrites what a receiver may still be reading; calls may
+/// repeat back to back (a benchmark loop of dispatches, or of combines after one dispatch).
 /// Every CTA spins only after its own sends, and a launch uses at most one CTA per SM, so it never waits on itself.
 /// A missing signal (dead peer, a rank in the other mode) sets the error word and the call completes; checkStatus()
 /// reports a timeout naming the rank.
