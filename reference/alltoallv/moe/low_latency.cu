@@ -167,6 +167,7 @@ __global__ void __launch_bounds__(kLlThreads) llDispatchKernel(DispatchArgs a) {
     const int le = ge % per;
     // Rank this expert's pairs in (token, slot) order, a block of pairs at a time; warps write the kept rows.
     int running = 0;
+    bool wrote = false;
     for (int base = 0; base < pairs; base += kLlThreads) {
       const int i = base + static_cast<int>(threadIdx.x);
       const int match = (i < pairs && a.ids[i] == ge) ? 1 : 0;
@@ -182,12 +183,13 @@ __global__ void __launch_bounds__(kLlThreads) llDispatchKernel(DispatchArgs a) {
         const int p = list[j];
         uint8_t* row = a.region.at<uint8_t>(dest, L.slabRow(parity, a.rank, le, running + j));
         writeRow(a, row, p / k, p % k, a.weights[p], lane);
+        wrote = true;
       }
       running += total;
       __syncthreads();
     }
-    // Publish: every thread's stores, then one release of (epoch, rows) into the expert's rank.
-    __threadfence_system();
+    // Publish: the writers' fences, then one release of (epoch, rows) into the expert's rank.
+    if (wrote) __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
       const int64_t dropped = llDropped(running, L.capacity);
@@ -289,6 +291,7 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
 
   for (int le = static_cast<int>(blockIdx.x); le < per; le += static_cast<int>(gridDim.x)) {
     const int64_t total = a.expert_counts[le];
+    const bool wrote = warp < total;
     for (int64_t j = warp; j < total; j += kLlWarps) {
       const uint64_t r = static_cast<uint64_t>(le) * stride + static_cast<uint64_t>(j);
       const int4 src = a.row_source[r];
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
       for (int c = lane; c < chunks; c += 32)
         to[c] = from[c];
     }
-    __threadfence_system();
+    if (wrote) __threadfence_system();
     __syncthreads();
     if (threadIdx.x < static_cast<unsigned>(L.ranks) && a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals)) {
       storeReleaseSys64(a.region.at<uint64_t>(static_cast<int>(threadIdx.x), L.combineSignal(parity, a.rank * per + le)),
