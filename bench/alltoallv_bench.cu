@@ -703,8 +703,8 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
     // (token, other rank). fp8 rows carry H bytes and H / 128 fp32 scales; combine rows are bf16.
     const bool fp8 = path == MoePath::kPeerlabLowLatencyFp8 && !combine;
     const uint64_t row_bytes = fp8 ? cfg.hidden + 4ull * (cfg.hidden / alltoallv::moe::kFp8Group) : 2ull * cfg.hidden;
-    const auto traffic = alltoallv::moe::moeTrafficBytes(m.host_ids.data(), tokens, cfg.top_k, cfg.experts, e.n,
-                                                         e.rank, row_bytes);
+    const auto traffic =
+        alltoallv::moe::moeTrafficBytes(m.host_ids.data(), tokens, cfg.top_k, cfg.experts, e.n, e.rank, row_bytes);
     rec.bytes = static_cast<double>(traffic.logical);
     const alltoallv::moe::MoeMode mode = ll ? alltoallv::moe::MoeMode::kLowLatency : alltoallv::moe::MoeMode::kNormal;
     auto dispatch = [&] {

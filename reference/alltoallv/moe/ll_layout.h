@@ -46,11 +46,11 @@ static_assert(sizeof(LlRowMeta) == 16);
 
 struct LlShape {
   int ranks = 1;
-  int hidden = 128;   ///< H (fp8: a multiple of 128; bf16: of 8)
+  int hidden = 128;  ///< H (fp8: a multiple of 128; bf16: of 8)
   int top_k = 1;
-  int experts = 1;    ///< E, a multiple of ranks
+  int experts = 1;     ///< E, a multiple of ranks
   int max_tokens = 1;  ///< tokens per rank per LL call at most (sizes the combine rows)
-  int capacity = 1;   ///< slots per (source rank, local expert)
+  int capacity = 1;    ///< slots per (source rank, local expert)
   LlPayload payload = LlPayload::kBf16;
 };
 
@@ -94,7 +94,9 @@ struct LlLayout {
   __host__ __device__ uint64_t combineSignal(int parity, int global_expert) const {
     return combine_signal_offset + (static_cast<uint64_t>(parity) * experts + global_expert) * 8;
   }
-  __host__ __device__ uint64_t combineDone(int rank) const { return combine_done_offset + static_cast<uint64_t>(rank) * 8; }
+  __host__ __device__ uint64_t combineDone(int rank) const {
+    return combine_done_offset + static_cast<uint64_t>(rank) * 8;
+  }
   /// Rows of one local expert in the packed dispatch output (every source's slots).
   __host__ __device__ uint64_t expertStride() const { return static_cast<uint64_t>(ranks) * capacity; }
 };

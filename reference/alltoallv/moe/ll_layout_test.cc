@@ -14,7 +14,7 @@ TEST(LlLayout, Fp8RowsCarryScalesAndMetaAndStayVectorAligned) {
   const LlLayout l = makeLlLayout(s);
   EXPECT_EQ(l.payload_bytes, 256u);
   EXPECT_EQ(l.scale_bytes, 8u);
-  EXPECT_EQ(l.row_bytes, 288u);  // 256 + 8 + 16 = 280, rounded up to 16
+  EXPECT_EQ(l.row_bytes, 288u);     // 256 + 8 + 16 = 280, rounded up to 16
   EXPECT_EQ(l.metaOffset(), 272u);  // the last 16 bytes, vector-aligned for one int4 store
   EXPECT_GE(l.metaOffset(), l.payload_bytes + l.scale_bytes);
   LlShape small = s;

@@ -150,12 +150,10 @@ TEST_P(LlShapes, CombineWithRoomMatchesTheDefinition) {
   std::vector<std::vector<uint16_t>> eo(ranks), eo_ll(ranks);
   for (int r = 0; r < ranks; ++r) {
     eo[r].resize(d[r].rows.size());
-    for (size_t i = 0; i < eo[r].size(); ++i)
-      eo[r][i] = expertFunction(d[r].rows[i], r * per + static_cast<int>(
-                                                              std::upper_bound(d[r].expert_offsets.begin(),
-                                                                               d[r].expert_offsets.end(),
-                                                                               static_cast<int64_t>(i / s.hidden)) -
-                                                              d[r].expert_offsets.begin() - 1));
+    for (int le = 0; le < per; ++le)
+      for (int64_t p = d[r].expert_offsets[le]; p < d[r].expert_offsets[le] + d[r].expert_counts[le]; ++p)
+        for (int h = 0; h < s.hidden; ++h)
+          eo[r][p * s.hidden + h] = expertFunction(d[r].rows[p * s.hidden + h], r * per + le);
     eo_ll[r].assign(ll[r].rows.size(), 0);
     for (size_t i = 0; i < eo_ll[r].size(); ++i) {
       const int le = static_cast<int>(i / s.hidden / (static_cast<size_t>(ranks) * cap));

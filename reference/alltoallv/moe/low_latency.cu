@@ -302,9 +302,10 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
     }
     if (wrote) __threadfence_system();
     __syncthreads();
-    if (threadIdx.x < static_cast<unsigned>(L.ranks) && a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals)) {
-      storeReleaseSys64(a.region.at<uint64_t>(static_cast<int>(threadIdx.x), L.combineSignal(parity, a.rank * per + le)),
-                        epoch);
+    if (threadIdx.x < static_cast<unsigned>(L.ranks) &&
+        a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals)) {
+      storeReleaseSys64(
+          a.region.at<uint64_t>(static_cast<int>(threadIdx.x), L.combineSignal(parity, a.rank * per + le)), epoch);
     }
   }
 
@@ -316,8 +317,8 @@ __global__ void __launch_bounds__(kLlThreads) llCombineKernel(CombineArgs a) {
       if (ok) {
         uint64_t w = 0;
         ok = llWait(
-            a.region.at<uint64_t>(a.rank, L.combineSignal(parity, e)),
-            [epoch](uint64_t x) { return x == epoch; }, a.timeout_ns, &w);
+            a.region.at<uint64_t>(a.rank, L.combineSignal(parity, e)), [epoch](uint64_t x) { return x == epoch; },
+            a.timeout_ns, &w);
         if (!ok) llReportTimeout(a.state, e / per, kWhatCombine);
       }
       kept[j] = ok ? 1 : 0;
@@ -373,8 +374,7 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
   shape.payload = config.payload;
   if (const std::string why = llShapeError(shape); !why.empty()) return PEERLAB_INVALID_ARGUMENT(why);
   if (config.top_k > kMaxTopK) {
-    return PEERLAB_INVALID_ARGUMENT("ll: top_k " + std::to_string(config.top_k) + " above " +
-                                    std::to_string(kMaxTopK));
+    return PEERLAB_INVALID_ARGUMENT("ll: top_k " + std::to_string(config.top_k) + " above " + std::to_string(kMaxTopK));
   }
   if (config.timeout_ms <= 0) return PEERLAB_INVALID_ARGUMENT("ll: timeout_ms must be positive");
   LowLatencyExchange x;
@@ -486,8 +486,8 @@ Status LowLatencyExchange::checkStatus(cudaStream_t stream, Deadline deadline) {
   PEERLAB_RETURN_IF_ERROR(
       PEERLAB_CUDA(cudaMemcpyAsync(host_state_->ptr, dev, sizeof(LlState), cudaMemcpyDeviceToHost, stream)));
   // Clear the status words only (the epochs stay).
-  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(
-      cudaMemsetAsync(&dev->code, 0, sizeof(LlState) - offsetof(LlState, code), stream)));
+  PEERLAB_RETURN_IF_ERROR(
+      PEERLAB_CUDA(cudaMemsetAsync(&dev->code, 0, sizeof(LlState) - offsetof(LlState, code), stream)));
   PEERLAB_RETURN_IF_ERROR(waitStream(stream, deadline, "ll status"));
   const LlState h = *host_state_->as<LlState>();
   dropped_ = h.dropped;

@@ -153,8 +153,8 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
         const PairSource got{src[row].x, src[row].y, src[row].z};
         bad_src += (got == want.source[row] && weight[row] == want.weight[row]) ? 0 : 1;
         const uint8_t* p = &payload[row * o.payload_bytes];
-        const uint8_t* q = c.payload == LlPayload::kBf16 ? reinterpret_cast<const uint8_t*>(&want.rows[row * H])
-                                                         : &want.q[row * H];
+        const uint8_t* q =
+            c.payload == LlPayload::kBf16 ? reinterpret_cast<const uint8_t*>(&want.rows[row * H]) : &want.q[row * H];
         for (uint64_t b = 0; b < o.payload_bytes; ++b)
           if (p[b] != q[b]) {
             ++bad_payload;

@@ -396,8 +396,7 @@ std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int
   return out;
 }
 
-std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed,
-                                        int hot) {
+std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed, int hot) {
   auto in = makeMoeInputs(shape, tokens, seed);
   const int k = shape.top_k;
   for (auto& r : in)

@@ -84,14 +84,14 @@ void dequantizeRowFp8(const uint8_t* q, const float* scales, int hidden, float* 
 /// One rank's LL dispatch output: local expert `le`'s rows are [le * ranks * capacity, + expert_counts[le]), source
 /// rank by source rank, each source's pairs in (token, slot) order. Rows past a count are not written.
 struct LlRankDispatch {
-  std::vector<int64_t> expert_counts;                 ///< [E / n]
-  std::vector<std::vector<int64_t>> source_counts;    ///< [E / n][n] rows kept from each source
-  std::vector<PairSource> source;                     ///< [E / n * n * capacity]
-  std::vector<float> weight;                          ///< same
-  std::vector<uint16_t> rows;                         ///< bf16 payload [.., H] (empty for fp8)
-  std::vector<uint8_t> q;                             ///< fp8 payload [.., H] (empty for bf16)
-  std::vector<float> scales;                          ///< fp8 [.., H / 128]
-  int64_t dropped_from_me = 0;                        ///< pairs this rank sent that no slot took
+  std::vector<int64_t> expert_counts;               ///< [E / n]
+  std::vector<std::vector<int64_t>> source_counts;  ///< [E / n][n] rows kept from each source
+  std::vector<PairSource> source;                   ///< [E / n * n * capacity]
+  std::vector<float> weight;                        ///< same
+  std::vector<uint16_t> rows;                       ///< bf16 payload [.., H] (empty for fp8)
+  std::vector<uint8_t> q;                           ///< fp8 payload [.., H] (empty for bf16)
+  std::vector<float> scales;                        ///< fp8 [.., H / 128]
+  int64_t dropped_from_me = 0;                      ///< pairs this rank sent that no slot took
 };
 
 /// LL dispatch over all ranks (shape.ranks ranks, `capacity` slots per (source, local expert)).
