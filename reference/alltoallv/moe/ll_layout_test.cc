@@ -67,6 +67,19 @@ TEST(LlLayout, RegionsAreDisjointAndInside) {
   }
 }
 
+// DeepSeek-V3 decode shape on 4 ranks, 128 tokens per rank: what one rank's region holds.
+TEST(LlLayout, CapacityMathAtTheDeepSeekShape) {
+  const LlShape s{4, 7168, 8, 256, 128, 128, LlPayload::kBf16};
+  const LlLayout l = makeLlLayout(s);
+  EXPECT_EQ(l.row_bytes, 14352u);
+  EXPECT_EQ(l.slab_parity_bytes, 256ull * 128 * 14352);  // every (source, local expert) pair of slabs = E x capacity
+  EXPECT_EQ(l.combine_parity_bytes, 128ull * 8 * 14336);
+  EXPECT_GE(l.total_bytes, 2 * (l.slab_parity_bytes + l.combine_parity_bytes));
+  EXPECT_LT(l.total_bytes, 2 * (l.slab_parity_bytes + l.combine_parity_bytes) + (1 << 20));
+  const LlLayout f = makeLlLayout(LlShape{4, 7168, 8, 256, 128, 128, LlPayload::kFp8});
+  EXPECT_EQ(f.row_bytes, 7168u + 224u + 16u);  // fp8 rows: about half of bf16
+}
+
 TEST(LlLayout, ShapeErrorsNameTheValue) {
   EXPECT_EQ(llShapeError(LlShape{2, 256, 8, 16, 4, 4, LlPayload::kFp8}), "");
   EXPECT_NE(llShapeError(LlShape{2, 264, 8, 16, 4, 4, LlPayload::kFp8}).find("264"), std::string::npos);
