@@ -1,8 +1,8 @@
 #pragma once
 /// Layout and host rules of the MoE low-latency (LL) mode, shared by the kernels and the CPU tests.
 ///
-/// Every rank's symmetric region holds, per call parity (calls alternate between two copies, so a sender never
-/// overwrites what a receiver may still read from the call before):
+/// Every rank's symmetric region holds, each but the last twice (calls alternate between two parities, so a sender
+/// never overwrites what a receiver may still read from the call before):
 ///   dispatch slab     [source rank][local expert][slot] rows: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32
 ///                     scales), LlRowMeta in the row's last 16 bytes; `capacity` slots per (source rank, local expert)
 ///   dispatch signals  uint64 [source rank][local expert]: (call epoch << 32) | rows written

@@ -2,11 +2,11 @@
 /// MoE low-latency (LL) dispatch and combine: one kernel per phase over fixed per-expert slabs in symmetric memory
 /// (layout and rules in ll_layout.h), no count exchange first and no host sync, so both are graph-capturable.
 ///
-/// Dispatch: CTA g of the send phase owns global expert g: it ranks this rank's (token, slot) pairs of g in token
-/// order, writes each kept pair's row (bf16, or fp8 quantized per 128 elements on the way) straight into slot
-/// [this rank][local expert][pair's rank] of the expert's rank's slab, then one release store of (epoch, rows) into
-/// that rank's signal word. The receive phase of the same kernel waits (bounded by %globaltimer) for every source's
-/// signal of each local expert and packs the rows per expert, source by source (LlDispatchOutput).
+/// Dispatch: in the send phase the CTAs take the global experts in turn; the CTA holding expert g ranks this rank's
+/// (token, slot) pairs of g in token order, writes each kept pair's row (bf16, or fp8 quantized per 128 elements on the
+/// way) straight into slot [this rank][local expert][pair's rank] of the expert's rank's slab, then one release store
+/// of (epoch, rows) into that rank's signal word. The receive phase of the same kernel waits (bounded by %globaltimer)
+/// for every source's signal of each local expert and packs the rows per expert, source by source (LlDispatchOutput).
 /// Combine: each local expert's output rows go back into their token's rank, at [token][top-k slot], then one release
 /// store per (expert, rank); each token waits for the experts it kept and sums w * out in fp32 in slot order, rounded
 /// once to bf16. A pair beyond its expert's capacity is dropped: not written, counted, reported by checkStatus(), and
