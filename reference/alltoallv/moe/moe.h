@@ -133,7 +133,7 @@ class MoeExchange {
   /// Reads and clears the device status of both transports, of the layout (pair capacity overflow) and of the LL
   /// kernels (dropped pairs, missing signals).
   Status checkStatus(cudaStream_t stream, Deadline deadline);
-  /// Collective teardown of both transports.
+  /// Collective teardown of both transports and of the LL slabs.
   Status close(Bootstrap& boot, Deadline deadline);
 
   DispatchOutput output() const;
