@@ -183,13 +183,6 @@ uint32_t fnv1a32(std::span<const uint8_t> bytes) {
   return h;
 }
 
-size_t Exports::vmmCount() const {
-  size_t n = 0;
-  for (const auto& d : devices)
-    n += d.vmm_ok ? 1 : 0;
-  return n;
-}
-
 std::string_view messageTypeName(MessageType t) {
   switch (t) {
     case MessageType::kInventory:
