@@ -69,7 +69,6 @@ function(peerlab_add_test source)
     PROPERTIES
       LABELS ${ARG_LABEL}
       TIMEOUT ${ARG_TIMEOUT}
-      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
       ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
