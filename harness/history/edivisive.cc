@@ -116,7 +116,65 @@ double permutedMax(const std::vector<double>& x, const std::vector<int>& bounds,
   return best;
 }
 
+// Continued fraction of the regularized incomplete beta function (Numerical Recipes, betacf).
+double betaContinuedFraction(double a, double b, double x) {
+  constexpr double kTiny = 1e-300;
+  const double qab = a + b, qap = a + 1, qam = a - 1;
+  double c = 1, d = 1 - qab * x / qap;
+  d = 1 / (std::fabs(d) < kTiny ? kTiny : d);
+  double h = d;
+  for (int m = 1; m <= 300; ++m) {
+    const int m2 = 2 * m;
+    double aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+    d = 1 + aa * d;
+    c = 1 + aa / c;
+    d = 1 / (std::fabs(d) < kTiny ? kTiny : d);
+    c = std::fabs(c) < kTiny ? kTiny : c;
+    h *= d * c;
+    aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+    d = 1 + aa * d;
+    c = 1 + aa / c;
+    d = 1 / (std::fabs(d) < kTiny ? kTiny : d);
+    c = std::fabs(c) < kTiny ? kTiny : c;
+    const double del = d * c;
+    h *= del;
+    if (std::fabs(del - 1) < 1e-13) break;
+  }
+  return h;
+}
+
+double incompleteBeta(double a, double b, double x) {
+  if (x <= 0) return 0;
+  if (x >= 1) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
+                                b * std::log1p(-x));
+  if (x < (a + 1) / (a + b + 2)) return front * betaContinuedFraction(a, b, x) / a;
+  return 1 - front * betaContinuedFraction(b, a, 1 - x) / b;
+}
+
 }  // namespace
+
+double welchPValue(const std::vector<double>& x, int begin, int mid, int end) {
+  const double n1 = mid - begin, n2 = end - mid;
+  if (n1 < 2 || n2 < 2) return 0;  // no variance to test with: the permutation test alone decides
+  auto moments = [&](int lo, int hi, double n) {
+    double mean = 0;
+    for (int i = lo; i < hi; ++i)
+      mean += x[i];
+    mean /= n;
+    double var = 0;
+    for (int i = lo; i < hi; ++i)
+      var += (x[i] - mean) * (x[i] - mean);
+    return std::make_pair(mean, var / (n - 1));
+  };
+  const auto [m1, v1] = moments(begin, mid, n1);
+  const auto [m2, v2] = moments(mid, end, n2);
+  const double s1 = v1 / n1, s2 = v2 / n2, se2 = s1 + s2;
+  if (se2 <= 0) return m1 == m2 ? 1.0 : 0.0;
+  const double t = (m2 - m1) / std::sqrt(se2);
+  const double df = se2 * se2 / (s1 * s1 / (n1 - 1) + s2 * s2 / (n2 - 1));
+  return incompleteBeta(df / 2, 0.5, df / (df + t * t));
+}
 
 double median(const std::vector<double>& x, int begin, int end) {
   std::vector<double> v(x.begin() + begin, x.begin() + end);
@@ -174,6 +232,7 @@ std::vector<ChangePoint> detectChangePoints(const std::vector<double>& series, c
   std::vector<double> pValues;
   const std::vector<int> indices = eDivisive(series, options, &pValues);
   std::vector<ChangePoint> cps;
+  // p-values of the permutation test, kept beside the change points as they merge.
   for (size_t i = 0; i < indices.size(); ++i) {
     ChangePoint cp;
     cp.index = indices[i];
@@ -181,7 +240,8 @@ std::vector<ChangePoint> detectChangePoints(const std::vector<double>& series, c
     cps.push_back(cp);
   }
   const int n = static_cast<int>(series.size());
-  // Merge away the weakest change point below the minimum magnitude until none is left.
+  // Merge away the weakest change point that is too small or whose segments do not differ by Welch's t-test, until
+  // none is left.
   while (true) {
     int weakest = -1;
     for (size_t i = 0; i < cps.size(); ++i) {
@@ -190,13 +250,16 @@ std::vector<ChangePoint> detectChangePoints(const std::vector<double>& series, c
       cps[i].before = median(series, lo, cps[i].index);
       cps[i].after = median(series, cps[i].index, hi);
       cps[i].change_pct = cps[i].before != 0 ? (cps[i].after - cps[i].before) / cps[i].before * 100.0 : 0.0;
-      if (std::fabs(cps[i].change_pct) < options.min_change_pct &&
-          (weakest < 0 || std::fabs(cps[i].change_pct) < std::fabs(cps[weakest].change_pct))) {
+      cps[i].p_value = std::max(pValues[i], welchPValue(series, lo, cps[i].index, hi));
+      const bool weak =
+          std::fabs(cps[i].change_pct) < options.min_change_pct || cps[i].p_value > options.max_p_value;
+      if (weak && (weakest < 0 || std::fabs(cps[i].change_pct) < std::fabs(cps[weakest].change_pct))) {
         weakest = static_cast<int>(i);
       }
     }
     if (weakest < 0) break;
     cps.erase(cps.begin() + weakest);
+    pValues.erase(pValues.begin() + weakest);
   }
   return cps;
 }

@@ -52,6 +52,25 @@ TEST(EDivisive, StatisticsMatchTheDistanceMatrixSum) {
   }
 }
 
+TEST(EDivisive, WelchPValueMatchesScipy) {
+  // scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
+  const std::vector<double> x = {1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 8.5};
+  EXPECT_NEAR(welchPValue(x, 0, 5, 11), 0.04095301260858316, 1e-10);
+  const std::vector<double> y = {10, 10.2, 9.9, 10.1, 10.4, 10.5, 10.3, 10.6, 10.2, 10.45, 10.5};
+  EXPECT_NEAR(welchPValue(y, 0, 4, 11), 0.003156776377134683, 1e-10);
+  EXPECT_EQ(welchPValue(y, 0, 1, 11), 0.0);  // one point: no variance, no verdict
+}
+
+TEST(EDivisive, ShortNoisySegmentAtTheEndOfALongHistoryIsNoChangePoint) {
+  // 1,000 runs of 2% noise: no change point, the short ends included (a long history tests many splits).
+  std::mt19937_64 rng(24);
+  int flagged = 0;
+  for (int s = 0; s < 20; ++s) {
+    if (!detectChangePoints(noisy(rng, 1000, 100.0, 0.02)).empty()) ++flagged;
+  }
+  EXPECT_LE(flagged, 1) << flagged << " of 20 long noise series flagged";
+}
+
 TEST(EDivisive, SameSeedSameAnswer) {
   std::mt19937_64 rng(2);
   std::vector<double> x = noisy(rng, 60, 100.0, 0.02);
@@ -112,6 +131,20 @@ TEST(EDivisive, SingleTwentyPercentOutlierIsNotAChangePoint) {
     if (!cps.empty()) ++flagged;
   }
   EXPECT_LT(flagged, 2) << flagged << " of 100 series with one 20% outlier flagged";
+}
+
+TEST(EDivisive, TenPercentStepInTheLastFiveRunsIsFound) {
+  std::mt19937_64 rng(25);
+  int found = 0;
+  for (int s = 0; s < 100; ++s) {
+    std::vector<double> x = noisy(rng, 60, 100.0, 0.02);
+    for (int i = 55; i < 60; ++i)
+      x[i] *= 1.10;
+    const std::vector<ChangePoint> cps = detectChangePoints(x);
+    if (!cps.empty() && cps.back().index == 55) ++found;
+  }
+  EXPECT_GE(found, 90) << "10% steps 5 runs before the end found in " << found << " of 100";
+  std::printf("10%% step in the last 5 runs: %d of 100 found\n", found);
 }
 
 TEST(EDivisive, TwoStepsBothFound) {
