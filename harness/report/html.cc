@@ -431,7 +431,6 @@ const char* kScript = R"JS(
 
 }  // namespace
 
-
 std::vector<Check> checksInRun(const Run& run) {
   if (!run.extra.contains("qualify") || !run.extra["qualify"].is_object()) return {};
   const auto& q = run.extra["qualify"];

@@ -25,5 +25,4 @@ std::string renderHtml(const Run& run, const HtmlOptions& options = {});
 /// Checks stored in a run by qualify (run.extra "qualify"."checks"); empty when the run has none.
 std::vector<Check> checksInRun(const Run& run);
 
-
 }  // namespace peerlab::report
