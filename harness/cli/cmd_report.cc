@@ -12,6 +12,7 @@
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
+#include "harness/report/verdict.h"
 
 namespace peerlab::cli {
 namespace {
@@ -95,8 +96,11 @@ int runCompare(const ReportArgs& a) {
 int runRender(const ReportArgs& a) {
   auto run = report::readRun(a.run);
   if (!run.isOk()) return fail(kCmd, kExitUsage, run.status().message());
+  // The verdict comes from the results, never from what the file says.
+  const report::RunVerdict verdict = report::recomputeVerdict(*run);
   report::HtmlOptions opts;
   opts.title = a.title;
+  opts.checks = verdict.checks;
   std::string htmlPath = a.html;
   std::unique_ptr<std::string, void (*)(std::string*)> tempHtml(nullptr, [](std::string* p) {
     std::error_code ec;
@@ -122,9 +126,8 @@ int runRender(const ReportArgs& a) {
   if (!a.summary.empty() || (a.html.empty() && a.screenshot.empty())) {
     report::SummaryOptions so;
     so.title = "peerlab report";
-    const std::vector<report::Check> checks = report::checksInRun(*run);
-    so.verdict = !checks.empty();
-    const std::string md = report::renderSummary(*run, checks, so);
+    so.verdict = true;
+    const std::string md = report::renderSummary(*run, verdict.checks, so);
     if (a.summary.empty() || a.summary == "-") {
       std::fputs(md.c_str(), stdout);
     } else {
@@ -132,6 +135,23 @@ int runRender(const ReportArgs& a) {
       if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
       std::printf("wrote %s\n", a.summary.c_str());
     }
+  }
+  const int failed = report::failedChecks(verdict.checks);
+  const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
+  std::fprintf(stderr, "peerlab report: verdict %s, recomputed from %zu results (%zu checks, %d failed; stored %s)\n",
+               verdict.pass ? "PASS" : "FAIL", run->results.size(), verdict.checks.size(), failed, stored.c_str());
+  if (verdict.storedPassContradicted()) {
+    std::fprintf(stderr, "peerlab report: the run file says PASS but its results fail:\n");
+  }
+  if (!verdict.pass) {
+    int shown = 0;
+    for (const report::Check& c : verdict.checks) {
+      if (c.pass) continue;
+      if (++shown > 10) break;
+      std::fprintf(stderr, "  FAIL %s: %s (%s)\n", c.name.c_str(), c.reason.c_str(), c.measured.c_str());
+    }
+    if (failed > 10) std::fprintf(stderr, "  ... %d failed checks in all\n", failed);
+    return kExitCheckFailed;
   }
   return kExitOk;
 }
@@ -172,6 +192,8 @@ std::function<int()> setup(CLI::App& sub) {
 
 }  // namespace
 
-PEERLAB_REGISTER_COMMAND(report, "report", "Render a run file as HTML/PNG/Markdown, or compare two runs", setup);
+PEERLAB_REGISTER_COMMAND(report, "report",
+                         "Render a run file as HTML/PNG/Markdown with its verdict recomputed, or compare two runs",
+                         setup);
 
 }  // namespace peerlab::cli
