@@ -143,7 +143,7 @@ int runRegressions(const HistoryArgs& a) {
       fp += (fp.empty() ? " [" : ", ") + c;
     if (!fp.empty()) fp += "]";
     std::printf("  %+.1f%%  %s  %s: %.4g -> %.4g %s (p %.2f) since %s %s on %s%s\n", r.change.change_pct,
-                r.series->metric.name.c_str(), r.series->id.c_str(), r.change.before, r.change.after,
+                r.series->metric.field.c_str(), r.series->id.c_str(), r.change.before, r.change.after,
                 r.series->metric.unit.c_str(), r.change.p_value, r.run->git_sha.substr(0, 12).c_str(),
                 r.run->timestamp.c_str(), r.run->host.c_str(), fp.c_str());
   }

@@ -46,7 +46,7 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
     if (run == h.run_index.end()) return;
     const report::Result& r = s.result;
     std::optional<report::SeriesMetric> metric = report::seriesMetric(r);
-    if (!metric) return;
+    if (!metric || r.status != "ok") return;
     std::optional<double> value = report::metricValue(r, *metric);
     if (!value) return;
     const RunInfo& info = h.runs[run->second];
@@ -70,11 +70,11 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
     Series& series = h.series[it->second];
     // A key repeated within one run counts once (its first row).
     if (!series.points.empty() && series.points.back().run_id == s.run_id) return;
-    if (series.metric.name != metric->name) return;  // a size that changed metric is not the same series
+    if (series.metric.field != metric->field) return;  // a size that changed metric is not the same series
     SeriesPoint p;
     p.run_id = s.run_id;
     p.value = *value;
-    if (metric->name == "time_us") {
+    if (metric->field == "time_us") {
       p.p10 = s.p10_us;
       p.p90 = s.p90_us;
     } else if (r.time_us && *r.time_us > 0) {
@@ -112,6 +112,12 @@ void detectChangePoints(History& history, const EDivisiveOptions& options, int t
     t.join();
 }
 
+double worseningPct(const report::SeriesMetric& metric, double before, double after) {
+  if (before == 0) return 0;
+  const double change = (after - before) / before * 100.0;
+  return metric.higher_is_better ? -change : change;
+}
+
 std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo& after) {
   std::vector<std::string> out;
   auto diff = [&](const char* what, const std::string& a, const std::string& b) {
@@ -139,7 +145,7 @@ std::vector<Regression> findRegressions(const History& history, double threshold
   for (const Series& s : history.series) {
     if (s.change_points.empty()) continue;
     const ChangePoint& cp = s.change_points.back();
-    const double worse = report::worseningPct(s.metric, cp.before, cp.after);
+    const double worse = worseningPct(s.metric, cp.before, cp.after);
     if (worse <= threshold_pct) continue;
     Regression r;
     r.series = &s;
@@ -158,7 +164,7 @@ std::vector<Regression> findRegressions(const History& history, double threshold
 nlohmann::json seriesFields(const Series& s) {
   return {{"suite", s.suite},   {"impl", s.impl},         {"name", s.name},
           {"src", orNull(s.src)}, {"dst", orNull(s.dst)}, {"ranks", s.ranks},
-          {"bytes", orNull(s.bytes)}, {"metric", s.metric.name}, {"unit", s.metric.unit}};
+          {"bytes", orNull(s.bytes)}, {"metric", s.metric.field}, {"unit", s.metric.unit}};
 }
 
 nlohmann::json toJson(const Regression& r) {

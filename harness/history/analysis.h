@@ -47,7 +47,8 @@ struct HistoryOptions {
   bool by_host = false;  ///< group series by host even when runs name a kind
 };
 
-/// Reads every run and result; keeps performance results (report::seriesMetric) that are ok and positive.
+/// Reads every run and result; keeps performance results (report::seriesMetric) whose status is ok and whose value
+/// is positive.
 StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options = {});
 
 /// Finds change points in every series, on `threads` threads (0: one per core).
@@ -87,6 +88,9 @@ struct FleetOutlier {
 /// largest |z| first. Series must be grouped by kind (not by host).
 std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options = {});
 nlohmann::json toJson(const FleetOutlier& f);
+
+/// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.
+double worseningPct(const report::SeriesMetric& metric, double before, double after);
 
 /// Series fields as JSON: suite, impl, name, src, dst, ranks, bytes, metric, unit.
 nlohmann::json seriesFields(const Series& s);

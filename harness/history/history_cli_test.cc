@@ -243,6 +243,7 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   EXPECT_EQ(fleet.exit_code, 0) << fleet.err;  // one host per kind: no fleet
   CliRun html = runPeerlab({"history", "html", "--db", db, "--out", dir + "/site"});
   EXPECT_EQ(html.exit_code, 0) << html.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/site/index.html")) << html.out;
   const nlohmann::json model = nlohmann::json::parse(slurp(dir + "/site/history.json"));
   EXPECT_GE(model["kinds"].size(), 2u);
   for (const auto& k : model["kinds"]) {

@@ -62,13 +62,13 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
     const report::Result& r = s.result;
     if (!r.src || !r.dst || !r.bytes) continue;
     auto m = report::seriesMetric(r);
-    if (!m || !report::metricValue(r, *m)) continue;
-    byKey[{r.suite, r.name, r.impl, m->name}].push_back(&r);
+    if (!m || r.status != "ok" || !report::metricValue(r, *m)) continue;
+    byKey[{r.suite, r.name, r.impl, m->field}].push_back(&r);
   }
   nlohmann::json out = nlohmann::json::array();
   for (auto& [key, rows] : byKey) {
     const auto& [suite, name, impl, metric] = key;
-    const bool bandwidth = metric == "algbw_gbps";
+    const bool bandwidth = metric != "time_us";
     // Bandwidth at the largest size, latency at the smallest.
     double size = *rows.front()->bytes;
     for (const report::Result* r : rows)
@@ -85,27 +85,23 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
       if (bandwidth && expectedFor(*r, expectations)) anyExpected = true;
     }
     nlohmann::json hm;
-    std::string unit = bandwidth ? (anyExpected ? "% of expected" : "GB/s") : "us";
-    hm["title"] = suite + " " + name + " " + impl + " " + bytesLabel(size) + " (" + unit + ")";
+    const std::string unit = bandwidth ? "GB/s" : "us";
+    hm["title"] = suite + " " + name + " " + impl + " " + bytesLabel(size) +
+                  (anyExpected ? " (% of expected)" : " (" + unit + ")");
     hm["unit"] = unit;
-    hm["gpus"] = std::vector<int>(gpus.begin(), gpus.end());
+    hm["gpus"] = *gpus.rbegin() + 1;  // GPU count: ordinals 0..gpus-1
     nlohmann::json jc = nlohmann::json::array();
     for (auto& [pair, r] : cells) {
       nlohmann::json c = {{"src", pair.first}, {"dst", pair.second}, {"expected", nullptr}};
-      if (!bandwidth) {
-        c["value"] = *r->time_us;
-      } else if (anyExpected) {
-        auto e = expectedFor(*r, expectations);
-        const std::optional<double>& v = e && e->first == "busbw_gbps" ? r->busbw_gbps : r->algbw_gbps;
-        if (e && v && e->second > 0) {
-          c["value"] = *v / e->second * 100.0;
-          c["expected"] = e->second;
-        } else {
-          c["value"] = nullptr;
-        }
-      } else {
-        c["value"] = *r->algbw_gbps;
+      // Bandwidth cells carry GB/s and the expected GB/s (the renderer shows the percentage); the figure is the one
+      // the expectation names (algbw or busbw), else the series metric's.
+      const auto e = bandwidth ? expectedFor(*r, expectations) : std::nullopt;
+      std::optional<double> v = report::metricValue(*r, {metric, unit, bandwidth});
+      if (e) {
+        v = e->first == "busbw_gbps" ? r->busbw_gbps : r->algbw_gbps;
+        c["expected"] = e->second;
       }
+      c["value"] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
       jc.push_back(std::move(c));
     }
     hm["cells"] = std::move(jc);

@@ -5,7 +5,7 @@
 ///   "unit","host","points":[{"run_id","timestamp","git_sha","driver","value","p10","p90"}],
 ///   "change_points":[{"index","before","after","change_pct","p_value"}]}], "regressions":[...as `history
 ///   regressions --json`...], "fleet":[{"host","series_id","value","median","mad","z"}],
-///   "heatmaps":[{"title","unit","gpus","cells":[{"src","dst","value","expected"}]}]}]}
+///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}]}]}]}
 
 #include <nlohmann/json.hpp>
 
@@ -29,8 +29,9 @@ struct SiteOptions {
 /// Loads the history, finds change points, regressions and fleet outliers, and builds the model.
 StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options = {});
 
-/// Heatmaps of one run: per (suite, name, impl) with pair results, bandwidth at the largest size (as a percentage of
-/// the run's expected figure where its plan has one, else GB/s) and time at the smallest size (us).
+/// Heatmaps of one run: per (suite, name, impl) with pair results, bandwidth at the largest size in GB/s with the
+/// run's expected figure beside each cell where its plan has one (the page shows the percentage), and time at the
+/// smallest size in us.
 nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations);
 
 }  // namespace peerlab::history

@@ -1,5 +1,6 @@
 #pragma once
-/// Which figure of a result is its performance metric: one rule shared by history, compare and the report pages.
+/// The one rule that decides which figure of a result is its performance metric, shared by `report --compare`, the
+/// history store and the site: time where latency dominates, bandwidth above; verdict-only results have none.
 
 #include <optional>
 #include <string>
@@ -8,23 +9,23 @@
 
 namespace peerlab::report {
 
-/// Below this size a transfer's time is dominated by latency, so it is compared in time, not bandwidth.
-inline constexpr double kLatencyBytesLimit = 1024.0 * 1024.0;
+/// Below this size a transfer's time is mostly fixed cost (launch, signal, protocol), so it is compared in time.
+inline constexpr double kLatencyMaxBytes = 1024.0 * 1024.0;
 
 struct SeriesMetric {
-  std::string name;  ///< "time_us" or "algbw_gbps" (the result field it reads)
-  std::string unit;  ///< "us" or "GB/s"
-  bool higher_is_better = false;
+  std::string field;              ///< "time_us", "algbw_gbps" or "busbw_gbps": the result key the value comes from
+  std::string unit;               ///< "us" or "GB/s"
+  bool higher_is_better = false;  ///< true for bandwidth
 };
 
-/// The metric a result is tracked by: time_us below kLatencyBytesLimit or when it carries no bandwidth, algbw_gbps
-/// above. Nothing for results that are not performance figures: ctest wall times (suite `test`) and probe verdicts.
+/// The metric of a result, decided by its identity only (suite, impl, name, bytes), never by which numbers it
+/// happens to carry, so every run of one series uses the same metric:
+/// - suites `test` (ctest wall times), `probe` and `health` (verdicts): none;
+/// - no size, or fewer than kLatencyMaxBytes bytes (latency suites carry 0): `time_us`, lower is better;
+/// - otherwise bandwidth, higher is better: `busbw_gbps` for collective suites (alltoallv, moe), `algbw_gbps` else.
 std::optional<SeriesMetric> seriesMetric(const Result& r);
 
-/// The result's value of `metric`; nothing unless the result is ok and the value is a positive number.
+/// The result's value of `metric` (nullopt when absent, not finite, or not positive).
 std::optional<double> metricValue(const Result& r, const SeriesMetric& metric);
-
-/// (new - old) / old x 100 signed so that a positive number is a worsening for `metric`.
-double worseningPct(const SeriesMetric& metric, double before, double after);
 
 }  // namespace peerlab::report
