@@ -30,6 +30,7 @@ struct HistoryArgs {
   bool json = false;
   std::string json_out;
   std::string out_dir;
+  std::string model_out;
   bool by_host = false;
   double threshold_pct = 3.0;
   double min_change_pct = 3.0;
@@ -184,18 +185,19 @@ int runFleet(const HistoryArgs& a) {
   return out.empty() ? kExitOk : kExitCheckFailed;
 }
 
-// Writes the model as history.json in `dir` and renders the pages from it when the renderer is built in.
-Status writeSite(const nlohmann::json& model, const std::string& dir) {
+// Renders the pages into `dir` (and writes the model where asked); without the renderer built in, the model only.
+Status writeSite(const nlohmann::json& model, const std::string& dir, std::string modelPath) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return PEERLAB_INVALID_ARGUMENT("--out " + dir + ": " + ec.message());
-  PEERLAB_RETURN_IF_ERROR(writeText((std::filesystem::path(dir) / "history.json").string(), model.dump() + "\n"));
 #ifdef PEERLAB_HAVE_HISTORY_SITE
-  return report::renderHistorySite(model, dir);
+  PEERLAB_RETURN_IF_ERROR(report::renderHistorySite(model, dir));
 #else
-  std::printf("the site renderer (harness/report/site.h) is not built in: wrote the model only\n");
-  return Status::ok();
+  if (modelPath.empty()) modelPath = (std::filesystem::path(dir) / "history.json").string();
+  std::printf("the site renderer (harness/report/site.h) is not built in: writing the model only\n");
 #endif
+  if (!modelPath.empty()) PEERLAB_RETURN_IF_ERROR(writeText(modelPath, model.dump() + "\n"));
+  return Status::ok();
 }
 
 int runHtml(const HistoryArgs& a) {
@@ -209,7 +211,7 @@ int runHtml(const HistoryArgs& a) {
   so.fleet.min_hosts = a.min_hosts;
   auto model = history::buildSiteModel(**store, so);
   if (!model.isOk()) return fail(kCmd, kExitRuntime, model.status().message());
-  Status st = writeSite(*model, a.out_dir);
+  Status st = writeSite(*model, a.out_dir, a.model_out);
   if (!st.isOk()) return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime, st.message());
   std::printf("wrote %s\n", a.out_dir.c_str());
   return kExitOk;
@@ -256,6 +258,7 @@ std::function<int()> setup(CLI::App& sub) {
   html->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
   html->add_option("--out", a->out_dir, "Output directory")->required();
   html->add_option("--threshold", a->threshold_pct, "Worsening listed as a regression, percent (default 3)");
+  html->add_option("--model", a->model_out, "Also write the site's data model (JSON) here");
   addDetectOptions(html, *a);
 
   sub.footer(

@@ -241,10 +241,10 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   EXPECT_TRUE(nlohmann::json::parse(slurp(dir + "/r.json"))["regressions"].is_array());
   CliRun fleet = runPeerlab({"history", "fleet", "--db", db, "--json", dir + "/f.json"});
   EXPECT_EQ(fleet.exit_code, 0) << fleet.err;  // one host per kind: no fleet
-  CliRun html = runPeerlab({"history", "html", "--db", db, "--out", dir + "/site"});
+  CliRun html = runPeerlab({"history", "html", "--db", db, "--out", dir + "/site", "--model", dir + "/model.json"});
   EXPECT_EQ(html.exit_code, 0) << html.err;
   EXPECT_TRUE(std::filesystem::exists(dir + "/site/index.html")) << html.out;
-  const nlohmann::json model = nlohmann::json::parse(slurp(dir + "/site/history.json"));
+  const nlohmann::json model = nlohmann::json::parse(slurp(dir + "/model.json"));
   EXPECT_GE(model["kinds"].size(), 2u);
   for (const auto& k : model["kinds"]) {
     EXPECT_FALSE(k["series"].empty());
