@@ -89,7 +89,9 @@ std::vector<std::string> runFiles() {
   return files;
 }
 
-std::string dbPath() { return (workDir() / "history.sqlite").string(); }
+std::string dbPath() {
+  return (workDir() / "history.sqlite").string();
+}
 
 void BM_HistoryIngest(benchmark::State& state) {
   const std::vector<std::string> files = runFiles();
@@ -159,12 +161,21 @@ void BM_HistorySiteModel(benchmark::State& state) {
 }
 
 // Each step runs once, in this order, on the database the ingest wrote.
-BENCHMARK(BM_HistoryIngest)->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" +
-                                  std::to_string(kResults))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK(BM_HistoryRegressions)->Name("BM_HistoryRegressions/files:" + std::to_string(kFiles) + "/results:" +
-                                       std::to_string(kResults))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK(BM_HistorySiteModel)->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" +
-                                     std::to_string(kResults))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_HistoryIngest)
+    ->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistoryRegressions)
+    ->Name("BM_HistoryRegressions/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistorySiteModel)
+    ->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace peerlab::history

@@ -168,9 +168,10 @@ int runFleet(const HistoryArgs& a) {
   fo.min_change_pct = a.min_change_pct;
   fo.min_hosts = a.min_hosts;
   const std::vector<history::FleetOutlier> out = history::fleetOutliers(*h, fo);
-  std::printf("%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
-              "fleets of %d or more hosts)\n",
-              h->series.size(), out.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
+  std::printf(
+      "%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
+      "fleets of %d or more hosts)\n",
+      h->series.size(), out.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
   for (const history::FleetOutlier& f : out) {
     std::printf("  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g), z %+.1f\n", f.host.c_str(), f.series->id.c_str(),
                 f.value, f.series->metric.unit.c_str(), f.median, f.mad, f.z);
@@ -212,7 +213,8 @@ int runHtml(const HistoryArgs& a) {
   auto model = history::buildSiteModel(**store, so);
   if (!model.isOk()) return fail(kCmd, kExitRuntime, model.status().message());
   Status st = writeSite(*model, a.out_dir, a.model_out);
-  if (!st.isOk()) return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime, st.message());
+  if (!st.isOk())
+    return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime, st.message());
   std::printf("wrote %s\n", a.out_dir.c_str());
   return kExitOk;
 }
@@ -246,7 +248,8 @@ std::function<int()> setup(CLI::App& sub) {
       ->check(CLI::Range(0.0, 1000.0));
   addDetectOptions(regs, *a);
 
-  CLI::App* fleet = sub.add_subcommand("fleet", "Hosts whose latest figures sit outside their kind's fleet; exit 1 if any");
+  CLI::App* fleet =
+      sub.add_subcommand("fleet", "Hosts whose latest figures sit outside their kind's fleet; exit 1 if any");
   fleet->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
   fleet->add_option("--kind", a->kind, "Only this machine kind");
   fleet->add_option("--json", a->json_out, "Write {\"outliers\":[...]} here (\"-\": stdout)");

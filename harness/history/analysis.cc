@@ -18,7 +18,8 @@ std::string numberText(double v) {
 std::string seriesId(const std::string& machine, const report::Result& r) {
   std::string id = machine + "/" + r.suite + "/" + r.impl + "/" + r.name + "/";
   if (r.src || r.dst) {
-    id += (r.src ? std::to_string(*r.src) : std::string("-")) + "->" + (r.dst ? std::to_string(*r.dst) : std::string("-"));
+    id += (r.src ? std::to_string(*r.src) : std::string("-")) + "->" +
+          (r.dst ? std::to_string(*r.dst) : std::string("-"));
     id += "/";
   }
   id += "r" + std::to_string(r.ranks) + "/" + (r.bytes ? numberText(*r.bytes) : std::string("-"));
@@ -162,8 +163,8 @@ std::vector<Regression> findRegressions(const History& history, double threshold
 }
 
 nlohmann::json seriesFields(const Series& s) {
-  return {{"suite", s.suite},   {"impl", s.impl},         {"name", s.name},
-          {"src", orNull(s.src)}, {"dst", orNull(s.dst)}, {"ranks", s.ranks},
+  return {{"suite", s.suite},         {"impl", s.impl},           {"name", s.name},
+          {"src", orNull(s.src)},     {"dst", orNull(s.dst)},     {"ranks", s.ranks},
           {"bytes", orNull(s.bytes)}, {"metric", s.metric.field}, {"unit", s.metric.unit}};
 }
 

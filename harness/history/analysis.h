@@ -36,7 +36,7 @@ struct Series {
 };
 
 struct History {
-  std::vector<RunInfo> runs;                  ///< oldest first
+  std::vector<RunInfo> runs;                 ///< oldest first
   std::map<std::int64_t, size_t> run_index;  ///< run id -> position in `runs`
   std::vector<Series> series;
   const RunInfo& run(std::int64_t id) const { return runs[run_index.at(id)]; }

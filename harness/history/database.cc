@@ -74,12 +74,15 @@ class SqliteDatabase : public Database {
     for (size_t i = 0; i < params.size(); ++i) {
       const int idx = static_cast<int>(i) + 1;
       const SqlValue& v = params[i];
-      if (std::holds_alternative<std::int64_t>(v)) sqlite3_bind_int64(st, idx, std::get<std::int64_t>(v));
-      else if (std::holds_alternative<double>(v)) sqlite3_bind_double(st, idx, std::get<double>(v));
+      if (std::holds_alternative<std::int64_t>(v))
+        sqlite3_bind_int64(st, idx, std::get<std::int64_t>(v));
+      else if (std::holds_alternative<double>(v))
+        sqlite3_bind_double(st, idx, std::get<double>(v));
       else if (std::holds_alternative<std::string>(v)) {
         const std::string& t = std::get<std::string>(v);
         sqlite3_bind_text(st, idx, t.data(), static_cast<int>(t.size()), SQLITE_TRANSIENT);
-      } else sqlite3_bind_null(st, idx);
+      } else
+        sqlite3_bind_null(st, idx);
     }
     SqliteRow row(st);
     while (true) {
@@ -161,10 +164,14 @@ class PgDatabase : public Database {
     std::vector<const char*> values(params.size(), nullptr);
     for (size_t i = 0; i < params.size(); ++i) {
       const SqlValue& v = params[i];
-      if (std::holds_alternative<std::int64_t>(v)) text[i] = std::to_string(std::get<std::int64_t>(v));
-      else if (std::holds_alternative<double>(v)) text[i] = formatReal(std::get<double>(v));
-      else if (std::holds_alternative<std::string>(v)) text[i] = std::get<std::string>(v);
-      else continue;
+      if (std::holds_alternative<std::int64_t>(v))
+        text[i] = std::to_string(std::get<std::int64_t>(v));
+      else if (std::holds_alternative<double>(v))
+        text[i] = formatReal(std::get<double>(v));
+      else if (std::holds_alternative<std::string>(v))
+        text[i] = std::get<std::string>(v);
+      else
+        continue;
       values[i] = text[i].c_str();
     }
     PGresult* res = nullptr;
@@ -181,8 +188,8 @@ class PgDatabase : public Database {
         if (!ok) return PEERLAB_INVALID_ARGUMENT("postgresql: " + trim(msg) + " (in: " + sql.substr(0, 80) + ")");
         it = prepared_.emplace(sql, name).first;
       }
-      res = PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(params.size()), values.data(), nullptr,
-                           nullptr, 0);
+      res = PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(params.size()), values.data(), nullptr, nullptr,
+                           0);
     }
     const ExecStatusType rc = PQresultStatus(res);
     if (rc != PGRES_COMMAND_OK && rc != PGRES_TUPLES_OK) {
@@ -207,7 +214,8 @@ class PgDatabase : public Database {
 
  private:
   static std::string trim(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+      s.pop_back();
     for (char& c : s)
       if (c == '\n') c = ' ';
     return s;
@@ -226,7 +234,8 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
   if (PQstatus(conn) != CONNECTION_OK) {
     std::string msg = PQerrorMessage(conn);
     PQfinish(conn);
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
+      msg.pop_back();
     for (char& c : msg)
       if (c == '\n') c = ' ';
     return PEERLAB_INVALID_ARGUMENT("--db " + url + ": cannot connect to PostgreSQL: " + msg);

@@ -146,8 +146,8 @@ double betaContinuedFraction(double a, double b, double x) {
 double incompleteBeta(double a, double b, double x) {
   if (x <= 0) return 0;
   if (x >= 1) return 1;
-  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                                b * std::log1p(-x));
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
   if (x < (a + 1) / (a + b + 2)) return front * betaContinuedFraction(a, b, x) / a;
   return 1 - front * betaContinuedFraction(b, a, 1 - x) / b;
 }
@@ -186,7 +186,9 @@ double median(const std::vector<double>& x, int begin, int end) {
   return (upper + *std::max_element(v.begin(), v.begin() + mid)) / 2.0;
 }
 
-std::vector<double> energyStatistics(const std::vector<double>& x) { return statistics(x, ranksOf(x)); }
+std::vector<double> energyStatistics(const std::vector<double>& x) {
+  return statistics(x, ranksOf(x));
+}
 
 std::vector<int> eDivisive(const std::vector<double>& series, const EDivisiveOptions& options,
                            std::vector<double>* p_values) {
@@ -251,8 +253,7 @@ std::vector<ChangePoint> detectChangePoints(const std::vector<double>& series, c
       cps[i].after = median(series, cps[i].index, hi);
       cps[i].change_pct = cps[i].before != 0 ? (cps[i].after - cps[i].before) / cps[i].before * 100.0 : 0.0;
       cps[i].p_value = std::max(pValues[i], welchPValue(series, lo, cps[i].index, hi));
-      const bool weak =
-          std::fabs(cps[i].change_pct) < options.min_change_pct || cps[i].p_value > options.max_p_value;
+      const bool weak = std::fabs(cps[i].change_pct) < options.min_change_pct || cps[i].p_value > options.max_p_value;
       if (weak && (weakest < 0 || std::fabs(cps[i].change_pct) < std::fabs(cps[weakest].change_pct))) {
         weakest = static_cast<int>(i);
       }

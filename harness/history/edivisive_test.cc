@@ -28,9 +28,12 @@ std::vector<double> naiveStatistics(const std::vector<double>& x) {
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < n; ++j) {
         const double d = std::fabs(x[i] - x[j]);
-        if (i < tau && j < tau) a += d;
-        else if (i >= tau && j >= tau) b += d;
-        else if (i < tau) c += d;
+        if (i < tau && j < tau)
+          a += d;
+        else if (i >= tau && j >= tau)
+          b += d;
+        else if (i < tau)
+          c += d;
       }
     }
     const double nx = tau, ny = n - tau;

@@ -17,10 +17,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const double v = std::atof(argv[i + 1]);
-    if (k == "--pvalue") o.max_p_value = v;
-    else if (k == "--permutations") o.permutations = static_cast<int>(v);
-    else if (k == "--min-segment") o.min_segment = static_cast<int>(v);
-    else if (k == "--seed") o.seed = static_cast<std::uint64_t>(v);
+    if (k == "--pvalue")
+      o.max_p_value = v;
+    else if (k == "--permutations")
+      o.permutations = static_cast<int>(v);
+    else if (k == "--min-segment")
+      o.min_segment = static_cast<int>(v);
+    else if (k == "--seed")
+      o.seed = static_cast<std::uint64_t>(v);
     else {
       std::fprintf(stderr, "edivisive_tool: unknown option %s\n", k.c_str());
       return 2;

@@ -176,8 +176,8 @@ TEST_P(HistoryCliTest, FleetNamesTheBadNode) {
   std::mt19937_64 rng(5);
   std::vector<std::string> args = {"history", "ingest", "--db", url_};
   for (int host = 0; host < 8; ++host) {
-    report::Run run = testing::syntheticRun(rng, host, "node-" + std::to_string(host), "kind-x",
-                                            1.0, host == 5 ? 1.25 : 1.0);
+    report::Run run =
+        testing::syntheticRun(rng, host, "node-" + std::to_string(host), "kind-x", 1.0, host == 5 ? 1.25 : 1.0);
     args.push_back(writeRun(run, "h" + std::to_string(host) + ".json"));
   }
   ASSERT_EQ(runPeerlab(args).exit_code, 0);

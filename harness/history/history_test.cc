@@ -203,8 +203,8 @@ TEST_P(HistoryStoreTest, FleetFindsTheBadNodeAmongTen) {
     for (int host = 0; host < 10; ++host) {
       // node-7 copies 15% slower on its latest night; node-3 was slow once before and recovered.
       const bool slow = (host == 7 && night == 2) || (host == 3 && night == 0);
-      report::Run run = syntheticRun(rng, night * 10 + host, "node-" + std::to_string(host), "kind-x",
-                                     slow ? 0.85 : 1.0, 1.0, 0.01);
+      report::Run run =
+          syntheticRun(rng, night * 10 + host, "node-" + std::to_string(host), "kind-x", slow ? 0.85 : 1.0, 1.0, 0.01);
       PEERLAB_ASSERT_OK(s->ingest(run).status());
     }
   }
@@ -228,9 +228,15 @@ TEST_P(HistoryStoreTest, SiteModelHasTheAgreedShape) {
   // A run of a second kind, with a plan that expects 400 GB/s of every copy.
   std::mt19937_64 rng(50);
   report::Run other = syntheticRun(rng, 99, "node-b", "kind-y", 1.0, 1.0, 0.0, 2);
-  other.extra["plan"] = {{"expectations", {{{"suite", "peer_copy"}, {"impl", "peerlab.ce"}, {"name", "uni"},
-                                            {"src", nullptr}, {"dst", nullptr}, {"metric", "algbw_gbps"},
-                                            {"gbps", 400.0}, {"min_bytes", 1048576.0}}}}};
+  other.extra["plan"] = {{"expectations",
+                          {{{"suite", "peer_copy"},
+                            {"impl", "peerlab.ce"},
+                            {"name", "uni"},
+                            {"src", nullptr},
+                            {"dst", nullptr},
+                            {"metric", "algbw_gbps"},
+                            {"gbps", 400.0},
+                            {"min_bytes", 1048576.0}}}}};
   PEERLAB_ASSERT_OK(s->ingest(other).status());
   SiteOptions so;
   so.generated = "2026-11-25T00:00:00Z";

@@ -51,7 +51,9 @@ std::optional<std::pair<std::string, double>> expectedFor(const report::Result& 
   return std::nullopt;
 }
 
-std::string groupOf(const Series& s) { return s.suite + " " + s.name + " " + s.impl + " (" + s.metric.unit + ")"; }
+std::string groupOf(const Series& s) {
+  return s.suite + " " + s.name + " " + s.impl + " (" + s.metric.unit + ")";
+}
 
 }  // namespace
 
@@ -143,9 +145,9 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
       const Series& s = *members[i];
       nlohmann::json j = seriesFields(s);
       j["id"] = s.id;
-      j["group"] = parts > 1 ? key.second + " " + std::to_string(i / kMaxSeriesPerPlot + 1) + "/" +
-                                   std::to_string(parts)
-                             : key.second;
+      j["group"] = parts > 1
+                       ? key.second + " " + std::to_string(i / kMaxSeriesPerPlot + 1) + "/" + std::to_string(parts)
+                       : key.second;
       j["host"] = s.points.empty() ? "" : h.run(s.points.back().run_id).host;
       nlohmann::json pts = nlohmann::json::array();
       for (const SeriesPoint& p : s.points) {
@@ -174,9 +176,12 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   for (const Regression& r : regressions)
     kindOf(r.series->machine)["regressions"].push_back(toJson(r));
   for (const FleetOutlier& f : fleet) {
-    kindOf(f.machine)["fleet"].push_back(
-        {{"host", f.host}, {"series_id", f.series->id}, {"value", f.value}, {"median", f.median}, {"mad", f.mad},
-         {"z", f.z}});
+    kindOf(f.machine)["fleet"].push_back({{"host", f.host},
+                                          {"series_id", f.series->id},
+                                          {"value", f.value},
+                                          {"median", f.median},
+                                          {"mad", f.mad},
+                                          {"z", f.z}});
   }
   // Heatmaps from the latest run of each kind.
   std::map<std::string, const RunInfo*> latest;

@@ -6,8 +6,12 @@
 namespace peerlab::history {
 namespace {
 
-SqlValue opt(const std::optional<double>& v) { return v ? SqlValue(*v) : SqlValue(); }
-SqlValue opt(const std::optional<int>& v) { return v ? SqlValue(static_cast<std::int64_t>(*v)) : SqlValue(); }
+SqlValue opt(const std::optional<double>& v) {
+  return v ? SqlValue(*v) : SqlValue();
+}
+SqlValue opt(const std::optional<int>& v) {
+  return v ? SqlValue(static_cast<std::int64_t>(*v)) : SqlValue();
+}
 
 std::optional<double> numberIn(const nlohmann::json& extra, const char* key) {
   auto it = extra.find(key);
@@ -224,7 +228,8 @@ Status HistoryStore::readResults(const std::string& where, const std::vector<Sql
   StoredResult s;
   return db_->query(
       "SELECT run_id, suite, impl, name, src, dst, ranks, bytes, time_us, algbw_gbps, busbw_gbps, wrong, status,"
-      " p10_us, p90_us, samples, sample_values FROM results " + where,
+      " p10_us, p90_us, samples, sample_values FROM results " +
+          where,
       params, [&](const SqlRow& r) {
         s.run_id = r.integer(0);
         report::Result& x = s.result;

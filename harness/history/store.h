@@ -30,7 +30,7 @@ struct RunInfo {
   std::string nccl;
   std::vector<std::string> gpus;  ///< GPU names in ordinal order
   int results = 0;
-  std::string source;  ///< the file it was ingested from
+  std::string source;                                     ///< the file it was ingested from
   nlohmann::json expectations = nlohmann::json::array();  ///< the qualify plan's expected figures, if the run had one
 
   /// What series are grouped by: the kind, or the host when the run names no kind.

@@ -36,7 +36,8 @@ inline report::Run syntheticRun(std::mt19937_64& rng, int index, const std::stri
   run.fingerprint.cuda_runtime = "13.0";
   run.fingerprint.nccl = "2.28.3";
   for (int g = 0; g < gpus; ++g)
-    run.fingerprint.gpus.push_back({g, "GPU-" + std::to_string(g), "0000:00:0" + std::to_string(g) + ".0", "NVIDIA H200"});
+    run.fingerprint.gpus.push_back(
+        {g, "GPU-" + std::to_string(g), "0000:00:0" + std::to_string(g) + ".0", "NVIDIA H200"});
   if (!kind.empty()) run.extra["kind"] = kind;
   for (int s = 0; s < gpus; ++s) {
     for (int d = 0; d < gpus; ++d) {
@@ -96,7 +97,9 @@ inline report::Run syntheticRun(std::mt19937_64& rng, int index, const std::stri
 }
 
 /// Results per synthetic run of `gpus` GPUs.
-inline int syntheticResults(int gpus = 4) { return 2 * gpus * (gpus - 1) + 3; }
+inline int syntheticResults(int gpus = 4) {
+  return 2 * gpus * (gpus - 1) + 3;
+}
 
 /// The PostgreSQL server the ctest fixture started (pg_cluster.sh), or "" with the reason in `why`.
 inline std::string postgresServerUrl(std::string* why) {
