@@ -1,5 +1,5 @@
 #pragma once
-// Test helpers for the history store: synthetic runs and a fresh database on each backend.
+// Test support for the history store: synthetic runs and a fresh database on each backend.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
