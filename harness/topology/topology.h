@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/topology/pcie_link.h"
 #include "reference/core/status.h"
 
 namespace peerlab::topology {
@@ -56,9 +57,13 @@ struct Gpu {
   std::string cpuset;               ///< CPUs local to the GPU in list form ("0-31,64-95"); empty when unknown
   int cuda_ordinal = -1;            ///< live: the CUDA ordinal in this process, -1 when CUDA does not see the GPU
   std::string uuid;                 ///< live: "GPU-..." when CUDA or NVML report it
-  std::optional<int> nvlink_links;  ///< active NVLinks of this GPU, when known
+  std::optional<int> nvlink_links;  ///< active NVLinks to other GPUs (direct or through NVSwitches), when known;
+                                    ///< links to a CPU (POWER NVLink, an NVSwitch port towards a CPU) do not count
   int nvswitch_links = 0;           ///< of those, the links that end at an NVSwitch
   std::optional<double> nvlink_link_gbps;  ///< rate of one link per direction, GB/s, when known
+  /// The GPU's own PCIe link (to its upstream port): hwloc's pci_link_speed in a file, link_speed x link_width in
+  /// NCCL XML, the maximum link (GPU and upstream port) from sysfs on a live machine; nullopt when unknown.
+  std::optional<PcieLink> pcie;
 };
 
 /// Two GPUs by index, a < b.
