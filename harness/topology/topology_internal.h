@@ -16,9 +16,9 @@
 namespace peerlab::topology::detail {
 
 /// Range limits of values a topology source gives; a value outside is bad input, named in a one-line error.
-constexpr int kMaxNvlinks = 64;               ///< NVLinks of one GPU or one pair (Hopper and Blackwell have 18)
-constexpr uint64_t kMaxNvlinkMBps = 100000;   ///< one NVLink per direction (NVLink 5: 50000)
-constexpr int kMaxNumaId = 65535;             ///< Linux builds allow at most 1024 NUMA nodes (NODES_SHIFT 10)
+constexpr int kMaxNvlinks = 64;              ///< NVLinks of one GPU or one pair (Hopper and Blackwell have 18)
+constexpr uint64_t kMaxNvlinkMBps = 100000;  ///< one NVLink per direction (NVLink 5: 50000)
+constexpr int kMaxNumaId = 65535;            ///< Linux builds allow at most 1024 NUMA nodes (NODES_SHIFT 10)
 
 /// NVLink between two GPUs as seen from the first one.
 struct LinkView {

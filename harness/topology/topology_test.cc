@@ -1,5 +1,5 @@
-// Host-only tests of the topology module: the XML document reader (libxml2), NCCL topology XML with NVLink, bad input, the live machine
-// (whatever it has, GPUs or none) and its hwloc XML export.
+// Host-only tests of the topology module: the XML document reader (libxml2), NCCL topology XML with NVLink, bad input,
+// the live machine (whatever it has, GPUs or none) and its hwloc XML export.
 
 #include "harness/topology/topology.h"
 
@@ -147,8 +147,12 @@ TEST(XmlDocument, QuotedInputIsEscapedToOneLine) {
   EXPECT_EQ(printable("abc\ndef", 4), "abc\\n...");
   EXPECT_EQ(printable("abcd", 4), "abcd");
   EXPECT_EQ(printable("plain text, \xC3\xBC and \\ stay"), "plain text, \xC3\xBC and \\ stay");
-  const std::vector<std::string> inputs = {"<a>\n<\n!x/></a>",  "<\tb/>", "<\x01/>", "<a x=\"&bo\ngus;\"/>",
-                                          "<a x=\"&#x\r1;\"/>", "<a x=\"&" + std::string(100000, 'y') + ";\"/>"};
+  const std::vector<std::string> inputs = {"<a>\n<\n!x/></a>",
+                                           "<\tb/>",
+                                           "<\x01/>",
+                                           "<a x=\"&bo\ngus;\"/>",
+                                           "<a x=\"&#x\r1;\"/>",
+                                           "<a x=\"&" + std::string(100000, 'y') + ";\"/>"};
   for (const std::string& text : inputs) {
     auto doc = parseXml(text);
     ASSERT_FALSE(doc.isOk()) << printable(text);
@@ -310,26 +314,33 @@ TEST(TopologyFile, OutOfRangeValuesNameTheAttribute) {
       {nccl, "count=\"18\"", "count=\"100000000000000000000\"",
        "line 5: <nvlink> attribute count = \"100000000000000000000\" is outside 0 .. 64"},
       {nccl, "count=\"18\"", "count=\"-1\"", "<nvlink> attribute count = \"-1\" is outside 0 .. 64"},
-      {nccl, "count=\"18\"", "count=\"eighteen\"", "<nvlink> attribute count = \"eighteen\" is not a number in 0 .. 64"},
+      {nccl, "count=\"18\"", "count=\"eighteen\"",
+       "<nvlink> attribute count = \"eighteen\" is not a number in 0 .. 64"},
       {nccl, "count=\"18\" tclass=\"0x030200\"/>",
        "count=\"40\" tclass=\"0x030200\"/><nvlink target=\"0000:04:00.0\" count=\"40\"/>",
        "GPU 0000:03:00.0 has 80 NVLinks in all, outside 0 .. 64"},
-      {nccl, "numaid=\"0\"", "numaid=\"4294967296\"", "line 2: <cpu> attribute numaid = \"4294967296\" is outside -1 .. 65535"},
+      {nccl, "numaid=\"0\"", "numaid=\"4294967296\"",
+       "line 2: <cpu> attribute numaid = \"4294967296\" is outside -1 .. 65535"},
       {nccl, "numaid=\"0\"", "numaid=\"-2\"", "<cpu> attribute numaid = \"-2\" is outside -1 .. 65535"},
       {nccl, "link_width=\"16\"", "link_width=\"17\"", "<pci> attribute link_width = \"17\" is not a PCIe width"},
-      {nccl, "link_speed=\"32.0 GT/s PCIe\"", "link_speed=\"7 GT/s\"", "<pci> attribute link_speed = \"7 GT/s\" is not a PCIe rate"},
+      {nccl, "link_speed=\"32.0 GT/s PCIe\"", "link_speed=\"7 GT/s\"",
+       "<pci> attribute link_speed = \"7 GT/s\" is not a PCIe rate"},
       {nccl, "sm=\"90\"", "sm=\"4294967296\"", "<gpu> attribute sm = \"4294967296\" is outside 0 .. 1000"},
-      {nccl, "device=\"0x2335\"", "device=\"0x12345\"", "<pci> attribute device = \"0x12345\" is outside 0x0 .. 0xffff"},
+      {nccl, "device=\"0x2335\"", "device=\"0x12345\"",
+       "<pci> attribute device = \"0x12345\" is outside 0x0 .. 0xffff"},
       {hwloc, "type=\"NUMANode\" os_index=\"0\"", "type=\"NUMANode\" os_index=\"4294967296\"",
        "line 6: <object type=\"NUMANode\"> attribute os_index = \"4294967296\" is outside 0 .. 65535"},
       {hwloc, "type=\"PU\" os_index=\"1\"", "type=\"PU\" os_index=\"-1\"",
        "<object type=\"PU\"> attribute os_index = \"-1\" is outside 0 .. 4294967295"},
       {hwloc, "type=\"PU\" os_index=\"1\"", "type=\"PU\" os_index=\"4294967296\"",
        "<object type=\"PU\"> attribute os_index = \"4294967296\" is outside 0 .. 4294967295"},
-      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"-1\"", "attribute pci_link_speed = \"-1\" is outside 0 .. 256 GB/s"},
-      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"1e40\"", "attribute pci_link_speed = \"1e40\" is outside"},
+      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"-1\"",
+       "attribute pci_link_speed = \"-1\" is outside 0 .. 256 GB/s"},
+      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"1e40\"",
+       "attribute pci_link_speed = \"1e40\" is outside"},
       {power8, "<u64values length=\"44\">1000000 40000 ", "<u64values length=\"60\">1000000 100000000000000000000 ",
-       "NVLinkBandwidth distance from 0002:01:00.0 to 0003:01:00.0 = 18446744073709551615 MB/s is outside 0 .. 6400000"},
+       "NVLinkBandwidth distance from 0002:01:00.0 to 0003:01:00.0 = 18446744073709551615 MB/s is outside 0 .. "
+       "6400000"},
   };
   TempDir tmp;
   int k = 0;
@@ -348,8 +359,8 @@ TEST(TopologyFile, OutOfRangeValuesNameTheAttribute) {
 // Fuzz-style: any numeric attribute of a few fixtures replaced by an extreme value either loads with every value in
 // its range, or is refused with one line naming the file.
 TEST(TopologyFile, ExtremeNumbersLoadInRangeOrFailOnOneLine) {
-  const std::vector<std::string> extremes = {"-1",   "-2147483649", "4294967296", "100000000000000000000", "1e308",
-                                             "nan", "0",           "0x7fffffff", "65536",                 "-0"};
+  const std::vector<std::string> extremes = {
+      "-1", "-2147483649", "4294967296", "100000000000000000000", "1e308", "nan", "0", "0x7fffffff", "65536", "-0"};
   TempDir tmp;
   const unsigned seed = 20261125;
   std::mt19937 rng(seed);

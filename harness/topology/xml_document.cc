@@ -101,9 +101,9 @@ StatusOr<XmlElement> parseXml(std::string_view s) {
   FirstError first;
   // NOTE: the structured handler is per thread in libxml2; it also keeps libxml2 from printing to stderr.
   xmlSetStructuredErrorFunc(&first, onError);
-  std::unique_ptr<xmlDoc, DocDeleter> doc(xmlCtxtReadMemory(ctxt.get(), s.data(), static_cast<int>(s.size()), nullptr,
-                                                            nullptr,
-                                                            XML_PARSE_NONET | XML_PARSE_NOWARNING | XML_PARSE_BIG_LINES));
+  std::unique_ptr<xmlDoc, DocDeleter> doc(
+      xmlCtxtReadMemory(ctxt.get(), s.data(), static_cast<int>(s.size()), nullptr, nullptr,
+                        XML_PARSE_NONET | XML_PARSE_NOWARNING | XML_PARSE_BIG_LINES));
   xmlSetStructuredErrorFunc(nullptr, nullptr);
   if (!doc || !ctxt->wellFormed || first.set) {
     std::string why = first.set ? printable(first.message, 2 * kQuoteLimit) : "not well-formed XML";
