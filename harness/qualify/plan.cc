@@ -89,10 +89,6 @@ Expectation blank(const BandwidthRule& rule, std::optional<int> src, std::option
   return e;
 }
 
-std::string gpuLinkText(int g, const topology::PcieLink& link) {
-  return "GPU" + std::to_string(g) + " PCIe " + topology::describePcieLink(link);
-}
-
 }  // namespace
 
 Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& config, const BandwidthRule& rule, int s,
@@ -128,8 +124,11 @@ Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& confi
   const double factor = sys ? config.sys_factor : 1.0;
   e.gbps = slow->pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
   e.link = "pcie";
-  e.basis = "PCIe " + p->pci + ": " + gpuLinkText(slow->index, *slow->pcie) + " x " + fmtEff(rule.pcie_efficiency) +
-            (sys ? " x " + fmtEff(config.sys_factor) + " across sockets" : "") + directionsText(rule.directions);
+  const bool same = std::fabs(a->pcie->gbps - b->pcie->gbps) < 1e-9;
+  e.basis = "PCIe " + topology::describePcieLink(*slow->pcie) +
+            (same ? "" : " (GPU" + std::to_string(slow->index) + ", the slower link)") + " x " +
+            fmtEff(rule.pcie_efficiency) + (sys ? " x " + fmtEff(config.sys_factor) + " across sockets (SYS)" : "") +
+            directionsText(rule.directions);
   return e;
 }
 
@@ -142,7 +141,8 @@ Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule,
   }
   e.gbps = gpu->pcie->gbps * rule.pcie_efficiency * rule.directions;
   e.link = "pcie";
-  e.basis = gpuLinkText(g, *gpu->pcie) + " x " + fmtEff(rule.pcie_efficiency) + directionsText(rule.directions);
+  e.basis = "PCIe " + topology::describePcieLink(*gpu->pcie) + " x " + fmtEff(rule.pcie_efficiency) +
+            directionsText(rule.directions);
   return e;
 }
 
@@ -382,8 +382,9 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
           const double factor = rule.scope == "gpu" && sys ? config.sys_factor : 1.0;
           e.gbps = g.pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
           e.link = "pcie";
-          e.basis = gpuLinkText(g.index, *g.pcie) + " x " + fmtEff(rule.pcie_efficiency) +
-                    (factor != 1.0 ? " x " + fmtEff(factor) + " across sockets" : "") + directionsText(rule.directions);
+          e.basis = "PCIe " + topology::describePcieLink(*g.pcie) + " of GPU" + std::to_string(g.index) + " x " +
+                    fmtEff(rule.pcie_efficiency) + (factor != 1.0 ? " x " + fmtEff(factor) + " across sockets" : "") +
+                    directionsText(rule.directions);
         }
         // An unknown GPU makes the machine's figure unknown.
         if (!e.gbps) {
@@ -436,6 +437,7 @@ std::string formatPlan(const Plan& plan) {
   for (const PlanGpu& g : t.gpus) {
     o << "  GPU" << g.index << "  " << g.bus_id << "  " << g.model;
     if (g.nvlinks) o << "  " << *g.nvlinks << " NVLinks";
+    o << "  PCIe " << (g.pcie ? topology::describePcieLink(*g.pcie) : std::string("unknown"));
     o << "\n";
   }
   o << "Pairs (" << plan.options.pairs.size() << " ordered):\n";

@@ -658,6 +658,13 @@ StatusOr<Topology> loadLive(const LiveOptions& options) {
   draft.format = SourceFormat::kLive;
   PEERLAB_RETURN_IF_ERROR(detail::fromHwloc(std::make_shared<HwlocTopology>(std::move(hw)), draft));
   detail::addSysfsPcieLinks(draft);
+  // Without sysfs, hwloc's figure is the link as trained now, which a GPU lowers while it idles.
+  for (Gpu& g : draft.gpus) {
+    if (!g.pcie || g.pcie->source.rfind("sysfs", 0) == 0) continue;
+    g.pcie->source += " (current link; lower while the GPU idles)";
+    draft.warnings.push_back("GPU " + g.bus_id + ": no maximum PCIe link in sysfs; using the current one (" +
+                             describePcieLink(*g.pcie) + ")");
+  }
   bool cuda = options.cuda && detail::addCudaDevices(draft);
 #ifdef PEERLAB_HAVE_NVML
   if (options.nvml) detail::addNvmlLinks(draft);

@@ -418,6 +418,36 @@ TEST(TopologyFile, ExtremeNumbersLoadInRangeOrFailOnOneLine) {
   expectNoChildLeft();
 }
 
+// Live PCIe links come from sysfs's maximum link of the GPU and its upstream port (the smaller of each).
+TEST(TopologyLive, SysfsMaximumLinkOfGpuAndPort) {
+  TempDir tmp;
+  const fs::path port = fs::path(tmp.path()) / "pci0000:00" / "0000:00:01.0";
+  const fs::path gpu = port / "0000:01:00.0";
+  fs::create_directories(gpu);
+  fs::create_directories(fs::path(tmp.path()) / "devices");
+  tmp.write("pci0000:00/0000:00:01.0/max_link_speed", "16.0 GT/s PCIe\n");
+  tmp.write("pci0000:00/0000:00:01.0/max_link_width", "16\n");
+  tmp.write("pci0000:00/0000:00:01.0/0000:01:00.0/max_link_speed", "32.0 GT/s PCIe\n");
+  tmp.write("pci0000:00/0000:00:01.0/0000:01:00.0/max_link_width", "16\n");
+  fs::create_symlink(gpu, fs::path(tmp.path()) / "devices" / "0000:01:00.0");
+  detail::Draft draft;
+  Gpu a;
+  a.bus_id = "0000:01:00.0";
+  draft.addGpu(a);
+  Gpu b;
+  b.bus_id = "0000:02:00.0";  // not in this sysfs: keeps what hwloc said
+  b.pcie = PcieLink{std::nullopt, std::nullopt, 15.753846, "hwloc pci_link_speed"};
+  draft.addGpu(b);
+  detail::addSysfsPcieLinks(draft, tmp.path() + "/devices");
+  ASSERT_TRUE(draft.gpus[0].pcie.has_value());
+  EXPECT_EQ(draft.gpus[0].pcie->generation, 4);  // a Gen5 GPU in a Gen4 slot
+  EXPECT_EQ(draft.gpus[0].pcie->width, 16);
+  EXPECT_NEAR(draft.gpus[0].pcie->gbps, 31.507692, 1e-6);
+  EXPECT_EQ(draft.gpus[0].pcie->source.rfind("sysfs", 0), 0u);
+  ASSERT_TRUE(draft.gpus[1].pcie.has_value());
+  EXPECT_EQ(draft.gpus[1].pcie->source, "hwloc pci_link_speed");
+}
+
 TEST(TopologyFile, ControlCharactersInInputAreEscaped) {
   // The fuzz finding: the reason quoted a raw newline.
   std::string finding = fuzzInput(kNewlineInput);
