@@ -66,19 +66,39 @@ void topologyChecks(const CheckInputs& in, std::vector<Check>& out) {
                    static_cast<double>(cuda), static_cast<double>(t.gpus.size())});
   }
   if (in.config->require_link_info && t.gpus.size() > 1) {
-    std::vector<std::string> unknown;
+    // A pair is known when the topology says whether it has NVLink and, without NVLink, both GPUs' PCIe rates.
+    std::vector<std::string> unknown, noRate;
     for (const PlanPair& p : t.pairs) {
-      if (!p.nvlinks) unknown.push_back(std::to_string(p.src) + "->" + std::to_string(p.dst));
+      const std::string name = std::to_string(p.src) + "->" + std::to_string(p.dst);
+      if (!p.nvlinks) {
+        unknown.push_back(name);
+        continue;
+      }
+      if (*p.nvlinks > 0) continue;
+      for (const PlanGpu& g : t.gpus) {
+        if ((g.index == p.src || g.index == p.dst) && !g.pcie) {
+          noRate.push_back(name);
+          break;
+        }
+      }
     }
-    out.push_back({"topology", "link information for every pair", unknown.empty(),
-                   unknown.empty() ? "known for " + std::to_string(t.pairs.size()) + " pairs"
-                                   : "unknown for " + std::to_string(unknown.size()) + " pairs",
-                   "known for " + std::to_string(t.pairs.size()) + " pairs",
-                   unknown.empty() ? "NVLink information from " + (t.nvlink_source.empty() ? t.source : t.nvlink_source)
-                                   : "no NVLink information for " + joinSome(unknown) +
-                                         " (set require_link_info = false to qualify without bandwidth expectations)",
-                   static_cast<double>(t.pairs.size() - unknown.size()), static_cast<double>(t.pairs.size())});
+    const size_t missing = unknown.size() + noRate.size();
+    std::string reason = "NVLink information from " + (t.nvlink_source.empty() ? t.source : t.nvlink_source);
+    if (missing) {
+      reason.clear();
+      if (!unknown.empty()) reason = "no NVLink information for " + joinSome(unknown);
+      if (!noRate.empty()) {
+        reason += std::string(reason.empty() ? "" : "; ") + "no NVLink and no PCIe rate for " + joinSome(noRate);
+      }
+      reason += " (set require_link_info = false to qualify without bandwidth expectations)";
+    }
+    out.push_back({"topology", "link information for every pair", missing == 0,
+                   missing == 0 ? "known for " + std::to_string(t.pairs.size()) + " pairs"
+                                : "unknown for " + std::to_string(missing) + " pairs",
+                   "known for " + std::to_string(t.pairs.size()) + " pairs", reason,
+                   static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())});
   }
+
   // GPUs of one model in one machine have the same number of active NVLinks; one fewer is a link down.
   std::map<std::string, std::map<int, std::vector<int>>> linksByModel;
   for (const PlanGpu& g : t.gpus) {

@@ -130,12 +130,42 @@ TEST(Checks, UnknownLinksSayUnknown) {
   EXPECT_EQ(c->expected, "unknown");
   EXPECT_FALSE(c->expected_value.has_value());
   EXPECT_EQ(c->reason.rfind("unknown: the topology does not say", 0), 0u) << c->reason;
+  const Check* topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_FALSE(topo->pass);
   f.config.require_link_info = false;
   checks = f.evaluate();
   c = named(checks, "peer_copy peerlab.ce uni 0->1");
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->pass);
   EXPECT_EQ(c->expected, "unknown");
+}
+
+// PCIe-only pairs need both GPUs' PCIe rates for their figures; without them the topology check says so.
+TEST(Checks, PciePairsWithoutARateAreUnknown) {
+  Fixture f;
+  PlanTopology t = box(2);
+  for (PlanPair& p : t.pairs) {
+    p.nvlinks = 0;
+    p.nvlink_gbps.reset();
+    p.nvswitch = false;
+  }
+  t.gpus[0].pcie = topology::PcieLink{4, 16, 31.5, "test"};
+  PlanOptions o;
+  o.suites = {"peer_copy"};
+  auto p = makePlan(t, f.config, o);
+  ASSERT_TRUE(p.isOk());
+  f.plan = *p;
+  auto checks = f.evaluate();
+  const Check* topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_FALSE(topo->pass);
+  EXPECT_NE(topo->reason.find("no NVLink and no PCIe rate for 0->1, 1->0"), std::string::npos) << topo->reason;
+  f.plan.topology.gpus[1].pcie = topology::PcieLink{4, 16, 31.5, "test"};
+  checks = f.evaluate();
+  topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_TRUE(topo->pass) << topo->reason;
 }
 
 TEST(Checks, ProbeClaimsMustVerify) {

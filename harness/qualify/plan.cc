@@ -189,6 +189,18 @@ PlanTopology fromTopology(const topology::Topology& topo) {
   return out;
 }
 
+Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const std::string& source) {
+  for (PlanGpu& g : topo.gpus) {
+    if (g.index != gpu) continue;
+    auto link = topology::pcieLinkFromGenWidth(generation, width, source);
+    if (!link.isOk()) return PEERLAB_INVALID_ARGUMENT("GPU" + std::to_string(gpu) + ": " + link.status().message());
+    g.pcie = *link;
+    return Status::ok();
+  }
+  return PEERLAB_INVALID_ARGUMENT("GPU" + std::to_string(gpu) + " is not in the topology (" +
+                                  std::to_string(topo.gpus.size()) + " GPUs)");
+}
+
 nlohmann::json toJson(const PlanTopology& topo) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const PlanGpu& g : topo.gpus) {

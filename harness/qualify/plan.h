@@ -53,6 +53,9 @@ struct PlanTopology {
 };
 
 PlanTopology fromTopology(const topology::Topology& topo);
+/// Feeds in a live reading of GPU `gpu`'s PCIe link (e.g. NVML's maximum generation and width), replacing what the
+/// topology said. `invalid_argument` names a GPU outside the topology or a generation or width outside PCIe's.
+Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const std::string& source);
 nlohmann::json toJson(const PlanTopology& topo);
 /// Reads what toJson wrote (a run's "plan"."topology"), so that a stored run can be checked again elsewhere.
 StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc);

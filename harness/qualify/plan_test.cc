@@ -191,6 +191,22 @@ TEST(Plan, HostScopesUseEachGpusOwnLink) {
   EXPECT_FALSE(hostExpectation(t, h2d, 1).gbps.has_value());
 }
 
+// A live reading (NVML's generation and width) replaces the topology's figure before planning.
+TEST(Plan, LivePcieLinkCanBeFedIn) {
+  PlanTopology t = nvswitchBox(2, 0);
+  PEERLAB_ASSERT_OK(setPcieLink(t, 0, 5, 16, "nvml max"));
+  PEERLAB_ASSERT_OK(setPcieLink(t, 1, 3, 8, "nvml max"));
+  EXPECT_FALSE(setPcieLink(t, 2, 5, 16, "nvml").isOk());
+  auto bad = setPcieLink(t, 0, 9, 16, "nvml");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.message().find("PCIe generation 9"), std::string::npos) << bad.message();
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(t, config(), {}));
+  const Expectation* ce = find(plan, "peer_copy_ce_uni", 0, 1);
+  ASSERT_NE(ce, nullptr);
+  EXPECT_NEAR(*ce->gbps, 8 * 8 * (128.0 / 130.0) / 8 * 0.80 * config().sys_factor, 1e-9);  // Gen3 x8, across sockets
+  EXPECT_EQ(plan.topology.gpus[0].pcie->source, "nvml max");
+}
+
 TEST(Plan, BudgetIsAWallTimeEstimate) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(4), config(), {}));
   double processes = 0;
