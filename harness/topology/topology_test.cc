@@ -131,7 +131,7 @@ TEST(XmlDocument, RejectsMalformedDocumentsWithTheLine) {
   }
 }
 
-TEST(XmlDocument, ExternalEntitiesAreNotLoaded) {
+TEST(XmlDocument, EntitiesCannotReachOutOrExplode) {
   TempDir tmp;
   std::string secret = tmp.write("secret.txt", "SECRET");
   auto doc = parseXml("<!DOCTYPE a [<!ENTITY x SYSTEM \"file://" + secret + "\">]>\n<a v=\"&x;\"/>\n");
@@ -139,6 +139,18 @@ TEST(XmlDocument, ExternalEntitiesAreNotLoaded) {
     ASSERT_NE(doc->attribute("v"), nullptr);
     EXPECT_EQ(doc->attribute("v")->find("SECRET"), std::string::npos);
   }
+  // Nested entities that would expand to 10^10 characters: refused, not expanded.
+  std::string laughs = "<!DOCTYPE s [<!ENTITY a0 \"aaaaaaaaaa\">";
+  for (int i = 1; i < 10; ++i) {
+    laughs += "<!ENTITY a" + std::to_string(i) + " \"";
+    for (int k = 0; k < 10; ++k)
+      laughs += "&a" + std::to_string(i - 1) + ";";
+    laughs += "\">";
+  }
+  laughs += "]>\n<s v=\"&a9;\"/>\n";
+  auto bomb = parseXml(laughs);
+  ASSERT_FALSE(bomb.isOk());
+  EXPECT_NE(bomb.status().message().find("entity"), std::string::npos) << bomb.status().message();
 }
 
 TEST(XmlDocument, QuotedInputIsEscapedToOneLine) {
