@@ -72,8 +72,8 @@ StatusOr<std::optional<PcieLink>> pcieLinkOf(const XmlElement& pci) {
     return PEERLAB_INVALID_ARGUMENT(at + "link_speed = \"" + printable(*speed, kQuoteLimit) +
                                     "\" is not a PCIe rate (2.5, 5, 8, 16, 32 or 64 GT/s)");
   }
-  auto link = pcieLinkFromGenWidth(*generation, *lanes < 0 || *lanes > 64 ? -1 : static_cast<int>(*lanes),
-                                   "nccl link_speed x link_width");
+  const int width_in_range = *lanes > 0 && *lanes <= 64 ? static_cast<int>(*lanes) : -1;  // -1: never a width
+  auto link = pcieLinkFromGenWidth(*generation, width_in_range, "nccl link_speed x link_width");
   if (!link.isOk()) {
     return PEERLAB_INVALID_ARGUMENT(at + "link_width = \"" + printable(*width, kQuoteLimit) +
                                     "\" is not a PCIe width (1, 2, 4, 8, 12, 16 or 32 lanes)");

@@ -158,8 +158,9 @@ class Topology {
 /// machine without GPU or without CUDA driver still loads (with no GPUs); only a failing hwloc is an error.
 StatusOr<Topology> loadLive(const LiveOptions& options = {});
 /// A topology XML file, hwloc or NCCL format (told apart by the root element). A missing, unreadable or malformed
-/// file, or one hwloc cannot import (even one that crashes it), gives `invalid_argument` with one line that names
-/// the file and the reason; control characters it quotes are escaped (\n, \t, \xNN).
+/// file (libxml2's reason and line), one hwloc cannot import (even one that crashes it), or a value outside its range
+/// (an NVLink count, a NUMA id, a PCIe rate or width: fixtures/README.md lists them) gives `invalid_argument` with one
+/// line that names the file, the attribute and the reason; control characters it quotes are escaped (\n, \t, \xNN).
 StatusOr<Topology> loadFile(const std::string& path);
 /// loadLive() when `fixture` is empty, else loadFile(fixture).
 StatusOr<Topology> load(const std::string& fixture = "");
