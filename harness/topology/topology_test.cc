@@ -276,6 +276,43 @@ TEST(NcclXml, ReadsNvlinkSwitchesAndPaths) {
   EXPECT_FALSE(t.exportXml(tmp.path() + "/out.xml").isOk());
 }
 
+// A POWER-style dump: each GPU has 2 NVLinks to its peer and 2 to the CPU (tclass 0x068001); only the GPU links
+// count, and a link to a target the file does not hold carries no GPU-to-GPU traffic either.
+TEST(NcclXml, NvlinksToACpuDoNotCount) {
+  TempDir tmp;
+  std::string path = tmp.write("power.xml", R"(<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="ppc64" vendor="IBM">
+    <pci busid="0004:04:00.0" class="0x030200" vendor="0x10de" device="0x1db1" link_speed="8 GT/s" link_width="16">
+      <gpu dev="0" sm="70" rank="0" gdr="1">
+        <nvlink target="0005:05:00.0" count="2" tclass="0x030200"/>
+        <nvlink target="0004:00:00.0" count="2" tclass="0x068001"/>
+      </gpu>
+    </pci>
+    <pci busid="0005:05:00.0" class="0x030200" vendor="0x10de" device="0x1db1" link_speed="8 GT/s" link_width="16">
+      <gpu dev="1" sm="70" rank="1" gdr="1">
+        <nvlink target="0004:04:00.0" count="2" tclass="0x030200"/>
+        <nvlink target="0004:00:00.0" count="2" tclass="0x068001"/>
+        <nvlink target="0009:00:00.0" count="1" tclass="0x030200"/>
+      </gpu>
+    </pci>
+  </cpu>
+</system>
+)");
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Topology t, loadFile(path));
+  ASSERT_EQ(t.gpus().size(), 2u);
+  for (const Gpu& g : t.gpus()) {
+    SCOPED_TRACE(g.bus_id);
+    EXPECT_EQ(g.nvlink_links, 2);
+    EXPECT_EQ(g.nvswitch_links, 0);
+    ASSERT_TRUE(g.pcie.has_value());
+    EXPECT_EQ(g.pcie->generation, 3);
+    EXPECT_EQ(g.pcie->width, 16);
+  }
+  EXPECT_EQ(t.pair(0, 1)->nvlink_links, 2);
+  EXPECT_DOUBLE_EQ(*t.pair(0, 1)->nvlink_gbps, 50.0);
+  EXPECT_EQ(t.nvswitchCount(), 0);
+}
+
 TEST(NcclXml, GpuWithoutBusIdNamesTheLine) {
   TempDir tmp;
   std::string path = tmp.write("bad.xml",
