@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU host: installs what is missing, builds peerlab and its benchmarks (default preset), runs `peerlab qualify` and
 # exits with its code (0 PASS, 1 a check failed, 2 bad input, 3 no GPU, 4 runtime error).
-#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200x4.json
+#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200-x4-nvswitch.json
 # The bundle goes to --out when given, else $OUT/qualify when $OUT is set, else build/qualify/<host>-<date>.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ missing=()
 for tool in cmake:cmake ninja:ninja-build pkg-config:pkg-config git:git g++:build-essential; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
 done
-for p in libhwloc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev; do
+for p in libhwloc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev libxml2-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -12,6 +12,7 @@
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
+#include "harness/report/verdict.h"
 
 namespace peerlab::cli {
 namespace {
@@ -44,8 +45,10 @@ int runCompare(const ReportArgs& a) {
   auto fresh = report::readRun(a.compare[1]);
   if (!fresh.isOk()) return fail(kCmd, kExitUsage, fresh.status().message());
   report::CompareReport rep = report::compareRuns(*base, *fresh, {*threshold});
-  std::printf("base: %s\nnew:  %s\nnoise threshold: %g%%\n\n", describeRun(a.compare[0], *base).c_str(),
-              describeRun(a.compare[1], *fresh).c_str(), *threshold);
+  std::printf(
+      "base: %s\nnew:  %s\nminimum effect: %g%%, significance: Mann-Whitney U p < %g on samples, else p10-p90 "
+      "apart\n\n",
+      describeRun(a.compare[0], *base).c_str(), describeRun(a.compare[1], *fresh).c_str(), *threshold, rep.alpha);
   std::fputs(report::formatCompare(rep, a.only_changes).c_str(), stdout);
   if (!a.compare_json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
@@ -57,6 +60,8 @@ int runCompare(const ReportArgs& a) {
                           {"impl", id.impl},
                           {"ranks", id.ranks},
                           {"metric", r.metric},
+                          {"test", r.test},
+                          {"significant", r.significant},
                           {"verdict", report::verdictName(r.verdict)},
                           {"note", r.note}};
       j["src"] = id.src ? nlohmann::json(*id.src) : nlohmann::json(nullptr);
@@ -65,19 +70,24 @@ int runCompare(const ReportArgs& a) {
       j["base"] = r.base_value ? nlohmann::json(*r.base_value) : nlohmann::json(nullptr);
       j["new"] = r.new_value ? nlohmann::json(*r.new_value) : nlohmann::json(nullptr);
       j["change_pct"] = r.change_pct ? nlohmann::json(*r.change_pct) : nlohmann::json(nullptr);
+      j["p_value"] = r.p_value ? nlohmann::json(*r.p_value) : nlohmann::json(nullptr);
       rows.push_back(std::move(j));
     }
     nlohmann::json doc = {{"base", a.compare[0]},
                           {"new", a.compare[1]},
                           {"threshold_pct", *threshold},
+                          {"alpha", rep.alpha},
+                          {"fingerprint_changes", rep.fingerprint_changes},
                           {"regressions", rep.regressions()},
+                          {"missing", rep.missing()},
                           {"rows", rows}};
     Status st = qualify::writeTextFile(a.compare_json, doc.dump(2) + "\n");
     if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
   }
-  if (rep.regressions() > 0) {
-    std::fprintf(stderr, "peerlab report: %d regression%s beyond %g%%\n", rep.regressions(),
-                 rep.regressions() == 1 ? "" : "s", *threshold);
+  if (rep.regressions() > 0 || rep.missing() > 0) {
+    std::fprintf(stderr, "peerlab report: %d regression%s beyond %g%%, %d result%s missing from the new run\n",
+                 rep.regressions(), rep.regressions() == 1 ? "" : "s", *threshold, rep.missing(),
+                 rep.missing() == 1 ? "" : "s");
     return kExitCheckFailed;
   }
   return kExitOk;
@@ -86,8 +96,11 @@ int runCompare(const ReportArgs& a) {
 int runRender(const ReportArgs& a) {
   auto run = report::readRun(a.run);
   if (!run.isOk()) return fail(kCmd, kExitUsage, run.status().message());
+  // The verdict comes from the results, never from what the file says.
+  const report::RunVerdict verdict = report::recomputeVerdict(*run);
   report::HtmlOptions opts;
   opts.title = a.title;
+  opts.checks = verdict.checks;
   std::string htmlPath = a.html;
   std::unique_ptr<std::string, void (*)(std::string*)> tempHtml(nullptr, [](std::string* p) {
     std::error_code ec;
@@ -113,9 +126,8 @@ int runRender(const ReportArgs& a) {
   if (!a.summary.empty() || (a.html.empty() && a.screenshot.empty())) {
     report::SummaryOptions so;
     so.title = "peerlab report";
-    const std::vector<report::Check> checks = report::checksInRun(*run);
-    so.verdict = !checks.empty();
-    const std::string md = report::renderSummary(*run, checks, so);
+    so.verdict = true;
+    const std::string md = report::renderSummary(*run, verdict.checks, so);
     if (a.summary.empty() || a.summary == "-") {
       std::fputs(md.c_str(), stdout);
     } else {
@@ -123,6 +135,23 @@ int runRender(const ReportArgs& a) {
       if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
       std::printf("wrote %s\n", a.summary.c_str());
     }
+  }
+  const int failed = report::failedChecks(verdict.checks);
+  const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
+  std::fprintf(stderr, "peerlab report: verdict %s, recomputed from %zu results (%zu checks, %d failed; stored %s)\n",
+               verdict.pass ? "PASS" : "FAIL", run->results.size(), verdict.checks.size(), failed, stored.c_str());
+  if (verdict.storedPassContradicted()) {
+    std::fprintf(stderr, "peerlab report: the run file says PASS but its results fail:\n");
+  }
+  if (!verdict.pass) {
+    int shown = 0;
+    for (const report::Check& c : verdict.checks) {
+      if (c.pass) continue;
+      if (++shown > 10) break;
+      std::fprintf(stderr, "  FAIL %s: %s (%s)\n", c.name.c_str(), c.reason.c_str(), c.measured.c_str());
+    }
+    if (failed > 10) std::fprintf(stderr, "  ... %d failed checks in all\n", failed);
+    return kExitCheckFailed;
   }
   return kExitOk;
 }
@@ -136,16 +165,18 @@ std::function<int()> setup(CLI::App& sub) {
                  "Write the Markdown summary here (\"-\": stdout; the default with no output)");
   sub.add_option("--title", a->title, "Report title (default: peerlab report: <host>)");
   sub.add_option("--width", a->width, "Screenshot width in pixels")->check(CLI::Range(480, 4096));
-  sub.add_option("--compare", a->compare, "Compare two run files: BASE.json NEW.json; exit 1 on a regression")
+  sub.add_option("--compare", a->compare,
+                 "Compare two run files: BASE.json NEW.json; exit 1 on a regression or a missing result")
       ->expected(2);
-  sub.add_option("--threshold", a->threshold, "Noise threshold for --compare in percent (default 5)");
+  sub.add_option("--threshold", a->threshold,
+                 "Minimum effect for --compare in percent (default 5); smaller changes are noise");
   sub.add_flag("--only-changes", a->only_changes, "With --compare: leave out rows within the noise");
   sub.add_option("--compare-json", a->compare_json, "With --compare: also write the table as JSON here");
   sub.footer(
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
       "  peerlab report run.json --html report.html --screenshot report.png\n"
-      "  peerlab report --compare reports/baselines/h200x4.json run.json --threshold 5");
+      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --threshold 5");
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");
@@ -161,6 +192,8 @@ std::function<int()> setup(CLI::App& sub) {
 
 }  // namespace
 
-PEERLAB_REGISTER_COMMAND(report, "report", "Render a run file as HTML/PNG/Markdown, or compare two runs", setup);
+PEERLAB_REGISTER_COMMAND(report, "report",
+                         "Render a run file as HTML/PNG/Markdown with its verdict recomputed, or compare two runs",
+                         setup);
 
 }  // namespace peerlab::cli

@@ -38,7 +38,7 @@ TEST(ReportCli, RendersHtml) {
   const std::string html = slurp(dir + "/r.html");
   EXPECT_NE(html.find("<svg class=\"plot"), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
-  EXPECT_NE(slurp(dir + "/s.md").find("# peerlab report: sample-host"), std::string::npos);
+  EXPECT_NE(slurp(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
 }
 
 TEST(ReportCli, CompareExitCodes) {
@@ -68,6 +68,47 @@ TEST(ReportCli, CompareExitCodes) {
   auto cmp = nlohmann::json::parse(slurp(dir + "/cmp.json"));
   EXPECT_EQ(cmp["regressions"].get<int>(), 1);
   EXPECT_EQ(cmp["rows"].size(), 6u);
+}
+
+// The verdict is recomputed from the results: a committed PASS run edited to hold a corrupt claimed probe cell fails.
+TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
+  const std::string dir = scratchDir("report-cli-verdict");
+  const std::string good = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json");
+  CliRun ok = runPeerlab({"report", good, "--summary", dir + "/ok.md"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("verdict PASS"), std::string::npos) << ok.err;
+  auto run = report::readRun(good);
+  ASSERT_TRUE(run.isOk());
+  for (report::Result& r : run->results) {
+    if (r.suite == "probe" && r.src == 2 && r.dst == 3 && r.extra.value("claimed", false)) {
+      r.status = "corrupt";
+      break;
+    }
+  }
+  ASSERT_TRUE(report::writeRun(*run, dir + "/corrupt.json").isOk());
+  CliRun bad = runPeerlab({"report", dir + "/corrupt.json", "--summary", dir + "/bad.md"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("verdict FAIL"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("the run file says PASS but its results fail"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("2->3 corrupt"), std::string::npos) << bad.err;
+  EXPECT_NE(slurp(dir + "/bad.md").find("FAIL"), std::string::npos);
+}
+
+// Half the results missing from the new run: listed, exit 1.
+TEST(ReportCli, CompareMissingHalfExitsOne) {
+  const std::string dir = scratchDir("report-cli-missing");
+  const std::string base = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json");
+  auto run = report::readRun(base);
+  ASSERT_TRUE(run.isOk());
+  const size_t half = run->results.size() / 2;
+  run->results.resize(half);
+  ASSERT_TRUE(report::writeRun(*run, dir + "/half.json").isOk());
+  CliRun r = runPeerlab({"report", "--compare", base, dir + "/half.json"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("MISSING in the new run (549)"), std::string::npos);
+  EXPECT_NE(r.err.find("549 results missing"), std::string::npos) << r.err;
+  // The same run against itself: nothing regressed, nothing missing.
+  EXPECT_EQ(runPeerlab({"report", "--compare", base, base}).exit_code, 0);
 }
 
 TEST(ReportCli, BadInputsAreOneLineErrorsWithExitTwo) {

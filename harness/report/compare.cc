@@ -6,6 +6,9 @@
 #include <map>
 #include <sstream>
 
+#include "harness/report/metric.h"
+#include "harness/report/stats.h"
+
 namespace peerlab::report {
 
 namespace {
@@ -32,12 +35,30 @@ std::string formatValue(std::optional<double> v) {
 
 std::string metricLabel(const std::string& metric) {
   if (metric == "algbw_gbps") return "algbw GB/s";
+  if (metric == "busbw_gbps") return "busbw GB/s";
   if (metric == "time_us") return "time us";
   return metric;
 }
 
 bool positive(const std::optional<double>& v) {
   return v && *v > 0;
+}
+
+std::optional<double> extraNumber(const Result& r, const char* key) {
+  if (!r.extra.is_object() || !r.extra.contains(key) || !r.extra[key].is_number()) return std::nullopt;
+  const double v = r.extra[key].get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string gpuSummary(const Fingerprint& fp) {
+  std::map<std::string, int> byName;
+  for (const GpuFingerprint& g : fp.gpus)
+    ++byName[g.name];
+  std::string s;
+  for (const auto& [name, n] : byName)
+    s += (s.empty() ? "" : " + ") + std::to_string(n) + "x " + name;
+  return s.empty() ? "none" : s;
 }
 
 }  // namespace
@@ -153,27 +174,45 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
     row.note = "ok -> ok";
     return row;
   }
-  bool higherIsBetter = true;
-  if (base.algbw_gbps && fresh.algbw_gbps && *base.algbw_gbps > 0) {
-    row.metric = "algbw_gbps";
-    row.base_value = base.algbw_gbps;
-    row.new_value = fresh.algbw_gbps;
-  } else if (base.time_us && fresh.time_us && *base.time_us > 0) {
-    row.metric = "time_us";
-    row.base_value = base.time_us;
-    row.new_value = fresh.time_us;
-    higherIsBetter = false;
-  } else {
+  const std::optional<SeriesMetric> metric = seriesMetric(base);
+  if (!metric) {
+    // ctest wall times, probe and health cells are verdicts, not performance figures.
     row.metric = "status";
     row.verdict = Verdict::kSame;
-    row.note = "no figure on both sides";
+    row.note = "ok -> ok";
+    return row;
+  }
+  row.metric = metric->field;
+  row.base_value = metricValue(base, *metric);
+  row.new_value = metricValue(fresh, *metric);
+  if (!row.base_value || !row.new_value) {
+    row.metric = "status";
+    row.verdict = Verdict::kSame;
+    row.note = "no " + metric->field + " on both sides";
     return row;
   }
   const double change = (*row.new_value - *row.base_value) / *row.base_value * 100.0;
   row.change_pct = change;
-  if (std::fabs(change) <= options.threshold_pct) {
+  const std::vector<double> sb = samplesOf(base);
+  const std::vector<double> sn = samplesOf(fresh);
+  const auto b10 = extraNumber(base, "p10_us"), b90 = extraNumber(base, "p90_us");
+  const auto n10 = extraNumber(fresh, "p10_us"), n90 = extraNumber(fresh, "p90_us");
+  if (sb.size() >= options.min_samples && sn.size() >= options.min_samples) {
+    row.test = "u-test";
+    row.p_value = mannWhitneyPValue(sb, sn);
+    row.significant = *row.p_value < options.alpha;
+  } else if (b10 && b90 && n10 && n90) {
+    // Without samples: the change counts when the p10..p90 ranges of the two runs do not overlap.
+    row.test = "p10/p90";
+    row.significant = *n10 > *b90 || *n90 < *b10;
+  } else {
+    row.test = "threshold";
+    row.significant = true;
+  }
+  const bool beyond = std::fabs(change) > options.threshold_pct;
+  if (!beyond || !row.significant) {
     row.verdict = Verdict::kSame;
-  } else if ((change > 0) == higherIsBetter) {
+  } else if ((change > 0) == metric->higher_is_better) {
     row.verdict = Verdict::kImproved;
   } else {
     row.verdict = Verdict::kRegressed;
@@ -181,9 +220,45 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
   return row;
 }
 
+std::vector<double> samplesOf(const Result& r) {
+  std::vector<double> out;
+  if (!r.extra.is_object() || !r.extra.contains("samples_us") || !r.extra["samples_us"].is_array()) return out;
+  for (const auto& v : r.extra["samples_us"]) {
+    if (v.is_number() && std::isfinite(v.get<double>())) out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+std::vector<std::string> fingerprintChanges(const Fingerprint& base, const Fingerprint& fresh) {
+  std::vector<std::string> out;
+  auto diff = [&](const char* what, const std::string& a, const std::string& b) {
+    if (a != b) out.push_back(std::string(what) + " " + (a.empty() ? "?" : a) + " -> " + (b.empty() ? "?" : b));
+  };
+  diff("driver", base.driver, fresh.driver);
+  diff("CUDA", base.cuda_runtime, fresh.cuda_runtime);
+  diff("NCCL", base.nccl, fresh.nccl);
+  const std::string gb = gpuSummary(base), gn = gpuSummary(fresh);
+  if (gb != gn) {
+    out.push_back("GPUs: " + gb + " -> " + gn);
+  } else {
+    std::vector<std::string> ub, un;
+    for (const GpuFingerprint& g : base.gpus)
+      ub.push_back(g.uuid);
+    for (const GpuFingerprint& g : fresh.gpus)
+      un.push_back(g.uuid);
+    std::sort(ub.begin(), ub.end());
+    std::sort(un.begin(), un.end());
+    if (ub != un) out.push_back("GPUs: same models, different boards (UUIDs changed)");
+  }
+  diff("host", base.hostname, fresh.hostname);
+  return out;
+}
+
 CompareReport compareRuns(const Run& base, const Run& fresh, const CompareOptions& options) {
   CompareReport report;
   report.threshold_pct = options.threshold_pct;
+  report.alpha = options.alpha;
+  report.fingerprint_changes = fingerprintChanges(base.fingerprint, fresh.fingerprint);
   // key -> indices of the new run's results with that key, in order; matched by occurrence.
   std::map<std::string, std::vector<size_t>> freshByKey;
   for (size_t i = 0; i < fresh.results.size(); ++i)
@@ -223,10 +298,19 @@ CompareReport compareRuns(const Run& base, const Run& fresh, const CompareOption
 
 std::string formatCompare(const CompareReport& report, bool only_changes) {
   struct Line {
-    std::string result, metric, base, fresh, change, verdict;
+    std::string result, metric, base, fresh, change, test, verdict;
   };
+  std::ostringstream out;
+  if (report.fingerprint_changes.empty()) {
+    out << "fingerprint: unchanged (driver, CUDA, NCCL, GPUs)\n\n";
+  } else {
+    out << "FINGERPRINT CHANGED:\n";
+    for (const std::string& c : report.fingerprint_changes)
+      out << "  " << c << "\n";
+    out << "\n";
+  }
   std::vector<Line> lines;
-  lines.push_back({"result", "metric", "base", "new", "change", "verdict"});
+  lines.push_back({"result", "metric", "base", "new", "change", "noise test", "verdict"});
   for (const CompareRow& r : report.rows) {
     if (only_changes && (r.verdict == Verdict::kSame || r.verdict == Verdict::kUnchangedStatus)) continue;
     Line l;
@@ -246,6 +330,15 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
     } else {
       l.change = "";
     }
+    if (r.test == "u-test" && r.p_value) {
+      char buf[40];
+      std::snprintf(buf, sizeof(buf), "U p=%.3g", *r.p_value);
+      l.test = buf;
+    } else if (r.test == "p10/p90") {
+      l.test = r.significant ? "p10-p90 apart" : "p10-p90 overlap";
+    } else {
+      l.test = r.test;
+    }
     l.verdict = verdictName(r.verdict);
     if (r.verdict == Verdict::kStatusRegressed && r.note.rfind("wrong", 0) == 0) l.verdict += " (" + r.note + ")";
     // Long statuses would wreck the table: keep their head, the full text stays in the run file.
@@ -254,15 +347,15 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
     }
     lines.push_back(std::move(l));
   }
-  size_t w[5] = {0, 0, 0, 0, 0};
+  size_t w[6] = {0, 0, 0, 0, 0, 0};
   for (const Line& l : lines) {
     w[0] = std::max(w[0], std::min<size_t>(l.result.size(), 72));
     w[1] = std::max(w[1], l.metric.size());
     w[2] = std::max(w[2], l.base.size());
     w[3] = std::max(w[3], l.fresh.size());
     w[4] = std::max(w[4], l.change.size());
+    w[5] = std::max(w[5], l.test.size());
   }
-  std::ostringstream out;
   auto pad = [](const std::string& s, size_t n, bool right) {
     if (s.size() >= n) return s;
     return right ? std::string(n - s.size(), ' ') + s : s + std::string(n - s.size(), ' ');
@@ -270,15 +363,22 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const Line& l = lines[i];
     out << pad(l.result, w[0], false) << "  " << pad(l.metric, w[1], false) << "  " << pad(l.base, w[2], true) << "  "
-        << pad(l.fresh, w[3], true) << "  " << pad(l.change, w[4], true) << "  " << l.verdict << "\n";
-    if (i == 0) out << std::string(w[0] + w[1] + w[2] + w[3] + w[4] + 10 + 8, '-') << "\n";
+        << pad(l.fresh, w[3], true) << "  " << pad(l.change, w[4], true) << "  " << pad(l.test, w[5], false) << "  "
+        << l.verdict << "\n";
+    if (i == 0) out << std::string(w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + 12 + 8, '-') << "\n";
   }
-  char thr[32];
-  std::snprintf(thr, sizeof(thr), "%g", report.threshold_pct);
+  if (report.missing() > 0) {
+    out << "\nMISSING in the new run (" << report.missing() << "):\n";
+    for (const CompareRow& r : report.rows) {
+      if (r.verdict == Verdict::kOnlyBase) out << "  " << describeResult(*r.base) << "\n";
+    }
+  }
+  char thr[64];
+  std::snprintf(thr, sizeof(thr), "%g%% or not significant", report.threshold_pct);
   out << report.rows.size() << " results: " << report.count(Verdict::kRegressed) << " regressed, "
       << report.count(Verdict::kStatusRegressed) << " status regressions, " << report.count(Verdict::kImproved)
       << " improved, " << report.count(Verdict::kFixed) << " fixed, " << report.count(Verdict::kSame) << " within +-"
-      << thr << "%, " << report.count(Verdict::kUnchangedStatus) << " not measured on either side, "
+      << thr << ", " << report.count(Verdict::kUnchangedStatus) << " not measured on either side, "
       << report.count(Verdict::kOnlyBase) << " only in base, " << report.count(Verdict::kOnlyNew) << " only in new\n";
   return out.str();
 }

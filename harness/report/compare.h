@@ -1,5 +1,7 @@
 #pragma once
-/// Regression compare of two run files: results matched by identity, the right metric per row, a noise threshold.
+/// Regression compare of two run files: results matched by identity, the metric of seriesMetric() per row, and a
+/// change counted only when it is both significant (Mann-Whitney U on the samples, else p10/p90 apart) and larger
+/// than the minimum effect.
 
 #include <optional>
 #include <string>
@@ -11,7 +13,7 @@ namespace peerlab::report {
 
 /// How a result compares between the base run and the new run.
 enum class Verdict {
-  kSame,             ///< within the noise threshold
+  kSame,             ///< not significant, or within the minimum effect
   kImproved,         ///< better beyond the threshold
   kRegressed,        ///< worse beyond the threshold
   kStatusRegressed,  ///< status got worse (ok -> failed/corrupt/skipped, skipped -> failed) or wrong elements appeared
@@ -37,8 +39,17 @@ std::string describeResult(const Result& r);
 std::string formatBytes(double bytes);
 
 struct CompareOptions {
-  double threshold_pct = 5.0;  ///< changes within +-threshold are noise
+  double threshold_pct = 5.0;  ///< minimum effect: changes within +-threshold are noise even when significant
+  double alpha = 0.05;         ///< significance level of the Mann-Whitney U test
+  size_t min_samples = 4;      ///< samples each side needs for the U test (with 4 the smallest two-sided p is 0.029)
 };
+
+/// Per-sample times of a result (key "samples_us", microseconds), empty when the run file has none.
+std::vector<double> samplesOf(const Result& r);
+
+/// What changed between two fingerprints, one line each: "driver 580.159.04 -> 590.10.01", "CUDA ...", "NCCL ...",
+/// "GPUs: 4x NVIDIA H200 -> 3x NVIDIA H200", "host a -> b". Empty when nothing did.
+std::vector<std::string> fingerprintChanges(const Fingerprint& base, const Fingerprint& fresh);
 
 struct CompareRow {
   std::string key;
@@ -48,6 +59,9 @@ struct CompareRow {
   std::optional<double> base_value;
   std::optional<double> new_value;
   std::optional<double> change_pct;  ///< (new - base) / base x 100, raw: the verdict says whether that is better
+  std::string test;                  ///< how significance was judged: "u-test", "p10/p90" or "threshold"
+  std::optional<double> p_value;     ///< Mann-Whitney U two-sided p-value, when the samples allowed the test
+  bool significant = false;          ///< the change is beyond the noise (by `test`)
   Verdict verdict = Verdict::kSame;
   std::string note;  ///< why, for status rows ("ok -> failed: ...")
 };
@@ -55,8 +69,12 @@ struct CompareRow {
 struct CompareReport {
   std::vector<CompareRow> rows;  ///< base order first, then rows only in the new run
   double threshold_pct = 5.0;
+  double alpha = 0.05;
+  std::vector<std::string> fingerprint_changes;  ///< base -> new
   int count(Verdict v) const;
   int regressions() const;
+  /// Results of the base run missing from the new one: they fail a compare.
+  int missing() const { return count(Verdict::kOnlyBase); }
 };
 
 /// Matches results of `base` and `fresh` and gives each a verdict. A key occurring several times in one run is matched
@@ -65,8 +83,9 @@ CompareReport compareRuns(const Run& base, const Run& fresh, const CompareOption
 /// Compares one pair of matched results (exposed for qualify's baseline checks).
 CompareRow compareResults(const Result& base, const Result& fresh, const CompareOptions& options = {});
 
-/// A fixed-width table like Google Benchmark's compare tool, one line per result, then a summary line.
-/// `only_changes` leaves out rows within the noise and rows with unchanged status.
+/// Fingerprint changes first, then a fixed-width table like Google Benchmark's compare tool, one line per result,
+/// then the missing results and a summary line. `only_changes` leaves out rows within the noise and rows with
+/// unchanged status.
 std::string formatCompare(const CompareReport& report, bool only_changes = false);
 
 /// Parses a threshold given as "5", "5%" or "2.5" (percent). `invalid_argument` names the text.

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <random>
+
+#include "harness/report/metric.h"
+#include "harness/report/stats.h"
 #include "reference/core/testing.h"
 
 namespace peerlab::report {
@@ -220,6 +225,183 @@ TEST(Compare, FormatBytes) {
   EXPECT_EQ(formatBytes(4096), "4 KiB");
   EXPECT_EQ(formatBytes(268435456), "256 MiB");
   EXPECT_EQ(formatBytes(1.5 * 1024 * 1024 * 1024), "1.5 GiB");
+}
+
+// p-values computed with scipy.stats.mannwhitneyu(a, b, alternative="two-sided") (scipy 1.17, method "auto").
+TEST(MannWhitney, MatchesScipy) {
+  EXPECT_NEAR(mannWhitneyPValue({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}), 0.007936507936507936, 1e-12);
+  EXPECT_NEAR(mannWhitneyPValue({5, 6, 7, 8}, {1, 2, 3, 4}), 0.02857142857142857, 1e-12);
+  EXPECT_NEAR(mannWhitneyPValue({1.1, 2.3, 3.5, 4.2, 5.9, 6.1}, {4.5, 7.2, 8.1, 9.3, 10.1, 3.3, 6.6}),
+              0.03496503496503496, 1e-12);
+  // Ties: normal approximation with tie and continuity correction.
+  EXPECT_NEAR(mannWhitneyPValue({1, 2, 2, 3, 4, 5, 5, 6}, {3, 4, 4, 5, 6, 7, 8, 8, 9}), 0.03714012623439529, 1e-9);
+  const std::vector<double> a = {100.0025, 100.5975, 99.4517, 98.2188,  99.0907,  98.0167,  100.1203,
+                                 102.6804, 99.0156,  98.7591, 100.9797, 100.7138, 100.2108, 98.1391,
+                                 99.9415,  101.3906, 97.3116, 99.0848,  96.1976,  97.4209};
+  const std::vector<double> b = {98.3165,  101.5298, 99.4651,  102.5425, 102.3135, 101.6261, 96.9665,
+                                 100.9226, 101.903,  102.2266, 98.9397,  101.0445, 100.043,  100.3823,
+                                 104.1218, 100.3849, 101.935,  103.7688, 100.8328, 101.7766};
+  EXPECT_NEAR(mannWhitneyPValue(a, b), 0.002560615287144587, 1e-9);
+  EXPECT_NEAR(mannWhitneyPValue(std::vector<double>(a.begin(), a.begin() + 6), b), 0.010693654171915042, 1e-9);
+  EXPECT_DOUBLE_EQ(mannWhitneyPValue({}, b), 1.0);
+}
+
+TEST(SeriesMetric, LatencySizesInTimeBandwidthAboveVerdictsNone) {
+  Result r = bw("peer_copy", "peerlab.ce", 0, 1, 8, 0.001);
+  EXPECT_EQ(seriesMetric(r)->field, "time_us");
+  r.bytes = 1 << 20;
+  EXPECT_EQ(seriesMetric(r)->field, "algbw_gbps");
+  EXPECT_TRUE(seriesMetric(r)->higher_is_better);
+  r.suite = "alltoallv";
+  EXPECT_EQ(seriesMetric(r)->field, "busbw_gbps");
+  r.bytes.reset();
+  EXPECT_EQ(seriesMetric(r)->field, "time_us");
+  for (const char* suite : {"test", "probe", "health"}) {
+    r.suite = suite;
+    EXPECT_FALSE(seriesMetric(r).has_value()) << suite;
+  }
+}
+
+// A run of 4 GPUs: peer copies from 8 B to 256 MiB over every pair, latency cells, ctest wall times; every result
+// carries 10 samples drawn with 2% relative noise around its true time (times `scale`).
+Run noisyRun(uint32_t seed, double scale = 1.0, bool with_samples = true) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(1.0, 0.02);
+  Run run;
+  run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {}};
+  auto addSamples = [&](Result& r, double us) {
+    std::vector<double> s;
+    for (int i = 0; i < 10; ++i)
+      s.push_back(us * noise(rng));
+    std::vector<double> sorted = s;
+    std::sort(sorted.begin(), sorted.end());
+    r.time_us = (sorted[4] + sorted[5]) / 2;
+    if (r.bytes && *r.bytes > 0) r.algbw_gbps = *r.bytes / *r.time_us / 1e3;
+    r.extra["p10_us"] = sorted[1];
+    r.extra["p90_us"] = sorted[8];
+    if (with_samples) r.extra["samples_us"] = s;
+  };
+  for (int src = 0; src < 4; ++src) {
+    for (int dst = 0; dst < 4; ++dst) {
+      if (src == dst) continue;
+      for (double bytes = 8; bytes <= (1 << 28); bytes *= 8) {
+        Result r = bw("peer_copy", "peerlab.ce", src, dst, bytes, 1);
+        addSamples(r, (2.0 + bytes / 380e3) * scale);
+        run.results.push_back(r);
+      }
+      Result l = lat("peerlab.flag", 1);
+      l.suite = "peer_latency";
+      l.src = src;
+      l.dst = dst;
+      l.bytes = 0;
+      addSamples(l, 0.7 * scale);
+      run.results.push_back(l);
+    }
+  }
+  for (int t = 0; t < 6; ++t) {
+    Result c;
+    c.suite = "test";
+    c.impl = "ctest";
+    c.name = "test_" + std::to_string(t);
+    // Wall times of tests swing far more than 5% from run to run: never a performance figure.
+    c.time_us = 1e6 * (1 + t) * (1 + 0.3 * (noise(rng) - 1) / 0.02);
+    run.results.push_back(c);
+  }
+  return run;
+}
+
+TEST(CompareNoise, HealthyRunsOfOneBuildHaveNoRegression) {
+  int rows = 0;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    const CompareReport rep = compareRuns(noisyRun(seed), noisyRun(seed + 1000));
+    rows += static_cast<int>(rep.rows.size());
+    EXPECT_EQ(rep.regressions(), 0) << "seed " << seed << "\n" << formatCompare(rep, true);
+    EXPECT_EQ(rep.missing(), 0);
+    EXPECT_TRUE(rep.fingerprint_changes.empty());
+  }
+  EXPECT_EQ(rows, 20 * (12 * 10 + 6));
+}
+
+TEST(CompareNoise, HealthyRunsWithoutSamplesUseP10P90) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    const CompareReport rep = compareRuns(noisyRun(seed, 1.0, false), noisyRun(seed + 1000, 1.0, false));
+    EXPECT_EQ(rep.regressions(), 0) << "seed " << seed << "\n" << formatCompare(rep, true);
+    for (const CompareRow& r : rep.rows) {
+      if (r.metric == "status") continue;
+      EXPECT_EQ(r.test, "p10/p90");
+    }
+  }
+}
+
+TEST(CompareNoise, TenPercentShiftWithSamplesIsFound) {
+  const CompareReport rep = compareRuns(noisyRun(7), noisyRun(8, 1.10));
+  int measured = 0;
+  for (const CompareRow& r : rep.rows) {
+    if (r.metric == "status") continue;
+    ++measured;
+    EXPECT_EQ(r.test, "u-test");
+    EXPECT_EQ(r.verdict, Verdict::kRegressed) << describeResult(*r.fresh) << " " << *r.change_pct;
+    EXPECT_LT(*r.p_value, 0.001);
+  }
+  EXPECT_EQ(measured, 12 * 10);
+  // Small sizes are compared in time (+10%), large ones in bandwidth (-9.1%).
+  EXPECT_EQ(rowFor(rep, "peerlab.flag").metric, "time_us");
+  EXPECT_NEAR(*rep.rows[0].change_pct, 10.0, 4.0);
+  EXPECT_EQ(rep.rows[0].metric, "time_us");
+  const CompareRow& big = rep.rows[8];  // 128 MiB
+  EXPECT_EQ(big.metric, "algbw_gbps");
+  EXPECT_NEAR(*big.change_pct, -9.1, 3.0);
+  // A 10% improvement is not a regression.
+  EXPECT_EQ(compareRuns(noisyRun(7), noisyRun(8, 0.90)).regressions(), 0);
+}
+
+TEST(CompareNoise, SignificantButSmallIsNoise) {
+  // 1.5% slower: significant in many cells, yet below the 5% minimum effect.
+  const CompareReport rep = compareRuns(noisyRun(3), noisyRun(4, 1.015));
+  EXPECT_EQ(rep.regressions(), 0) << formatCompare(rep, true);
+  int significant = 0;
+  for (const CompareRow& r : rep.rows)
+    significant += r.significant && r.metric != "status";
+  EXPECT_GT(significant, 10);
+}
+
+TEST(CompareNoise, MissingHalfTheResultsIsListedAndFails) {
+  const report::Run base = noisyRun(1);
+  report::Run fresh = noisyRun(2);
+  fresh.results.resize(fresh.results.size() / 2);
+  const CompareReport rep = compareRuns(base, fresh);
+  EXPECT_EQ(rep.missing(), static_cast<int>(base.results.size() - fresh.results.size()));
+  const std::string table = formatCompare(rep, true);
+  EXPECT_NE(table.find("MISSING in the new run (63)"), std::string::npos) << table;
+}
+
+TEST(CompareNoise, FingerprintChangesPrintedFirst) {
+  report::Run base = noisyRun(1);
+  report::Run fresh = noisyRun(2);
+  fresh.fingerprint.driver = "590.10.01";
+  fresh.fingerprint.nccl = "2.29.1";
+  base.fingerprint.gpus = {{0, "GPU-a", "0000:01:00.0", "NVIDIA H200"}, {1, "GPU-b", "0000:02:00.0", "NVIDIA H200"}};
+  fresh.fingerprint.gpus = {{0, "GPU-a", "0000:01:00.0", "NVIDIA H200"}};
+  const CompareReport rep = compareRuns(base, fresh);
+  ASSERT_EQ(rep.fingerprint_changes.size(), 3u);
+  EXPECT_EQ(rep.fingerprint_changes[0], "driver 580.159.04 -> 590.10.01");
+  EXPECT_EQ(rep.fingerprint_changes[1], "NCCL 2.28.3 -> 2.29.1");
+  EXPECT_EQ(rep.fingerprint_changes[2], "GPUs: 2x NVIDIA H200 -> 1x NVIDIA H200");
+  const std::string table = formatCompare(rep);
+  EXPECT_EQ(table.find("FINGERPRINT CHANGED:\n  driver 580.159.04 -> 590.10.01"), 0u) << table;
+}
+
+// Committed runs of the same machine a few commits apart (no code change in the timed paths between them for most
+// cells): the noise-aware compare flags far fewer cells than the old fixed 5% rule did.
+TEST(CompareNoise, CommittedRunPairs) {
+  const std::string dir = peerlab::testing::sourcePath("reports/runs/");
+  auto base = readRun(dir + "2026-11-21-nvidia-h200-x4.json");
+  auto same = readRun(peerlab::testing::sourcePath("reports/baselines/h200x4.json"));
+  if (!base.isOk() || !same.isOk()) GTEST_SKIP() << "committed run files not found: " << base.status().toString();
+  // The baseline is that run's qualify results: the same build and measurements, fewer results.
+  const CompareReport rep = compareRuns(*same, *base);
+  EXPECT_EQ(rep.regressions(), 0) << formatCompare(rep, true);
+  EXPECT_EQ(rep.missing(), 0);
 }
 
 }  // namespace

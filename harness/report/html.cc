@@ -431,33 +431,6 @@ const char* kScript = R"JS(
 
 }  // namespace
 
-std::string htmlEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char ch : text) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
 std::vector<Check> checksInRun(const Run& run) {
   if (!run.extra.contains("qualify") || !run.extra["qualify"].is_object()) return {};
   const auto& q = run.extra["qualify"];

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/report/chart_page.h"
 #include "harness/report/checks.h"
 #include "harness/report/report.h"
 
@@ -23,8 +24,5 @@ std::string renderHtml(const Run& run, const HtmlOptions& options = {});
 
 /// Checks stored in a run by qualify (run.extra "qualify"."checks"); empty when the run has none.
 std::vector<Check> checksInRun(const Run& run);
-
-/// Escapes &, <, >, " and ' for HTML text and attribute values.
-std::string htmlEscape(std::string_view text);
 
 }  // namespace peerlab::report

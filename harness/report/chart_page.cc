@@ -1,0 +1,279 @@
+#include "harness/report/chart_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#ifndef PEERLAB_CHARTJS_PATH
+#define PEERLAB_CHARTJS_PATH ""
+#endif
+
+namespace peerlab::report {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kCss = R"css(
+:root { --ok:#1a7f37; --warn:#b26b00; --bad:#c62828; --muted:#666; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { margin-top: 32px; border-bottom: 1px solid #ddd; }
+h3 { margin-bottom: 4px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th { background: #f4f4f4; } td.l, th.l { text-align: left; }
+.muted { color: var(--muted); } .ok { color: var(--ok); } .warn { color: var(--warn); } .bad { color: var(--bad); }
+td.cell-fail { background: #f8d0d0; color: #8b0000; font-weight: 600; }
+td.cell-warn { background: #fde8b8; color: #7a4a00; }
+td.cell-ok { background: #e3f4e6; }
+.charts { display: flex; flex-wrap: wrap; gap: 16px; }
+.plchart { width: 640px; height: 360px; position: relative; border: 1px solid #eee; padding: 4px; }
+.plchart.nochart canvas { display: none; }
+.plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
+#nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
+.verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
+)css";
+
+// Draws every .plchart block with Chart.js and reports on <html> what it did.
+constexpr const char* kBootScript = R"js(
+(function () {
+  var root = document.documentElement;
+  var blocks = document.querySelectorAll('.plchart');
+  root.setAttribute('data-peerlab-chart-blocks', String(blocks.length));
+  function finish(state, drawn) {
+    root.setAttribute('data-peerlab-charts', String(drawn));
+    root.setAttribute('data-peerlab-ready', state);
+    root.setAttribute('data-peerlab-height', String(Math.ceil(Math.max(document.body.scrollHeight,
+        document.documentElement.scrollHeight))));
+  }
+  function bytes(v) {
+    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
+    while (Math.abs(v) >= 1024 && i < 4) { v /= 1024; i++; }
+    return (Math.round(v * 10) / 10) + ' ' + u[i];
+  }
+  if (typeof Chart === 'undefined') {
+    blocks.forEach(function (b) { b.classList.add('nochart'); });
+    var n = document.getElementById('nochartjs');
+    if (n) n.style.display = 'block';
+    finish(blocks.length ? 'no-chartjs' : 'ok', 0);
+    return;
+  }
+  Chart.defaults.animation = false;
+  Chart.defaults.responsive = true;
+  Chart.defaults.maintainAspectRatio = false;
+  var drawn = 0;
+  try {
+    blocks.forEach(function (b) {
+      var cfg = JSON.parse(b.querySelector('script').textContent);
+      var o = cfg.options;
+      o.plugins.tooltip.callbacks = {
+        afterLabel: function (c) { return c.raw && c.raw.note ? c.raw.note : ''; }
+      };
+      if (b.getAttribute('data-x-bytes') === '1') {
+        o.scales.x.ticks = { callback: function (v) { return bytes(v); } };
+        o.plugins.tooltip.callbacks.title = function (items) {
+          return items.length ? bytes(items[0].parsed.x) : '';
+        };
+      }
+      new Chart(b.querySelector('canvas'), cfg);
+      drawn++;
+    });
+    finish('ok', drawn);
+  } catch (e) {
+    finish('error: ' + e.message, drawn);
+  }
+})();
+)js";
+
+std::string hexToRgba(const std::string& hex, double alpha) {
+  unsigned r = 0, g = 0, b = 0;
+  if (hex.size() == 7) std::sscanf(hex.c_str() + 1, "%02x%02x%02x", &r, &g, &b);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "rgba(%u,%u,%u,%.2f)", r, g, b, alpha);
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<std::string>& chartPalette() {
+  static const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  return kPalette;
+}
+
+std::string chartJsPath() {
+  if (const char* env = std::getenv("PEERLAB_CHARTJS")) return env;
+  return PEERLAB_CHARTJS_PATH;
+}
+
+std::string chartJsSource() {
+  const std::string path = chartJsPath();
+  if (path.empty()) return "";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string htmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string pageBegin(const std::string& title, const std::string& extra_css) {
+  std::string s =
+      "<!DOCTYPE html>\n<html lang=\"en\" data-peerlab-ready=\"loading\">\n<head>\n<meta charset=\"utf-8\">\n";
+  s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  s += "<title>" + htmlEscape(title) + "</title>\n<style>" + kCss + extra_css + "</style>\n</head>\n<body>\n";
+  s += "<p id=\"nochartjs\">Charts are unavailable: Chart.js (Debian package libjs-chart.js) was not found when this "
+       "page was made. Tables below are complete.</p>\n";
+  return s;
+}
+
+std::string pageEnd(bool with_charts) {
+  std::string s;
+  const std::string lib = with_charts ? chartJsSource() : std::string();
+  if (!lib.empty()) {
+    // A "</script" inside the library would end the element early; Chart.js has none, but be safe.
+    std::string safe = lib;
+    for (size_t p = 0; (p = safe.find("</script", p)) != std::string::npos; p += 2)
+      safe.replace(p, 2, "<\\/");
+    s += "<script>\n" + safe + "\n</script>\n";
+  }
+  s += "<script>";
+  s += kBootScript;
+  s += "</script>\n</body>\n</html>\n";
+  return s;
+}
+
+json chartConfig(const LineChart& chart) {
+  json datasets = json::array();
+  const auto& palette = chartPalette();
+  for (size_t i = 0; i < chart.series.size(); ++i) {
+    const ChartSeries& s = chart.series[i];
+    const std::string& colour = palette[i % palette.size()];
+    json d = {{"label", s.label}, {"data", s.points},   {"borderColor", colour}, {"backgroundColor", colour},
+              {"borderWidth", 2}, {"pointRadius", 2.5}, {"fill", false},         {"spanGaps", true},
+              {"tension", 0}};
+    if (s.dashed) d["borderDash"] = json::array({6, 4});
+    datasets.push_back(std::move(d));
+  }
+  for (const ChartMarkers& m : chart.markers) {
+    datasets.push_back({{"label", m.label},
+                        {"data", m.points},
+                        {"showLine", false},
+                        {"pointStyle", m.shape},
+                        {"pointRadius", 9},
+                        {"pointHoverRadius", 11},
+                        {"borderColor", m.colour},
+                        {"backgroundColor", hexToRgba(m.colour, 0.35)},
+                        {"borderWidth", 2}});
+  }
+  json x = {{"title", {{"display", true}, {"text", chart.x_label}}}};
+  if (!chart.x_labels.empty()) {
+    x["type"] = "category";
+    x["labels"] = chart.x_labels;
+  } else {
+    x["type"] = chart.x_log ? "logarithmic" : "linear";
+  }
+  json y = {{"type", chart.y_log ? "logarithmic" : "linear"}, {"title", {{"display", true}, {"text", chart.y_label}}}};
+  if (!chart.y_log) y["beginAtZero"] = false;
+  json cfg = {{"type", "line"},
+              {"data", {{"datasets", datasets}}},
+              {"options",
+               {{"parsing", true},
+                {"interaction", {{"mode", "nearest"}, {"intersect", false}}},
+                {"scales", {{"x", x}, {"y", y}}},
+                {"plugins",
+                 {{"title", {{"display", !chart.title.empty()}, {"text", chart.title}}},
+                  {"legend", {{"position", "bottom"}}},
+                  {"tooltip", json::object()}}}}}};
+  return cfg;
+}
+
+std::string chartBlock(const LineChart& chart) {
+  std::string cfg = chartConfig(chart).dump();
+  // Keep the JSON from closing its <script> element.
+  for (size_t p = 0; (p = cfg.find("</", p)) != std::string::npos; p += 3)
+    cfg.replace(p, 2, "<\\/");
+  std::string s = "<div class=\"plchart\" data-series=\"" + std::to_string(chart.series.size()) + "\"";
+  if (chart.x_bytes) s += " data-x-bytes=\"1\"";
+  s += " title=\"" + htmlEscape(chart.title) + "\"><canvas role=\"img\" aria-label=\"" + htmlEscape(chart.title) +
+       "\"></canvas><script type=\"application/json\">" + cfg + "</script></div>\n";
+  return s;
+}
+
+std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_group) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (n == 0 || max_per_group == 0) return out;
+  const size_t groups = (n + max_per_group - 1) / max_per_group;
+  size_t begin = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t size = n / groups + (g < n % groups ? 1 : 0);
+    out.emplace_back(begin, begin + size);
+    begin += size;
+  }
+  return out;
+}
+
+std::string fractionColour(double fraction) {
+  if (!std::isfinite(fraction)) return "#eeeeee";
+  // Hue 0 (red) at 0.7 and below, 40 (amber) at 0.85, 120 (green) at 0.95 and above.
+  double hue = 0;
+  if (fraction >= 0.95) {
+    hue = 120;
+  } else if (fraction > 0.85) {
+    hue = 40 + (fraction - 0.85) / 0.10 * 80;
+  } else if (fraction > 0.7) {
+    hue = (fraction - 0.7) / 0.15 * 40;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "hsl(%.0f, 70%%, %s)", hue, fraction >= 0.95 ? "88%" : "75%");
+  return buf;
+}
+
+std::string shortNumber(double v) {
+  if (!std::isfinite(v)) return "-";
+  char buf[48];
+  const double a = std::fabs(v);
+  if (a >= 1000) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+  } else if (a >= 100) {
+    std::snprintf(buf, sizeof(buf), "%.1f", v);
+  } else if (a >= 1) {
+    std::snprintf(buf, sizeof(buf), "%.2f", v);
+  } else if (a >= 0.01) {
+    std::snprintf(buf, sizeof(buf), "%.3f", v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.3g", v);
+  }
+  return buf;
+}
+
+}  // namespace peerlab::report

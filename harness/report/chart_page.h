@@ -1,0 +1,80 @@
+#pragma once
+/// Page and chart helpers shared by the single-run report and the history site: a self-contained HTML page with
+/// Chart.js (Debian's libjs-chart.js, found at configure time) inlined, charts declared as JSON configs that one
+/// boot script draws, and colour scales for pair heatmaps.
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace peerlab::report {
+
+/// A plot holds at most this many measured series; bigger groups are split over several plots.
+inline constexpr size_t kMaxSeriesPerChart = 8;
+
+/// Eight colours that stay distinct from one another (Tableau 10 without its greys).
+const std::vector<std::string>& chartPalette();
+
+/// Path of chart.min.js: $PEERLAB_CHARTJS when set (empty: none), else the file CMake found; "" when none.
+std::string chartJsPath();
+/// The Chart.js source inlined into pages; "" when the file is absent or unreadable.
+std::string chartJsSource();
+
+/// Escapes &, <, >, " and ' for HTML text and attribute values.
+std::string htmlEscape(std::string_view text);
+
+/// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`, the notice shown when
+/// charts cannot be drawn.
+std::string pageBegin(const std::string& title, const std::string& extra_css = "");
+/// The end of a page: Chart.js inlined (unless `with_charts` is false) and the boot script, then </body></html>. The
+/// script draws every chart and sets on <html>: data-peerlab-ready ("ok", "no-chartjs" when charts were declared but
+/// Chart.js is missing, or "error: ..."), data-peerlab-charts (charts drawn), data-peerlab-chart-blocks (charts
+/// declared) and data-peerlab-height (page height in px, for screenshots).
+std::string pageEnd(bool with_charts = true);
+
+/// One series of a line chart: points are {"x": number or label, "y": number, "note": tooltip text (optional)}.
+struct ChartSeries {
+  std::string label;
+  nlohmann::json points = nlohmann::json::array();
+  bool dashed = false;  ///< baselines (NCCL, CUDA) are drawn dashed
+};
+
+/// A marker set drawn over a chart (change points, driver changes): not counted in kMaxSeriesPerChart.
+struct ChartMarkers {
+  std::string label;
+  std::string colour;
+  std::string shape;  ///< Chart.js pointStyle: "triangle", "rectRot", "star"
+  nlohmann::json points = nlohmann::json::array();
+};
+
+struct LineChart {
+  std::string title;
+  std::string x_label;  ///< with its unit: "message size (bytes)", "run (oldest first)"
+  std::string y_label;  ///< with its unit: "algbw (GB/s)", "time (us)"
+  bool x_log = false;
+  bool y_log = false;
+  bool x_bytes = false;               ///< x ticks formatted as sizes (4 KiB, 256 MiB)
+  std::vector<std::string> x_labels;  ///< category axis when not empty (points then use these labels as x)
+  std::vector<ChartSeries> series;    ///< at most kMaxSeriesPerChart; coloured from chartPalette() in order
+  std::vector<ChartMarkers> markers;
+};
+
+/// The Chart.js config of a chart (exposed for tests).
+nlohmann::json chartConfig(const LineChart& chart);
+/// A chart block: a canvas and its config; drawn by pageEnd()'s script.
+std::string chartBlock(const LineChart& chart);
+
+/// Splits `n` items into consecutive groups of at most `max_per_group` (sizes as even as possible).
+std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_group);
+
+/// Background colour for a heatmap cell at `fraction` of its reference (expected figure or the row's best):
+/// red below 0.7, shading through amber to green at 0.95 and above, so a weak link stands out.
+std::string fractionColour(double fraction);
+
+/// Short human number: 3 significant digits, no exponent for the usual ranges.
+std::string shortNumber(double v);
+
+}  // namespace peerlab::report

@@ -1,0 +1,31 @@
+#pragma once
+/// The one rule that decides which figure of a result is its performance metric, shared by `report --compare`, the
+/// history store and the site: time where latency dominates, bandwidth above; verdict-only results have none.
+
+#include <optional>
+#include <string>
+
+#include "harness/report/report.h"
+
+namespace peerlab::report {
+
+/// Below this size a transfer's time is mostly fixed cost (launch, signal, protocol), so it is compared in time.
+inline constexpr double kLatencyMaxBytes = 1024.0 * 1024.0;
+
+struct SeriesMetric {
+  std::string field;              ///< "time_us", "algbw_gbps" or "busbw_gbps": the result key the value comes from
+  std::string unit;               ///< "us" or "GB/s"
+  bool higher_is_better = false;  ///< true for bandwidth
+};
+
+/// The metric of a result, decided by its identity only (suite, impl, name, bytes), never by which numbers it
+/// happens to carry, so every run of one series uses the same metric:
+/// - suites `test` (ctest wall times), `probe` and `health` (verdicts): none;
+/// - no size, or fewer than kLatencyMaxBytes bytes (latency suites carry 0): `time_us`, lower is better;
+/// - otherwise bandwidth, higher is better: `busbw_gbps` for collective suites (alltoallv, moe), `algbw_gbps` else.
+std::optional<SeriesMetric> seriesMetric(const Result& r);
+
+/// The result's value of `metric` (nullopt when absent, not finite, or not positive).
+std::optional<double> metricValue(const Result& r, const SeriesMetric& metric);
+
+}  // namespace peerlab::report

@@ -1,0 +1,503 @@
+#include "harness/report/site.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "harness/report/chart_page.h"
+#include "harness/report/compare.h"
+
+namespace peerlab::report {
+
+using nlohmann::json;
+
+namespace {
+
+std::string str(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return "";
+  const json& v = j[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
+std::optional<double> num(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string fmtNum(const std::optional<double>& v) {
+  return v ? shortNumber(*v) : "-";
+}
+
+std::string fmtPct(const std::optional<double>& v) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.1f%%", *v);
+  return buf;
+}
+
+std::string fmtP(const std::optional<double>& v) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), *v < 0.001 ? "%.1e" : "%.3f", *v);
+  return buf;
+}
+
+std::string metricAxis(const std::string& metric, const std::string& unit) {
+  std::string name = metric;
+  for (const char* suffix : {"_gbps", "_us"}) {
+    const std::string s = suffix;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+      name.resize(name.size() - s.size());
+    }
+  }
+  return name + " (" + (unit.empty() ? "?" : unit) + ")";
+}
+
+/// "peer_copy uni peerlab.ce 0->1 256 MiB x2" from a series or regression object.
+std::string describe(const json& s) {
+  std::string d = str(s, "suite") + " " + str(s, "name") + " " + str(s, "impl");
+  const auto src = num(s, "src");
+  const auto dst = num(s, "dst");
+  if (src || dst) {
+    d += " " + (src ? std::to_string(static_cast<int>(*src)) : std::string("?")) + "->" +
+         (dst ? std::to_string(static_cast<int>(*dst)) : std::string("?"));
+  }
+  if (const auto bytes = num(s, "bytes"); bytes && *bytes > 0) d += " " + formatBytes(*bytes);
+  if (const auto ranks = num(s, "ranks"); ranks && *ranks > 1) d += " x" + std::to_string(static_cast<int>(*ranks));
+  return d;
+}
+
+std::string shortSha(const std::string& sha) {
+  return sha.substr(0, 7);
+}
+
+/// "2026-11-21 12:44" from an ISO timestamp.
+std::string shortTime(const std::string& ts) {
+  std::string t = ts.substr(0, 16);
+  if (t.size() > 10 && t[10] == 'T') t[10] = ' ';
+  return t;
+}
+
+Status checkArray(const json& j, const char* key, const std::string& where) {
+  if (j.contains(key) && !j[key].is_array()) return PEERLAB_INVALID_ARGUMENT(where + "." + key + ": must be an array");
+  return Status();
+}
+
+Status validateModel(const json& model) {
+  if (!model.is_object()) return PEERLAB_INVALID_ARGUMENT("history site model: must be an object");
+  if (!model.contains("kinds") || !model["kinds"].is_array()) {
+    return PEERLAB_INVALID_ARGUMENT("history site model: needs a \"kinds\" array");
+  }
+  for (size_t k = 0; k < model["kinds"].size(); ++k) {
+    const json& kind = model["kinds"][k];
+    const std::string where = "kinds[" + std::to_string(k) + "]";
+    if (!kind.is_object() || !kind.contains("kind") || !kind["kind"].is_string() ||
+        kind["kind"].get<std::string>().empty()) {
+      return PEERLAB_INVALID_ARGUMENT(where + ": needs a non-empty string \"kind\"");
+    }
+    for (const char* key : {"series", "regressions", "fleet", "heatmaps"})
+      PEERLAB_RETURN_IF_ERROR(checkArray(kind, key, where));
+    const json& series = kind.value("series", json::array());
+    for (size_t i = 0; i < series.size(); ++i) {
+      const std::string sw = where + ".series[" + std::to_string(i) + "]";
+      const json& s = series[i];
+      if (!s.is_object() || !s.contains("points") || !s["points"].is_array()) {
+        return PEERLAB_INVALID_ARGUMENT(sw + ": needs a \"points\" array");
+      }
+      PEERLAB_RETURN_IF_ERROR(checkArray(s, "change_points", sw));
+      for (size_t p = 0; p < s["points"].size(); ++p) {
+        const json& pt = s["points"][p];
+        if (!pt.is_object() || (pt.contains("value") && !pt["value"].is_number() && !pt["value"].is_null())) {
+          return PEERLAB_INVALID_ARGUMENT(sw + ".points[" + std::to_string(p) + "]: \"value\" must be a number");
+        }
+      }
+      for (size_t c = 0; c < s.value("change_points", json::array()).size(); ++c) {
+        const json& cp = s["change_points"][c];
+        const auto idx = num(cp, "index");
+        if (!idx || *idx < 0 || *idx >= static_cast<double>(s["points"].size())) {
+          return PEERLAB_INVALID_ARGUMENT(sw + ".change_points[" + std::to_string(c) +
+                                          "]: \"index\" must point into \"points\"");
+        }
+      }
+    }
+    const json& heatmaps = kind.value("heatmaps", json::array());
+    for (size_t h = 0; h < heatmaps.size(); ++h) {
+      const json& hm = heatmaps[h];
+      const std::string hw = where + ".heatmaps[" + std::to_string(h) + "]";
+      const auto gpus = num(hm, "gpus");
+      if (!gpus || *gpus < 1 || *gpus > 1024 || !hm.contains("cells") || !hm["cells"].is_array()) {
+        return PEERLAB_INVALID_ARGUMENT(hw + ": needs \"gpus\" (1..1024) and a \"cells\" array");
+      }
+    }
+  }
+  return Status();
+}
+
+/// The runs of a kind in time order, each with its axis label.
+struct RunAxis {
+  std::vector<std::string> labels;
+  std::map<std::string, std::string> label_of;  ///< run key -> label
+};
+
+std::string runKey(const json& point) {
+  if (point.contains("run_id")) return point["run_id"].dump();
+  return str(point, "timestamp") + "|" + str(point, "git_sha");
+}
+
+RunAxis buildAxis(const json& series) {
+  struct RunInfo {
+    std::string key, timestamp, sha;
+  };
+  std::map<std::string, RunInfo> runs;
+  for (const json& s : series) {
+    for (const json& p : s["points"]) {
+      const std::string key = runKey(p);
+      runs.emplace(key, RunInfo{key, str(p, "timestamp"), str(p, "git_sha")});
+    }
+  }
+  std::vector<RunInfo> ordered;
+  for (auto& [key, info] : runs)
+    ordered.push_back(info);
+  std::sort(ordered.begin(), ordered.end(), [](const RunInfo& a, const RunInfo& b) {
+    return a.timestamp != b.timestamp ? a.timestamp < b.timestamp : a.key < b.key;
+  });
+  RunAxis axis;
+  std::set<std::string> used;
+  for (const RunInfo& r : ordered) {
+    std::string label = shortTime(r.timestamp);
+    if (!r.sha.empty()) label += " " + shortSha(r.sha);
+    if (label.empty()) label = r.key;
+    if (!used.insert(label).second) {
+      label += " #" + r.key;
+      used.insert(label);
+    }
+    axis.labels.push_back(label);
+    axis.label_of[r.key] = label;
+  }
+  return axis;
+}
+
+std::string pointNote(const json& p) {
+  std::string note;
+  if (const std::string sha = str(p, "git_sha"); !sha.empty()) note += "commit " + shortSha(sha);
+  if (const std::string drv = str(p, "driver"); !drv.empty()) note += (note.empty() ? "" : ", ") + ("driver " + drv);
+  const auto p10 = num(p, "p10");
+  const auto p90 = num(p, "p90");
+  if (p10 && p90) note += (note.empty() ? "" : ", ") + ("p10-p90 " + shortNumber(*p10) + "-" + shortNumber(*p90));
+  return note;
+}
+
+std::string seriesLabel(const json& s, bool with_host) {
+  std::string label = describe(s);
+  if (with_host && !str(s, "host").empty()) label += " @" + str(s, "host");
+  return label;
+}
+
+/// Trend plots: series grouped by "group" (and unit), at most kMaxSeriesPerChart per plot.
+std::string renderTrends(const json& series, int* charts) {
+  const RunAxis axis = buildAxis(series);
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<size_t>> members;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const json& s = series[i];
+    std::string group = str(s, "group");
+    if (group.empty()) group = str(s, "suite") + " " + str(s, "metric");
+    const std::string key = group + "\x1f" + str(s, "unit");
+    if (!members.count(key)) order.push_back(key);
+    members[key].push_back(i);
+  }
+  std::ostringstream out;
+  out << "<h2>Trends</h2>\n";
+  if (series.empty()) out << "<p class=\"muted\">No performance series.</p>\n";
+  out << "<p class=\"muted\">One point per run (oldest left). Triangles mark change points, diamonds a driver change; "
+         "hover a point for its commit, driver and p10-p90 spread.</p>\n<div class=\"charts\">\n";
+  for (const std::string& key : order) {
+    const std::vector<size_t>& idx = members[key];
+    const std::string group = key.substr(0, key.find('\x1f'));
+    std::set<std::string> hosts;
+    for (size_t i : idx)
+      hosts.insert(str(series[i], "host"));
+    const auto parts = splitEvenly(idx.size(), kMaxSeriesPerChart);
+    for (size_t part = 0; part < parts.size(); ++part) {
+      LineChart chart;
+      chart.title =
+          group + (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
+      chart.x_label = "run (date, commit)";
+      const json& first = series[idx[parts[part].first]];
+      chart.y_label = metricAxis(str(first, "metric"), str(first, "unit"));
+      chart.x_labels = axis.labels;
+      ChartMarkers changes{"change point", "#d62728", "triangle", json::array()};
+      ChartMarkers drivers{"driver change", "#444444", "rectRot", json::array()};
+      for (size_t m = parts[part].first; m < parts[part].second; ++m) {
+        const json& s = series[idx[m]];
+        ChartSeries cs;
+        cs.label = seriesLabel(s, hosts.size() > 1);
+        const std::string impl = str(s, "impl");
+        cs.dashed = impl.rfind("nccl.", 0) == 0 || impl.rfind("cuda.", 0) == 0;
+        const json& pts = s["points"];
+        std::string prevDriver;
+        for (size_t p = 0; p < pts.size(); ++p) {
+          const json& pt = pts[p];
+          const auto v = num(pt, "value");
+          const std::string x = axis.label_of.at(runKey(pt));
+          if (!v) continue;
+          cs.points.push_back({{"x", x}, {"y", *v}, {"note", pointNote(pt)}});
+          const std::string drv = str(pt, "driver");
+          if (p > 0 && !drv.empty() && !prevDriver.empty() && drv != prevDriver) {
+            drivers.points.push_back({{"x", x}, {"y", *v}, {"note", "driver " + prevDriver + " -> " + drv}});
+          }
+          if (!drv.empty()) prevDriver = drv;
+        }
+        for (const json& cp : s.value("change_points", json::array())) {
+          const size_t at = static_cast<size_t>(*num(cp, "index"));
+          const json& pt = pts[at];
+          const auto v = num(pt, "value");
+          if (!v) continue;
+          changes.points.push_back(
+              {{"x", axis.label_of.at(runKey(pt))},
+               {"y", *v},
+               {"note", cs.label + ": " + fmtNum(num(cp, "before")) + " -> " + fmtNum(num(cp, "after")) + " (" +
+                            fmtPct(num(cp, "change_pct")) + ", p=" + fmtP(num(cp, "p_value")) + "), commit " +
+                            shortSha(str(pt, "git_sha"))}});
+        }
+        chart.series.push_back(std::move(cs));
+      }
+      if (!changes.points.empty()) chart.markers.push_back(std::move(changes));
+      if (!drivers.points.empty()) chart.markers.push_back(std::move(drivers));
+      out << chartBlock(chart);
+      ++*charts;
+    }
+  }
+  out << "</div>\n";
+  return out.str();
+}
+
+std::string renderRegressions(const json& regressions) {
+  std::ostringstream out;
+  out << "<h2>Regressions</h2>\n";
+  if (regressions.empty()) {
+    out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold.</p>\n";
+    return out.str();
+  }
+  out << "<table class=\"regressions\"><tr><th class=\"l\">series</th><th class=\"l\">host</th><th "
+         "class=\"l\">metric</th><th>before</th><th>after</th><th>change</th><th>p</th><th class=\"l\">first run "
+         "after</th><th class=\"l\">fingerprint changes</th></tr>\n";
+  for (const json& r : regressions) {
+    std::string changes;
+    for (const json& c : r.value("fingerprint_changes", json::array()))
+      changes += (changes.empty() ? "" : "; ") + (c.is_string() ? c.get<std::string>() : c.dump());
+    out << "<tr><td class=\"l\">" << htmlEscape(describe(r)) << "</td><td class=\"l\">" << htmlEscape(str(r, "host"))
+        << "</td><td class=\"l\">" << htmlEscape(str(r, "metric")) << "</td><td>" << fmtNum(num(r, "before"))
+        << "</td><td>" << fmtNum(num(r, "after")) << "</td><td class=\"cell-fail\">" << fmtPct(num(r, "change_pct"))
+        << "</td><td>" << fmtP(num(r, "p_value")) << "</td><td class=\"l\">" << htmlEscape(shortSha(str(r, "git_sha")))
+        << " " << htmlEscape(shortTime(str(r, "timestamp"))) << "</td><td class=\"l\">"
+        << htmlEscape(changes.empty() ? "none" : changes) << "</td></tr>\n";
+  }
+  out << "</table>\n";
+  return out.str();
+}
+
+std::string renderFleet(const json& fleet, const json& series) {
+  std::map<std::string, std::string> described;
+  for (const json& s : series)
+    described[str(s, "id")] = describe(s);
+  std::ostringstream out;
+  out << "<h2>Fleet outliers</h2>\n";
+  if (fleet.empty()) {
+    out << "<p class=\"ok\">No host's latest figure sits outside the fleet.</p>\n";
+    return out.str();
+  }
+  out << "<table class=\"fleet\"><tr><th class=\"l\">host</th><th class=\"l\">series</th><th>value</th><th>fleet "
+         "median</th><th>MAD</th><th>robust z</th></tr>\n";
+  for (const json& f : fleet) {
+    const std::string id = str(f, "series_id");
+    const std::string what = described.count(id) ? described[id] : id;
+    out << "<tr><td class=\"l\">" << htmlEscape(str(f, "host")) << "</td><td class=\"l\">" << htmlEscape(what)
+        << "</td><td>" << fmtNum(num(f, "value")) << "</td><td>" << fmtNum(num(f, "median")) << "</td><td>"
+        << fmtNum(num(f, "mad")) << "</td><td class=\"cell-warn\">" << fmtNum(num(f, "z")) << "</td></tr>\n";
+  }
+  out << "</table>\n";
+  return out.str();
+}
+
+std::string renderHeatmap(const json& hm) {
+  const int gpus = static_cast<int>(*num(hm, "gpus"));
+  const std::string unit = str(hm, "unit");
+  const bool time = unit == "us";
+  std::vector<std::optional<double>> value(static_cast<size_t>(gpus) * gpus), expected(value.size());
+  bool anyExpected = false;
+  for (const json& c : hm["cells"]) {
+    const auto src = num(c, "src");
+    const auto dst = num(c, "dst");
+    if (!src || !dst || *src < 0 || *dst < 0 || *src >= gpus || *dst >= gpus) continue;
+    const size_t at = static_cast<size_t>(*src) * gpus + static_cast<size_t>(*dst);
+    value[at] = num(c, "value");
+    expected[at] = num(c, "expected");
+    if (expected[at] && *expected[at] > 0) anyExpected = true;
+  }
+  const bool pctOfExpected = !time && anyExpected;
+  std::ostringstream out;
+  out << "<h3>" << htmlEscape(str(hm, "title")) << "</h3>\n<p class=\"muted\">";
+  if (time) {
+    out << "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
+  } else if (pctOfExpected) {
+    out << "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " << unit
+        << ". Red below 70%, amber below 95%.";
+  } else {
+    out << htmlEscape(unit) << " per pair (row = source, column = destination); colour against the row's best pair.";
+  }
+  out << "</p>\n<table class=\"heatmap\" data-unit=\"" << htmlEscape(unit) << "\"><tr><th>src \\ dst</th>";
+  for (int d = 0; d < gpus; ++d)
+    out << "<th>" << d << "</th>";
+  out << "</tr>\n";
+  for (int s = 0; s < gpus; ++s) {
+    std::optional<double> best;
+    for (int d = 0; d < gpus; ++d) {
+      const auto& v = value[static_cast<size_t>(s) * gpus + d];
+      if (!v || *v <= 0) continue;
+      if (!best || (time ? *v < *best : *v > *best)) best = v;
+    }
+    out << "<tr><th>" << s << "</th>";
+    for (int d = 0; d < gpus; ++d) {
+      const size_t at = static_cast<size_t>(s) * gpus + d;
+      const auto& v = value[at];
+      if (!v) {
+        out << "<td class=\"muted\">-</td>";
+        continue;
+      }
+      double fraction = NAN;
+      std::string text;
+      std::string tip = shortNumber(*v) + " " + unit;
+      if (pctOfExpected && expected[at] && *expected[at] > 0) {
+        fraction = *v / *expected[at];
+        char pct[32];
+        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
+        text = pct;
+        tip += " of " + shortNumber(*expected[at]) + " " + unit + " expected";
+      } else {
+        text = shortNumber(*v);
+        if (best && *v > 0) fraction = time ? *best / *v : *v / *best;
+      }
+      out << "<td style=\"background:" << fractionColour(fraction) << "\" title=\"" << htmlEscape(tip)
+          << "\" data-fraction=\"" << (std::isfinite(fraction) ? shortNumber(fraction) : "") << "\">"
+          << htmlEscape(text) << "</td>";
+    }
+    out << "</tr>\n";
+  }
+  out << "</table>\n";
+  return out.str();
+}
+
+std::string renderKindPage(const json& kind, const std::string& generated) {
+  const std::string name = kind["kind"].get<std::string>();
+  const json series = kind.value("series", json::array());
+  const json regressions = kind.value("regressions", json::array());
+  const json fleet = kind.value("fleet", json::array());
+  const json heatmaps = kind.value("heatmaps", json::array());
+  std::ostringstream out;
+  out << pageBegin("peerlab history: " + name);
+  out << "<h1>peerlab history: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all "
+      << "machine kinds</a> &middot; generated " << htmlEscape(generated) << " &middot; " << series.size()
+      << " series</p>\n";
+  out << "<p class=\"" << (regressions.empty() ? "verdict-pass\">no regressions" : "verdict-fail\">")
+      << (regressions.empty()
+              ? ""
+              : std::to_string(regressions.size()) + " regression" + (regressions.size() == 1 ? "" : "s"))
+      << "</p>\n";
+  out << renderRegressions(regressions);
+  out << renderFleet(fleet, series);
+  out << "<h2>Pair heatmaps (latest run)</h2>\n";
+  if (heatmaps.empty()) out << "<p class=\"muted\">No pair results in the latest run.</p>\n";
+  for (const json& hm : heatmaps)
+    out << renderHeatmap(hm);
+  int charts = 0;
+  out << renderTrends(series, &charts);
+  out << pageEnd(charts > 0);
+  return out.str();
+}
+
+std::string renderIndex(const json& model) {
+  const std::string generated = str(model, "generated");
+  std::ostringstream out;
+  out << pageBegin("peerlab history");
+  out << "<h1>peerlab history</h1>\n<p class=\"muted\">generated " << htmlEscape(generated) << "</p>\n";
+  out << "<table class=\"kinds\"><tr><th class=\"l\">machine kind</th><th>series</th><th>runs</th><th>latest "
+         "run</th><th>regressions</th><th>fleet outliers</th></tr>\n";
+  for (const json& kind : model["kinds"]) {
+    const std::string name = kind["kind"].get<std::string>();
+    const json series = kind.value("series", json::array());
+    std::set<std::string> runs;
+    std::string latest;
+    for (const json& s : series) {
+      for (const json& p : s["points"]) {
+        runs.insert(runKey(p));
+        latest = std::max(latest, str(p, "timestamp"));
+      }
+    }
+    const size_t regressions = kind.value("regressions", json::array()).size();
+    const size_t fleet = kind.value("fleet", json::array()).size();
+    out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(kindPageName(name)) << "\">" << htmlEscape(name)
+        << "</a></td><td>" << series.size() << "</td><td>" << runs.size() << "</td><td>"
+        << htmlEscape(shortTime(latest)) << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">"
+        << regressions << "</td><td class=\"" << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
+  }
+  out << "</table>\n";
+  if (model["kinds"].empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
+  out << pageEnd(false);
+  return out.str();
+}
+
+Status writeFile(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return PEERLAB_INTERNAL("cannot write " + tmp.string());
+    f << text;
+    if (!f.flush()) return PEERLAB_INTERNAL("write failed: " + tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return PEERLAB_INTERNAL("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  return Status();
+}
+
+}  // namespace
+
+std::string kindPageName(const std::string& kind) {
+  std::string name = kind;
+  for (char& c : name) {
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!keep) c = '_';
+  }
+  return "kind-" + name + ".html";
+}
+
+Status renderHistorySite(const json& model, const std::string& out_dir) {
+  PEERLAB_RETURN_IF_ERROR(validateModel(model));
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return PEERLAB_INTERNAL("cannot create " + out_dir + ": " + ec.message());
+  const std::filesystem::path dir(out_dir);
+  const std::string generated = str(model, "generated");
+  std::set<std::string> pages;
+  for (const json& kind : model["kinds"]) {
+    const std::string page = kindPageName(kind["kind"].get<std::string>());
+    if (!pages.insert(page).second) {
+      return PEERLAB_INVALID_ARGUMENT("history site model: two kinds map to the page " + page);
+    }
+    PEERLAB_RETURN_IF_ERROR(writeFile(dir / page, renderKindPage(kind, generated)));
+  }
+  return writeFile(dir / "index.html", renderIndex(model));
+}
+
+}  // namespace peerlab::report

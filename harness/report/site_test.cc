@@ -1,0 +1,153 @@
+#include "harness/report/site.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "harness/report/chart_page.h"
+#include "harness/report/site_testing.h"
+#include "reference/core/testing.h"
+
+namespace peerlab::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t countOf(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size()))
+    ++n;
+  return n;
+}
+
+class SiteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("peerlab_site_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    if (!std::getenv("PEERLAB_KEEP_SITE")) fs::remove_all(dir_);
+  }
+  fs::path dir_;
+};
+
+TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string index = readFile(dir_ / "index.html");
+  ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x4.html"));
+  ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x2.html"));
+  EXPECT_NE(index.find("href=\"kind-nvidia-h200-x4.html\""), std::string::npos);
+  EXPECT_NE(index.find("href=\"kind-nvidia-h200-x2.html\""), std::string::npos);
+  // The x4 kind has one regression and one fleet outlier, shown in the index.
+  EXPECT_NE(index.find("<td class=\"cell-fail\">1</td>"), std::string::npos) << index;
+  EXPECT_NE(index.find("<td class=\"cell-warn\">1</td>"), std::string::npos);
+}
+
+TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(12, 2, 10), dir_.string()));
+  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  // 2 groups of 10 series -> 2 plots each, plus the latency group: 5 plots.
+  EXPECT_EQ(countOf(page, "class=\"plchart\""), 5u);
+  std::regex series("data-series=\"([0-9]+)\"");
+  int plots = 0;
+  int total = 0;
+  for (auto it = std::sregex_iterator(page.begin(), page.end(), series); it != std::sregex_iterator(); ++it) {
+    const int n = std::stoi((*it)[1]);
+    EXPECT_LE(n, static_cast<int>(kMaxSeriesPerChart));
+    EXPECT_GE(n, 1);
+    total += n;
+    ++plots;
+  }
+  EXPECT_EQ(plots, 5);
+  EXPECT_EQ(total, 21);
+  EXPECT_NE(page.find("peer_copy uni peerlab.ce (GB/s) (1/2)"), std::string::npos);
+  // Axes carry units.
+  EXPECT_NE(page.find("\"text\":\"algbw (GB/s)\""), std::string::npos);
+  EXPECT_NE(page.find("\"text\":\"time (us)\""), std::string::npos);
+}
+
+TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  EXPECT_NE(page.find("\"label\":\"change point\""), std::string::npos);
+  EXPECT_NE(page.find("-5.0%, p=0.001"), std::string::npos);
+  EXPECT_NE(page.find("driver 580.159.04 -> 590.10.01"), std::string::npos);
+  // Every point's tooltip names its commit.
+  EXPECT_NE(page.find("commit 1000006"), std::string::npos);
+}
+
+TEST_F(SiteTest, RegressionsAndFleetListed) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  EXPECT_NE(page.find("peer_copy uni peerlab.ce 0-&gt;1 256 MiB"), std::string::npos);
+  EXPECT_NE(page.find("<td class=\"cell-fail\">-5.0%</td>"), std::string::npos);
+  EXPECT_NE(page.find("driver 580.159.04 -&gt; 590.10.01"), std::string::npos);
+  EXPECT_NE(page.find("node-q"), std::string::npos);
+  EXPECT_NE(page.find("-44.9"), std::string::npos);
+  const std::string small = readFile(dir_ / "kind-nvidia-h200-x2.html");
+  EXPECT_NE(small.find("No series' latest change point is a worsening"), std::string::npos);
+}
+
+TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  // Bandwidth as % of expected: the 1->2 link at 50% is red, the others (99.3%) green.
+  EXPECT_NE(
+      page.find(
+          "background:hsl(0, 70%, 75%)\" title=\"191.2 GB/s of 382.5 GB/s expected\" data-fraction=\"0.500\">50.0%"),
+      std::string::npos);
+  EXPECT_EQ(countOf(page, "data-fraction=\"0.993\">99.3%</td>"), 11u);
+  // Latency in microseconds, against the row's fastest: 2.1 us is a third of 0.7 us: red.
+  EXPECT_NE(page.find("data-fraction=\"0.333\">2.10</td>"), std::string::npos);
+  EXPECT_NE(page.find("Microseconds per pair"), std::string::npos);
+}
+
+TEST_F(SiteTest, MalformedModelNamesThePart) {
+  nlohmann::json model = testing::historyModel();
+  model["kinds"][0]["series"][0]["change_points"][0]["index"] = 999;
+  Status st = renderHistorySite(model, dir_.string());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("kinds[0].series[0].change_points[0]"), std::string::npos) << st.message();
+  EXPECT_EQ(renderHistorySite(nlohmann::json::array(), dir_.string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(dir_ / "index.html"));
+}
+
+TEST_F(SiteTest, ChartJsInlinedOrPageSaysUnavailable) {
+  if (chartJsSource().empty()) GTEST_SKIP() << "Chart.js (libjs-chart.js) not installed: nothing to inline";
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  EXPECT_NE(page.find("Chart.js v3"), std::string::npos);
+  EXPECT_EQ(page.find("<script src"), std::string::npos) << "the page must not load anything";
+  ::setenv("PEERLAB_CHARTJS", "", 1);
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  ::unsetenv("PEERLAB_CHARTJS");
+  const std::string bare = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  EXPECT_EQ(bare.find("Chart.js v3"), std::string::npos);
+  EXPECT_NE(bare.find("Charts are unavailable"), std::string::npos);
+}
+
+TEST(ChartPage, SplitEvenly) {
+  auto parts = splitEvenly(20, 8);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0], std::make_pair(size_t{0}, size_t{7}));
+  EXPECT_EQ(parts[2].second, 20u);
+  EXPECT_EQ(splitEvenly(8, 8).size(), 1u);
+  EXPECT_TRUE(splitEvenly(0, 8).empty());
+}
+
+}  // namespace
+}  // namespace peerlab::report
