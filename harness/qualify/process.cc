@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "reference/core/fd.h"
+
 extern char** environ;
 
 namespace peerlab::qualify {
@@ -47,23 +49,6 @@ class InterruptGuard {
  private:
   struct sigaction oldInt_ {};
   struct sigaction oldTerm_ {};
-};
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
 };
 
 bool isExecutable(const std::string& path) {

@@ -45,7 +45,7 @@ struct Worker {
 
 struct Incoming {
   Decoded msg;
-  std::vector<watchdog::Fd> fds;
+  std::vector<Fd> fds;
 };
 
 // What came back from one batch: the answers, and why the rest did not come.
@@ -75,7 +75,7 @@ struct ProbeSession::Impl {
   bool importer_pending = false;  // setup and import sent, answers not read yet
   Inventory inventory;
   Exports exports;
-  std::vector<watchdog::Fd> export_fds;
+  std::vector<Fd> export_fds;
   int owner_generation = 0;
   int starts = 0;
   int owner_starts = 0;

@@ -99,10 +99,6 @@ std::string signalText(int sig) {
 
 }  // namespace
 
-void FdTraits::destroy(int fd) noexcept {
-  (void)::close(fd);
-}
-
 void ProcessTraits::destroy(pid_t pid) noexcept {
   if (!tryReap(pid)) {
     signalChild(pid, SIGKILL);

@@ -19,19 +19,11 @@
 #include <vector>
 
 #include "reference/core/deadline.h"
+#include "reference/core/fd.h"
 #include "reference/core/owned.h"
 #include "reference/core/status.h"
 
 namespace peerlab::watchdog {
-
-/// Owner of a POSIX file descriptor.
-struct FdTraits {
-  using Handle = int;
-  static Handle null() noexcept { return -1; }
-  static bool isNull(Handle h) noexcept { return h < 0; }
-  static void destroy(Handle h) noexcept;
-};
-using Fd = Owned<FdTraits>;
 
 inline constexpr size_t kMaxMessageBytes = 128 * 1024;
 inline constexpr size_t kMaxMessageFds = 64;
