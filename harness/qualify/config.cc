@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "harness/qualify/process.h"
+#include "harness/process/files.h"
 
 namespace peerlab::qualify {
 

@@ -15,9 +15,9 @@
 #include <span>
 #include <tuple>
 
+#include "harness/watchdog/probe_protocol.h"
 #include "reference/core/devices.h"
 #include "reference/nccl/comm.h"
-#include "harness/watchdog/probe_protocol.h"
 
 namespace peerlab::probe {
 
@@ -689,13 +689,6 @@ bool cudaDriverLoadedHere() {
     if (line.find("libcuda.so") != std::string::npos) return true;
   }
   return false;
-}
-
-StatusOr<std::string> selfExecutable() {
-  char buf[PATH_MAX + 1] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", buf, PATH_MAX);
-  if (n <= 0) return PEERLAB_UNAVAILABLE("cannot read /proc/self/exe");
-  return std::string(buf, static_cast<size_t>(n));
 }
 
 std::vector<std::string> workerCommand(const std::string& peerlab_binary) {

@@ -1,4 +1,4 @@
-#include "harness/qualify/process.h"
+#include "harness/process/process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,9 +7,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "harness/process/files.h"
 #include "reference/core/testing.h"
 
-namespace peerlab::qualify {
+namespace peerlab::process {
 namespace {
 
 std::string tempDir() {
@@ -96,4 +97,4 @@ TEST(Process, SelfAndPath) {
 }
 
 }  // namespace
-}  // namespace peerlab::qualify
+}  // namespace peerlab::process
