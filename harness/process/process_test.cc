@@ -1,13 +1,18 @@
 #include "harness/process/process.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <thread>
 
 #include "harness/process/files.h"
+#include "reference/core/fd.h"
 #include "reference/core/testing.h"
 
 namespace peerlab::process {
@@ -94,6 +99,93 @@ TEST(Process, SelfAndPath) {
   EXPECT_NE(selfExecutable().find("process_test"), std::string::npos);
   EXPECT_FALSE(findInPath("sh").empty());
   EXPECT_TRUE(findInPath("peerlab-no-such-program-anywhere").empty());
+}
+
+TEST(Process, EnvironmentChangesAndWorkingDirectory) {
+  const std::string dir = tempDir();
+  const std::string out = dir + "/env.txt";
+  ::setenv("PEERLAB_PROCESS_TEST_GONE", "still here", 1);
+  ProcessOptions o;
+  o.argv = {"sh", "-c", "echo \"${PEERLAB_PROCESS_TEST_GONE-unset} $PEERLAB_PROCESS_TEST_SET $(pwd)\""};
+  o.env = {"PEERLAB_PROCESS_TEST_GONE", "PEERLAB_PROCESS_TEST_SET=x=1"};
+  o.cwd = "/";
+  o.stdout_path = out;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProcessResult r, runProcess(o));
+  ::unsetenv("PEERLAB_PROCESS_TEST_GONE");
+  EXPECT_TRUE(r.ok()) << describeExit(r, o.timeout);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string text, readTextFile(out));
+  EXPECT_EQ(text, "unset x=1 /\n");
+}
+
+TEST(Process, MissingWorkingDirectoryIsUnavailable) {
+  ProcessOptions o;
+  o.argv = {"sh", "-c", "exit 0"};
+  o.cwd = "/nonexistent/peerlab-no-such-dir";
+  auto r = runProcess(o);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().toString();
+}
+
+TEST(Process, UnwritableOutputIsInvalidArgument) {
+  ProcessOptions o;
+  o.argv = {"sh", "-c", "exit 0"};
+  o.stdout_path = "/nonexistent/peerlab-no-such-dir/out.txt";
+  auto r = runProcess(o);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("/nonexistent/peerlab-no-such-dir/out.txt"), std::string::npos);
+}
+
+TEST(Child, InheritedDescriptorAndKillAfterGrace) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  Fd read_end(p[0]), write_end(p[1]);
+  {
+    SpawnOptions so;
+    // Writes to descriptor 5, then ignores SIGTERM: only the SIGKILL after the grace period ends it.
+    so.argv = {"sh", "-c", "echo ready >&5; trap '' TERM; while :; do sleep 0.05; done"};
+    so.inherit_fds = {{write_end.get(), 5}};
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Child child, Child::spawn(so));
+    write_end.reset();
+    char buf[6] = {};
+    ASSERT_EQ(::read(read_end.get(), buf, 5), 5);
+    EXPECT_EQ(std::string(buf), "ready");
+    EXPECT_EQ(liveChildren(), 1);
+    const auto start = std::chrono::steady_clock::now();
+    const ExitStatus e = child.kill(std::chrono::milliseconds(300));
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+    EXPECT_EQ(e.signal, SIGKILL) << e.describe();
+    EXPECT_EQ(e.describe(), "killed by SIGKILL (Killed)");
+    EXPECT_FALSE(child.isAlive());
+  }
+  EXPECT_EQ(liveChildren(), 0);
+  errno = 0;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(Child, WaitTimesOutThenOwnerReaps) {
+  pid_t pid = -1;
+  {
+    SpawnOptions so;
+    so.argv = {"sleep", "30"};
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Child child, Child::spawn(so));
+    pid = child.pid();
+    auto w = child.wait(Deadline::afterMs(50));
+    EXPECT_EQ(w.status().code(), StatusCode::kTimeout);
+  }
+  // Destroying the owner killed and reaped it.
+  EXPECT_EQ(::kill(pid, 0), -1);
+  EXPECT_EQ(liveChildren(), 0);
+}
+
+TEST(Signals, NamesAndDecoding) {
+  EXPECT_EQ(signalName(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signalText(SIGSEGV), "SIGSEGV (Segmentation fault)");
+  EXPECT_EQ(signalName(70), "signal 70");
+  EXPECT_EQ(decodeWaitStatus(7 << 8).describe(), "exited with code 7");
+  EXPECT_TRUE(decodeWaitStatus(0).success());
+  EXPECT_EQ(decodeWaitStatus(SIGABRT).signal, SIGABRT);
 }
 
 }  // namespace
