@@ -140,14 +140,12 @@ StatusOr<Channel> attachToParent() {
   if (fd < 0 || ::fcntl(fd, F_GETFD) < 0) {
     return PEERLAB_INVALID_ARGUMENT(std::string(kEnvChannelFd) + "=" + fd_text + " is not an open descriptor");
   }
+  Fd owned(fd);
   (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
   (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before the line above: then nobody would ever send the signal.
-  if (parent > 0 && ::getppid() != parent) {
-    (void)::close(fd);
-    return PEERLAB_UNAVAILABLE("the parent process is gone");
-  }
-  return Channel(Fd(fd));
+  if (parent > 0 && ::getppid() != parent) return PEERLAB_UNAVAILABLE("the parent process is gone");
+  return Channel(std::move(owned));
 }
 
 }  // namespace peerlab::watchdog

@@ -17,7 +17,6 @@
 #include "harness/process/process.h"
 #include "reference/core/deadline.h"
 #include "reference/core/fd.h"
-#include "reference/core/owned.h"
 #include "reference/core/status.h"
 
 namespace peerlab::watchdog {
