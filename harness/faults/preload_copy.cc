@@ -99,18 +99,22 @@ void releaseAtExit() {
   releaseAll("exit");
 }
 
+// Allocates the hang pool once (zeroed, mapped for the device); g_hang_mu held. False when it cannot be had.
+bool haveHangPool(const Driver* d) {
+  if (g_hang_pool != nullptr) return true;
+  void* p = nullptr;
+  if (d->memHostAlloc(&p, kHangWords * sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
+      CUDA_SUCCESS) {
+    return false;
+  }
+  std::memset(p, 0, kHangWords * sizeof(uint32_t));
+  g_hang_pool = static_cast<uint32_t*>(p);
+  return true;
+}
+
 uint32_t* newHangWord(const Driver* d) {
   std::lock_guard<std::mutex> lock(g_hang_mu);
-  if (g_hang_pool == nullptr) {
-    void* p = nullptr;
-    if (d->memHostAlloc(&p, kHangWords * sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
-        CUDA_SUCCESS) {
-      return nullptr;
-    }
-    std::memset(p, 0, kHangWords * sizeof(uint32_t));
-    g_hang_pool = static_cast<uint32_t*>(p);
-  }
-  if (g_hang_next >= kHangWords) return nullptr;
+  if (!haveHangPool(d) || g_hang_next >= kHangWords) return nullptr;
   return &g_hang_pool[g_hang_next++];
 }
 
@@ -130,16 +134,7 @@ bool ensurePools(const Driver* d, CUstream stream) {
   CtxGuard guard(d, streamContext(d, stream));
   if (flipSlot(d) == nullptr) return false;
   std::lock_guard<std::mutex> lock(g_hang_mu);
-  if (g_hang_pool == nullptr) {
-    void* p = nullptr;
-    if (d->memHostAlloc(&p, kHangWords * sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
-        CUDA_SUCCESS) {
-      return false;
-    }
-    std::memset(p, 0, kHangWords * sizeof(uint32_t));
-    g_hang_pool = static_cast<uint32_t*>(p);
-  }
-  return true;
+  return haveHangPool(d);
 }
 
 // Stalls `stream` until the word is let go. Returns false when the stall could not be enqueued.
