@@ -117,6 +117,33 @@ TEST(Process, EnvironmentChangesAndWorkingDirectory) {
   EXPECT_EQ(text, "unset x=1 /\n");
 }
 
+TEST(Process, InterruptStopsTheChildAndIsReported) {
+  // Each ctest entry is its own process: the interrupt recorded here reaches no other case.
+  ProcessOptions o;
+  o.argv = {"sleep", "30"};
+  o.kill_grace = std::chrono::milliseconds(200);
+  // The signal goes once the child runs, so that runProcess's interrupt scope is open.
+  std::thread interrupter([] {
+    const Deadline give_up = Deadline::afterMs(10000);
+    while (liveChildren() == 0 && !give_up.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(::getpid(), SIGINT);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = runProcess(o);
+  interrupter.join();
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->interrupted);
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_EQ(r->signal, SIGTERM);
+  EXPECT_EQ(describeExit(*r, o.timeout), "interrupted");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(interruptRequested());
+  EXPECT_EQ(InterruptScope::pendingSignal(), SIGINT);
+  EXPECT_EQ(liveChildren(), 0);
+}
+
 TEST(Process, MissingWorkingDirectoryIsUnavailable) {
   ProcessOptions o;
   o.argv = {"sh", "-c", "exit 0"};
