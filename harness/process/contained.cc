@@ -83,6 +83,8 @@ StatusOr<ContainedEnd> runContained(const std::function<int()>& body, Deadline d
     return end;
   }
   end.elapsed_ms = elapsedMs(start);
+  // Something else in this process reaped the child (SIGCHLD ignored, a handler): its verdict is unknown.
+  if (ended->lost) return PEERLAB_INTERNAL("lost the contained process: it " + ended->describe());
   if (ended->signal != 0) {
     end.kind = ContainedEnd::Kind::kSignaled;
     end.signal = ended->signal;

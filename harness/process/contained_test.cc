@@ -60,5 +60,21 @@ TEST(Contained, ReportsHowTheChildEndedAndReapsIt) {
   expectNoChildLeft();
 }
 
+TEST(Contained, ChildReapedElsewhereIsAnErrorNotASuccess) {
+  // With SIGCHLD ignored the kernel reaps the child itself: the body's answer never arrives, so it must not read as
+  // "exited with status 0".
+  struct sigaction ignore {};
+  struct sigaction old {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ASSERT_EQ(::sigaction(SIGCHLD, &ignore, &old), 0);
+  auto end = runContained([] { return 0; }, Deadline::afterMs(10000));
+  ::sigaction(SIGCHLD, &old, nullptr);
+  ASSERT_FALSE(end.isOk()) << end->describe();
+  EXPECT_EQ(end.status().code(), StatusCode::kInternal);
+  EXPECT_NE(end.status().message().find("lost the contained process"), std::string::npos) << end.status().toString();
+  expectNoChildLeft();
+}
+
 }  // namespace
 }  // namespace peerlab::process

@@ -47,8 +47,11 @@ void signalChild(pid_t pid, int sig) {
   (void)::kill(pid, sig);
 }
 
-// Reaps `pid` if it has exited: the raw wait status, or nullopt while it runs. A child that is not ours any more
-// (ECHILD: already reaped elsewhere) counts as gone, with status 0.
+// What tryReap returns for a child that is not ours any more (ECHILD: already reaped elsewhere).
+constexpr int kLostStatus = -1;
+
+// Reaps `pid` if it has exited: the raw wait status (kLostStatus when it is gone without one), or nullopt while it
+// runs.
 std::optional<int> tryReap(pid_t pid) {
   for (;;) {
     int status = 0;
@@ -56,7 +59,7 @@ std::optional<int> tryReap(pid_t pid) {
     if (r == pid) return status;
     if (r == 0) return std::nullopt;
     if (errno == EINTR) continue;
-    return 0;
+    return kLostStatus;
   }
 }
 
@@ -151,6 +154,7 @@ std::string signalText(int sig) {
 std::string ExitStatus::describe() const {
   if (exited) return "exited with code " + std::to_string(code);
   if (signal != 0) return "killed by " + signalText(signal) + (core ? ", core dumped" : "");
+  if (lost) return "was reaped elsewhere (how it ended is unknown)";
   return "ended";
 }
 
@@ -255,7 +259,12 @@ void Child::killGroupRemnants() {
 }
 
 void Child::reaped(int status) {
-  exit_ = decodeWaitStatus(status);
+  if (status == kLostStatus) {
+    exit_ = ExitStatus{};
+    exit_->lost = true;
+  } else {
+    exit_ = decodeWaitStatus(status);
+  }
   exited_pid_ = pid_.get();
   unregisterChild(pid_.get());
   (void)pid_.release();

@@ -30,9 +30,11 @@ struct ExitStatus {
   int code = 0;
   int signal = 0;  ///< killed by this signal
   bool core = false;
+  bool lost = false;  ///< reaped elsewhere (SIGCHLD ignored or another waitpid): how it ended is unknown
 
   bool success() const { return exited && code == 0; }
-  /// "exited with code 7", "killed by SIGSEGV (Segmentation fault)", "killed by SIGKILL (Killed)".
+  /// "exited with code 7", "killed by SIGSEGV (Segmentation fault)", "killed by SIGKILL (Killed)", "was reaped
+  /// elsewhere (how it ended is unknown)".
   std::string describe() const;
 };
 /// Decodes a waitpid(2) status.
