@@ -1,5 +1,5 @@
 #pragma once
-/// Small file helpers: whole text files, the tail of a log, the running executable, a program in PATH.
+/// Small file utilities: whole text files, the tail of a log, the running executable, a program in PATH.
 
 #include <string>
 

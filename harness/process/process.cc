@@ -407,7 +407,7 @@ StatusOr<ProcessResult> runProcess(const ProcessOptions& options) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // Nothing of the child's group outlives it (ranks it started, helpers).
+  // Nothing of the child's group outlives it (ranks it started, tools).
   child.killGroupRemnants();
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const ExitStatus e = child.exitStatus().value_or(ExitStatus{});
