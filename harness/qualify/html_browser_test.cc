@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <regex>
 
+#include "harness/process/files.h"
 #include "harness/qualify/browser.h"
 #include "harness/qualify/cli_test_util.h"
-#include "harness/qualify/process.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "reference/core/testing.h"
@@ -24,7 +24,7 @@ using report::Result;
     const char* skip = std::getenv("PEERLAB_SKIP_BROWSER_TEST");                                               \
     if (skip && std::string(skip) == "1") GTEST_SKIP() << "PEERLAB_SKIP_BROWSER_TEST=1: browser test skipped"; \
     if (qualify::findChromium().empty())                                                                       \
-      GTEST_SKIP() << "no Chromium (chromium or chromium-browser) in PATH: install Debian's chromium package";  \
+      GTEST_SKIP() << "no Chromium (chromium or chromium-browser) in PATH: install Debian's chromium package"; \
   } while (0)
 
 report::Run bigRun(int gpus) {
@@ -89,7 +89,7 @@ int promisedPlots(const std::string& html) {
 // Loads `html` in Chromium; returns the page's own verdict and checks the console.
 std::string loadAndCheck(const std::string& name, const std::string& html, int* drawn) {
   const std::string path = scratchDir("browser-" + name) + "/report.html";
-  EXPECT_TRUE(qualify::writeTextFile(path, html).isOk());
+  EXPECT_TRUE(writeTextFile(path, html).isOk());
   auto load = qualify::loadPage(path, 120);
   EXPECT_TRUE(load.isOk()) << load.status().message();
   if (!load.isOk()) return "not loaded";
