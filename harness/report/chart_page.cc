@@ -258,6 +258,74 @@ std::string fractionColour(double fraction) {
   return buf;
 }
 
+std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
+                         const std::vector<HeatCell>& cells) {
+  const bool time = unit == "us";
+  bool anyExpected = false;
+  for (const HeatCell& c : cells)
+    anyExpected |= c.expected && *c.expected > 0;
+  const bool pctOfExpected = !time && anyExpected;
+  std::string out = "<h3>" + htmlEscape(title) + "</h3>\n<p class=\"muted\">";
+  if (time) {
+    out += "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
+  } else if (pctOfExpected) {
+    out += "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " +
+           htmlEscape(unit) + ". Red below 70%, amber below 95%.";
+  } else {
+    out += htmlEscape(unit) + " per pair (row = source GPU, column = destination); colour against the row's best pair.";
+  }
+  out += "</p>\n<table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) + "\"><tr><th>src \\ dst</th>";
+  for (int d = 0; d < gpus; ++d)
+    out += "<th>" + std::to_string(d) + "</th>";
+  out += "</tr>\n";
+  auto at = [&](int s, int d) -> const HeatCell* {
+    const size_t i = static_cast<size_t>(s) * static_cast<size_t>(gpus) + static_cast<size_t>(d);
+    return i < cells.size() ? &cells[i] : nullptr;
+  };
+  for (int s = 0; s < gpus; ++s) {
+    std::optional<double> best;
+    for (int d = 0; d < gpus; ++d) {
+      const HeatCell* c = at(s, d);
+      if (!c || !c->value || *c->value <= 0) continue;
+      if (!best || (time ? *c->value < *best : *c->value > *best)) best = c->value;
+    }
+    out += "<tr><th>" + std::to_string(s) + "</th>";
+    for (int d = 0; d < gpus; ++d) {
+      const HeatCell* c = at(s, d);
+      if (c && !c->value && !c->status.empty() && c->status != "ok") {
+        const bool failed = c->status.rfind("skipped", 0) != 0 && c->status.rfind("unsupported", 0) != 0;
+        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" +
+               htmlEscape(c->status) + "\">" + (failed ? "failed" : "-") + "</td>";
+        continue;
+      }
+      if (!c || !c->value) {
+        out += "<td class=\"muted\">-</td>";
+        continue;
+      }
+      const double v = *c->value;
+      double fraction = NAN;
+      std::string text;
+      std::string tip = std::to_string(s) + "->" + std::to_string(d) + ": " + shortNumber(v) + " " + unit;
+      if (pctOfExpected && c->expected && *c->expected > 0) {
+        fraction = v / *c->expected;
+        char pct[32];
+        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
+        text = pct;
+        tip += " of " + shortNumber(*c->expected) + " " + unit + " expected";
+      } else {
+        text = shortNumber(v);
+        if (best && v > 0) fraction = time ? *best / v : v / *best;
+      }
+      out += "<td style=\"background:" + fractionColour(fraction) + "\" title=\"" + htmlEscape(tip) +
+             "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" +
+             htmlEscape(text) + "</td>";
+    }
+    out += "</tr>\n";
+  }
+  out += "</table>\n";
+  return out;
+}
+
 std::string shortNumber(double v) {
   if (!std::isfinite(v)) return "-";
   char buf[48];

@@ -74,6 +74,19 @@ std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_grou
 /// red below 0.7, shading through amber to green at 0.95 and above, so a weak link stands out.
 std::string fractionColour(double fraction);
 
+/// One cell of a pair heatmap.
+struct HeatCell {
+  std::optional<double> value;     ///< in the heatmap's unit; none: not measured
+  std::optional<double> expected;  ///< the figure the cell should reach (bandwidth), when known
+  std::string status;              ///< "" or "ok"; else shown instead of a value (failed, skipped)
+};
+
+/// A pair heatmap as an HTML table (row = source GPU, column = destination), `cells` row-major gpus x gpus.
+/// Bandwidth (unit "GB/s"): cells with an expected figure show % of it; others are coloured against the row's best.
+/// Time (unit "us"): microseconds, coloured against the row's fastest pair. A weak link turns amber or red.
+std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
+                         const std::vector<HeatCell>& cells);
+
 /// Short human number: 3 significant digits, no exponent for the usual ranges.
 std::string shortNumber(double v);
 

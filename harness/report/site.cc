@@ -331,70 +331,16 @@ std::string renderFleet(const json& fleet, const json& series) {
 
 std::string renderHeatmap(const json& hm) {
   const int gpus = static_cast<int>(*num(hm, "gpus"));
-  const std::string unit = str(hm, "unit");
-  const bool time = unit == "us";
-  std::vector<std::optional<double>> value(static_cast<size_t>(gpus) * gpus), expected(value.size());
-  bool anyExpected = false;
+  std::vector<HeatCell> cells(static_cast<size_t>(gpus) * static_cast<size_t>(gpus));
   for (const json& c : hm["cells"]) {
     const auto src = num(c, "src");
     const auto dst = num(c, "dst");
     if (!src || !dst || *src < 0 || *dst < 0 || *src >= gpus || *dst >= gpus) continue;
-    const size_t at = static_cast<size_t>(*src) * gpus + static_cast<size_t>(*dst);
-    value[at] = num(c, "value");
-    expected[at] = num(c, "expected");
-    if (expected[at] && *expected[at] > 0) anyExpected = true;
+    HeatCell& cell = cells[static_cast<size_t>(*src) * static_cast<size_t>(gpus) + static_cast<size_t>(*dst)];
+    cell.value = num(c, "value");
+    cell.expected = num(c, "expected");
   }
-  const bool pctOfExpected = !time && anyExpected;
-  std::ostringstream out;
-  out << "<h3>" << htmlEscape(str(hm, "title")) << "</h3>\n<p class=\"muted\">";
-  if (time) {
-    out << "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
-  } else if (pctOfExpected) {
-    out << "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " << unit
-        << ". Red below 70%, amber below 95%.";
-  } else {
-    out << htmlEscape(unit) << " per pair (row = source, column = destination); colour against the row's best pair.";
-  }
-  out << "</p>\n<table class=\"heatmap\" data-unit=\"" << htmlEscape(unit) << "\"><tr><th>src \\ dst</th>";
-  for (int d = 0; d < gpus; ++d)
-    out << "<th>" << d << "</th>";
-  out << "</tr>\n";
-  for (int s = 0; s < gpus; ++s) {
-    std::optional<double> best;
-    for (int d = 0; d < gpus; ++d) {
-      const auto& v = value[static_cast<size_t>(s) * gpus + d];
-      if (!v || *v <= 0) continue;
-      if (!best || (time ? *v < *best : *v > *best)) best = v;
-    }
-    out << "<tr><th>" << s << "</th>";
-    for (int d = 0; d < gpus; ++d) {
-      const size_t at = static_cast<size_t>(s) * gpus + d;
-      const auto& v = value[at];
-      if (!v) {
-        out << "<td class=\"muted\">-</td>";
-        continue;
-      }
-      double fraction = NAN;
-      std::string text;
-      std::string tip = shortNumber(*v) + " " + unit;
-      if (pctOfExpected && expected[at] && *expected[at] > 0) {
-        fraction = *v / *expected[at];
-        char pct[32];
-        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
-        text = pct;
-        tip += " of " + shortNumber(*expected[at]) + " " + unit + " expected";
-      } else {
-        text = shortNumber(*v);
-        if (best && *v > 0) fraction = time ? *best / *v : *v / *best;
-      }
-      out << "<td style=\"background:" << fractionColour(fraction) << "\" title=\"" << htmlEscape(tip)
-          << "\" data-fraction=\"" << (std::isfinite(fraction) ? shortNumber(fraction) : "") << "\">"
-          << htmlEscape(text) << "</td>";
-    }
-    out << "</tr>\n";
-  }
-  out << "</table>\n";
-  return out.str();
+  return heatmapTable(str(hm, "title"), str(hm, "unit"), gpus, cells);
 }
 
 std::string renderKindPage(const json& kind, const std::string& generated) {
