@@ -36,7 +36,7 @@ TEST(ReportCli, RendersHtml) {
   CliRun r = runPeerlab({"report", sample(), "--html", dir + "/r.html", "--summary", dir + "/s.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = slurp(dir + "/r.html");
-  EXPECT_NE(html.find("<svg class=\"plot"), std::string::npos);
+  EXPECT_NE(html.find("class=\"plchart\""), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
   EXPECT_NE(slurp(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
 }

@@ -30,7 +30,7 @@ td.cell-fail { background: #f8d0d0; color: #8b0000; font-weight: 600; }
 td.cell-warn { background: #fde8b8; color: #7a4a00; }
 td.cell-ok { background: #e3f4e6; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.plchart { width: 640px; height: 360px; position: relative; border: 1px solid #eee; padding: 4px; }
+.plchart { flex: 1 1 520px; max-width: 700px; height: 340px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
 .plchart.nochart canvas { display: none; }
 .plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
@@ -73,9 +73,11 @@ constexpr const char* kBootScript = R"js(
         afterLabel: function (c) { return c.raw && c.raw.note ? c.raw.note : ''; }
       };
       if (b.getAttribute('data-x-bytes') === '1') {
-        o.scales.x.ticks = { callback: function (v) { return bytes(v); } };
+        // x is log2(bytes) on a linear axis: one tick per power of two, labelled as a size.
+        o.scales.x.ticks = { stepSize: 1, callback: function (v) {
+          return Number.isInteger(v) ? bytes(Math.pow(2, v)) : ''; } };
         o.plugins.tooltip.callbacks.title = function (items) {
-          return items.length ? bytes(items[0].parsed.x) : '';
+          return items.length ? bytes(Math.pow(2, items[0].parsed.x)) : '';
         };
       }
       new Chart(b.querySelector('canvas'), cfg);
@@ -200,7 +202,7 @@ json chartConfig(const LineChart& chart) {
     x["type"] = "category";
     x["labels"] = chart.x_labels;
   } else {
-    x["type"] = chart.x_log ? "logarithmic" : "linear";
+    x["type"] = chart.x_log && !chart.x_bytes ? "logarithmic" : "linear";
   }
   json y = {{"type", chart.y_log ? "logarithmic" : "linear"}, {"title", {{"display", true}, {"text", chart.y_label}}}};
   if (!chart.y_log) y["beginAtZero"] = false;
@@ -294,8 +296,8 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
       const HeatCell* c = at(s, d);
       if (c && !c->value && !c->status.empty() && c->status != "ok") {
         const bool failed = c->status.rfind("skipped", 0) != 0 && c->status.rfind("unsupported", 0) != 0;
-        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" +
-               htmlEscape(c->status) + "\">" + (failed ? "failed" : "-") + "</td>";
+        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" + htmlEscape(c->status) +
+               "\">" + (failed ? "failed" : "-") + "</td>";
         continue;
       }
       if (!c || !c->value) {
@@ -317,8 +319,8 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
         if (best && v > 0) fraction = time ? *best / v : v / *best;
       }
       out += "<td style=\"background:" + fractionColour(fraction) + "\" title=\"" + htmlEscape(tip) +
-             "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" +
-             htmlEscape(text) + "</td>";
+             "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" + htmlEscape(text) +
+             "</td>";
     }
     out += "</tr>\n";
   }

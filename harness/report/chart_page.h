@@ -56,7 +56,7 @@ struct LineChart {
   std::string y_label;  ///< with its unit: "algbw (GB/s)", "time (us)"
   bool x_log = false;
   bool y_log = false;
-  bool x_bytes = false;               ///< x ticks formatted as sizes (4 KiB, 256 MiB)
+  bool x_bytes = false;  ///< x values are log2(bytes) on a linear axis, ticks labelled as sizes (4 KiB, 256 MiB)
   std::vector<std::string> x_labels;  ///< category axis when not empty (points then use these labels as x)
   std::vector<ChartSeries> series;    ///< at most kMaxSeriesPerChart; coloured from chartPalette() in order
   std::vector<ChartMarkers> markers;

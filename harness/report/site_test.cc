@@ -106,10 +106,9 @@ TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
   // Bandwidth as % of expected: the 1->2 link at 50% is red, the others (99.3%) green.
-  EXPECT_NE(
-      page.find(
-          "background:hsl(0, 70%, 75%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" data-fraction=\"0.500\">50.0%"),
-      std::string::npos);
+  EXPECT_NE(page.find("background:hsl(0, 70%, 75%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" "
+                      "data-fraction=\"0.500\">50.0%"),
+            std::string::npos);
   EXPECT_EQ(countOf(page, "data-fraction=\"0.993\">99.3%</td>"), 11u);
   // Latency in microseconds, against the row's fastest: 2.1 us is a third of 0.7 us: red.
   EXPECT_NE(page.find("data-fraction=\"0.333\">2.10</td>"), std::string::npos);

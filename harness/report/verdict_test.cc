@@ -103,6 +103,18 @@ TEST(Verdict, RunWithoutPlanGetsProbeAndDataChecks) {
   EXPECT_FALSE(recomputeVerdict(run).stored_pass.has_value());
   run.results[0].status = "failed: timeout";
   EXPECT_FALSE(recomputeVerdict(run).pass);
+  run.results[0].status = "ok";
+  // Health: warn passes, fail fails.
+  Result h;
+  h.suite = "health";
+  h.impl = "nvml";
+  h.name = "ecc";
+  h.src = 0;
+  h.status = "warn";
+  run.results.push_back(h);
+  EXPECT_TRUE(recomputeVerdict(run).pass);
+  run.results.back().status = "fail";
+  EXPECT_FALSE(recomputeVerdict(run).pass);
 }
 
 }  // namespace
