@@ -137,7 +137,7 @@ ul.legend li{display:flex;align-items:center;gap:6px}
 details summary{cursor:pointer;color:#2b5fad}
 code{background:var(--soft);padding:0 4px;border-radius:3px}
 .note{color:var(--muted);font-size:13px}
-.tile{display:inline-block;vertical-align:top}
+.tile{display:inline-block;vertical-align:top;max-width:440px}
 table.probe td.pcell{width:30px;text-align:center;font-weight:700;color:#fff}
 td.p-ok{background:#59a14f}td.p-skip{background:#d9d9d9;color:#444!important}td.p-bad{background:#d62728}
 td.p-hang{background:#8c2d04}td.p-err{background:#f28e2b}
