@@ -402,6 +402,32 @@ TEST(CompareNoise, CommittedRunPairs) {
   const CompareReport rep = compareRuns(*same, *base);
   EXPECT_EQ(rep.regressions(), 0) << formatCompare(rep, true);
   EXPECT_EQ(rep.missing(), 0);
+  // Two runs one commit apart on different boards of the same kind: the old rule (any cell 5% worse, ctest times and
+  // 8-byte bandwidths included) flags far more than the cells whose p10-p90 ranges or samples really moved.
+  auto s8 = readRun(dir + "2026-11-21-nvidia-h200-x4-session8.json");
+  auto s9 = readRun(dir + "2026-11-21-nvidia-h200-x4-session9.json");
+  ASSERT_TRUE(s8.isOk() && s9.isOk());
+  const CompareReport noisy = compareRuns(*s8, *s9);
+  int oldRule = 0;
+  for (const CompareRow& r : noisy.rows) {
+    if (!r.base || !r.fresh || r.base->status != "ok" || r.fresh->status != "ok") continue;
+    const Result& b = *r.base;
+    const Result& n = *r.fresh;
+    if (b.algbw_gbps && n.algbw_gbps && *b.algbw_gbps > 0) {
+      oldRule += (*n.algbw_gbps - *b.algbw_gbps) / *b.algbw_gbps < -0.05;
+    } else if (b.time_us && n.time_us && *b.time_us > 0) {
+      oldRule += (*n.time_us - *b.time_us) / *b.time_us > 0.05;
+    }
+  }
+  for (const CompareRow& r : noisy.rows) {
+    if (r.verdict == Verdict::kRegressed) {
+      EXPECT_TRUE(r.significant);
+    }
+  }
+  EXPECT_EQ(noisy.missing(), 0);
+  EXPECT_LT(noisy.regressions() * 2, oldRule) << "noise-aware " << noisy.regressions() << ", old rule " << oldRule;
+  std::printf("session8 -> session9: %d regressions noise-aware, %d by the old fixed 5%% rule\n", noisy.regressions(),
+              oldRule);
 }
 
 }  // namespace
