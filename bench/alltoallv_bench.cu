@@ -9,7 +9,10 @@
 // two-phase protocol, push), peerlab.alltoallv_pull (two-phase, pull), nccl.alltoall (uniform only),
 // nccl.device_alltoallv, nccl.alltoallv_hostcounts; names "uniform" / "skewed", "graph/" prefixed when a captured
 // CUDA graph is replayed. Suite "moe": peerlab.dispatch, peerlab.combine (default protocol), peerlab.dispatch_twophase,
-// peerlab.combine_twophase, nccl.dispatch, nccl.combine, name "T=<n>".
+// peerlab.combine_twophase, nccl.dispatch, nccl.combine, and the low-latency mode (T <= 128):
+// peerlab.dispatch_ll / peerlab.combine_ll (bf16), peerlab.dispatch_ll_fp8 (fp8 e4m3, per-128 scales); name "T=<n>".
+// MoE bandwidths: busbw_gbps counts the payload of every (token, valid top-k selection), the local rank included
+// (DeepEP / pplx); the counter nvlink_gbps only what crosses to another GPU, once per (token, destination rank).
 // Every benchmark checks its data once (wrong > 0 fails the row) and reports the slowest rank's median.
 //
 // Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
@@ -387,12 +390,16 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }
 
-void publishTimed(benchmark::State& state, Env& e, Record rec, const std::vector<double>& us) {
+// `nvlink_bytes` >= 0 (suite moe): busbw_gbps is the logical rate (rec.bytes counts every selection, the local rank
+// included) and the counter nvlink_gbps the rate of `nvlink_bytes`, what crosses to other GPUs.
+void publishTimed(benchmark::State& state, Env& e, Record rec, const std::vector<double>& us,
+                  double nvlink_bytes = -1) {
   auto worst = slowest(e, median(us));
   if (!worst.isOk()) return fail(state, rec, worst.status());
   rec.time_us = *worst;
   rec.algbw_gbps = rec.bytes / rec.time_us / 1e3;
-  rec.busbw_gbps = rec.algbw_gbps * (e.n - 1) / e.n;
+  rec.busbw_gbps = nvlink_bytes >= 0 ? rec.algbw_gbps : rec.algbw_gbps * (e.n - 1) / e.n;
+  if (nvlink_bytes >= 0) rec.extra["nvlink_gbps"] = nvlink_bytes / rec.time_us / 1e3;
   rec.extra["p10_us"] = percentile(us, 10);
   rec.extra["p90_us"] = percentile(us, 90);
   rec.extra["samples"] = static_cast<double>(us.size());
@@ -516,7 +523,9 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
 
 // MoE: DeepSeek-V3 shape (H 7168, top-8 of 256 experts, bf16), T tokens per rank, identity experts, weights
 // normalized per token, so combine gives the tokens back (checked within bf16 rounding).
-enum class MoePath { kPeerlab, kPeerlabTwoPhase, kNccl };
+enum class MoePath { kPeerlab, kPeerlabTwoPhase, kNccl, kPeerlabLowLatency, kPeerlabLowLatencyFp8 };
+// The low-latency mode's slabs hold this many tokens per rank (above, the auto choice takes the normal mode).
+constexpr int kMoeLlMaxTokens = 128;
 const char* moeImpl(MoePath p, bool combine) {
   switch (p) {
     case MoePath::kPeerlab:
@@ -525,15 +534,20 @@ const char* moeImpl(MoePath p, bool combine) {
       return combine ? "peerlab.combine_twophase" : "peerlab.dispatch_twophase";
     case MoePath::kNccl:
       return combine ? "nccl.combine" : "nccl.dispatch";
+    case MoePath::kPeerlabLowLatency:
+      return combine ? "peerlab.combine_ll" : "peerlab.dispatch_ll";
+    case MoePath::kPeerlabLowLatencyFp8:
+      return combine ? "peerlab.combine_ll_fp8" : "peerlab.dispatch_ll_fp8";
   }
   return "?";
 }
 
 struct MoeInstance {
   int tokens = 0;
-  std::unique_ptr<alltoallv::moe::MoeExchange> peerlab, peerlab_twophase, nccl;
+  std::unique_ptr<alltoallv::moe::MoeExchange> peerlab, peerlab_twophase, nccl, peerlab_ll, peerlab_ll_fp8;
   DeviceBuffer x, ids, w, out;
   std::vector<uint16_t> host_x;
+  std::vector<int32_t> host_ids;
 };
 MoeInstance& moeSlot() {
   static MoeInstance m;
@@ -548,6 +562,8 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
   PEERLAB_RETURN_IF_ERROR(releaseSizeInstances(e));
   if (m.peerlab) PEERLAB_RETURN_IF_ERROR(m.peerlab->close(*e.boot, soon()));
   if (m.peerlab_twophase) PEERLAB_RETURN_IF_ERROR(m.peerlab_twophase->close(*e.boot, soon()));
+  if (m.peerlab_ll) PEERLAB_RETURN_IF_ERROR(m.peerlab_ll->close(*e.boot, soon()));
+  if (m.peerlab_ll_fp8) PEERLAB_RETURN_IF_ERROR(m.peerlab_ll_fp8->close(*e.boot, soon()));
   m = MoeInstance{};
   alltoallv::moe::MoeConfig cfg;
   cfg.max_tokens = tokens;
@@ -561,6 +577,17 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
   m.peerlab_twophase = std::make_unique<alltoallv::moe::MoeExchange>(std::move(p2));
   PEERLAB_ASSIGN_OR_RETURN(auto q, nccl::createHostCountMoe(e.comm.get(), e.rank, e.n, e.rank, cfg));
   m.nccl = std::make_unique<alltoallv::moe::MoeExchange>(std::move(q));
+  if (tokens <= kMoeLlMaxTokens) {
+    for (auto payload : {alltoallv::moe::LlPayload::kBf16, alltoallv::moe::LlPayload::kFp8}) {
+      alltoallv::moe::MoeConfig ll = cfg;
+      ll.ll_max_tokens = tokens;
+      ll.ll_payload = payload;
+      PEERLAB_ASSIGN_OR_RETURN(
+          auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
+      (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
+          std::make_unique<alltoallv::moe::MoeExchange>(std::move(l));
+    }
+  }
   alltoallv::moe::MoeShape shape{e.n, cfg.hidden, cfg.top_k, cfg.experts};
   std::vector<int> counts(e.n, 0);
   counts[e.rank] = tokens;
@@ -583,6 +610,7 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
   PEERLAB_ASSIGN_OR_RETURN(m.w, up(mine.weights.data(), mine.weights.size() * 4));
   PEERLAB_ASSIGN_OR_RETURN(m.out, allocDevice(e.rank, std::max<size_t>(mine.x.size() * 2, 16)));
   m.host_x = std::move(mine.x);
+  m.host_ids = std::move(mine.ids);
   m.tokens = tokens;
   return &m;
 }
@@ -601,6 +629,48 @@ StatusOr<uint64_t> checkCombine(Env& e, MoeInstance& m) {
   return wrong;
 }
 
+// Wrong rows of an fp8 LL dispatch: the rows this rank sent to its own experts must hold its tokens quantized as the
+// CPU reference does, and their number must match its routing.
+StatusOr<uint64_t> checkLlFp8Dispatch(Env& e, MoeInstance& m, alltoallv::moe::MoeExchange& moe) {
+  namespace moe_ns = alltoallv::moe;
+  PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "moe ll check"));
+  const moe_ns::LlDispatchOutput o = moe.lowLatency()->output();
+  const auto& cfg = moe.config();
+  const int H = cfg.hidden, groups = H / moe_ns::kFp8Group;
+  const size_t rows = static_cast<size_t>(o.local_experts) * o.expert_stride;
+  std::vector<int64_t> counts(o.local_experts);
+  std::vector<int4> src(rows);
+  std::vector<uint8_t> q(rows * H);
+  std::vector<float> scales(rows * groups);
+  PEERLAB_RETURN_IF_ERROR(
+      PEERLAB_CUDA(cudaMemcpy(counts.data(), o.expert_counts, counts.size() * 8, cudaMemcpyDeviceToHost)));
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(src.data(), o.row_source, rows * 16, cudaMemcpyDeviceToHost)));
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(q.data(), o.rows, q.size(), cudaMemcpyDeviceToHost)));
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(scales.data(), o.scales, scales.size() * 4, cudaMemcpyDeviceToHost)));
+  int64_t mine = 0, want_mine = 0;
+  for (int32_t id : m.host_ids)
+    want_mine += (id >= 0 && id < cfg.experts && id / o.local_experts == e.rank) ? 1 : 0;
+  uint64_t wrong = 0;
+  std::vector<uint8_t> wq(H);
+  std::vector<float> ws(groups);
+  for (int le = 0; le < o.local_experts; ++le)
+    for (int64_t i = 0; i < counts[le]; ++i) {
+      const size_t r = le * o.expert_stride + static_cast<size_t>(i);
+      if (src[r].x != e.rank) continue;
+      ++mine;
+      const int t = src[r].y;
+      if (t < 0 || t >= m.tokens) {
+        ++wrong;
+        continue;
+      }
+      moe_ns::quantizeRowFp8(&m.host_x[static_cast<size_t>(t) * H], H, wq.data(), ws.data());
+      bool same = std::equal(wq.begin(), wq.end(), q.begin() + r * H);
+      same = same && std::equal(ws.begin(), ws.end(), scales.begin() + r * groups);
+      wrong += same ? 0 : 1;
+    }
+  return wrong + static_cast<uint64_t>(std::llabs(mine - want_mine));
+}
+
 void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int tokens) {
   Record rec;
   rec.suite = "moe";
@@ -616,19 +686,41 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
       return fail(state, rec, prepared.isOk() ? PEERLAB_INTERNAL("a peer failed") : prepared.status());
     }
     MoeInstance& m = **prepared;
-    alltoallv::moe::MoeExchange& moe = path == MoePath::kNccl              ? *m.nccl
-                                       : path == MoePath::kPeerlabTwoPhase ? *m.peerlab_twophase
-                                                                           : *m.peerlab;
+    const bool ll = path == MoePath::kPeerlabLowLatency || path == MoePath::kPeerlabLowLatencyFp8;
+    if (ll && tokens > kMoeLlMaxTokens) {
+      return skip(state, rec,
+                  "the low-latency mode holds " + std::to_string(kMoeLlMaxTokens) +
+                      " tokens per rank; at this T the auto choice takes the normal mode (peerlab.dispatch)");
+    }
+    alltoallv::moe::MoeExchange& moe = path == MoePath::kNccl                   ? *m.nccl
+                                       : path == MoePath::kPeerlabTwoPhase      ? *m.peerlab_twophase
+                                       : path == MoePath::kPeerlabLowLatency    ? *m.peerlab_ll
+                                       : path == MoePath::kPeerlabLowLatencyFp8 ? *m.peerlab_ll_fp8
+                                                                                : *m.peerlab;
     const auto& cfg = moe.config();
     cudaStream_t s = e.stream.get();
-    // Logical bytes: every (token, expert) pair's bf16 row, the same for both paths.
-    rec.bytes = static_cast<double>(tokens) * cfg.top_k * cfg.hidden * 2;
+    // Logical bytes: every (token, valid selection)'s payload row, the local rank included; NVLink bytes: once per
+    // (token, other rank). fp8 rows carry H bytes and H / 128 fp32 scales; combine rows are bf16.
+    const bool fp8 = path == MoePath::kPeerlabLowLatencyFp8 && !combine;
+    const uint64_t row_bytes = fp8 ? cfg.hidden + 4ull * (cfg.hidden / alltoallv::moe::kFp8Group) : 2ull * cfg.hidden;
+    const auto traffic =
+        alltoallv::moe::moeTrafficBytes(m.host_ids.data(), tokens, cfg.top_k, cfg.experts, e.n, e.rank, row_bytes);
+    rec.bytes = static_cast<double>(traffic.logical);
+    const alltoallv::moe::MoeMode mode = ll ? alltoallv::moe::MoeMode::kLowLatency : alltoallv::moe::MoeMode::kNormal;
     auto dispatch = [&] {
-      return moe.dispatch(m.x->as<__nv_bfloat16>(), m.ids->as<int32_t>(), m.w->as<float>(), tokens, s, soon());
+      return moe.dispatch(m.x->as<__nv_bfloat16>(), m.ids->as<int32_t>(), m.w->as<float>(), tokens, s, soon(), mode);
     };
-    auto combineCall = [&] { return moe.combine(moe.output().rows, m.out->as<__nv_bfloat16>(), s, soon()); };
-    // Check once: dispatch, identity experts, combine.
+    // Identity experts: the expert input rows are the output rows (bf16 in both modes' layouts).
+    const __nv_bfloat16* expert_rows =
+        ll ? reinterpret_cast<const __nv_bfloat16*>(moe.lowLatency()->output().rows) : moe.output().rows;
+    auto combineCall = [&] { return moe.combine(expert_rows, m.out->as<__nv_bfloat16>(), s, soon()); };
+    // Check once: dispatch, identity experts, combine (fp8 dispatch: the rows this rank sent itself, quantized).
     auto check = [&]() -> StatusOr<uint64_t> {
+      if (fp8) {
+        PEERLAB_RETURN_IF_ERROR(dispatch());
+        PEERLAB_RETURN_IF_ERROR(moe.checkStatus(s, soon()));
+        return checkLlFp8Dispatch(e, m, moe);
+      }
       PEERLAB_RETURN_IF_ERROR(dispatch());
       PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemsetAsync(m.out->ptr, 0xFF, m.out->bytes, s)));
       PEERLAB_RETURN_IF_ERROR(combineCall());
@@ -662,7 +754,7 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
     Status after = moe.checkStatus(s, soon());
     if (!agree(e, after.isOk())) return fail(state, rec, after.isOk() ? PEERLAB_INTERNAL("a peer failed") : after);
     if (traced != nullptr) addTrace(rec, trace, s);
-    publishTimed(state, e, rec, *us);
+    publishTimed(state, e, rec, *us, static_cast<double>(traffic.nvlink));
   }
 }
 
@@ -686,8 +778,11 @@ void registerAll() {
     }
   }
   for (int tokens : kMoeTokens) {
-    for (MoePath path : {MoePath::kPeerlab, MoePath::kPeerlabTwoPhase, MoePath::kNccl}) {
+    for (MoePath path : {MoePath::kPeerlab, MoePath::kPeerlabTwoPhase, MoePath::kNccl, MoePath::kPeerlabLowLatency,
+                         MoePath::kPeerlabLowLatencyFp8}) {
       for (bool combine : {false, true}) {
+        // Combine is bf16 in both payloads: the bf16 instance measures it.
+        if (combine && path == MoePath::kPeerlabLowLatencyFp8) continue;
         for (bool graph : {false, true}) {
           // The NCCL path syncs the host inside every call: it cannot be captured.
           if (graph && path == MoePath::kNccl) continue;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # GPU host: configure, build, run the GPU tests, the verified probe and the benchmarks, and write one run file
-# reports/runs/<date>-<kind>.json (report schema, with fingerprint), plus the raw logs under $OUT when set.
+# reports/runs/<date>-<kind>-<sha7>.json (report schema, with fingerprint), plus the raw logs under $OUT when set.
 #
 #   ci/gpu.sh [--kind NAME] [--tag TAG] [--stages LIST] [--bench quick|full] [--sanitize] [--tests-regex RE]
 #
 # Stages (comma-separated, in this order): build, tests, probe, bench, torch, qualify, variants, scorecard, sanitize.
 # `variants` runs the tuning sweeps (SM copy kernels, zcopy sync variants, alltoallv grid/chunk sizes) and keeps
 # their raw Google Benchmark JSON in the logs; it adds no rows to the run file. The run file is
-# reports/runs/<date>-<kind>[-<tag>].json.
+# reports/runs/<date>-<kind>-<sha7>[-<tag>].json.
 # Default: build,tests,qualify (qualify runs the topology, the verified probe and the quick benchmarks, and its
 # results.json becomes part of the run file). `--sanitize` adds the sanitize stage (compute-sanitizer memcheck, racecheck and
 # synccheck over the GPU tests; every job's logs in $OUT/sanitize.tgz). Every stage runs under a deadline; a failed
@@ -45,9 +45,9 @@ mkdir -p "$work"
 build=build/default
 bin="$build/bin"
 date_tag="$(date -u +%Y-%m-%d)"
-run_file="reports/runs/${date_tag}-${kind}${tag:+-$tag}.json"
 # A copy of the tree may carry its commit in .git-sha (no history); otherwise ask git.
 sha="${PEERLAB_GIT_SHA:-$(cat .git-sha 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}"
+run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
 export PEERLAB_GIT_SHA="$sha"
 failed_stages=()
 log() { echo "[gpu.sh $(date +%T)] $*"; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU host: installs what is missing, builds peerlab and its benchmarks (default preset), runs `peerlab qualify` and
 # exits with its code (0 PASS, 1 a check failed, 2 bad input, 3 no GPU, 4 runtime error).
-#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200x4.json
+#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200-x4-nvswitch.json
 # The bundle goes to --out when given, else $OUT/qualify when $OUT is set, else build/qualify/<host>-<date>.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -23,7 +23,7 @@
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 #include "reference/probe/inject.h"
 #include "reference/probe/probe.h"
 

@@ -176,7 +176,7 @@ std::function<int()> setup(CLI::App& sub) {
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
       "  peerlab report run.json --html report.html --screenshot report.png\n"
-      "  peerlab report --compare reports/baselines/h200x4.json run.json --threshold 5");
+      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --threshold 5");
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "harness/faults/fault_spec.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 
 namespace peerlab::faults {
 

@@ -29,7 +29,7 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/wait.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 #include "reference/zcopy/zcopy.h"
 
 namespace peerlab::faults {

@@ -10,7 +10,7 @@
 
 #include "harness/faults/inject.h"
 #include "reference/core/testing.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 
 namespace peerlab::faults {
 namespace {

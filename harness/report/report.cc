@@ -16,10 +16,6 @@
 #include "reference/core/devices.h"
 #include "reference/nccl/comm.h"
 
-#ifndef PEERLAB_BUILD_GIT_SHA
-#define PEERLAB_BUILD_GIT_SHA "unknown"
-#endif
-
 namespace peerlab::report {
 
 using nlohmann::json;
@@ -274,7 +270,7 @@ Run newRun() {
   Run run;
   run.tool = std::string("peerlab ") + PEERLAB_VERSION;
   const char* sha = std::getenv("PEERLAB_GIT_SHA");
-  run.git_sha = sha && *sha ? sha : PEERLAB_BUILD_GIT_SHA;
+  run.git_sha = sha && *sha ? sha : buildGitSha();
   run.timestamp = utcTimestamp();
   return run;
 }

@@ -70,6 +70,9 @@ StatusOr<Run> readRun(const std::string& path);
 /// Writes the run file atomically (temporary file + rename).
 Status writeRun(const Run& run, const std::string& path);
 
+/// The commit this binary was built from, stamped at build time ("unknown" outside a git work tree).
+const char* buildGitSha();
+
 /// A run with tool, timestamp and git sha filled (PEERLAB_GIT_SHA env, else the build's sha, else "unknown").
 Run newRun();
 /// ISO 8601 UTC timestamp for now.

@@ -18,7 +18,7 @@ std::string failures(const RunVerdict& v) {
 }
 
 report::Run committedRun() {
-  auto run = readRun(peerlab::testing::sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json"));
+  auto run = readRun(peerlab::testing::sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json"));
   EXPECT_TRUE(run.isOk()) << run.status().toString();
   return run.isOk() ? *run : report::Run{};
 }

@@ -17,7 +17,7 @@
 
 #include "reference/core/devices.h"
 #include "reference/nccl/comm.h"
-#include "reference/probe/protocol.h"
+#include "harness/watchdog/probe_protocol.h"
 
 namespace peerlab::probe {
 

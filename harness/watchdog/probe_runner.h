@@ -2,7 +2,7 @@
 /// The verified probe run contained: the parent (this process) never initializes CUDA. It starts two long-lived
 /// workers before anything else - the owner (owns every destination buffer, runs the in-process methods and every
 /// check) and the importer (the second process of the IPC methods) - each `peerlab probe-worker` re-executed under
-/// the watchdog, and drives them with the binary protocol of reference/probe/protocol.h over socketpairs.
+/// the watchdog, and drives them with the binary protocol of harness/watchdog/probe_protocol.h over socketpairs.
 ///
 /// Cells of one method and size are grouped into rounds in which no GPU is a source twice or a destination twice;
 /// a round is one batch, its cells run concurrently and are answered one by one. The per-cell deadline restarts at

@@ -17,7 +17,7 @@
 #include "harness/report/report.h"
 #include "harness/watchdog/watchdog.h"
 #include "reference/core/testing.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 
 namespace peerlab::probe {
 namespace {

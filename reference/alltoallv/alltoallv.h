@@ -20,8 +20,8 @@
 /// Large pushes into a receiver's buffer likewise start only after its header of the same call, so they never race
 /// the receiver's consumers of the previous call.
 ///
-/// A small call is latency-bound, and on the GPU one thread's chain of dependent instructions costs about 2 ns per
-/// step, so the fused kernel keeps its critical path short: warp 0 loads the epoch and the row together, computes
+/// A small call is latency-bound: one thread's chain of dependent instructions sets its time, so the fused kernel
+/// keeps its critical path short: warp 0 loads the epoch and the row together, computes
 /// offsets and the send and receive lists with shuffles into per-peer pointers in shared memory (no serial loops, no
 /// local memory), and every word of the call is then one lookup, one load and one store; the local segment of a call
 /// without large segments is copied in the same loop as the LL words. The launch arguments are copied into shared
@@ -83,15 +83,12 @@ enum class Protocol : uint32_t {
 std::string_view protocolName(Protocol p);
 
 /// Segments up to this size ride in LL slots by default (fused protocol). LL words carry 8 data bytes per 16, so
-/// they double what a segment puts on the link, but they need no per-receiver flag and no fence. On nvidia-h200-x4
-/// LL wins up to segments of 512 KiB: 2 ranks at 1 MiB per rank take 6.3 us instead of 14.6 with 256 KiB (NCCL's
-/// device API 11.2), 4 ranks at 1 MiB per rank 8.4 us instead of 19.2 with 64 KiB (device API 14.5); it loses at
-/// 1 MiB segments (4 ranks at 4 MiB per rank: 29.5 us instead of 26.4).
+/// they double what a segment puts on the link, but they need no per-receiver flag and no fence; the crossover was
+/// measured (docs/alltoallv.md).
 inline constexpr uint64_t kDefaultLlMaxBytes = 512 * 1024;
-/// Default Options::queue_min_bytes. On nvidia-h200-x4 (4 ranks, graph replays) the static split wins where the
-/// queue's per-chunk barriers and job changes are a large share of the call: 4 MiB per rank 22.6 us instead of 24.0,
-/// Zipf-skewed 24.2 instead of 27.6; 16 MiB skewed 59.1 instead of 61.7 (uniform 51.0 against 50.5). From 64 MiB the
-/// queue wins clearly (154 us against 165 static; 128 MiB 295 against 316): it keeps CTAs busy while links are uneven.
+/// Default Options::queue_min_bytes. Below it the static split wins, where the queue's per-chunk barriers and job
+/// changes are a large share of the call; above it the queue keeps CTAs busy while links are uneven
+/// (docs/alltoallv.md has the measurements).
 inline constexpr uint64_t kDefaultQueueMinBytes = 32ull << 20;
 /// Largest LL threshold accepted (every rank keeps 2 x ranks slots of twice this size).
 inline constexpr uint64_t kMaxLlMaxBytes = 1024 * 1024;

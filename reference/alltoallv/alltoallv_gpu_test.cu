@@ -22,7 +22,7 @@
 #include "reference/core/wait.h"
 #include "reference/nccl/alltoall.h"
 #include "reference/nccl/comm.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 
 namespace peerlab::alltoallv {
 namespace {

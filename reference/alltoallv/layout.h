@@ -276,7 +276,7 @@ __host__ __device__ inline QueueJobs queueJobs(const uint64_t* m, int n, int me,
 /// Whether a call's queue goes through the peers in step: every off-diagonal segment of the matrix is large and
 /// within 1/8 of the largest (the same answer on every rank, which all read the same matrix). Uneven traffic keeps
 /// the spread start: in step, two senders whose turns meet at one receiver would halve each other while the other
-/// links idle (Zipf-skewed 128 MiB per rank on nvidia-h200-x4: 468 us in step, 369 spread).
+/// links idle (docs/alltoallv.md).
 __host__ __device__ inline bool queueInStep(const uint64_t* m, int n, uint64_t elem_bytes, uint64_t ll_bytes) {
   uint64_t lo = ~0ull;
   uint64_t hi = 0;
@@ -293,8 +293,7 @@ __host__ __device__ inline bool queueInStep(const uint64_t* m, int n, uint64_t e
 /// The job CTA `cta` of `ctas` starts on. In step (see queueInStep): the local copy, if any, gets its byte-weighted
 /// share of CTAs (the last ones) and every other CTA starts on the first peer job; CTAs move to the next job together
 /// as each runs dry. With every rank doing the same, each step of the rotation is a permutation (a GPU sends to one
-/// peer and receives from one), which the links carry faster than traffic spread over every peer at once (uniform
-/// 128 MiB per rank on nvidia-h200-x4: 296 us instead of 306; a2a_ceiling: 282 us instead of 287 with bare stores).
+/// peer and receives from one), which the links carry faster than traffic spread over every peer at once.
 /// Spread: CTAs shared out by bytes so every job has CTAs from the start. Only for q.count > 0.
 __host__ __device__ inline int queueStartJob(const QueueJobs& q, int ctas, int cta, bool in_step) {
   int g[kMaxRanks];

@@ -13,7 +13,7 @@
 #include "reference/core/bootstrap.h"
 #include "reference/core/deadline.h"
 #include "reference/core/status.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 
 namespace peerlab::alltoallv {
 

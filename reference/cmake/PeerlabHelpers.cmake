@@ -1,4 +1,5 @@
 # Helpers that keep each module's CMakeLists.txt to one call.
+include(GNUInstallDirs)
 
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
@@ -6,19 +7,23 @@ set(CMAKE_ARCHIVE_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
 
 # Compile options shared by every peerlab target.
 add_library(peerlab_options INTERFACE)
-target_compile_options(peerlab_options INTERFACE
+# Warnings apply to peerlab's own build, not to projects that use the installed library.
+target_compile_options(peerlab_options INTERFACE $<BUILD_INTERFACE:
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
   # GCC 12 reports false -Wrestrict positives inside std::string (GCC PR 105329).
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${PEERLAB_WERROR}>>:-Werror>
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xcompiler=-Wall,-Wno-unused-parameter,-Wno-restrict
-                             -diag-suppress=177>)
+                             -diag-suppress=177>>)
 target_compile_definitions(peerlab_options INTERFACE
   PEERLAB_VERSION="${PROJECT_VERSION}"
   $<$<BOOL:${PEERLAB_HAVE_NVML}>:PEERLAB_HAVE_NVML=1>
   $<$<BOOL:${PEERLAB_HAVE_MPI}>:PEERLAB_HAVE_MPI=1>
   $<$<BOOL:${PEERLAB_HAVE_NCCL_DEVICE_API}>:PEERLAB_HAVE_NCCL_DEVICE_API=1>)
-target_include_directories(peerlab_options INTERFACE ${PROJECT_SOURCE_DIR})
+target_include_directories(peerlab_options INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/peerlab>)
+target_compile_features(peerlab_options INTERFACE cxx_std_20)
+set_target_properties(peerlab_options PROPERTIES EXPORT_NAME options)
 add_library(peerlab::options ALIAS peerlab_options)
 
 # peerlab_add_library(<name> SOURCES ... [DEPS ...])
@@ -33,7 +38,10 @@ function(peerlab_add_library name)
 endfunction()
 
 # peerlab_add_test(<source> LABEL cpu|gpu [DEPS ...] [TIMEOUT s] [ARGS ...])
-#   One GoogleTest executable named after the source's stem, registered with ctest under its label.
+#   One GoogleTest executable named after the source's stem. Every test case is its own ctest entry
+#   (`<stem>.<Suite>.<Case>`, discovered when ctest runs, so listing needs no GPU), labelled `cpu` or `gpu`; a case that
+#   calls GTEST_SKIP shows as skipped in ctest, never as passed (SKIP_REGULAR_EXPRESSION on gtest's "[  SKIPPED ]").
+#   TIMEOUT applies to each case. The test main keeps NVLink multicast off (reference/core/testing_main.cc).
 function(peerlab_add_test source)
   cmake_parse_arguments(ARG "" "LABEL;TIMEOUT" "DEPS;ARGS" ${ARGN})
   if(NOT PEERLAB_BUILD_TESTS)
@@ -52,9 +60,16 @@ function(peerlab_add_test source)
       set(ARG_TIMEOUT 120)
     endif()
   endif()
-  add_test(NAME ${stem} COMMAND ${stem} ${ARG_ARGS})
-  set_tests_properties(${stem} PROPERTIES LABELS ${ARG_LABEL} TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR};NCCL_NVLS_ENABLE=0;TORCH_SYMM_MEM_DISABLE_MULTICAST=1;NVSHMEM_DISABLE_NVLS=1")
+  gtest_discover_tests(${stem}
+    EXTRA_ARGS ${ARG_ARGS}
+    TEST_PREFIX "${stem}."
+    DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
+    NO_PRETTY_TYPES NO_PRETTY_VALUES
+    PROPERTIES
+      LABELS ${ARG_LABEL}
+      TIMEOUT ${ARG_TIMEOUT}
+      ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
 # peerlab_add_bench(<source> [DEPS ...])
@@ -74,11 +89,10 @@ endfunction()
 #     DEPS <libraries the library links>
 #     CPU_TESTS <test sources>           (label cpu)
 #     GPU_TESTS <test sources>           (label gpu)
-#     TEST_DEPS <extra libraries for the tests>
-#     BENCH <bench source>  BENCH_DEPS <extra libraries for the bench>)
-#   Adds a primitive: its library, its tests beside it and its benchmark, in one call.
+#     TEST_DEPS <extra libraries for the tests>)
+#   Adds a primitive: its library and its tests beside it, in one call. Its benchmark is one file in bench/.
 function(peerlab_add_primitive name)
-  cmake_parse_arguments(ARG "" "BENCH" "SOURCES;DEPS;CPU_TESTS;GPU_TESTS;TEST_DEPS;BENCH_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;CPU_TESTS;GPU_TESTS;TEST_DEPS" ${ARGN})
   peerlab_add_library(${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS})
   foreach(t ${ARG_CPU_TESTS})
     peerlab_add_test(${t} LABEL cpu DEPS peerlab::${name} ${ARG_TEST_DEPS})
@@ -86,7 +100,4 @@ function(peerlab_add_primitive name)
   foreach(t ${ARG_GPU_TESTS})
     peerlab_add_test(${t} LABEL gpu DEPS peerlab::${name} ${ARG_TEST_DEPS})
   endforeach()
-  if(ARG_BENCH)
-    peerlab_add_bench(${ARG_BENCH} DEPS peerlab::${name} ${ARG_BENCH_DEPS})
-  endif()
 endfunction()

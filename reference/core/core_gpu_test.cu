@@ -29,17 +29,38 @@ extern char** environ;
 namespace peerlab {
 namespace {
 
+// A guard test must start from a state other than the one the guard sets, or restoring proves nothing: with two GPUs
+// device 0 is current and the guard switches to the last one; with one GPU no context is current and the guard binds
+// device 0's primary context.
+struct GuardStart {
+  int target = 0;
+  CUcontext before = nullptr;
+};
+
+StatusOr<GuardStart> startAwayFromTarget() {
+  PEERLAB_ASSIGN_OR_RETURN(int count, deviceCount());
+  GuardStart g;
+  if (count >= 2) {
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(0)));
+    g.target = count - 1;
+  } else {
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CU(cuCtxSetCurrent, nullptr));
+    g.target = 0;
+  }
+  PEERLAB_ASSIGN_OR_RETURN(g.before, currentContext());
+  return g;
+}
+
 TEST(ScopedDevice, RestoresDeviceAndContextOnSuccess) {
   PEERLAB_REQUIRE_GPUS(1);
-  int count = *deviceCount();
-  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(CUcontext before, currentContext());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(GuardStart start, startAwayFromTarget());
   {
-    PEERLAB_ASSERT_OK_AND_ASSIGN(auto guard, ScopedDevice::make(count - 1));
-    EXPECT_EQ(*currentDevice(), count - 1);
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto guard, ScopedDevice::make(start.target));
+    EXPECT_EQ(*currentDevice(), start.target);
+    EXPECT_NE(*currentContext(), start.before) << "the guard did not switch: this test would prove nothing";
   }
-  EXPECT_EQ(*currentDevice(), 0);
-  EXPECT_EQ(*currentContext(), before);
+  EXPECT_EQ(*currentContext(), start.before);
+  if (start.before != nullptr) EXPECT_EQ(*currentDevice(), 0);
 }
 
 TEST(ScopedDevice, RestoresOnAFailedSwitch) {
@@ -55,21 +76,21 @@ TEST(ScopedDevice, RestoresOnAFailedSwitch) {
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
 }
 
-Status failInsideScope(int device) {
+Status failInsideScope(int device, CUcontext not_expected) {
   PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device));
+  PEERLAB_ASSIGN_OR_RETURN(CUcontext inside, currentContext());
+  if (inside == not_expected) return PEERLAB_INTERNAL("the guard did not switch");
   return PEERLAB_CUDA(cudaMemcpy(nullptr, reinterpret_cast<void*>(1), 16, cudaMemcpyDeviceToDevice));
 }
 
 TEST(ScopedDevice, RestoresWhenTheScopedWorkFails) {
   PEERLAB_REQUIRE_GPUS(1);
-  int count = *deviceCount();
-  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
-  CUcontext before = *currentContext();
-  Status st = failInsideScope(count - 1);
-  EXPECT_FALSE(st.isOk());
-  EXPECT_EQ(*currentDevice(), 0);
-  EXPECT_EQ(*currentContext(), before);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(GuardStart start, startAwayFromTarget());
+  Status st = failInsideScope(start.target, start.before);
+  EXPECT_EQ(st.code(), StatusCode::kCudaError) << st.toString();
+  EXPECT_EQ(*currentContext(), start.before);
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
 }
 
 TEST(ScopedContext, RestoresNoContextAtAll) {
@@ -86,19 +107,19 @@ TEST(ScopedContext, RestoresNoContextAtAll) {
 
 TEST(ScopedContext, RestoresAfterAnExplicitContext) {
   PEERLAB_REQUIRE_GPUS(1);
-  int count = *deviceCount();
+  PEERLAB_ASSERT_OK_AND_ASSIGN(GuardStart start, startAwayFromTarget());
   CUdevice dev;
-  PEERLAB_ASSERT_OK(PEERLAB_CU(cuDeviceGet, &dev, count - 1));
+  PEERLAB_ASSERT_OK(PEERLAB_CU(cuDeviceGet, &dev, start.target));
   CUcontext primary = nullptr;
   PEERLAB_ASSERT_OK(PEERLAB_CU(cuDevicePrimaryCtxRetain, &primary, dev));
-  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
-  CUcontext before = *currentContext();
+  ASSERT_NE(primary, start.before) << "the guard would not switch: this test would prove nothing";
   {
     PEERLAB_ASSERT_OK_AND_ASSIGN(auto guard, ScopedContext::make(primary));
     EXPECT_EQ(*currentContext(), primary);
   }
-  EXPECT_EQ(*currentContext(), before);
+  EXPECT_EQ(*currentContext(), start.before);
   PEERLAB_EXPECT_OK(PEERLAB_CU(cuDevicePrimaryCtxRelease, dev));
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(0)));
 }
 
 // Teardown behind a held-up stream: the caller does not wait, and the owner (its stream and memory) is destroyed only

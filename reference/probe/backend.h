@@ -40,7 +40,12 @@ struct DeviceExport {
 };
 struct Exports {
   std::vector<DeviceExport> devices;
-  size_t vmmCount() const;
+  size_t vmmCount() const {
+    size_t n = 0;
+    for (const auto& d : devices)
+      n += d.vmm_ok ? 1 : 0;
+    return n;
+  }
 };
 
 /// A worker's answer to setup or import. `error` non-empty: the worker cannot work at all.

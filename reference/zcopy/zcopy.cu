@@ -19,7 +19,7 @@
 #include "reference/core/programmatic.cuh"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
-#include "reference/zcopy/handle_cache.h"
+#include "reference/ipc/handle_cache.h"
 #include "reference/zcopy/semaphore_device.cuh"
 
 namespace peerlab::zcopy {

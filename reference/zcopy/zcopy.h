@@ -54,7 +54,7 @@
 #include "reference/core/deadline.h"
 #include "reference/core/owned.h"
 #include "reference/core/status.h"
-#include "reference/zcopy/ipc.h"
+#include "reference/ipc/ipc.h"
 #include "reference/zcopy/protocol.h"
 #include "reference/zcopy/semaphore.h"
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "harness/faults/fuzz/fuzz_util.h"
-#include "reference/probe/cache.h"
+#include "harness/watchdog/probe_cache.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace peerlab;

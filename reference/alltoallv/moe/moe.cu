@@ -474,7 +474,20 @@ StatusOr<MoeExchange> MoeExchange::createWithAllToAllV(Bootstrap& boot, int devi
                                          transfer, deadline, protocol));
   PEERLAB_ASSIGN_OR_RETURN(auto c, AllToAllVTransport::create(boot, device, combineRowBytes(config.hidden), rows, rows,
                                                               transfer, deadline, protocol));
-  return create(config, boot.rank(), boot.size(), device, std::move(d), std::move(c));
+  PEERLAB_ASSIGN_OR_RETURN(auto m, create(config, boot.rank(), boot.size(), device, std::move(d), std::move(c)));
+  if (config.ll_max_tokens > 0) {
+    LlConfig l;
+    l.hidden = config.hidden;
+    l.top_k = config.top_k;
+    l.experts = config.experts;
+    l.max_tokens = config.ll_max_tokens;
+    l.capacity = config.ll_capacity;
+    l.payload = config.ll_payload;
+    l.timeout_ms = config.ll_timeout_ms;
+    PEERLAB_ASSIGN_OR_RETURN(auto ll, LowLatencyExchange::create(boot, device, l, deadline));
+    m.ll_ = std::make_unique<LowLatencyExchange>(std::move(ll));
+  }
+  return m;
 }
 
 DispatchOutput MoeExchange::output() const {
@@ -497,7 +510,16 @@ const int64_t* MoeExchange::recvCounts() const {
 }
 
 Status MoeExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* topk_ids, const float* topk_weights,
-                             int num_tokens, cudaStream_t stream, Deadline deadline) {
+                             int num_tokens, cudaStream_t stream, Deadline deadline, MoeMode mode) {
+  const MoeMode resolved = chooseMoeMode(mode, ll_ ? ll_->config().max_tokens : 0, num_tokens);
+  if (resolved == MoeMode::kLowLatency) {
+    if (!ll_) return PEERLAB_INVALID_ARGUMENT("moe dispatch: low-latency mode requested, but ll_max_tokens is 0");
+    PEERLAB_RETURN_IF_ERROR(ll_->dispatch(tokens, topk_ids, topk_weights, num_tokens, stream));
+    num_tokens_ = num_tokens;
+    last_mode_ = resolved;
+    return Status::ok();
+  }
+  last_mode_ = MoeMode::kNormal;
   if (num_tokens < 0 || num_tokens > config_.max_tokens) {
     return PEERLAB_INVALID_ARGUMENT("moe dispatch: " + std::to_string(num_tokens) + " tokens, capacity " +
                                     std::to_string(config_.max_tokens));
@@ -555,6 +577,7 @@ Status MoeExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* topk_id
 
 Status MoeExchange::combine(const __nv_bfloat16* expert_out, __nv_bfloat16* out, cudaStream_t stream,
                             Deadline deadline) {
+  if (last_mode_ == MoeMode::kLowLatency) return ll_->combine(expert_out, out, stream);
   PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device_));
   Buffers& b = *buf_;
   const uint64_t recv_rows = static_cast<uint64_t>(config_.max_tokens) * static_cast<uint64_t>(ranks_);
@@ -587,6 +610,7 @@ Status MoeExchange::combine(const __nv_bfloat16* expert_out, __nv_bfloat16* out,
 Status MoeExchange::checkStatus(cudaStream_t stream, Deadline deadline) {
   Status d = dispatch_->checkStatus(stream, deadline);
   Status c = combine_->checkStatus(stream, deadline);
+  Status l = ll_ ? ll_->checkStatus(stream, deadline) : Status::ok();
   PEERLAB_ASSIGN_OR_RETURN(auto guard, ScopedDevice::make(device_));
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(
       cudaMemcpyAsync(host_status_->ptr, buf_->status->ptr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream)));
@@ -594,6 +618,7 @@ Status MoeExchange::checkStatus(cudaStream_t stream, Deadline deadline) {
   PEERLAB_RETURN_IF_ERROR(waitStream(stream, deadline, "moe status"));
   PEERLAB_RETURN_IF_ERROR(d.withContext("moe dispatch"));
   PEERLAB_RETURN_IF_ERROR(c.withContext("moe combine"));
+  PEERLAB_RETURN_IF_ERROR(l);
   const auto* h = host_status_->as<uint32_t>();
   if (h[0] != 0) {
     return PEERLAB_INVALID_ARGUMENT("moe dispatch on rank " + std::to_string(rank_) + ": " + std::to_string(h[1]) +
@@ -606,7 +631,9 @@ Status MoeExchange::checkStatus(cudaStream_t stream, Deadline deadline) {
 Status MoeExchange::close(Bootstrap& boot, Deadline deadline) {
   Status d = dispatch_ ? dispatch_->close(boot, deadline) : Status::ok();
   Status c = combine_ ? combine_->close(boot, deadline) : Status::ok();
-  return d.isOk() ? c : d;
+  Status l = ll_ ? ll_->close(boot, deadline) : Status::ok();
+  if (!d.isOk()) return d;
+  return c.isOk() ? l : c;
 }
 
 }  // namespace peerlab::alltoallv::moe

@@ -14,6 +14,12 @@
 /// Combine applies the weights on the expert's rank: each received row's local expert outputs are summed in fp32
 /// (w * out) into one partial row, rounded once to bf16, and sent back; the source sums its <= n partial rows in
 /// fp32 and rounds to bf16. That halves the combine traffic the same way and keeps fp32 accumulation.
+///
+/// Low-latency mode (MoeConfig::ll_max_tokens > 0, peerlab's transport only): one kernel per phase into fixed
+/// per-expert slabs, no count exchange (low_latency.h). Each call picks its mode (chooseMoeMode): LL when num_tokens
+/// <= ll_max_tokens, else the normal mode above; every rank must land on the same side. In LL mode output() is not
+/// written: the expert input is lowLatency()->output() ([E / n][n * capacity] rows, bf16 or fp8 with per-128 scales),
+/// and combine() takes the expert output in that layout. Pairs beyond an expert's capacity are dropped and reported.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -23,6 +29,8 @@
 #include <type_traits>
 
 #include "reference/alltoallv/alltoallv.h"
+#include "reference/alltoallv/moe/ll_layout.h"
+#include "reference/alltoallv/moe/low_latency.h"
 #include "reference/core/bootstrap.h"
 #include "reference/core/deadline.h"
 #include "reference/core/memory.h"
@@ -37,9 +45,11 @@ struct MoeConfig {
   int max_tokens = 4096;  ///< T capacity per rank
   /// Rows of the expert-grouped output ((token, expert) pairs received); 0: the worst case max_tokens * n * k.
   uint64_t pair_capacity = 0;
+  int ll_max_tokens = 0;  ///< low-latency mode for calls of at most this many tokens (0: off)
+  int ll_capacity = 0;    ///< LL slots per (source rank, local expert); 0: ll_max_tokens
+  LlPayload ll_payload = LlPayload::kBf16;
+  int64_t ll_timeout_ms = 10'000;  ///< bound of the LL kernels' device waits
 };
-
-inline constexpr int kMaxTopK = 16;
 
 /// Bytes of one dispatched row: the token (2H) plus its routing tail (source token, k local expert ids, k weights).
 __host__ __device__ inline uint64_t dispatchRowBytes(int hidden, int top_k) {
@@ -114,17 +124,23 @@ class MoeExchange {
 
   /// Routes, packs and exchanges `num_tokens` (<= max_tokens, known on the host) tokens and lays the received ones
   /// out by local expert. Enqueued on `stream`; only a host-count transport waits on the host.
+  /// `mode`: see chooseMoeMode (kLowLatency without an LL exchange is an error).
   Status dispatch(const __nv_bfloat16* tokens, const int32_t* topk_ids, const float* topk_weights, int num_tokens,
-                  cudaStream_t stream, Deadline deadline);
-  /// Weighted sum of the experts' outputs `expert_out` ([pair_capacity, H], the dispatch layout) back into
-  /// `out` ([num_tokens, H] of the last dispatch).
+                  cudaStream_t stream, Deadline deadline, MoeMode mode = MoeMode::kAuto);
+  /// Weighted sum of the experts' outputs `expert_out` ([pair_capacity, H], the dispatch layout; after an LL dispatch
+  /// the LL layout) back into `out` ([num_tokens, H] of the last dispatch), in the last dispatch's mode.
   Status combine(const __nv_bfloat16* expert_out, __nv_bfloat16* out, cudaStream_t stream, Deadline deadline);
-  /// Reads and clears the device status of both transports and of the layout (pair capacity overflow).
+  /// Reads and clears the device status of both transports, of the layout (pair capacity overflow) and of the LL
+  /// kernels (dropped pairs, missing signals).
   Status checkStatus(cudaStream_t stream, Deadline deadline);
-  /// Collective teardown of both transports.
+  /// Collective teardown of both transports and of the LL slabs.
   Status close(Bootstrap& boot, Deadline deadline);
 
   DispatchOutput output() const;
+  /// The LL exchange (null when ll_max_tokens is 0 or the transport is not peerlab's).
+  LowLatencyExchange* lowLatency() { return ll_.get(); }
+  /// The mode the last dispatch took.
+  MoeMode lastMode() const { return last_mode_; }
   const MoeConfig& config() const { return config_; }
   int localExperts() const { return config_.experts / ranks_; }
   Transport& dispatchTransport() { return *dispatch_; }
@@ -148,6 +164,8 @@ class MoeExchange {
   std::unique_ptr<Transport> combine_;
   std::unique_ptr<Buffers> buf_;
   PinnedBuffer host_status_;
+  std::unique_ptr<LowLatencyExchange> ll_;
+  MoeMode last_mode_ = MoeMode::kNormal;
 
  public:
   ~MoeExchange();

@@ -255,6 +255,160 @@ std::vector<RankInput> makeMoeInputs(const MoeShape& shape, const std::vector<in
   return in;
 }
 
+uint8_t floatToE4m3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7F);
+  const float a = std::fabs(f);
+  // satfinite: anything beyond the largest finite value (448), infinities included, saturates.
+  if (a >= kFp8E4m3Max) return static_cast<uint8_t>(sign | 0x7E);
+  // Subnormals (below 2^-6) are multiples of 2^-9; a result of 8 * 2^-9 is the smallest normal, encoded as 0x08.
+  if (a < std::ldexp(1.f, -6)) return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(a * 512.f)));
+  int ex = 0;
+  std::frexp(a, &ex);  // a = fr * 2^ex, fr in [0.5, 1)
+  int e = ex - 1;
+  int m = static_cast<int>(std::nearbyint((std::ldexp(a, -e) - 1.f) * 8.f));  // exact scaling, ties to even
+  if (m == 8) {
+    m = 0;
+    ++e;
+  }
+  const int bits = std::min(((e + 7) << 3) | m, 0x7E);
+  return static_cast<uint8_t>(sign | bits);
+}
+
+float e4m3ToFloat(uint8_t b) {
+  const float sign = (b & 0x80) ? -1.f : 1.f;
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  if (e == 15 && m == 7) return NAN;
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
+  return sign * std::ldexp(1.f + static_cast<float>(m) / 8.f, e - 7);
+}
+
+void quantizeRowFp8(const uint16_t* bf16_row, int hidden, uint8_t* q, float* scales) {
+  for (int g = 0; g < hidden / kFp8Group; ++g) {
+    float amax = 0.f;
+    for (int i = 0; i < kFp8Group; ++i)
+      amax = std::max(amax, std::fabs(bf16ToFloat(bf16_row[g * kFp8Group + i])));
+    amax = std::max(amax, kFp8MinAmax);
+    const float mult = kFp8E4m3Max / amax;
+    scales[g] = amax / kFp8E4m3Max;
+    for (int i = 0; i < kFp8Group; ++i)
+      q[g * kFp8Group + i] = floatToE4m3(bf16ToFloat(bf16_row[g * kFp8Group + i]) * mult);
+  }
+}
+
+void dequantizeRowFp8(const uint8_t* q, const float* scales, int hidden, float* out) {
+  for (int i = 0; i < hidden; ++i)
+    out[i] = e4m3ToFloat(q[i]) * scales[i / kFp8Group];
+}
+
+namespace {
+// Slot of every (token, top-k slot) of rank s among s's pairs of the same expert (-1 when the id is invalid).
+std::vector<int64_t> llSlots(const MoeShape& shape, const RankInput& in) {
+  std::vector<int64_t> slot(in.ids.size(), -1);
+  std::vector<int64_t> next(shape.experts, 0);
+  for (size_t i = 0; i < in.ids.size(); ++i)
+    if (validExpert(shape, in.ids[i])) slot[i] = next[in.ids[i]]++;
+  return slot;
+}
+}  // namespace
+
+std::vector<LlRankDispatch> llDispatchReference(const MoeShape& shape, int capacity, LlPayload payload,
+                                                const std::vector<RankInput>& in) {
+  const int n = shape.ranks, H = shape.hidden, per = shape.experts / shape.ranks;
+  const size_t stride = static_cast<size_t>(n) * capacity;
+  std::vector<LlRankDispatch> out(n);
+  for (int d = 0; d < n; ++d) {
+    LlRankDispatch& o = out[d];
+    o.expert_counts.assign(per, 0);
+    o.source_counts.assign(per, std::vector<int64_t>(n, 0));
+    o.source.assign(per * stride, PairSource{});
+    o.weight.assign(per * stride, 0.f);
+    if (payload == LlPayload::kBf16) o.rows.assign(per * stride * H, 0);
+    if (payload == LlPayload::kFp8) {
+      o.q.assign(per * stride * H, 0);
+      o.scales.assign(per * stride * (H / kFp8Group), 0.f);
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    const auto slot = llSlots(shape, in[s]);
+    for (size_t i = 0; i < slot.size(); ++i) {
+      if (slot[i] < 0) continue;
+      if (!llKept(slot[i], capacity)) {
+        out[s].dropped_from_me++;
+        continue;
+      }
+      const int e = in[s].ids[i];
+      out[e / per].source_counts[e % per][s]++;
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    LlRankDispatch& o = out[d];
+    for (int le = 0; le < per; ++le) {
+      int64_t base = 0;
+      for (int s = 0; s < n; ++s) {
+        const auto slot = llSlots(shape, in[s]);
+        for (size_t i = 0; i < slot.size(); ++i) {
+          if (in[s].ids[i] != d * per + le || !llKept(slot[i], capacity)) continue;
+          const size_t row = le * stride + static_cast<size_t>(base + slot[i]);
+          const int t = static_cast<int>(i) / shape.top_k, j = static_cast<int>(i) % shape.top_k;
+          o.source[row] = PairSource{s, t, j};
+          o.weight[row] = in[s].weights[i];
+          const uint16_t* x = &in[s].x[static_cast<size_t>(t) * H];
+          if (payload == LlPayload::kBf16) std::copy_n(x, H, &o.rows[row * H]);
+          if (payload == LlPayload::kFp8) quantizeRowFp8(x, H, &o.q[row * H], &o.scales[row * (H / kFp8Group)]);
+        }
+        base += o.source_counts[le][s];
+      }
+      o.expert_counts[le] = base;
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int capacity,
+                                                      const std::vector<RankInput>& in,
+                                                      const std::vector<LlRankDispatch>& dispatched,
+                                                      const std::vector<std::vector<uint16_t>>& expert_out) {
+  const int n = shape.ranks, H = shape.hidden, k = shape.top_k, per = shape.experts / shape.ranks;
+  const size_t stride = static_cast<size_t>(n) * capacity;
+  std::vector<std::vector<uint16_t>> out(n);
+  for (int s = 0; s < n; ++s) {
+    const auto slot = llSlots(shape, in[s]);
+    out[s].assign(static_cast<size_t>(in[s].tokens) * H, 0);
+    std::vector<float> acc(H);
+    for (int t = 0; t < in[s].tokens; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int j = 0; j < k; ++j) {
+        const size_t i = static_cast<size_t>(t) * k + j;
+        if (slot[i] < 0 || !llKept(slot[i], capacity)) continue;
+        const int e = in[s].ids[i], d = e / per, le = e % per;
+        int64_t base = 0;
+        for (int src = 0; src < s; ++src)
+          base += dispatched[d].source_counts[le][src];
+        const size_t row = le * stride + static_cast<size_t>(base + slot[i]);
+        for (int h = 0; h < H; ++h)
+          acc[h] = std::fma(in[s].weights[i], bf16ToFloat(expert_out[d][row * H + h]), acc[h]);
+      }
+      for (int h = 0; h < H; ++h)
+        out[s][static_cast<size_t>(t) * H + h] = floatToBf16(acc[h]);
+    }
+  }
+  return out;
+}
+
+std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed, int hot) {
+  auto in = makeMoeInputs(shape, tokens, seed);
+  const int k = shape.top_k;
+  for (auto& r : in)
+    for (int t = 0; t < r.tokens; ++t) {
+      int32_t* ids = &r.ids[static_cast<size_t>(t) * k];
+      for (int j = 1; j < k; ++j)
+        if (ids[j] == hot) ids[j] = ids[0];
+      ids[0] = hot;
+    }
+  return in;
+}
+
 uint16_t expertFunction(uint16_t x, int global_expert) {
   const float e = static_cast<float>(global_expert);
   return floatToBf16(bf16ToFloat(x) * (1.f + e / 64.f) + e / 256.f);

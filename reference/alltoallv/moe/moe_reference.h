@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "reference/alltoallv/moe/ll_layout.h"
+
 namespace peerlab::alltoallv::moe {
 
 /// bf16 <-> float on the host (round to nearest even, NaN kept NaN).
@@ -68,6 +70,42 @@ std::vector<std::vector<float>> combineMagnitude(const MoeShape& shape, const st
 /// weights in (0, 1].
 std::vector<RankInput> makeMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed,
                                      bool drop = false);
+/// fp8 e4m3 (OCP "fn": bias 7, no infinities, max 448) <-> float on the host. Round to nearest even, saturating to
+/// +-448 (what cvt.rn.satfinite does; an infinity saturates too), NaN to NaN (0x7F / 0xFF).
+uint8_t floatToE4m3(float f);
+float e4m3ToFloat(uint8_t b);
+
+/// One token row quantized per 128 elements (DeepEP): amax = max(|x| over the group, kFp8MinAmax),
+/// q = e4m3(x * (448 / amax)), scale = amax / 448 (both divisions rounded once in fp32); x ~= q * scale.
+void quantizeRowFp8(const uint16_t* bf16_row, int hidden, uint8_t* q, float* scales);
+/// float(q) * scale per element.
+void dequantizeRowFp8(const uint8_t* q, const float* scales, int hidden, float* out);
+
+/// One rank's LL dispatch output: local expert `le`'s rows are [le * ranks * capacity, + expert_counts[le]), source
+/// rank by source rank, each source's pairs in (token, slot) order. Rows past a count are not written.
+struct LlRankDispatch {
+  std::vector<int64_t> expert_counts;               ///< [E / n]
+  std::vector<std::vector<int64_t>> source_counts;  ///< [E / n][n] rows kept from each source
+  std::vector<PairSource> source;                   ///< [E / n * n * capacity]
+  std::vector<float> weight;                        ///< same
+  std::vector<uint16_t> rows;                       ///< bf16 payload [.., H] (empty for fp8)
+  std::vector<uint8_t> q;                           ///< fp8 payload [.., H] (empty for bf16)
+  std::vector<float> scales;                        ///< fp8 [.., H / 128]
+  int64_t dropped_from_me = 0;                      ///< pairs this rank sent that no slot took
+};
+
+/// LL dispatch over all ranks (shape.ranks ranks, `capacity` slots per (source, local expert)).
+std::vector<LlRankDispatch> llDispatchReference(const MoeShape& shape, int capacity, LlPayload payload,
+                                                const std::vector<RankInput>& in);
+/// LL combine: for every source token, bf16 of the fp32 fma chain over its kept slots in slot order of
+/// w * expert_out (the row its pair landed in, on its expert's rank); tokens with no kept slot get 0.
+/// `expert_out[r]` is rank r's expert output in its LL dispatch layout ([E / n * n * capacity, H] bf16).
+std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int capacity,
+                                                      const std::vector<RankInput>& in,
+                                                      const std::vector<LlRankDispatch>& dispatched,
+                                                      const std::vector<std::vector<uint16_t>>& expert_out);
+/// Routing with hot experts: every token's slot 0 picks expert `hot` (the rest distinct random), to overflow slabs.
+std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed, int hot);
 /// A deterministic "expert": out = bf16(x * (1 + e / 64) + e / 256) for local expert e of rank r (global id).
 uint16_t expertFunction(uint16_t x, int global_expert);
 

@@ -1,0 +1,181 @@
+// History at scale: 1,000 synthetic run files of 1,100 results each, ingested into SQLite, then regressions over all
+// series and the site model. PEERLAB_HISTORY_BENCH_FILES / _RESULTS shrink it for a quick look.
+//   BM_HistoryIngest/files:1000/results:1100   every file read, validated and stored (one transaction each)
+//   BM_HistoryRegressions/...                  load, change points in every series, regressions
+//   BM_HistorySiteModel/...                    the whole site model, serialized
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "harness/history/analysis.h"
+#include "harness/history/site_model.h"
+#include "harness/history/store.h"
+#include "harness/report/report.h"
+
+namespace peerlab::history {
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+const int kFiles = envInt("PEERLAB_HISTORY_BENCH_FILES", 1000);
+const int kResults = envInt("PEERLAB_HISTORY_BENCH_RESULTS", 1100);
+
+std::filesystem::path workDir() {
+  return std::filesystem::temp_directory_path() /
+         ("peerlab-history-bench-v2-" + std::to_string(kFiles) + "x" + std::to_string(kResults));
+}
+
+// One nightly run of 4 GPUs: copies, zero-copy, latency, alltoallv and probe rows cycled up to `results` rows with
+// 2% noise; series 0 mod 50 step 8% slower from run 700 (a regression to find among noise).
+report::Run makeRun(int index, int results, std::mt19937_64& rng) {
+  std::normal_distribution<double> noise(0.0, 0.02);
+  report::Run run;
+  run.tool = "peerlab 0.1.0";
+  char sha[41];
+  std::snprintf(sha, sizeof sha, "%040x", 0x5eed000 + index);
+  run.git_sha = sha;
+  // One run a night from 2027-01-01.
+  const std::time_t when = 1798761600 + static_cast<std::time_t>(index) * 86400;
+  std::tm tm{};
+  gmtime_r(&when, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  run.timestamp = ts;
+  run.fingerprint = {"node-" + std::to_string(index % 4), index < 700 ? "580.159.04" : "590.10", "13.0", "2.28.3", {}};
+  for (int g = 0; g < 4; ++g)
+    run.fingerprint.gpus.push_back({g, "GPU-" + std::to_string(g), "", "NVIDIA H200"});
+  run.extra["kind"] = "nvidia-h200-x4";
+  const char* suites[] = {"peer_copy", "zcopy", "peer_latency", "alltoallv", "probe"};
+  for (int i = 0; i < results; ++i) {
+    report::Result r;
+    r.suite = suites[i % 5];
+    r.impl = "peerlab.impl" + std::to_string(i / 5 % 6);
+    r.name = "case" + std::to_string(i / 30 % 4);
+    const int pair = i / 120 % 12;
+    r.src = pair / 3;
+    r.dst = (pair / 3 + 1 + pair % 3) % 4;
+    r.bytes = std::ldexp(1.0, 3 + (i / 1440 + i) % 26);
+    const double step = (i % 50 == 0 && index >= 700) ? 1.08 : 1.0;
+    r.time_us = (1.0 + *r.bytes / 350e3) * step * (1 + noise(rng));
+    r.algbw_gbps = *r.bytes / *r.time_us / 1e3;
+    r.busbw_gbps = r.algbw_gbps;
+    r.wrong = 0;
+    r.extra = {{"p10_us", *r.time_us * 0.99}, {"p90_us", *r.time_us * 1.02}, {"samples", 15.0}};
+    run.results.push_back(std::move(r));
+  }
+  return run;
+}
+
+// The run files, written once per size and kept for later runs of the benchmark.
+std::vector<std::string> runFiles() {
+  static std::vector<std::string> files;
+  if (!files.empty()) return files;
+  const auto dir = workDir() / "runs";
+  std::filesystem::create_directories(dir);
+  std::mt19937_64 rng(20);
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string path = (dir / ("run-" + std::to_string(i) + ".json")).string();
+    report::Run run = makeRun(i, kResults, rng);
+    if (!std::filesystem::exists(path) && !report::writeRun(run, path).isOk()) return {};
+    files.push_back(path);
+  }
+  return files;
+}
+
+std::string dbPath() {
+  return (workDir() / "history.sqlite").string();
+}
+
+void BM_HistoryIngest(benchmark::State& state) {
+  const std::vector<std::string> files = runFiles();
+  if (files.empty()) {
+    state.SkipWithError("could not write the run files");
+    return;
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::filesystem::remove(dbPath() + suffix);
+    state.ResumeTiming();
+    auto store = HistoryStore::open(dbPath());
+    if (!store.isOk()) {
+      state.SkipWithError(store.status().message().c_str());
+      return;
+    }
+    for (const std::string& f : files) {
+      auto run = report::readRun(f);
+      if (!run.isOk() || !(*store)->ingest(*run).isOk()) {
+        state.SkipWithError(("ingest failed: " + f).c_str());
+        return;
+      }
+    }
+  }
+  state.counters["files"] = static_cast<double>(files.size());
+  state.counters["results"] = static_cast<double>(files.size()) * kResults;
+}
+
+void BM_HistoryRegressions(benchmark::State& state) {
+  size_t series = 0, regressions = 0;
+  for (auto _ : state) {
+    auto store = HistoryStore::open(dbPath());
+    if (!store.isOk()) {
+      state.SkipWithError(store.status().message().c_str());
+      return;
+    }
+    auto h = loadHistory(**store);
+    if (!h.isOk()) {
+      state.SkipWithError(h.status().message().c_str());
+      return;
+    }
+    detectChangePoints(*h);
+    regressions = findRegressions(*h, 3.0).size();
+    series = h->series.size();
+  }
+  state.counters["series"] = static_cast<double>(series);
+  state.counters["regressions"] = static_cast<double>(regressions);
+}
+
+void BM_HistorySiteModel(benchmark::State& state) {
+  size_t bytes = 0;
+  for (auto _ : state) {
+    auto store = HistoryStore::open(dbPath());
+    if (!store.isOk()) {
+      state.SkipWithError(store.status().message().c_str());
+      return;
+    }
+    auto model = buildSiteModel(**store);
+    if (!model.isOk()) {
+      state.SkipWithError(model.status().message().c_str());
+      return;
+    }
+    bytes = model->dump().size();
+  }
+  state.counters["model_bytes"] = static_cast<double>(bytes);
+}
+
+// Each step runs once, in this order, on the database the ingest wrote.
+BENCHMARK(BM_HistoryIngest)
+    ->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistoryRegressions)
+    ->Name("BM_HistoryRegressions/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistorySiteModel)
+    ->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace peerlab::history

@@ -1,0 +1,235 @@
+#include "harness/history/analysis.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <unordered_map>
+
+namespace peerlab::history {
+namespace {
+
+std::string numberText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+std::string seriesId(const std::string& machine, const report::Result& r) {
+  std::string id = machine + "/" + r.suite + "/" + r.impl + "/" + r.name + "/";
+  if (r.src || r.dst) {
+    id += (r.src ? std::to_string(*r.src) : std::string("-")) + "->" +
+          (r.dst ? std::to_string(*r.dst) : std::string("-"));
+    id += "/";
+  }
+  id += "r" + std::to_string(r.ranks) + "/" + (r.bytes ? numberText(*r.bytes) : std::string("-"));
+  return id;
+}
+
+template <class T>
+nlohmann::json orNull(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options) {
+  History h;
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, store.runs());
+  for (RunInfo& r : all) {
+    if (!options.kind.empty() && r.machine() != options.kind && r.host != options.kind) continue;
+    h.run_index[r.id] = h.runs.size();
+    h.runs.push_back(std::move(r));
+  }
+  std::unordered_map<std::string, size_t> byId;
+  PEERLAB_RETURN_IF_ERROR(store.forEachResult([&](const StoredResult& s) {
+    auto run = h.run_index.find(s.run_id);
+    if (run == h.run_index.end()) return;
+    const report::Result& r = s.result;
+    std::optional<report::SeriesMetric> metric = report::seriesMetric(r);
+    if (!metric || r.status != "ok") return;
+    std::optional<double> value = report::metricValue(r, *metric);
+    if (!value) return;
+    const RunInfo& info = h.runs[run->second];
+    const std::string& machine = options.by_host ? info.host : info.machine();
+    const std::string id = seriesId(machine, r);
+    auto [it, fresh] = byId.emplace(id, h.series.size());
+    if (fresh) {
+      Series ns;
+      ns.id = id;
+      ns.machine = machine;
+      ns.suite = r.suite;
+      ns.impl = r.impl;
+      ns.name = r.name;
+      ns.src = r.src;
+      ns.dst = r.dst;
+      ns.ranks = r.ranks;
+      ns.bytes = r.bytes;
+      ns.metric = *metric;
+      h.series.push_back(std::move(ns));
+    }
+    Series& series = h.series[it->second];
+    // A key repeated within one run counts once (its first row).
+    if (!series.points.empty() && series.points.back().run_id == s.run_id) return;
+    if (series.metric.field != metric->field) return;  // a size that changed metric is not the same series
+    SeriesPoint p;
+    p.run_id = s.run_id;
+    p.value = *value;
+    if (metric->field == "time_us") {
+      p.p10 = s.p10_us;
+      p.p90 = s.p90_us;
+    } else if (r.time_us && *r.time_us > 0) {
+      if (s.p90_us && *s.p90_us > 0) p.p10 = *value * *r.time_us / *s.p90_us;
+      if (s.p10_us && *s.p10_us > 0) p.p90 = *value * *r.time_us / *s.p10_us;
+    }
+    series.points.push_back(p);
+  }));
+  for (Series& s : h.series) {
+    std::stable_sort(s.points.begin(), s.points.end(), [&](const SeriesPoint& a, const SeriesPoint& b) {
+      return h.run_index[a.run_id] < h.run_index[b.run_id];
+    });
+  }
+  return h;
+}
+
+void detectChangePoints(History& history, const EDivisiveOptions& options, int threads) {
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    std::vector<double> values;
+    for (size_t i; (i = next.fetch_add(1)) < history.series.size();) {
+      Series& s = history.series[i];
+      values.clear();
+      for (const SeriesPoint& p : s.points)
+        values.push_back(p.value);
+      s.change_points = history::detectChangePoints(values, options);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (auto& t : pool)
+    t.join();
+}
+
+double worseningPct(const report::SeriesMetric& metric, double before, double after) {
+  if (before == 0) return 0;
+  const double change = (after - before) / before * 100.0;
+  return metric.higher_is_better ? -change : change;
+}
+
+std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo& after) {
+  std::vector<std::string> out;
+  auto diff = [&](const char* what, const std::string& a, const std::string& b) {
+    if (a != b) out.push_back(std::string(what) + " " + (a.empty() ? "?" : a) + " -> " + (b.empty() ? "?" : b));
+  };
+  diff("host", before.host, after.host);
+  diff("driver", before.driver, after.driver);
+  diff("CUDA", before.cuda, after.cuda);
+  diff("NCCL", before.nccl, after.nccl);
+  auto gpus = [](const RunInfo& r) {
+    std::map<std::string, int> n;
+    for (const auto& g : r.gpus)
+      ++n[g];
+    std::string s;
+    for (auto& [name, count] : n)
+      s += (s.empty() ? "" : ", ") + std::to_string(count) + "x " + name;
+    return s.empty() ? std::string("none") : s;
+  };
+  diff("GPUs", gpus(before), gpus(after));
+  return out;
+}
+
+std::vector<Regression> findRegressions(const History& history, double threshold_pct) {
+  std::vector<Regression> out;
+  for (const Series& s : history.series) {
+    if (s.change_points.empty()) continue;
+    const ChangePoint& cp = s.change_points.back();
+    const double worse = worseningPct(s.metric, cp.before, cp.after);
+    if (worse <= threshold_pct) continue;
+    Regression r;
+    r.series = &s;
+    r.change = cp;
+    r.worsening_pct = worse;
+    r.run = &history.run(s.points[cp.index].run_id);
+    r.previous = &history.run(s.points[cp.index - 1].run_id);
+    r.fingerprint_changes = fingerprintChanges(*r.previous, *r.run);
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Regression& a, const Regression& b) { return a.worsening_pct > b.worsening_pct; });
+  return out;
+}
+
+nlohmann::json seriesFields(const Series& s) {
+  return {{"suite", s.suite},         {"impl", s.impl},           {"name", s.name},
+          {"src", orNull(s.src)},     {"dst", orNull(s.dst)},     {"ranks", s.ranks},
+          {"bytes", orNull(s.bytes)}, {"metric", s.metric.field}, {"unit", s.metric.unit}};
+}
+
+nlohmann::json toJson(const Regression& r) {
+  nlohmann::json j = seriesFields(*r.series);
+  j["series_id"] = r.series->id;
+  j["machine"] = r.series->machine;
+  j["host"] = r.run->host;
+  j["kind"] = r.run->kind;
+  j["run_id"] = r.run->id;
+  j["git_sha"] = r.run->git_sha;
+  j["timestamp"] = r.run->timestamp;
+  j["previous_git_sha"] = r.previous->git_sha;
+  j["before"] = r.change.before;
+  j["after"] = r.change.after;
+  j["change_pct"] = r.change.change_pct;
+  j["worsening_pct"] = r.worsening_pct;
+  j["p_value"] = r.change.p_value;
+  j["fingerprint_changes"] = r.fingerprint_changes;
+  return j;
+}
+
+std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options) {
+  std::vector<FleetOutlier> out;
+  for (const Series& s : history.series) {
+    // The latest figure of each host (points are oldest first).
+    std::map<std::string, const SeriesPoint*> latest;
+    for (const SeriesPoint& p : s.points)
+      latest[history.run(p.run_id).host] = &p;
+    if (static_cast<int>(latest.size()) < options.min_hosts) continue;
+    std::vector<double> values;
+    for (auto& [host, p] : latest)
+      values.push_back(p->value);
+    const double med = median(values, 0, static_cast<int>(values.size()));
+    std::vector<double> dev;
+    for (double v : values)
+      dev.push_back(std::fabs(v - med));
+    // A fleet of identical figures has MAD 0: a floor of 0.1% of the median keeps z finite.
+    const double mad = std::max(median(dev, 0, static_cast<int>(dev.size())), 1e-3 * std::fabs(med));
+    if (mad <= 0) continue;
+    for (auto& [host, p] : latest) {
+      const double z = 0.6745 * (p->value - med) / mad;
+      const double worseZ = s.metric.higher_is_better ? -z : z;
+      const double pct = std::fabs(p->value - med) / std::fabs(med) * 100.0;
+      if (worseZ > options.z_threshold && pct >= options.min_change_pct) {
+        out.push_back({s.machine, host, &s, p->run_id, p->value, med, mad, z});
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const FleetOutlier& a, const FleetOutlier& b) { return std::fabs(a.z) > std::fabs(b.z); });
+  return out;
+}
+
+nlohmann::json toJson(const FleetOutlier& f) {
+  nlohmann::json j = seriesFields(*f.series);
+  j["kind"] = f.machine;
+  j["host"] = f.host;
+  j["series_id"] = f.series->id;
+  j["run_id"] = f.run_id;
+  j["value"] = f.value;
+  j["median"] = f.median;
+  j["mad"] = f.mad;
+  j["z"] = f.z;
+  return j;
+}
+
+}  // namespace peerlab::history

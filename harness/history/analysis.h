@@ -1,0 +1,98 @@
+#pragma once
+/// Series over the stored history, their change points, the regressions among them and fleet outliers.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/history/edivisive.h"
+#include "harness/history/store.h"
+#include "harness/report/metric.h"
+
+namespace peerlab::history {
+
+struct SeriesPoint {
+  std::int64_t run_id = 0;
+  double value = 0;
+  std::optional<double> p10;  ///< in the metric's unit (bandwidth from the p90 time, and the other way round)
+  std::optional<double> p90;
+};
+
+/// One series: (machine, suite, impl, name, src, dst, ranks, bytes) and its metric, oldest point first.
+struct Series {
+  std::string id;       ///< "nvidia-h200-x4/peer_copy/peerlab.ce/uni/0->1/r1/268435456"
+  std::string machine;  ///< kind, or host (runs without a kind, or --by host)
+  std::string suite, impl, name;
+  std::optional<int> src, dst;
+  int ranks = 1;
+  std::optional<double> bytes;
+  report::SeriesMetric metric;
+  std::vector<SeriesPoint> points;
+  std::vector<ChangePoint> change_points;
+};
+
+struct History {
+  std::vector<RunInfo> runs;                 ///< oldest first
+  std::map<std::int64_t, size_t> run_index;  ///< run id -> position in `runs`
+  std::vector<Series> series;
+  const RunInfo& run(std::int64_t id) const { return runs[run_index.at(id)]; }
+};
+
+struct HistoryOptions {
+  std::string kind;      ///< only runs of this kind (or host) when not empty
+  bool by_host = false;  ///< group series by host even when runs name a kind
+};
+
+/// Reads every run and result; keeps performance results (report::seriesMetric) whose status is ok and whose value
+/// is positive.
+StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options = {});
+
+/// Finds change points in every series, on `threads` threads (0: one per core).
+void detectChangePoints(History& history, const EDivisiveOptions& options = {}, int threads = 0);
+
+struct Regression {
+  const Series* series = nullptr;
+  ChangePoint change;
+  const RunInfo* run = nullptr;       ///< the first run after the change
+  const RunInfo* previous = nullptr;  ///< the run before it
+  double worsening_pct = 0;           ///< positive: worse, whatever the metric's direction
+  std::vector<std::string> fingerprint_changes;
+};
+
+/// Series whose latest change point is a worsening of more than `threshold_pct`, worst first.
+std::vector<Regression> findRegressions(const History& history, double threshold_pct);
+/// What changed between two runs: host, driver, CUDA, NCCL, GPUs ("driver 580.65 -> 580.95").
+std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo& after);
+nlohmann::json toJson(const Regression& r);
+
+struct FleetOptions {
+  double z_threshold = 3.5;     ///< modified z-score (Iglewicz and Hoaglin): 0.6745 (x - median) / MAD
+  double min_change_pct = 3.0;  ///< and at least this far from the median
+  int min_hosts = 4;            ///< fewer hosts of a kind are not a fleet
+};
+
+struct FleetOutlier {
+  std::string machine;  ///< the kind
+  std::string host;
+  const Series* series = nullptr;
+  std::int64_t run_id = 0;
+  double value = 0, median = 0, mad = 0;
+  double z = 0;  ///< signed modified z-score; the outlier is on the worse side
+};
+
+/// Per kind and series, the hosts whose latest figure sits on the worse side of the fleet beyond the threshold,
+/// largest |z| first. Series must be grouped by kind (not by host).
+std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options = {});
+nlohmann::json toJson(const FleetOutlier& f);
+
+/// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.
+double worseningPct(const report::SeriesMetric& metric, double before, double after);
+
+/// Series fields as JSON: suite, impl, name, src, dst, ranks, bytes, metric, unit.
+nlohmann::json seriesFields(const Series& s);
+
+}  // namespace peerlab::history

@@ -1,0 +1,202 @@
+#include "harness/history/site_model.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace peerlab::history {
+namespace {
+
+std::string nowUtc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string bytesLabel(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g %s", b, units[u]);
+  return buf;
+}
+
+bool glob(const std::string& pattern, const std::string& text) {
+  return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+// The expected figure for a result: {metric, GB/s} of the first expectation that applies.
+std::optional<std::pair<std::string, double>> expectedFor(const report::Result& r, const nlohmann::json& expectations) {
+  for (const auto& e : expectations) {
+    if (!e.is_object() || e.value("suite", "") != r.suite) continue;
+    if (!glob(e.value("impl", "*"), r.impl) || !glob(e.value("name", "*"), r.name)) continue;
+    if (e.contains("src") && e["src"].is_number() && (!r.src || *r.src != e["src"].get<int>())) continue;
+    if (e.contains("dst") && e["dst"].is_number() && (!r.dst || *r.dst != e["dst"].get<int>())) continue;
+    if (e.contains("min_bytes") && e["min_bytes"].is_number() && (!r.bytes || *r.bytes < e["min_bytes"].get<double>()))
+      continue;
+    if (!e.contains("gbps") || !e["gbps"].is_number()) continue;
+    return std::make_pair(e.value("metric", std::string("algbw_gbps")), e["gbps"].get<double>());
+  }
+  return std::nullopt;
+}
+
+std::string groupOf(const Series& s) {
+  return s.suite + " " + s.name + " " + s.impl + " (" + s.metric.unit + ")";
+}
+
+}  // namespace
+
+nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations) {
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;  // suite, name, impl, metric
+  std::map<Key, std::vector<const report::Result*>> byKey;
+  for (const StoredResult& s : results) {
+    const report::Result& r = s.result;
+    if (!r.src || !r.dst || !r.bytes) continue;
+    auto m = report::seriesMetric(r);
+    if (!m || r.status != "ok" || !report::metricValue(r, *m)) continue;
+    byKey[{r.suite, r.name, r.impl, m->field}].push_back(&r);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& [key, rows] : byKey) {
+    const auto& [suite, name, impl, metric] = key;
+    const bool bandwidth = metric != "time_us";
+    // Bandwidth at the largest size, latency at the smallest.
+    double size = *rows.front()->bytes;
+    for (const report::Result* r : rows)
+      size = bandwidth ? std::max(size, *r->bytes) : std::min(size, *r->bytes);
+    std::map<std::pair<int, int>, const report::Result*> cells;
+    for (const report::Result* r : rows)
+      if (*r->bytes == size) cells.emplace(std::make_pair(*r->src, *r->dst), r);
+    if (cells.size() < 2) continue;
+    std::set<int> gpus;
+    bool anyExpected = false;
+    for (auto& [pair, r] : cells) {
+      gpus.insert(pair.first);
+      gpus.insert(pair.second);
+      if (bandwidth && expectedFor(*r, expectations)) anyExpected = true;
+    }
+    nlohmann::json hm;
+    const std::string unit = bandwidth ? "GB/s" : "us";
+    hm["title"] = suite + " " + name + " " + impl + " " + bytesLabel(size) +
+                  (anyExpected ? " (% of expected)" : " (" + unit + ")");
+    hm["unit"] = unit;
+    hm["gpus"] = *gpus.rbegin() + 1;  // GPU count: ordinals 0..gpus-1
+    nlohmann::json jc = nlohmann::json::array();
+    for (auto& [pair, r] : cells) {
+      nlohmann::json c = {{"src", pair.first}, {"dst", pair.second}, {"expected", nullptr}};
+      // Bandwidth cells carry GB/s and the expected GB/s (the renderer shows the percentage); the figure is the one
+      // the expectation names (algbw or busbw), else the series metric's.
+      const auto e = bandwidth ? expectedFor(*r, expectations) : std::nullopt;
+      std::optional<double> v = report::metricValue(*r, {metric, unit, bandwidth});
+      if (e) {
+        v = e->first == "busbw_gbps" ? r->busbw_gbps : r->algbw_gbps;
+        c["expected"] = e->second;
+      }
+      c["value"] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+      jc.push_back(std::move(c));
+    }
+    hm["cells"] = std::move(jc);
+    out.push_back(std::move(hm));
+  }
+  return out;
+}
+
+StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options) {
+  PEERLAB_ASSIGN_OR_RETURN(History h, loadHistory(store));
+  detectChangePoints(h, options.detect);
+  const std::vector<Regression> regressions = findRegressions(h, options.threshold_pct);
+  const std::vector<FleetOutlier> fleet = fleetOutliers(h, options.fleet);
+
+  std::map<std::string, nlohmann::json> kinds;
+  auto kindOf = [&](const std::string& machine) -> nlohmann::json& {
+    nlohmann::json& k = kinds[machine];
+    if (k.is_null()) {
+      k = {{"kind", machine},
+           {"series", nlohmann::json::array()},
+           {"regressions", nlohmann::json::array()},
+           {"fleet", nlohmann::json::array()},
+           {"heatmaps", nlohmann::json::array()}};
+    }
+    return k;
+  };
+
+  // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.
+  std::map<std::pair<std::string, std::string>, std::vector<const Series*>> groups;
+  for (const Series& s : h.series)
+    groups[{s.machine, groupOf(s)}].push_back(&s);
+  for (auto& [key, members] : groups) {
+    std::stable_sort(members.begin(), members.end(), [](const Series* a, const Series* b) {
+      return std::make_tuple(a->bytes.value_or(0), a->src.value_or(-1), a->dst.value_or(-1), a->ranks) <
+             std::make_tuple(b->bytes.value_or(0), b->src.value_or(-1), b->dst.value_or(-1), b->ranks);
+    });
+    const size_t parts = (members.size() + kMaxSeriesPerPlot - 1) / kMaxSeriesPerPlot;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const Series& s = *members[i];
+      nlohmann::json j = seriesFields(s);
+      j["id"] = s.id;
+      j["group"] = parts > 1
+                       ? key.second + " " + std::to_string(i / kMaxSeriesPerPlot + 1) + "/" + std::to_string(parts)
+                       : key.second;
+      j["host"] = s.points.empty() ? "" : h.run(s.points.back().run_id).host;
+      nlohmann::json pts = nlohmann::json::array();
+      for (const SeriesPoint& p : s.points) {
+        const RunInfo& run = h.run(p.run_id);
+        pts.push_back({{"run_id", p.run_id},
+                       {"timestamp", run.timestamp},
+                       {"git_sha", run.git_sha},
+                       {"driver", run.driver},
+                       {"value", p.value},
+                       {"p10", p.p10 ? nlohmann::json(*p.p10) : nlohmann::json(nullptr)},
+                       {"p90", p.p90 ? nlohmann::json(*p.p90) : nlohmann::json(nullptr)}});
+      }
+      j["points"] = std::move(pts);
+      nlohmann::json cps = nlohmann::json::array();
+      for (const ChangePoint& cp : s.change_points) {
+        cps.push_back({{"index", cp.index},
+                       {"before", cp.before},
+                       {"after", cp.after},
+                       {"change_pct", cp.change_pct},
+                       {"p_value", cp.p_value}});
+      }
+      j["change_points"] = std::move(cps);
+      kindOf(s.machine)["series"].push_back(std::move(j));
+    }
+  }
+  for (const Regression& r : regressions)
+    kindOf(r.series->machine)["regressions"].push_back(toJson(r));
+  for (const FleetOutlier& f : fleet) {
+    kindOf(f.machine)["fleet"].push_back({{"host", f.host},
+                                          {"series_id", f.series->id},
+                                          {"value", f.value},
+                                          {"median", f.median},
+                                          {"mad", f.mad},
+                                          {"z", f.z}});
+  }
+  // Heatmaps from the latest run of each kind.
+  std::map<std::string, const RunInfo*> latest;
+  for (const RunInfo& r : h.runs)
+    latest[r.machine()] = &r;
+  for (auto& [machine, run] : latest) {
+    std::vector<StoredResult> rows;
+    PEERLAB_RETURN_IF_ERROR(store.forEachResultOfRun(run->id, [&](const StoredResult& s) { rows.push_back(s); }));
+    kindOf(machine)["heatmaps"] = runHeatmaps(rows, run->expectations);
+  }
+  nlohmann::json model = {{"generated", options.generated.empty() ? nowUtc() : options.generated},
+                          {"kinds", nlohmann::json::array()}};
+  for (auto& [machine, k] : kinds)
+    model["kinds"].push_back(std::move(k));
+  return model;
+}
+
+}  // namespace peerlab::history

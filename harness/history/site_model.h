@@ -1,0 +1,37 @@
+#pragma once
+/// The history site's data model (one page per machine kind): what `peerlab history html` hands the renderer.
+///
+/// {"generated", "kinds":[{"kind", "series":[{"id","group","suite","impl","name","src","dst","ranks","bytes","metric",
+///   "unit","host","points":[{"run_id","timestamp","git_sha","driver","value","p10","p90"}],
+///   "change_points":[{"index","before","after","change_pct","p_value"}]}], "regressions":[...as `history
+///   regressions --json`...], "fleet":[{"host","series_id","value","median","mad","z"}],
+///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}]}]}]}
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "harness/history/analysis.h"
+#include "harness/history/store.h"
+
+namespace peerlab::history {
+
+/// Most series drawn in one plot; a larger group is split into parts.
+inline constexpr size_t kMaxSeriesPerPlot = 8;
+
+struct SiteOptions {
+  EDivisiveOptions detect;
+  double threshold_pct = 3.0;  ///< worsening listed as a regression
+  FleetOptions fleet;
+  std::string generated;  ///< ISO timestamp; now when empty
+};
+
+/// Loads the history, finds change points, regressions and fleet outliers, and builds the model.
+StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options = {});
+
+/// Heatmaps of one run: per (suite, name, impl) with pair results, bandwidth at the largest size in GB/s with the
+/// run's expected figure beside each cell where its plan has one (the page shows the percentage), and time at the
+/// smallest size in us.
+nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations);
+
+}  // namespace peerlab::history
