@@ -401,18 +401,17 @@ TEST(CompareNoise, CommittedRunAgainstAHealthyRerun) {
   std::mt19937 rng(20);
   int redrawn = 0;
   for (Result& r : rerun.results) {
-    const auto p10 = r.extra.is_object() && r.extra.contains("p10_us") && r.extra["p10_us"].is_number()
-                         ? std::optional<double>(r.extra["p10_us"].get<double>())
-                         : std::nullopt;
-    const auto p90 = r.extra.is_object() && r.extra.contains("p90_us") && r.extra["p90_us"].is_number()
-                         ? std::optional<double>(r.extra["p90_us"].get<double>())
-                         : std::nullopt;
-    if (r.status != "ok" || !r.time_us || !p10 || !p90 || *p90 < *p10) continue;
-    const double t = std::uniform_real_distribution<double>(*p10, *p90)(rng);
+    const bool spread = r.extra.is_object() && r.extra.contains("p10_us") && r.extra["p10_us"].is_number() &&
+                        r.extra.contains("p90_us") && r.extra["p90_us"].is_number();
+    if (r.status != "ok" || !r.time_us || !spread) continue;
+    const double p10 = r.extra["p10_us"].get<double>();
+    const double p90 = r.extra["p90_us"].get<double>();
+    if (p90 < p10) continue;
+    const double t = std::uniform_real_distribution<double>(p10, p90)(rng);
     const double scale = *r.time_us / t;
     // The rerun's own spread: the same width around its new median.
-    r.extra["p10_us"] = *p10 / scale;
-    r.extra["p90_us"] = *p90 / scale;
+    r.extra["p10_us"] = p10 / scale;
+    r.extra["p90_us"] = p90 / scale;
     r.time_us = t;
     if (r.algbw_gbps) r.algbw_gbps = *r.algbw_gbps * scale;
     if (r.busbw_gbps) r.busbw_gbps = *r.busbw_gbps * scale;
