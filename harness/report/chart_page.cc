@@ -33,6 +33,8 @@ td.cell-ok { background: #e3f4e6; }
 .plchart { flex: 1 1 520px; max-width: 700px; height: 340px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
 .plchart.nochart canvas { display: none; }
 .plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
+.tiles { display: flex; flex-wrap: wrap; gap: 4px 28px; align-items: flex-start; }
+.tile { max-width: 440px; }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
 .verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
 )css";

@@ -381,8 +381,10 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   out << renderFleet(fleet, series);
   out << "<h2>Pair heatmaps (latest run)</h2>\n";
   if (heatmaps.empty()) out << "<p class=\"muted\">No pair results in the latest run.</p>\n";
+  out << "<div class=\"tiles\">";
   for (const json& hm : heatmaps)
-    out << renderHeatmap(hm);
+    out << "<div class=\"tile\">" << renderHeatmap(hm) << "</div>";
+  out << "</div>\n";
   int charts = 0;
   out << renderTrends(series, &charts);
   out << pageEnd(charts > 0);
