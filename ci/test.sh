@@ -38,7 +38,7 @@ requirements=(
   "have_glob '/usr/lib/postgresql/*/bin/initdb'|postgresql|no"
   "have_glob '/usr/share/javascript/chart.js/chart.min.js'|libjs-chart.js|no"
   "have_cmd chromium|chromium|no"
-  "have_cmd pip3|python3-pip|no"
+  "python3 -m pip --version|python3-pip|no"
 )
 missing=()
 for r in "${requirements[@]}"; do
@@ -70,9 +70,9 @@ for r in "${requirements[@]}"; do
 done
 
 # The reference E-Divisive implementation the change-point test cross-checks against (PyPI); optional.
-if ! have_py signal_processing_algorithms && have_cmd pip3; then
-  pip3 install -q --break-system-packages signal-processing-algorithms >/dev/null 2>&1 ||
-    pip3 install -q signal-processing-algorithms >/dev/null 2>&1 ||
+if ! have_py signal_processing_algorithms && python3 -m pip --version >/dev/null 2>&1; then
+  python3 -m pip install -q --break-system-packages signal-processing-algorithms >/dev/null 2>&1 ||
+    python3 -m pip install -q signal-processing-algorithms >/dev/null 2>&1 ||
     echo "ci/test.sh: signal-processing-algorithms not installed; its cross-check will skip" >&2
 fi
 

@@ -31,6 +31,7 @@ constexpr const char* kCmd = "qualify";
 struct QualifyArgs {
   std::string fixture;
   bool dry_run = false;
+  bool json = false;
   std::string out;
   std::string config;
   std::string baseline;
@@ -128,6 +129,7 @@ int runQualify(const QualifyArgs& a) {
     if (!r.isOk()) return fail(kCmd, kExitUsage, r.status().message());
     stored = std::move(*r);
   }
+  if (a.json && !a.dry_run) return fail(kCmd, kExitUsage, "--json prints the plan: use it with --dry-run");
   if (!a.fixture.empty() && !a.dry_run && !stored) {
     return fail(kCmd, kExitUsage, "--fixture plans for another machine: use it with --dry-run (or --results RUN.json)");
   }
@@ -165,11 +167,25 @@ int runQualify(const QualifyArgs& a) {
   auto plan = qualify::makePlan(*topo, *config, po);
   if (!plan.isOk()) return fail(kCmd, kExitUsage, plan.status().message());
   if (a.skip_bench) plan->jobs.clear();
+  // The plan as JSON: the same objects (expectations included) the run file carries under "plan".
+  auto printJson = [&] {
+    nlohmann::json doc = qualify::toJson(*plan);
+    doc["config"] = config->source;
+    std::puts(doc.dump(2).c_str());
+  };
   if (topo->gpus.empty()) {
-    std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
+    if (a.json) {
+      printJson();
+    } else {
+      std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
+    }
     std::string why = topo->no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : topo->no_gpu_message;
     if (stored && a.fixture.empty()) why += " (the run file has no stored topology: pass --fixture for its machine)";
     return fail(kCmd, kExitNoGpu, why);
+  }
+  if (a.dry_run && a.json) {
+    printJson();
+    return kExitOk;
   }
   if (a.dry_run) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
@@ -277,6 +293,7 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--threshold", a->threshold, "Baseline threshold in percent (default from the config: 5)");
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");
   sub.add_flag("--dry-run", a->dry_run, "Print the plan (pairs, tests, expected figures) and exit");
+  sub.add_flag("--json", a->json, "With --dry-run: print the plan as JSON (the run file's \"plan\" object)");
   sub.add_option("--bench-dir", a->bench_dir, "Where the bench binaries are (default: beside peerlab)");
   sub.add_option("--suite", a->suites, "Benchmark suites (default peer_copy,zcopy,alltoallv)");
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to qualify, e.g. 0-1,1-0 (default: every pair)");

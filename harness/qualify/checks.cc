@@ -66,19 +66,39 @@ void topologyChecks(const CheckInputs& in, std::vector<Check>& out) {
                    static_cast<double>(cuda), static_cast<double>(t.gpus.size())});
   }
   if (in.config->require_link_info && t.gpus.size() > 1) {
-    std::vector<std::string> unknown;
+    // A pair is known when the topology says whether it has NVLink and, without NVLink, both GPUs' PCIe rates.
+    std::vector<std::string> unknown, noRate;
     for (const PlanPair& p : t.pairs) {
-      if (!p.nvlinks) unknown.push_back(std::to_string(p.src) + "->" + std::to_string(p.dst));
+      const std::string name = std::to_string(p.src) + "->" + std::to_string(p.dst);
+      if (!p.nvlinks) {
+        unknown.push_back(name);
+        continue;
+      }
+      if (*p.nvlinks > 0) continue;
+      for (const PlanGpu& g : t.gpus) {
+        if ((g.index == p.src || g.index == p.dst) && !g.pcie) {
+          noRate.push_back(name);
+          break;
+        }
+      }
     }
-    out.push_back({"topology", "link information for every pair", unknown.empty(),
-                   unknown.empty() ? "known for " + std::to_string(t.pairs.size()) + " pairs"
-                                   : "unknown for " + std::to_string(unknown.size()) + " pairs",
-                   "known for " + std::to_string(t.pairs.size()) + " pairs",
-                   unknown.empty() ? "NVLink information from " + (t.nvlink_source.empty() ? t.source : t.nvlink_source)
-                                   : "no NVLink information for " + joinSome(unknown) +
-                                         " (set require_link_info = false to qualify without bandwidth expectations)",
-                   static_cast<double>(t.pairs.size() - unknown.size()), static_cast<double>(t.pairs.size())});
+    const size_t missing = unknown.size() + noRate.size();
+    std::string reason = "NVLink information from " + (t.nvlink_source.empty() ? t.source : t.nvlink_source);
+    if (missing) {
+      reason.clear();
+      if (!unknown.empty()) reason = "no NVLink information for " + joinSome(unknown);
+      if (!noRate.empty()) {
+        reason += std::string(reason.empty() ? "" : "; ") + "no NVLink and no PCIe rate for " + joinSome(noRate);
+      }
+      reason += " (set require_link_info = false to qualify without bandwidth expectations)";
+    }
+    out.push_back({"topology", "link information for every pair", missing == 0,
+                   missing == 0 ? "known for " + std::to_string(t.pairs.size()) + " pairs"
+                                : "unknown for " + std::to_string(missing) + " pairs",
+                   "known for " + std::to_string(t.pairs.size()) + " pairs", reason,
+                   static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())});
   }
+
   // GPUs of one model in one machine have the same number of active NVLinks; one fewer is a link down.
   std::map<std::string, std::map<int, std::vector<int>>> linksByModel;
   for (const PlanGpu& g : t.gpus) {
@@ -222,15 +242,24 @@ void bandwidthChecks(const CheckInputs& in, std::vector<Check>& out, std::set<st
     for (const GroupKey& key : order) {
       const Result& r = *best[key];
       const double v = *metricOf(r, e.metric);
-      const double ratio = e.gbps > 0 ? v / e.gbps : 0;
       const std::string metric = e.metric == "busbw_gbps" ? "busbw" : "algbw";
       const std::string ranks = r.ranks > 1 && !r.src ? " x" + std::to_string(r.ranks) : "";
-      out.push_back({"bandwidth", r.suite + " " + r.impl + " " + r.name + ranks + pairName(r), v >= e.gbps,
-                     fmt("%.1f GB/s", v) + " " + metric + " at " + report::formatBytes(*r.bytes),
-                     fmt(">= %.1f GB/s", e.gbps) + " (" + e.basis + ")",
-                     fmt("%.1f%% of the expected figure", ratio * 100) + (v >= e.gbps ? "" : ": below the floor") +
+      const std::string measured = fmt("%.1f GB/s", v) + " " + metric + " at " + report::formatBytes(*r.bytes);
+      const std::string name = r.suite + " " + r.impl + " " + r.name + ranks + pairName(r);
+      if (!e.gbps) {
+        // Nothing to compare with: the check says so, and passes only where the config accepts unknown links.
+        out.push_back(
+            {"bandwidth", name, !in.config->require_link_info, measured, "unknown",
+             e.basis + (in.config->require_link_info ? " (require_link_info = true)" : "") + " [rule " + e.rule + "]",
+             v, std::nullopt});
+        continue;
+      }
+      const double floor = *e.gbps;
+      const double ratio = floor > 0 ? v / floor : 0;
+      out.push_back({"bandwidth", name, v >= floor, measured, fmt(">= %.1f GB/s", floor) + " (" + e.basis + ")",
+                     fmt("%.1f%% of the expected figure", ratio * 100) + (v >= floor ? "" : ": below the floor") +
                          " [rule " + e.rule + "]",
-                     v, e.gbps});
+                     v, floor});
     }
   }
 }

@@ -108,6 +108,66 @@ TEST(Checks, BandwidthAgainstTheTopology) {
   EXPECT_EQ(report::failedChecks(checks), 1);
 }
 
+// A figure the topology cannot give is checked as "unknown": never a pass against 0. It fails while the config
+// requires link information and passes, still saying "unknown", where the user accepts that.
+TEST(Checks, UnknownLinksSayUnknown) {
+  Fixture f;
+  PlanTopology t = box(2);
+  for (PlanPair& p : t.pairs) {
+    p.nvlinks.reset();
+    p.nvlink_gbps.reset();
+  }
+  PlanOptions o;
+  o.suites = {"peer_copy"};
+  auto p = makePlan(t, f.config, o);
+  ASSERT_TRUE(p.isOk());
+  f.plan = *p;
+  f.run.results = {copy(0, 1, 1 << 28, 394), probeCell(0, 1, "ok", true), probeCell(1, 0, "ok", true)};
+  auto checks = f.evaluate();
+  const Check* c = named(checks, "peer_copy peerlab.ce uni 0->1");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->pass);
+  EXPECT_EQ(c->expected, "unknown");
+  EXPECT_FALSE(c->expected_value.has_value());
+  EXPECT_EQ(c->reason.rfind("unknown: the topology does not say", 0), 0u) << c->reason;
+  const Check* topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_FALSE(topo->pass);
+  f.config.require_link_info = false;
+  checks = f.evaluate();
+  c = named(checks, "peer_copy peerlab.ce uni 0->1");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->pass);
+  EXPECT_EQ(c->expected, "unknown");
+}
+
+// PCIe-only pairs need both GPUs' PCIe rates for their figures; without them the topology check says so.
+TEST(Checks, PciePairsWithoutARateAreUnknown) {
+  Fixture f;
+  PlanTopology t = box(2);
+  for (PlanPair& p : t.pairs) {
+    p.nvlinks = 0;
+    p.nvlink_gbps.reset();
+    p.nvswitch = false;
+  }
+  t.gpus[0].pcie = topology::PcieLink{4, 16, 31.5, "test"};
+  PlanOptions o;
+  o.suites = {"peer_copy"};
+  auto p = makePlan(t, f.config, o);
+  ASSERT_TRUE(p.isOk());
+  f.plan = *p;
+  auto checks = f.evaluate();
+  const Check* topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_FALSE(topo->pass);
+  EXPECT_NE(topo->reason.find("no NVLink and no PCIe rate for 0->1, 1->0"), std::string::npos) << topo->reason;
+  f.plan.topology.gpus[1].pcie = topology::PcieLink{4, 16, 31.5, "test"};
+  checks = f.evaluate();
+  topo = named(checks, "link information for every pair");
+  ASSERT_NE(topo, nullptr);
+  EXPECT_TRUE(topo->pass) << topo->reason;
+}
+
 TEST(Checks, ProbeClaimsMustVerify) {
   Fixture f;
   f.run.results = {copy(0, 1, 1 << 28, 394), copy(1, 0, 1 << 28, 394), probeCell(0, 1, "corrupt", true),

@@ -1,11 +1,8 @@
 #pragma once
-/// Qualify thresholds: what a healthy machine must show, read from a TOML-subset file (reports/qualify.toml is the
-/// default and is built into peerlab, so a run without --config uses exactly that file's values).
+/// Qualify thresholds: what a healthy machine must show, read from a TOML file with toml++ (reports/qualify.toml is
+/// the default and is built into peerlab, so a run without --config uses exactly that file's values).
 
-#include <map>
-#include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "reference/core/status.h"
@@ -13,18 +10,22 @@
 namespace peerlab::qualify {
 
 /// A bandwidth expectation derived from the topology:
-///   links x per-link rate x efficiency x directions
+///   NVLink: links x per-link rate x efficiency x directions
+///   PCIe:   link rate (generation x lanes x encoding) x pcie_efficiency x path factor x directions
 /// for results matching suite/impl/name (globs) at sizes >= min_bytes; the best such size per pair is checked.
 struct BandwidthRule {
-  std::string id;  ///< the section name after "expect."
+  std::string id;  ///< the table name after "expect."
   std::string suite;
   std::string impl = "*";
   std::string name = "*";
   std::string metric = "algbw_gbps";  ///< algbw_gbps or busbw_gbps
-  std::string scope = "pair";         ///< pair: links between src and dst; gpu: all NVLinks of one GPU
-  double directions = 1;              ///< 2 for figures that add up both directions
-  double efficiency = 0.8;            ///< of the NVLink line rate
-  double pcie_efficiency = 0.8;       ///< of pcie_gbps, for pairs without NVLink
+  /// pair: links between src and dst; gpu: all NVLinks of one GPU, the weakest GPU bounding the machine
+  /// (collectives); host: each GPU's own PCIe link, per GPU (host <-> device copies, src = the GPU); gpu_pcie: the
+  /// weakest GPU's own PCIe link, for the whole machine (all GPUs to or from the host at once).
+  std::string scope = "pair";
+  double directions = 1;         ///< 2 for figures that add up both directions
+  double efficiency = 0.8;       ///< of the NVLink line rate
+  double pcie_efficiency = 0.8;  ///< of the PCIe link rate, for pairs without NVLink and host scopes
   double min_bytes = 0;
   bool nvlink_only = false;  ///< no expectation for pairs without NVLink
   std::string note;          ///< shown with the expected figure
@@ -32,7 +33,7 @@ struct BandwidthRule {
 
 /// A latency bound: results matching suite/impl/name at sizes <= max_bytes must take at most max_us (each pair).
 struct LatencyRule {
-  std::string id;  ///< the section name after "latency."
+  std::string id;  ///< the table name after "latency."
   std::string suite;
   std::string impl = "*";
   std::string name = "*";
@@ -44,25 +45,20 @@ struct LatencyRule {
 struct QualifyConfig {
   std::string source;                 ///< file path, or "built-in reports/qualify.toml"
   double baseline_threshold_pct = 5;  ///< a result worse than its baseline by more fails
-  bool require_link_info = true;      ///< fail when the topology cannot say how GPUs are linked
+  bool require_link_info = true;      ///< an expectation the topology cannot give (link unknown) fails its check
   bool fail_unclaimed = false;        ///< probe cells the driver does not claim fail qualify when they hang/corrupt
-  double nvlink_gbps = 26.5625;       ///< per link and direction, when the topology does not say
-  double pcie_gbps = 25.0;            ///< per direction, for pairs without NVLink
+  double nvlink_gbps = 26.5625;       ///< per link and direction, when the topology gives the count but not the rate
+  /// Path factor of a GPU pair across the SMP interconnect (PCIe path SYS): peer traffic between sockets crosses
+  /// UPI / Infinity Fabric, whose peer-to-peer throughput is well below a PCIe x16 link (or staged through host
+  /// memory where the platform does not route it).
+  double sys_factor = 0.5;
   std::vector<BandwidthRule> bandwidth;
   std::vector<LatencyRule> latency;
 };
 
-/// The TOML subset: [section] and [a.b] headers, key = value with "strings", numbers, true/false, # comments.
-using TomlValue = std::variant<std::string, double, bool>;
-struct TomlEntry {
-  TomlValue value;
-  int line = 0;
-};
-using TomlSections = std::map<std::string, std::map<std::string, TomlEntry>>;
-/// Parses the subset; `invalid_argument` is "<name>:<line>: <why>".
-StatusOr<TomlSections> parseToml(const std::string& text, const std::string& name);
-
-/// Parses and checks a config (unknown sections or keys are errors, so that a typo never goes unnoticed).
+/// Parses and checks a config: unknown tables or keys are errors naming the key and its line, so that a typo never
+/// goes unnoticed; [health] belongs to the health checks and is not read here. `invalid_argument` is
+/// "<name>:<line>: <why>".
 StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& name);
 /// Reads a config file; missing or malformed files give `invalid_argument` naming the file.
 StatusOr<QualifyConfig> loadConfig(const std::string& path);
@@ -71,7 +67,7 @@ StatusOr<QualifyConfig> defaultConfig();
 /// The built-in default's text.
 const std::string& defaultConfigText();
 
-/// Shell-style glob: '*' any run of characters, '?' one character.
+/// Shell-style glob through fnmatch(3): '*' any run of characters, '?' one character, [...] a set.
 bool globMatch(const std::string& pattern, const std::string& text);
 
 }  // namespace peerlab::qualify

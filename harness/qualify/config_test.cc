@@ -90,7 +90,47 @@ TEST(Config, ErrorsNameFileAndLine) {
   EXPECT_NE(missing.status().message().find("/nonexistent/qualify.toml"), std::string::npos);
 }
 
+TEST(Config, TomlErrorsAndOwnedTables) {
+  // The health checks own [health]: any key there is theirs.
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c, parseConfig("[health]\npcie_replays_fail = 80\nanything = \"x\"\n"
+                                                            "[health.xid]\nfail = true\n[links]\nsys_factor = 0.4\n",
+                                                            "h.toml"));
+  EXPECT_DOUBLE_EQ(c.sys_factor, 0.4);
+  struct Case {
+    std::string text;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {"[links]\n\npcie_gbps = 25\n",
+       "my.toml:3: [links] pcie_gbps is no longer read: PCIe figures come from each GPU's"},
+      {"[expect.a]\nsuite = \"x\"\n\nscope = \"rack\"\n",
+       "my.toml:4: [expect.a] scope must be one of \"pair\", "
+       "\"gpu\", \"host\", \"gpu_pcie\""},
+      {"[expect.a]\nsuite = \"x\"\nefficency = 0.8\n", "my.toml:3: unknown key efficency in [expect.a]"},
+      {"[latency.b]\nsuite = \"x\"\nmax_us = 1\nmax_ms = 2\n", "my.toml:4: unknown key max_ms in [latency.b]"},
+      {"top = 1\n[qualify]\n", "my.toml:1: key top must be inside a [table]"},
+      {"[qualify]\nx = [1,\n", "my.toml:"},
+      {"[links]\nsys_factor = 1.5\n", "my.toml:2: [links] sys_factor = 1.5 is outside 0 .. 1"},
+      {"[links]\nnvlink_gbps = 25\n[links]\nsys_factor = 0.5\n", "my.toml:3:"},
+      {"[expect]\nsuite = \"x\"\n", "my.toml:2: expect.suite must be a table [expect.suite]"},
+      {"[bogus]\na = 1\n", "my.toml:1: unknown table [bogus]"},
+  };
+  for (const Case& k : cases) {
+    auto r = parseConfig(k.text, "my.toml");
+    ASSERT_FALSE(r.isOk()) << k.text;
+    EXPECT_NE(r.status().message().find(k.needle), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  }
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig host,
+                               parseConfig("[expect.h]\nsuite = \"host_copy\"\nscope = \"host\"\n"
+                                           "[expect.all]\nsuite = \"host_copy\"\nscope = \"gpu_pcie\"\n",
+                                           "my.toml"));
+  ASSERT_EQ(host.bandwidth.size(), 2u);
+}
+
 TEST(Config, Glob) {
+  EXPECT_TRUE(globMatch("peerlab.sm_[pq]*", "peerlab.sm_pull"));
+  EXPECT_FALSE(globMatch("peerlab.sm_[pq]*", "peerlab.sm_store"));
   EXPECT_TRUE(globMatch("*", ""));
   EXPECT_TRUE(globMatch("peerlab.ce*", "peerlab.ce"));
   EXPECT_TRUE(globMatch("peerlab.ce*", "peerlab.ce_read"));

@@ -64,7 +64,87 @@ GpuLinks gpuLinks(const PlanTopology& topo, int g, double fallback_rate) {
   return out;
 }
 
+const PlanGpu* gpuAt(const PlanTopology& topo, int g) {
+  for (const PlanGpu& x : topo.gpus) {
+    if (x.index == g) return &x;
+  }
+  return nullptr;
+}
+
+std::string directionsText(double directions) {
+  return directions != 1 ? " x " + fmtNum(directions) + " directions" : "";
+}
+
+Expectation blank(const BandwidthRule& rule, std::optional<int> src, std::optional<int> dst) {
+  Expectation e;
+  e.rule = rule.id;
+  e.suite = rule.suite;
+  e.impl = rule.impl;
+  e.name = rule.name;
+  e.metric = rule.metric;
+  e.src = src;
+  e.dst = dst;
+  e.min_bytes = rule.min_bytes;
+  e.scope = rule.scope;
+  return e;
+}
+
 }  // namespace
+
+Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& config, const BandwidthRule& rule, int s,
+                            int d) {
+  Expectation e = blank(rule, s, d);
+  const std::string pairText = std::to_string(s) + "->" + std::to_string(d);
+  const PlanPair* p = topo.pair(s, d);
+  if (!p || !p->nvlinks) {
+    e.basis = "unknown: the topology does not say whether " + pairText + " share NVLinks";
+    return e;
+  }
+  if (*p->nvlinks > 0) {
+    double perLink = config.nvlink_gbps;
+    if (p->nvlink_gbps && *p->nvlink_gbps > 0) perLink = *p->nvlink_gbps / *p->nvlinks;
+    e.gbps = *p->nvlinks * perLink * rule.efficiency * rule.directions;
+    e.link = "nvlink";
+    e.basis = "NV" + std::to_string(*p->nvlinks) + " x " + fmtNum(perLink) + " GB/s x " + fmtEff(rule.efficiency) +
+              directionsText(rule.directions);
+    return e;
+  }
+  const PlanGpu* a = gpuAt(topo, s);
+  const PlanGpu* b = gpuAt(topo, d);
+  for (const PlanGpu* g : {a, b}) {
+    if (!g || !g->pcie) {
+      e.basis = "unknown: no NVLink between " + pairText + " and the topology does not give the PCIe rate of GPU" +
+                std::to_string(g ? g->index : (g == a ? s : d));
+      return e;
+    }
+  }
+  // The slower of the two GPU links bounds the pair; across sockets the SMP interconnect bounds it further.
+  const PlanGpu* slow = a->pcie->gbps <= b->pcie->gbps ? a : b;
+  const bool sys = p->pci == "SYS";
+  const double factor = sys ? config.sys_factor : 1.0;
+  e.gbps = slow->pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
+  e.link = "pcie";
+  const bool same = std::fabs(a->pcie->gbps - b->pcie->gbps) < 1e-9;
+  e.basis = "PCIe " + topology::describePcieLink(*slow->pcie) +
+            (same ? "" : " (GPU" + std::to_string(slow->index) + ", the slower link)") + " x " +
+            fmtEff(rule.pcie_efficiency) + (sys ? " x " + fmtEff(config.sys_factor) + " across sockets (SYS)" : "") +
+            directionsText(rule.directions);
+  return e;
+}
+
+Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule, int g) {
+  Expectation e = blank(rule, g, std::nullopt);
+  const PlanGpu* gpu = gpuAt(topo, g);
+  if (!gpu || !gpu->pcie) {
+    e.basis = "unknown: the topology does not give the PCIe rate of GPU" + std::to_string(g);
+    return e;
+  }
+  e.gbps = gpu->pcie->gbps * rule.pcie_efficiency * rule.directions;
+  e.link = "pcie";
+  e.basis = "PCIe " + topology::describePcieLink(*gpu->pcie) + " x " + fmtEff(rule.pcie_efficiency) +
+            directionsText(rule.directions);
+  return e;
+}
 
 const PlanPair* PlanTopology::pair(int src, int dst) const {
   for (const PlanPair& p : pairs) {
@@ -89,6 +169,7 @@ PlanTopology fromTopology(const topology::Topology& topo) {
     pg.uuid = g.uuid;
     pg.nvlinks = g.nvlink_links;
     pg.nvlink_link_gbps = g.nvlink_link_gbps;
+    pg.pcie = g.pcie;
     out.gpus.push_back(pg);
   }
   for (const topology::GpuPair& p : topo.pairs()) {
@@ -108,12 +189,30 @@ PlanTopology fromTopology(const topology::Topology& topo) {
   return out;
 }
 
+Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const std::string& source) {
+  for (PlanGpu& g : topo.gpus) {
+    if (g.index != gpu) continue;
+    auto link = topology::pcieLinkFromGenWidth(generation, width, source);
+    if (!link.isOk()) return PEERLAB_INVALID_ARGUMENT("GPU" + std::to_string(gpu) + ": " + link.status().message());
+    g.pcie = *link;
+    return Status::ok();
+  }
+  return PEERLAB_INVALID_ARGUMENT("GPU" + std::to_string(gpu) + " is not in the topology (" +
+                                  std::to_string(topo.gpus.size()) + " GPUs)");
+}
+
 nlohmann::json toJson(const PlanTopology& topo) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const PlanGpu& g : topo.gpus) {
     nlohmann::json j = {{"index", g.index}, {"bus_id", g.bus_id}, {"model", g.model}, {"uuid", g.uuid}};
     j["nvlinks"] = g.nvlinks ? nlohmann::json(*g.nvlinks) : nlohmann::json(nullptr);
     j["nvlink_link_gbps"] = g.nvlink_link_gbps ? nlohmann::json(*g.nvlink_link_gbps) : nlohmann::json(nullptr);
+    j["pcie"] = nullptr;
+    if (g.pcie) {
+      j["pcie"] = {{"gbps", g.pcie->gbps}, {"source", g.pcie->source}};
+      j["pcie"]["generation"] = g.pcie->generation ? nlohmann::json(*g.pcie->generation) : nlohmann::json(nullptr);
+      j["pcie"]["width"] = g.pcie->width ? nlohmann::json(*g.pcie->width) : nlohmann::json(nullptr);
+    }
     gpus.push_back(j);
   }
   nlohmann::json pairs = nlohmann::json::array();
@@ -144,6 +243,16 @@ StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc) {
       if (g.contains("nvlinks") && g["nvlinks"].is_number_integer()) pg.nvlinks = g["nvlinks"].get<int>();
       if (g.contains("nvlink_link_gbps") && g["nvlink_link_gbps"].is_number()) {
         pg.nvlink_link_gbps = g["nvlink_link_gbps"].get<double>();
+      }
+      if (g.contains("pcie") && g["pcie"].is_object() && g["pcie"].contains("gbps") && g["pcie"]["gbps"].is_number()) {
+        const nlohmann::json& l = g["pcie"];
+        topology::PcieLink link;
+        link.gbps = l["gbps"].get<double>();
+        link.source = l.value("source", "");
+        if (l.contains("generation") && l["generation"].is_number_integer())
+          link.generation = l["generation"].get<int>();
+        if (l.contains("width") && l["width"].is_number_integer()) link.width = l["width"].get<int>();
+        if (link.gbps > 0 && link.gbps <= topology::kMaxPcieGbps) pg.pcie = link;
       }
       t.gpus.push_back(pg);
     }
@@ -222,7 +331,7 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   }
   const int gpus = static_cast<int>(topo.gpus.size());
 
-  // Benchmark processes.
+  // Benchmark processes, and the wall time they are expected to take.
   auto named = [&](const std::string& s) {
     return std::find(options.suites.begin(), options.suites.end(), s) != options.suites.end();
   };
@@ -237,10 +346,13 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
     }
     for (BenchJob& job :
          jobsFor(spec, options.mode, gpus, pairs, options.pairs.empty() || pairs.size() == topo.pairs.size())) {
-      plan.budget_s += job.budget_s;
+      plan.processes_s += job.budget_s;
+      plan.overhead_s += kProcessStartS;
       plan.jobs.push_back(std::move(job));
     }
   }
+  if (options.probe) plan.overhead_s += kProbeBaseS + kProbePerPairS * static_cast<double>(pairs.size());
+  plan.budget_s = plan.processes_s + plan.overhead_s;
 
   // Bandwidth expectations from the links.
   std::set<std::string> unknownLinks;
@@ -248,64 +360,61 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
     if (rule.scope == "pair") {
       for (const auto& [s, d] : pairs) {
         const PlanPair* p = topo.pair(s, d);
-        Expectation e{rule.id, rule.suite, rule.impl, rule.name, rule.metric, s, d, rule.min_bytes, 0, ""};
-        const std::string dirs = rule.directions != 1 ? " x " + fmtNum(rule.directions) + " directions" : "";
-        if (!p->nvlinks) {
-          unknownLinks.insert(std::to_string(s) + "->" + std::to_string(d));
-          continue;
-        }
-        if (*p->nvlinks > 0) {
-          double perLink = config.nvlink_gbps;
-          if (p->nvlink_gbps && *p->nvlink_gbps > 0) perLink = *p->nvlink_gbps / *p->nvlinks;
-          e.gbps = *p->nvlinks * perLink * rule.efficiency * rule.directions;
-          e.basis = "NV" + std::to_string(*p->nvlinks) + " x " + fmtNum(perLink) + " GB/s x " +
-                    fmtEff(rule.efficiency) + dirs;
-        } else {
-          if (rule.nvlink_only || config.pcie_gbps <= 0) continue;
-          e.gbps = config.pcie_gbps * rule.pcie_efficiency * rule.directions;
-          e.basis =
-              "PCIe (" + p->pci + ") " + fmtNum(config.pcie_gbps) + " GB/s x " + fmtEff(rule.pcie_efficiency) + dirs;
-        }
-        plan.expectations.push_back(e);
+        if (rule.nvlink_only && p->nvlinks && *p->nvlinks == 0) continue;
+        Expectation e = pairExpectation(topo, config, rule, s, d);
+        if (!e.gbps) unknownLinks.insert(std::to_string(s) + "->" + std::to_string(d));
+        plan.expectations.push_back(std::move(e));
       }
+    } else if (rule.scope == "host") {
+      for (const PlanGpu& g : topo.gpus)
+        plan.expectations.push_back(hostExpectation(topo, rule, g.index));
     } else {
-      // Machine scope: the weakest GPU bounds a collective.
-      std::optional<double> floor;
-      std::string basis;
-      bool unknown = false;
+      // Machine scope: the weakest GPU bounds a collective (gpu: its NVLinks, or its PCIe link without NVLink;
+      // gpu_pcie: its PCIe link).
+      Expectation floor = blank(rule, std::nullopt, std::nullopt);
+      bool sys = false;
+      for (const auto& [s, d] : pairs)
+        sys |= topo.pair(s, d)->pci == "SYS";
       for (const PlanGpu& g : topo.gpus) {
+        Expectation e = blank(rule, std::nullopt, std::nullopt);
         GpuLinks gl = gpuLinks(topo, g.index, config.nvlink_gbps);
-        if (!gl.links) {
-          unknown = true;
+        if (rule.scope == "gpu" && !gl.links) {
+          e.basis = "unknown: the topology does not say how many NVLinks GPU" + std::to_string(g.index) + " has";
+        } else if (rule.scope == "gpu" && *gl.links > 0) {
+          e.gbps = *gl.links * gl.per_link * rule.efficiency * rule.directions;
+          e.link = "nvlink";
+          e.basis = "NV" + std::to_string(*gl.links) + " per GPU x " + fmtNum(gl.per_link) + " GB/s x " +
+                    fmtEff(rule.efficiency) + directionsText(rule.directions);
+        } else if (rule.scope == "gpu" && rule.nvlink_only) {
+          continue;
+        } else if (!g.pcie) {
+          e.basis = "unknown: the topology does not give the PCIe rate of GPU" + std::to_string(g.index);
+        } else {
+          // A collective over PCIe crosses the sockets when any pair does.
+          const double factor = rule.scope == "gpu" && sys ? config.sys_factor : 1.0;
+          e.gbps = g.pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
+          e.link = "pcie";
+          e.basis = "PCIe " + topology::describePcieLink(*g.pcie) + " of GPU" + std::to_string(g.index) + " x " +
+                    fmtEff(rule.pcie_efficiency) + (factor != 1.0 ? " x " + fmtEff(factor) + " across sockets" : "") +
+                    directionsText(rule.directions);
+        }
+        // An unknown GPU makes the machine's figure unknown.
+        if (!e.gbps) {
+          floor = e;
           break;
         }
-        double v;
-        std::string b;
-        if (*gl.links > 0) {
-          v = *gl.links * gl.per_link * rule.efficiency * rule.directions;
-          b = "NV" + std::to_string(*gl.links) + " per GPU x " + fmtNum(gl.per_link) + " GB/s x " +
-              fmtEff(rule.efficiency);
-        } else {
-          if (rule.nvlink_only || config.pcie_gbps <= 0) continue;
-          v = config.pcie_gbps * rule.pcie_efficiency * rule.directions;
-          b = "PCIe " + fmtNum(config.pcie_gbps) + " GB/s per GPU x " + fmtEff(rule.pcie_efficiency);
-        }
-        if (!floor || v < *floor) {
-          floor = v;
-          basis = b;
-        }
+        if (!floor.gbps || *e.gbps < *floor.gbps) floor = e;
       }
-      if (unknown) continue;  // the pairs behind it are reported below
-      if (!floor) continue;
-      plan.expectations.push_back({rule.id, rule.suite, rule.impl, rule.name, rule.metric, std::nullopt, std::nullopt,
-                                   rule.min_bytes, *floor, basis});
+      if (floor.gbps || !floor.basis.empty()) plan.expectations.push_back(floor);
     }
   }
   if (!unknownLinks.empty()) {
     plan.notes.push_back("the topology (" + topo.source + ") does not say how " + std::to_string(unknownLinks.size()) +
-                         " pair(s) are linked (no NVLink information" +
-                         (topo.format == "live" ? "; NVML unavailable?" : "; a live run reads NVLink from NVML") +
-                         "): no bandwidth is expected of them");
+                         " pair(s) are linked (" +
+                         (topo.format == "live"
+                              ? std::string("NVML unavailable?")
+                              : std::string("a live run reads NVLink from NVML and PCIe from sysfs")) +
+                         "): their figures are unknown and no bandwidth is expected of them");
   }
   plan.latency = config.latency;
   return plan;
@@ -340,6 +449,7 @@ std::string formatPlan(const Plan& plan) {
   for (const PlanGpu& g : t.gpus) {
     o << "  GPU" << g.index << "  " << g.bus_id << "  " << g.model;
     if (g.nvlinks) o << "  " << *g.nvlinks << " NVLinks";
+    o << "  PCIe " << (g.pcie ? topology::describePcieLink(*g.pcie) : std::string("unknown"));
     o << "\n";
   }
   o << "Pairs (" << plan.options.pairs.size() << " ordered):\n";
@@ -370,7 +480,9 @@ std::string formatPlan(const Plan& plan) {
       << "\n";
   }
   o << "Benchmarks (" << plan.jobs.size() << " processes, budget about "
-    << static_cast<int>(std::ceil(plan.budget_s / 60)) << " min):\n";
+    << static_cast<int>(std::ceil(plan.budget_s / 60)) << " min: an estimate of wall time, "
+    << static_cast<int>(plan.processes_s) << " s of processes + " << static_cast<int>(plan.overhead_s)
+    << " s of starts and probe):\n";
   for (const BenchJob& j : plan.jobs) {
     o << "  " << j.label << ": ";
     for (const std::string& e : j.env)
@@ -381,7 +493,8 @@ std::string formatPlan(const Plan& plan) {
     o << "  (" << static_cast<int>(j.budget_s) << " s)\n";
   }
   if (!plan.expectations.empty()) {
-    o << "Expected figures (links x per-link rate x efficiency):\n";
+    o << "Expected figures (NVLink: links x per-link rate x efficiency; PCIe: link rate x efficiency x path "
+         "factor):\n";
     // One line per rule and figure, listing the pairs that share it.
     struct Group {
       const Expectation* e;
@@ -391,21 +504,37 @@ std::string formatPlan(const Plan& plan) {
     for (const Expectation& e : plan.expectations) {
       Group* g = nullptr;
       for (Group& x : groups) {
-        if (x.e->rule == e.rule && std::fabs(x.e->gbps - e.gbps) < 1e-9 && x.e->basis == e.basis) g = &x;
+        if (x.e->rule == e.rule && x.e->gbps.has_value() == e.gbps.has_value() &&
+            std::fabs(x.e->gbps.value_or(0) - e.gbps.value_or(0)) < 1e-9 && x.e->basis == e.basis) {
+          g = &x;
+        }
       }
       if (!g) {
         groups.push_back({&e, {}});
         g = &groups.back();
       }
-      if (e.src) g->pairs.push_back(std::to_string(*e.src) + "->" + std::to_string(*e.dst));
+      if (e.src && e.dst) {
+        g->pairs.push_back(std::to_string(*e.src) + "->" + std::to_string(*e.dst));
+      } else if (e.src) {
+        g->pairs.push_back("GPU" + std::to_string(*e.src));
+      }
     }
     for (const Group& g : groups) {
       const Expectation& e = *g.e;
       o << "  " << e.rule << ": " << e.suite << " " << e.impl << " " << e.name << " "
-        << (e.metric == "busbw_gbps" ? "busbw" : "algbw") << " >= " << fmtGbps(e.gbps) << " GB/s (" << e.basis << ")";
+        << (e.metric == "busbw_gbps" ? "busbw" : "algbw");
+      if (e.gbps) {
+        o << " >= " << fmtGbps(*e.gbps) << " GB/s (" << e.basis << ")";
+      } else {
+        o << " " << e.basis;
+      }
       if (e.min_bytes > 0) o << " at >= " << report::formatBytes(e.min_bytes);
       if (g.pairs.empty()) {
         o << ", whole machine";
+      } else if (g.e->scope == "host") {
+        o << ", per GPU:";
+        for (const auto& p : g.pairs)
+          o << " " << p;
       } else if (g.pairs.size() == plan.options.pairs.size() && g.pairs.size() > 3) {
         o << ", all " << g.pairs.size() << " pairs";
       } else {
@@ -441,13 +570,8 @@ nlohmann::json toJson(const Plan& plan) {
     jobs.push_back(x);
   }
   nlohmann::json exp = nlohmann::json::array();
-  for (const Expectation& e : plan.expectations) {
-    nlohmann::json x = {{"rule", e.rule},     {"suite", e.suite},         {"impl", e.impl}, {"name", e.name},
-                        {"metric", e.metric}, {"min_bytes", e.min_bytes}, {"gbps", e.gbps}, {"basis", e.basis}};
-    x["src"] = e.src ? nlohmann::json(*e.src) : nlohmann::json(nullptr);
-    x["dst"] = e.dst ? nlohmann::json(*e.dst) : nlohmann::json(nullptr);
-    exp.push_back(x);
-  }
+  for (const Expectation& e : plan.expectations)
+    exp.push_back(toJson(e));
   nlohmann::json lat = nlohmann::json::array();
   for (const LatencyRule& l : plan.latency) {
     lat.push_back({{"rule", l.id},
@@ -468,7 +592,32 @@ nlohmann::json toJson(const Plan& plan) {
           {"expectations", exp},
           {"latency", lat},
           {"notes", plan.notes},
-          {"budget_s", plan.budget_s}};
+          {"budget_s", plan.budget_s},
+          {"budget",
+           {{"estimate_s", plan.budget_s},
+            {"processes_s", plan.processes_s},
+            {"overhead_s", plan.overhead_s},
+            {"basis", "wall-time estimate: each process's " + plan.options.mode + " budget, plus " +
+                          fmtNum(kProcessStartS) + " s to start each and the probe (" + fmtNum(kProbeBaseS) + " s + " +
+                          fmtNum(kProbePerPairS) +
+                          " s per ordered pair); deadlines are several times "
+                          "longer and are not added"}}}};
+}
+
+nlohmann::json toJson(const Expectation& e) {
+  nlohmann::json x = {{"rule", e.rule},
+                      {"suite", e.suite},
+                      {"impl", e.impl},
+                      {"name", e.name},
+                      {"metric", e.metric},
+                      {"scope", e.scope},
+                      {"link", e.link.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.link)},
+                      {"min_bytes", e.min_bytes},
+                      {"basis", e.basis}};
+  x["gbps"] = e.gbps ? nlohmann::json(*e.gbps) : nlohmann::json(nullptr);
+  x["src"] = e.src ? nlohmann::json(*e.src) : nlohmann::json(nullptr);
+  x["dst"] = e.dst ? nlohmann::json(*e.dst) : nlohmann::json(nullptr);
+  return x;
 }
 
 }  // namespace peerlab::qualify

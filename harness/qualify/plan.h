@@ -1,6 +1,7 @@
 #pragma once
 /// The qualify plan: from a topology and the thresholds config, which pairs are tested, which benchmark processes
-/// run, and what every figure is expected to reach (links x per-link rate x efficiency).
+/// run, and what every figure is expected to reach, from the links the topology reports (NVLink links x per-link
+/// rate x efficiency; PCIe link rate x efficiency x path factor).
 
 #include <nlohmann/json.hpp>
 
@@ -31,8 +32,11 @@ struct PlanGpu {
   std::string bus_id;
   std::string model;
   std::string uuid;
-  std::optional<int> nvlinks;              ///< active NVLinks of the GPU
+  std::optional<int> nvlinks;              ///< active NVLinks of the GPU to other GPUs
   std::optional<double> nvlink_link_gbps;  ///< rate of one link
+  /// The GPU's PCIe link: from the topology, or fed in from a live reading (NVML's maximum generation and width
+  /// through topology::pcieLinkFromGenWidth) before makePlan; nullopt when unknown.
+  std::optional<topology::PcieLink> pcie = std::nullopt;
 };
 
 /// The topology reduced to what planning needs (built from harness/topology, or by hand in tests).
@@ -49,11 +53,15 @@ struct PlanTopology {
 };
 
 PlanTopology fromTopology(const topology::Topology& topo);
+/// Feeds in a live reading of GPU `gpu`'s PCIe link (e.g. NVML's maximum generation and width), replacing what the
+/// topology said. `invalid_argument` names a GPU outside the topology or a generation or width outside PCIe's.
+Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const std::string& source);
 nlohmann::json toJson(const PlanTopology& topo);
 /// Reads what toJson wrote (a run's "plan"."topology"), so that a stored run can be checked again elsewhere.
 StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc);
 
-/// An expected figure for one rule and one ordered pair (scope pair) or for the whole machine (scope gpu).
+/// An expected figure for one rule and one ordered pair (scope pair), one GPU (scope host) or the whole machine
+/// (scopes gpu and gpu_pcie). A figure the topology cannot give is `unknown`: gbps is nullopt and basis says why.
 struct Expectation {
   std::string rule;  ///< BandwidthRule::id
   std::string suite;
@@ -63,9 +71,19 @@ struct Expectation {
   std::optional<int> src;
   std::optional<int> dst;
   double min_bytes = 0;
-  double gbps = 0;    ///< the floor
-  std::string basis;  ///< "NV18 x 26.5625 GB/s x 0.80"
+  std::optional<double> gbps;  ///< the floor; nullopt: unknown
+  std::string basis;           ///< "NV18 x 26.5625 GB/s x 0.80", or why the figure is unknown
+  std::string scope = "pair";  ///< the rule's scope
+  std::string link;            ///< "nvlink", "pcie", or "" when unknown
 };
+
+/// The pair-scope figure of `rule` for src -> dst: NVLink links x rate x efficiency x directions, or, without
+/// NVLink, the slower GPU link x pcie_efficiency x path factor (config.sys_factor across sockets) x directions.
+Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& config, const BandwidthRule& rule, int src,
+                            int dst);
+/// The host-scope figure of `rule` for one GPU: its own PCIe link x pcie_efficiency x directions (host <-> device
+/// copies cross only that link).
+Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule, int gpu);
 
 struct PlanOptions {
   std::string mode = "quick";              ///< quick or full
@@ -82,8 +100,16 @@ struct Plan {
   std::vector<Expectation> expectations;
   std::vector<LatencyRule> latency;
   std::vector<std::string> notes;  ///< what cannot be expected and why
-  double budget_s = 0;             ///< estimated wall time of the benchmarks
+  /// Estimated wall time: processes_s + overhead_s (not the deadlines, which are several times each budget).
+  double budget_s = 0;
+  double processes_s = 0;  ///< the benchmark processes' quick or full budgets, added
+  double overhead_s = 0;   ///< fixed costs: each process's start (CUDA context, NCCL setup) and the probe
 };
+
+/// Fixed costs in the wall-time estimate: starting one benchmark process, the probe (base and per ordered pair).
+constexpr double kProcessStartS = 5;
+constexpr double kProbeBaseS = 10;
+constexpr double kProbePerPairS = 2;
 
 /// Builds the plan. `invalid_argument` for an unknown suite or a pair outside the topology; a topology without GPUs
 /// gives a plan with no pairs (the caller reports kExitNoGpu).
@@ -91,7 +117,10 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
 
 /// Plain-text plan: topology summary, pairs with links, probe, benchmark processes, expected figures.
 std::string formatPlan(const Plan& plan);
+/// The plan as `qualify --dry-run --json` prints it and the run file carries it ("plan"): mode, topology, pairs,
+/// probe, jobs, expectations (each with rule, scope, link, gbps or null, basis), latency, notes, budget.
 nlohmann::json toJson(const Plan& plan);
+nlohmann::json toJson(const Expectation& e);
 
 /// Expectations that apply to a result (same suite, matching impl/name globs and metric, pair or machine scope).
 std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::Result& result);

@@ -49,16 +49,16 @@ TEST(Plan, ExpectedFiguresFromLinks) {
   EXPECT_EQ(plan.options.pairs.size(), 12u);
   const Expectation* ce = find(plan, "peer_copy_ce_uni", 0, 1);
   ASSERT_NE(ce, nullptr);
-  EXPECT_NEAR(ce->gbps, 18 * 26.5625 * 0.80, 1e-9);  // 382.5 GB/s
+  EXPECT_NEAR(*ce->gbps, 18 * 26.5625 * 0.80, 1e-9);  // 382.5 GB/s
   EXPECT_EQ(ce->basis, "NV18 x 26.5625 GB/s x 0.80");
   const Expectation* bidir = find(plan, "peer_copy_ce_bidir", 2, 3);
   ASSERT_NE(bidir, nullptr);
-  EXPECT_NEAR(bidir->gbps, 18 * 26.5625 * 0.75 * 2, 1e-9);
+  EXPECT_NEAR(*bidir->gbps, 18 * 26.5625 * 0.75 * 2, 1e-9);
   EXPECT_NE(bidir->basis.find("x 2 directions"), std::string::npos);
   // Collective: every NVLink of one GPU (18, not 3 x 18 through the switch).
   const Expectation* a2a = find(plan, "alltoallv_busbw");
   ASSERT_NE(a2a, nullptr);
-  EXPECT_NEAR(a2a->gbps, 18 * 26.5625 * 0.45, 1e-9);
+  EXPECT_NEAR(*a2a->gbps, 18 * 26.5625 * 0.45, 1e-9);
   // Jobs: peer_copy once, zcopy per ordered pair with 2 ranks, alltoallv over 2 and 4 ranks, probe bench once.
   std::map<std::string, int> jobs;
   for (const BenchJob& j : plan.jobs)
@@ -81,18 +81,193 @@ TEST(Plan, ExpectedFiguresFromLinks) {
       << text;
 }
 
-TEST(Plan, PciePairsAndUnknownLinks) {
-  PlanTopology t = nvswitchBox(2, 0);
-  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(t, config(), {}));
-  const Expectation* ce = find(plan, "peer_copy_ce_uni", 1, 0);
-  ASSERT_NE(ce, nullptr);
-  EXPECT_NEAR(ce->gbps, 25.0 * 0.80, 1e-9);
-  EXPECT_EQ(ce->basis.rfind("PCIe (SYS) 25 GB/s", 0), 0u) << ce->basis;
+topology::PcieLink link(int generation, int width) {
+  auto l = topology::pcieLinkFromGenWidth(generation, width, "test");
+  EXPECT_TRUE(l.isOk());
+  return *l;
+}
 
+TEST(Plan, PcieFiguresComeFromEachGpusLink) {
+  PlanTopology t = nvswitchBox(2, 0);
+  t.gpus[0].pcie = link(5, 16);  // 63.0 GB/s
+  t.gpus[1].pcie = link(4, 16);  // 31.5 GB/s: the slower one bounds the pair
+  for (PlanPair& p : t.pairs)
+    p.pci = "PIX";
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan pix, makePlan(t, config(), {}));
+  const Expectation* ce = find(pix, "peer_copy_ce_uni", 1, 0);
+  ASSERT_NE(ce, nullptr);
+  ASSERT_TRUE(ce->gbps.has_value());
+  EXPECT_NEAR(*ce->gbps, 16 * 16 * (128.0 / 130.0) / 8 * 0.80, 1e-9);  // 25.2 GB/s
+  EXPECT_EQ(ce->link, "pcie");
+  EXPECT_EQ(ce->basis, "PCIe Gen4 x16 31.51 GB/s (GPU1, the slower link) x 0.80") << ce->basis;
+  const Expectation* bidir = find(pix, "peer_copy_ce_bidir", 0, 1);
+  ASSERT_NE(bidir, nullptr);
+  EXPECT_NEAR(*bidir->gbps, 31.5077 * 0.70 * 2, 1e-3);
+
+  // Across sockets the same links expect sys_factor of that.
+  for (PlanPair& p : t.pairs)
+    p.pci = "SYS";
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan sys, makePlan(t, config(), {}));
+  const Expectation* far = find(sys, "peer_copy_ce_uni", 1, 0);
+  ASSERT_NE(far, nullptr);
+  EXPECT_NEAR(*far->gbps, *ce->gbps * config().sys_factor, 1e-9);
+  EXPECT_LT(*far->gbps, *ce->gbps);
+  EXPECT_NE(far->basis.find("x 0.50 across sockets (SYS)"), std::string::npos) << far->basis;
+
+  // A Gen3 x16 link: 8 GT/s x 16 x 128/130 / 8 = 15.75 GB/s; Gen1 uses 8b/10b, Gen6 FLIT.
+  EXPECT_NEAR(link(3, 16).gbps, 15.753846, 1e-6);
+  EXPECT_NEAR(link(1, 16).gbps, 4.0, 1e-9);
+  EXPECT_NEAR(link(6, 16).gbps, 64 * 16 * (242.0 / 256.0) / 8, 1e-9);
+  EXPECT_FALSE(topology::pcieLinkFromGenWidth(7, 16, "x").isOk());
+  EXPECT_FALSE(topology::pcieLinkFromGenWidth(4, 3, "x").isOk());
+}
+
+TEST(Plan, UnknownLinksAreUnknownNeverZero) {
+  // NVLink unknown: every figure of the pair is unknown (null in JSON), with why.
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan unknown, makePlan(nvswitchBox(2, std::nullopt), config(), {}));
-  EXPECT_TRUE(unknown.expectations.empty());
+  const Expectation* ce = find(unknown, "peer_copy_ce_uni", 0, 1);
+  ASSERT_NE(ce, nullptr);
+  EXPECT_FALSE(ce->gbps.has_value());
+  EXPECT_EQ(ce->basis.rfind("unknown: ", 0), 0u) << ce->basis;
   ASSERT_FALSE(unknown.notes.empty());
   EXPECT_NE(unknown.notes[0].find("does not say how 2 pair(s) are linked"), std::string::npos) << unknown.notes[0];
+  const nlohmann::json j = toJson(unknown);
+  bool sawNull = false;
+  for (const auto& e : j["expectations"]) {
+    EXPECT_TRUE(e["gbps"].is_null() || e["gbps"].get<double>() > 0) << e.dump();
+    sawNull |= e["gbps"].is_null();
+  }
+  EXPECT_TRUE(sawNull);
+  EXPECT_NE(formatPlan(unknown).find("algbw unknown: "), std::string::npos) << formatPlan(unknown);
+
+  // No NVLink and no PCIe rate from the topology: unknown too, not a figure from a fixed rate.
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan noRate, makePlan(nvswitchBox(2, 0), config(), {}));
+  const Expectation* pcie = find(noRate, "peer_copy_ce_uni", 0, 1);
+  ASSERT_NE(pcie, nullptr);
+  EXPECT_FALSE(pcie->gbps.has_value());
+  EXPECT_NE(pcie->basis.find("PCIe rate of GPU0"), std::string::npos) << pcie->basis;
+}
+
+TEST(Plan, HostScopesUseEachGpusOwnLink) {
+  QualifyConfig c = config();
+  BandwidthRule h2d;
+  h2d.id = "host_copy_h2d";
+  h2d.suite = "host_copy";
+  h2d.impl = "peerlab.ce";
+  h2d.name = "h2d";
+  h2d.scope = "host";
+  h2d.pcie_efficiency = 0.80;
+  BandwidthRule all = h2d;
+  all.id = "host_copy_all_h2d";
+  all.name = "all_h2d";
+  all.scope = "gpu_pcie";
+  c.bandwidth = {h2d, all};
+  PlanTopology t = nvswitchBox(2, 18);
+  t.gpus[0].pcie = link(5, 16);
+  t.gpus[1].pcie = link(5, 8);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(t, c, {}));
+  const Expectation* g0 = find(plan, "host_copy_h2d", 0);
+  const Expectation* g1 = find(plan, "host_copy_h2d", 1);
+  ASSERT_NE(g0, nullptr);
+  ASSERT_NE(g1, nullptr);
+  EXPECT_NEAR(*g0->gbps, 63.015385 * 0.80, 1e-5);  // NVLink to the peer does not matter to the host
+  EXPECT_NEAR(*g1->gbps, 31.507692 * 0.80, 1e-5);
+  EXPECT_EQ(g0->scope, "host");
+  EXPECT_EQ(g0->basis, "PCIe Gen5 x16 63.02 GB/s x 0.80");
+  EXPECT_EQ(*hostExpectation(t, h2d, 1).gbps, *g1->gbps);
+  const Expectation* machine = find(plan, "host_copy_all_h2d");
+  ASSERT_NE(machine, nullptr);
+  EXPECT_NEAR(*machine->gbps, *g1->gbps, 1e-9);  // the weakest GPU
+  // A result of GPU1 is checked against GPU1's figure only.
+  report::Result r;
+  r.suite = "host_copy";
+  r.impl = "peerlab.ce";
+  r.name = "h2d";
+  r.src = 1;
+  std::vector<const Expectation*> applies = expectationsFor(plan, r);
+  ASSERT_EQ(applies.size(), 1u);
+  EXPECT_EQ(applies[0], g1);
+  t.gpus[1].pcie.reset();
+  EXPECT_FALSE(hostExpectation(t, h2d, 1).gbps.has_value());
+}
+
+// A live reading (NVML's generation and width) replaces the topology's figure before planning.
+TEST(Plan, LivePcieLinkCanBeFedIn) {
+  PlanTopology t = nvswitchBox(2, 0);
+  PEERLAB_ASSERT_OK(setPcieLink(t, 0, 5, 16, "nvml max"));
+  PEERLAB_ASSERT_OK(setPcieLink(t, 1, 3, 8, "nvml max"));
+  EXPECT_FALSE(setPcieLink(t, 2, 5, 16, "nvml").isOk());
+  auto bad = setPcieLink(t, 0, 9, 16, "nvml");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.message().find("PCIe generation 9"), std::string::npos) << bad.message();
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(t, config(), {}));
+  const Expectation* ce = find(plan, "peer_copy_ce_uni", 0, 1);
+  ASSERT_NE(ce, nullptr);
+  EXPECT_NEAR(*ce->gbps, 8 * 8 * (128.0 / 130.0) / 8 * 0.80 * config().sys_factor, 1e-9);  // Gen3 x8, across sockets
+  EXPECT_EQ(plan.topology.gpus[0].pcie->source, "nvml max");
+}
+
+TEST(Plan, BudgetIsAWallTimeEstimate) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(4), config(), {}));
+  double processes = 0;
+  for (const BenchJob& j : plan.jobs)
+    processes += j.budget_s;
+  EXPECT_DOUBLE_EQ(plan.processes_s, processes);
+  EXPECT_DOUBLE_EQ(plan.overhead_s, plan.jobs.size() * kProcessStartS + kProbeBaseS + 12 * kProbePerPairS);
+  EXPECT_DOUBLE_EQ(plan.budget_s, plan.processes_s + plan.overhead_s);
+  const nlohmann::json j = toJson(plan);
+  EXPECT_DOUBLE_EQ(j["budget"]["estimate_s"].get<double>(), plan.budget_s);
+  EXPECT_NE(j["budget"]["basis"].get<std::string>().find("deadlines"), std::string::npos);
+  PlanOptions noProbe;
+  noProbe.probe = false;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan without, makePlan(nvswitchBox(4), config(), noProbe));
+  EXPECT_DOUBLE_EQ(plan.budget_s - without.budget_s, kProbeBaseS + 12 * kProbePerPairS);
+}
+
+TEST(Plan, TopologyJsonKeepsThePcieLinks) {
+  PlanTopology t = nvswitchBox(2, 0);
+  t.gpus[0].pcie = link(4, 16);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(PlanTopology back, planTopologyFromJson(toJson(t)));
+  ASSERT_TRUE(back.gpus[0].pcie.has_value());
+  EXPECT_DOUBLE_EQ(back.gpus[0].pcie->gbps, t.gpus[0].pcie->gbps);
+  EXPECT_EQ(back.gpus[0].pcie->generation, 4);
+  EXPECT_EQ(back.gpus[0].pcie->width, 16);
+  EXPECT_FALSE(back.gpus[1].pcie.has_value());
+}
+
+// Figures read from real fixtures: NVLink to a CPU does not count, PCIe pairs use the GPUs' links and the socket rule.
+TEST(Plan, FixtureFigures) {
+  auto planOf = [&](const std::string& name) {
+    auto topo = topology::loadFile(testing::sourcePath("fixtures/topologies/" + name));
+    EXPECT_TRUE(topo.isOk()) << topo.status().message();
+    auto plan = makePlan(fromTopology(*topo), config(), {});
+    EXPECT_TRUE(plan.isOk());
+    return *plan;
+  };
+  // POWER8: NV2 between 0-1 (NVLink 1.0, 20 GB/s), none across sockets, 2 GPU links per GPU (2 more go to the CPU).
+  Plan p8 = planOf("hwloc/power8gpudistances.xml");
+  EXPECT_NEAR(*find(p8, "peer_copy_ce_uni", 0, 1)->gbps, 2 * 20 * 0.80, 1e-9);
+  const Expectation* cross = find(p8, "peer_copy_ce_uni", 0, 2);
+  ASSERT_NE(cross, nullptr);
+  EXPECT_NEAR(*cross->gbps, 15.753846 * 0.80 * 0.5, 1e-5);
+  EXPECT_NEAR(*find(p8, "alltoallv_busbw")->gbps, 2 * 20 * 0.45, 1e-9);
+  // g4dn.metal: T4s on Gen3 x16, PCIe only; a pair across sockets expects less than one under a host bridge.
+  Plan g4 = planOf("hwloc/g4dnmetal.xml");
+  std::optional<double> near, far;
+  for (const Expectation& e : g4.expectations) {
+    if (e.rule != "peer_copy_ce_uni") continue;
+    const std::string path = g4.topology.pair(*e.src, *e.dst)->pci;
+    ASSERT_TRUE(e.gbps.has_value()) << e.basis;
+    if (path == "SYS") far = e.gbps;
+    if (path != "SYS") near = e.gbps;
+  }
+  ASSERT_TRUE(near && far);
+  EXPECT_NEAR(*near, 15.753846 * 0.80, 1e-5);
+  EXPECT_LT(*far, *near);
+  // GPUs whose link rate the file does not give: unknown, not a made-up rate.
+  Plan old = planOf("hwloc/32em64t-2n8c2t-pci-wholeio.xml");
+  for (const Expectation& e : old.expectations)
+    EXPECT_FALSE(e.gbps.has_value()) << e.rule << " " << e.basis;
 }
 
 TEST(Plan, SelectedSuitesPairsAndModes) {
@@ -175,7 +350,11 @@ TEST(Plan, EveryTopologyFixture) {
         zcopy += j.suite == "zcopy";
       EXPECT_EQ(zcopy, n * (n - 1));
       for (const Expectation& e : plan.expectations) {
-        EXPECT_GT(e.gbps, 0) << e.rule;
+        if (e.gbps) {
+          EXPECT_GT(*e.gbps, 0) << e.rule;
+        } else {
+          EXPECT_EQ(e.basis.rfind("unknown: ", 0), 0u) << e.rule << ": " << e.basis;
+        }
         EXPECT_FALSE(e.basis.empty()) << e.rule;
       }
       bool allKnown = true;

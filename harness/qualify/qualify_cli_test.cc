@@ -127,6 +127,58 @@ TEST(QualifyCli, DryRunFromFixtures) {
   EXPECT_EQ(bench.out.find("zcopy_bench"), std::string::npos);
 }
 
+// --dry-run --json: the plan as the run file carries it, every expected figure with its rule, scope and basis.
+TEST(QualifyCli, DryRunJsonFromFixtures) {
+  CliRun p8 = runPeerlab(
+      {"qualify", "--fixture", sourcePath("fixtures/topologies/hwloc/power8gpudistances.xml"), "--dry-run", "--json"});
+  ASSERT_EQ(p8.exit_code, 0) << p8.err;
+  const nlohmann::json doc = nlohmann::json::parse(p8.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << p8.out;
+  EXPECT_EQ(doc["pairs"].size(), 12u);
+  EXPECT_FALSE(doc["jobs"].empty());
+  EXPECT_EQ(doc["config"], "built-in reports/qualify.toml");
+  EXPECT_GT(doc["budget"]["estimate_s"].get<double>(), doc["budget"]["processes_s"].get<double>());
+  EXPECT_DOUBLE_EQ(doc["budget_s"].get<double>(), doc["budget"]["estimate_s"].get<double>());
+  bool nvlink = false, cross = false;
+  for (const auto& e : doc["expectations"]) {
+    for (const char* key : {"rule", "suite", "impl", "name", "metric", "scope", "link", "gbps", "basis", "src", "dst"})
+      EXPECT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    if (e["rule"] != "peer_copy_ce_uni") continue;
+    if (e["src"] == 0 && e["dst"] == 1) {
+      nvlink = true;
+      EXPECT_EQ(e["link"], "nvlink");
+      EXPECT_NEAR(e["gbps"].get<double>(), 32.0, 1e-9);  // NV2 x 20 GB/s x 0.80
+    }
+    if (e["src"] == 0 && e["dst"] == 2) {
+      cross = true;
+      EXPECT_EQ(e["link"], "pcie");
+      EXPECT_NEAR(e["gbps"].get<double>(), 15.753846 * 0.80 * 0.5, 1e-5);
+      EXPECT_NE(e["basis"].get<std::string>().find("across sockets"), std::string::npos) << e.dump();
+    }
+  }
+  EXPECT_TRUE(nvlink && cross);
+  EXPECT_EQ(doc["topology"]["gpus"][0]["nvlinks"], 2);  // the 2 links to the CPU do not count
+
+  // A file that does not say how GPUs are linked: figures are null with the reason, never 0.
+  CliRun old =
+      runPeerlab({"qualify", "--fixture", sourcePath("fixtures/topologies/hwloc/32em64t-2n8c2t-pci-wholeio.xml"),
+                  "--dry-run", "--json"});
+  ASSERT_EQ(old.exit_code, 0) << old.err;
+  const nlohmann::json unknown = nlohmann::json::parse(old.out, nullptr, false);
+  ASSERT_FALSE(unknown.is_discarded()) << old.out;
+  ASSERT_FALSE(unknown["expectations"].empty());
+  for (const auto& e : unknown["expectations"]) {
+    EXPECT_TRUE(e["gbps"].is_null()) << e.dump();
+    EXPECT_EQ(e["basis"].get<std::string>().rfind("unknown: ", 0), 0u) << e.dump();
+  }
+  EXPECT_FALSE(unknown["notes"].empty());
+
+  CliRun noDry = runPeerlab({"qualify", "--json"});
+  EXPECT_EQ(noDry.exit_code, 2);
+  EXPECT_EQ(lineCount(noDry.err), 1) << noDry.err;
+  EXPECT_NE(noDry.err.find("--json prints the plan: use it with --dry-run"), std::string::npos) << noDry.err;
+}
+
 TEST(QualifyCli, NoGpuOnThisMachineExitsThree) {
   if (deviceCount().isOk()) GTEST_SKIP() << "this machine has a GPU: plain qualify would measure it";
   const std::string dir = scratchDir("qualify-nogpu");
@@ -207,6 +259,10 @@ TEST(QualifyCli, BadInputs) {
       {{"qualify", "--fixture", dir + "/none.xml", "--dry-run"}, dir + "/none.xml"},
       {{"qualify", "--fixture", sourcePath("fixtures/topologies/hwloc/g4dnmetal.xml"), "--dry-run", "--pairs", "0-9"},
        "pair 0-9 is not in the topology"},
+      {{"qualify", "--fixture", sourcePath("fixtures/fuzz/topology/range-numaid.xml"), "--dry-run"},
+       "<cpu> attribute numaid = \"4294967296\" is outside -1 .. 65535"},
+      {{"qualify", "--fixture", sourcePath("fixtures/fuzz/topology/range-nvlink-count.xml"), "--dry-run", "--json"},
+       "<nvlink> attribute count = \"100000000000000000000\" is outside 0 .. 64"},
       {{"bench", "--suite", "nonsense", "--dry-run"}, "unknown suite"},
       {{"bench", "--quick", "--full", "--dry-run"}, "exclude each other"},
   };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,15 @@ constexpr unsigned kNvidia = 0x10de;
 std::string info(hwloc_obj_t obj, const char* name) {
   const char* v = hwloc_obj_get_info_by_name(obj, name);
   return v ? v : "";
+}
+
+// A plain decimal number (no sign, no spaces), nullopt when it is not one or exceeds 64 bits.
+std::optional<uint64_t> parseUnsigned(const std::string& s) {
+  if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) return std::nullopt;
+  return static_cast<uint64_t>(v);
 }
 
 bool isGpuClass(unsigned class_id) {
@@ -148,12 +158,27 @@ PciPath pciPath(hwloc_topology_t topo, hwloc_obj_t a, hwloc_obj_t b) {
   return PciPath::kSys;
 }
 
+// A name for an object of the NVLinkBandwidth matrix in messages: a GPU or switch by bus id, else its type.
+std::string objectName(hwloc_obj_t o) {
+  if (!o) return "?";
+  if (o->type == HWLOC_OBJ_OS_DEVICE && o->parent && o->parent->type == HWLOC_OBJ_PCI_DEVICE) o = o->parent;
+  if (o->type == HWLOC_OBJ_PCI_DEVICE) return busIdOf(o);
+  return std::string(hwloc_obj_type_string(o->type)) + " " + std::to_string(o->logical_index);
+}
+
 // hwloc's NVLinkBandwidth matrix (MB/s per direction): GPUs (as NVML OS devices or PCI devices), NVSwitches and
-// CPUs (POWER). hwloc adds 20000 per NVLink 1.0 link and 25000 per later link.
-bool addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& gpu_objs, detail::Draft& draft) {
+// CPUs (POWER). hwloc adds 20000 per NVLink 1.0 link and 25000 per later link. Only links between GPUs, directly or
+// through NVSwitches, count: a GPU's links to its CPU carry no GPU-to-GPU traffic. False when there is no matrix.
+StatusOr<bool> addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& gpu_objs,
+                                  detail::Draft& draft) {
   unsigned nr = 1;
   hwloc_distances_s* dist = nullptr;
   if (hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &nr, &dist, 0) != 0 || nr == 0 || !dist) return false;
+  struct Release {
+    hwloc_topology_t topo;
+    hwloc_distances_s* dist;
+    ~Release() { hwloc_distances_release(topo, dist); }
+  } release{topo, dist};
   const unsigned m = dist->nbobjs;
   std::vector<int> gpu_of(m, -1);
   std::vector<bool> is_switch(m, false);
@@ -170,11 +195,19 @@ bool addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& g
     }
   }
   auto value = [&](unsigned i, unsigned j) { return dist->values[static_cast<size_t>(i) * m + j]; };
-  // Per-link rate: every off-diagonal value touching a GPU is a whole number of links.
+  // Per-link rate: every off-diagonal value touching a GPU is a whole number of links. A value no machine can have
+  // (more than kMaxNvlinks links of the fastest rate) is bad input, not a huge link count.
   bool all25 = true, all20 = true, any = false;
   for (unsigned i = 0; i < m; ++i) {
     for (unsigned j = 0; j < m; ++j) {
       if (i == j || value(i, j) == 0 || (gpu_of[i] < 0 && gpu_of[j] < 0)) continue;
+      if (value(i, j) > detail::kMaxNvlinks * detail::kMaxNvlinkMBps) {
+        return PEERLAB_INVALID_ARGUMENT("NVLinkBandwidth distance from " + objectName(dist->objs[i]) + " to " +
+                                        objectName(dist->objs[j]) + " = " + std::to_string(value(i, j)) +
+                                        " MB/s is outside 0 .. " +
+                                        std::to_string(detail::kMaxNvlinks * detail::kMaxNvlinkMBps) + " (" +
+                                        std::to_string(detail::kMaxNvlinks) + " links)");
+      }
       any = true;
       all25 = all25 && value(i, j) % 25000 == 0;
       all20 = all20 && value(i, j) % 20000 == 0;
@@ -187,7 +220,7 @@ bool addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& g
     per_link = 20000;
   }
   const size_t n = draft.n();
-  std::vector<uint64_t> to_switch(n, 0), total(n, 0);
+  std::vector<uint64_t> to_switch(n, 0), to_gpus(n, 0);
   std::vector<int> row_of(n, -1);
   for (unsigned k = 0; k < m; ++k) {
     if (gpu_of[k] >= 0) row_of[gpu_of[k]] = static_cast<int>(k);
@@ -196,15 +229,15 @@ bool addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& g
     if (row_of[g] < 0) continue;
     for (unsigned j = 0; j < m; ++j) {
       if (j == static_cast<unsigned>(row_of[g])) continue;
-      total[g] += value(row_of[g], j);
       if (is_switch[j]) to_switch[g] += value(row_of[g], j);
+      if (gpu_of[j] >= 0) to_gpus[g] += value(row_of[g], j);
     }
   }
   for (size_t g = 0; g < n; ++g) {
     if (row_of[g] < 0) continue;
     Gpu& gpu = draft.gpus[g];
     if (per_link) {
-      gpu.nvlink_links = static_cast<int>(total[g] / *per_link);
+      gpu.nvlink_links = static_cast<int>((to_gpus[g] + to_switch[g]) / *per_link);
       gpu.nvswitch_links = static_cast<int>(to_switch[g] / *per_link);
       gpu.nvlink_link_gbps = static_cast<double>(*per_link) / 1000.0;
     }
@@ -222,9 +255,25 @@ bool addNvlinkDistances(hwloc_topology_t topo, const std::vector<hwloc_obj_t>& g
       lv.nvswitch = through > 0;
     }
   }
-  hwloc_distances_release(topo, dist);
   draft.nvlink_source = "hwloc";
   return true;
+}
+
+// The GPU's PCIe link as hwloc reads it (GB/s per direction after encoding; 0 when unknown).
+StatusOr<std::optional<PcieLink>> pcieLinkOf(hwloc_obj_t gpu) {
+  const double gbps = gpu->attr->pcidev.linkspeed;
+  if (!std::isfinite(gbps) || gbps < 0 || gbps > kMaxPcieGbps) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%g", gbps);
+    return PEERLAB_INVALID_ARGUMENT("PCI device " + busIdOf(gpu) + ": pci_link_speed = " + buf +
+                                    " GB/s is outside 0 .. " + std::to_string(static_cast<int>(kMaxPcieGbps)));
+  }
+  if (gbps == 0) return std::optional<PcieLink>();
+  PcieLink link;
+  // hwloc stores a float: 15.753846 for Gen3 x16; six decimals are what it wrote.
+  link.gbps = std::round(gbps * 1e6) / 1e6;
+  link.source = "hwloc pci_link_speed";
+  return std::optional<PcieLink>(link);
 }
 
 }  // namespace
@@ -348,6 +397,25 @@ Status checkHwlocXml(const XmlElement& root) {
                                       (has_set ? set : complete) + " but no " + (has_set ? complete : set) +
                                       " (hwloc writes both)");
     }
+    // hwloc reads these with strtoul/atof into narrower types: an out-of-range value would load as another one.
+    auto outside = [&](const char* attr, const std::string& value, const std::string& range) {
+      return PEERLAB_INVALID_ARGUMENT(at(el) + "<object type=\"" + printable(*type, kQuoteLimit) + "\"> attribute " +
+                                      attr + " = \"" + printable(value, kQuoteLimit) + "\" is outside " + range);
+    };
+    if (const std::string* os = el.attribute("os_index")) {
+      const bool numa = strcasecmp(type->c_str(), "NUMANode") == 0;
+      const uint64_t most = numa ? static_cast<uint64_t>(kMaxNumaId) : UINT32_MAX;
+      auto v = parseUnsigned(*os);
+      // (unsigned)-1 is hwloc's "unknown index".
+      if (!v || (*v > most && *v != UINT32_MAX)) return outside("os_index", *os, "0 .. " + std::to_string(most));
+    }
+    if (const std::string* speed = el.attribute("pci_link_speed")) {
+      char* end = nullptr;
+      const double v = std::strtod(speed->c_str(), &end);
+      if (speed->empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > kMaxPcieGbps) {
+        return outside("pci_link_speed", *speed, "0 .. " + std::to_string(static_cast<int>(kMaxPcieGbps)) + " GB/s");
+      }
+    }
   }
   return Status::ok();
 }
@@ -392,6 +460,13 @@ Status fromHwloc(std::shared_ptr<HwlocTopology> owned, Draft& draft) {
       g.numa = bitmapIndexes(local->nodeset);
       g.cpuset = bitmapList(local->cpuset);
     }
+    for (int node : g.numa) {
+      if (node > kMaxNumaId) {
+        return PEERLAB_INVALID_ARGUMENT("GPU " + g.bus_id + ": NUMA node " + std::to_string(node) +
+                                        " (nodeset) is outside 0 .. " + std::to_string(kMaxNumaId));
+      }
+    }
+    PEERLAB_ASSIGN_OR_RETURN(g.pcie, pcieLinkOf(o));
     gpus.push_back(std::move(g));
   }
 
@@ -441,7 +516,8 @@ Status fromHwloc(std::shared_ptr<HwlocTopology> owned, Draft& draft) {
     for (size_t j = 0; j < n; ++j)
       draft.pciAt(i, j) = pciPath(topo, gpu_objs[i], gpu_objs[j]);
   }
-  if (!addNvlinkDistances(topo, gpu_objs, draft)) {
+  PEERLAB_ASSIGN_OR_RETURN(bool have_matrix, addNvlinkDistances(topo, gpu_objs, draft));
+  if (!have_matrix) {
     // hwloc's NVML backend adds the matrix only when it found active links: NVML OS devices without the matrix
     // mean no NVLink.
     bool nvml = false;

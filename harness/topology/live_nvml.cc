@@ -182,7 +182,11 @@ void addNvmlLinks(Draft& draft) {
     if (!by_draft[i]) continue;
     const NvmlGpu& gi = *by_draft[i];
     Gpu& gpu = draft.gpus[i];
-    gpu.nvlink_links = static_cast<int>(gi.active.size());
+    // Links to other GPUs, direct or through NVSwitches; links to a CPU (IBM NPU, ...) carry no peer traffic.
+    int to_gpus = 0;
+    for (int c : gi.to_gpu)
+      to_gpus += c;
+    gpu.nvlink_links = to_gpus + gi.to_switch;
     gpu.nvswitch_links = gi.to_switch;
     gpu.nvlink_link_gbps = gi.rate_gbps;
     for (size_t j = 0; j < draft.n(); ++j) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -21,9 +23,62 @@ namespace {
 std::optional<long> parseNumber(const std::string* text, int base) {
   if (!text || text->empty()) return std::nullopt;
   char* end = nullptr;
+  errno = 0;
   long v = std::strtol(text->c_str(), &end, base);
-  if (!end || *end != '\0') return std::nullopt;
+  if (!end || *end != '\0' || errno == ERANGE) return std::nullopt;
   return v;
+}
+
+std::string rangeText(long lo, long hi, int base) {
+  if (base != 16) return std::to_string(lo) + " .. " + std::to_string(hi);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "0x%lx .. 0x%lx", lo, hi);
+  return buf;
+}
+
+// An integer attribute of `el` within lo .. hi: nullopt when absent, `invalid_argument` naming the element, the
+// attribute and its value when it is not such a number.
+StatusOr<std::optional<long>> rangedAttribute(const XmlElement& el, const char* attr, int base, long lo, long hi) {
+  const std::string* text = el.attribute(attr);
+  if (!text) return std::optional<long>();
+  auto v = parseNumber(text, base);
+  if (!v || *v < lo || *v > hi) {
+    // A number too large for a long is outside the range too, not "not a number".
+    char* end = nullptr;
+    (void)std::strtoll(text->c_str(), &end, base);
+    const bool numeric = !text->empty() && end && *end == '\0';
+    return PEERLAB_INVALID_ARGUMENT("line " + std::to_string(el.line) + ": <" + el.name + "> attribute " + attr +
+                                    " = \"" + printable(*text, kQuoteLimit) + "\" is " +
+                                    (numeric ? "outside " : "not a number in ") + rangeText(lo, hi, base));
+  }
+  return std::optional<long>(*v);
+}
+
+// The GPU's PCIe link from link_speed ("16 GT/s", "32.0 GT/s PCIe") and link_width ("16"): nullopt when either is
+// absent or not numeric (NCCL writes what sysfs says, "Unknown" included); a number that is no PCIe rate or width is
+// bad input.
+StatusOr<std::optional<PcieLink>> pcieLinkOf(const XmlElement& pci) {
+  const std::string* speed = pci.attribute("link_speed");
+  const std::string* width = pci.attribute("link_width");
+  if (!speed || !width) return std::optional<PcieLink>();
+  char* end = nullptr;
+  const double gts = std::strtod(speed->c_str(), &end);
+  if (end == speed->c_str()) return std::optional<PcieLink>();
+  auto lanes = parseNumber(width, 10);
+  if (!lanes || *lanes == 0) return std::optional<PcieLink>();
+  const std::string at = "line " + std::to_string(pci.line) + ": <pci> attribute ";
+  auto generation = pcieGenerationForRate(gts);
+  if (!generation) {
+    return PEERLAB_INVALID_ARGUMENT(at + "link_speed = \"" + printable(*speed, kQuoteLimit) +
+                                    "\" is not a PCIe rate (2.5, 5, 8, 16, 32 or 64 GT/s)");
+  }
+  const int width_in_range = *lanes > 0 && *lanes <= 64 ? static_cast<int>(*lanes) : -1;  // -1: never a width
+  auto link = pcieLinkFromGenWidth(*generation, width_in_range, "nccl link_speed x link_width");
+  if (!link.isOk()) {
+    return PEERLAB_INVALID_ARGUMENT(at + "link_width = \"" + printable(*width, kQuoteLimit) +
+                                    "\" is not a PCIe width (1, 2, 4, 8, 12, 16 or 32 lanes)");
+  }
+  return std::optional<PcieLink>(*link);
 }
 
 std::string lower(std::string s) {
@@ -75,6 +130,9 @@ std::optional<double> nvlinkRateForSm(long sm) {
   }
 }
 
+// Compute capabilities go up to 12.x today; a larger value is not one.
+constexpr long kMaxSm = 1000;
+
 struct NcclGpu {
   Gpu gpu;
   std::vector<const XmlElement*> path;  ///< root .. the GPU's <pci>
@@ -113,8 +171,8 @@ struct Walker {
     for (const XmlElement& c : el.children) {
       if (c.name == "gpu") gpu_el = &c;
     }
-    auto vendor = parseNumber(el.attribute("vendor"), 16);
-    auto device = parseNumber(el.attribute("device"), 16);
+    PEERLAB_ASSIGN_OR_RETURN(auto vendor, rangedAttribute(el, "vendor", 16, 0, 0xffff));
+    PEERLAB_ASSIGN_OR_RETURN(auto device, rangedAttribute(el, "device", 16, 0, 0xffff));
     if (cls.rfind("0x0680", 0) == 0 && vendor == 0x10de && busid) switch_ids.insert(lower(*busid));
     bool gpu_class = cls.rfind("0x03", 0) == 0 || cls.rfind("0x1200", 0) == 0;
     if (!gpu_el && !gpu_class) return Status::ok();
@@ -142,14 +200,17 @@ struct Walker {
       g.gpu.model = modelFromIds(0x10de, g.gpu.device_id);
       g.gpu.model_source = "pci-id";
     } else {
-      auto sm = gpu_el ? parseNumber(gpu_el->attribute("sm"), 10) : std::nullopt;
+      std::optional<long> sm;
+      if (gpu_el) {
+        PEERLAB_ASSIGN_OR_RETURN(sm, rangedAttribute(*gpu_el, "sm", 10, 0, kMaxSm));
+      }
       g.gpu.model = sm ? "NVIDIA GPU (sm_" + std::to_string(*sm) + ")" : "NVIDIA GPU";
       g.gpu.model_source = "none";
     }
     if (cpu) {
-      if (auto numa = parseNumber(cpu->attribute("numaid"), 10); numa && *numa >= 0) {
-        g.gpu.numa = {static_cast<int>(*numa)};
-      }
+      // NCCL writes -1 when the NUMA node is unknown.
+      PEERLAB_ASSIGN_OR_RETURN(auto numa, rangedAttribute(*cpu, "numaid", 10, -1, kMaxNumaId));
+      if (numa && *numa >= 0) g.gpu.numa = {static_cast<int>(*numa)};
       if (const std::string* aff = cpu->attribute("affinity")) {
         auto cpus_list = cpusFromAffinity(*aff);
         if (!cpus_list) {
@@ -159,6 +220,7 @@ struct Walker {
         g.gpu.cpuset = *cpus_list;
       }
     }
+    PEERLAB_ASSIGN_OR_RETURN(g.gpu.pcie, pcieLinkOf(el));
     g.path = path;
     g.gpu_el = gpu_el;
     gpus.push_back(std::move(g));
@@ -212,22 +274,31 @@ Status fromNcclXml(const XmlElement& root, Draft& draft) {
   std::map<std::string, size_t> by_bus;
   for (size_t i = 0; i < n; ++i)
     by_bus[draft.gpus[i].bus_id] = i;
-  std::vector<int> to_switch(n, 0), total(n, 0);
+  std::vector<int> to_switch(n, 0);
   std::vector<std::vector<int>> direct(n, std::vector<int>(n, 0));
   std::vector<std::optional<double>> rate(n);
   for (size_t i = 0; i < n; ++i) {
     const XmlElement* gpu_el = w.gpus[i].gpu_el;
     if (!gpu_el) continue;
-    rate[i] = nvlinkRateForSm(parseNumber(gpu_el->attribute("sm"), 10).value_or(0));
+    PEERLAB_ASSIGN_OR_RETURN(auto sm, rangedAttribute(*gpu_el, "sm", 10, 0, kMaxSm));
+    rate[i] = nvlinkRateForSm(sm.value_or(0));
+    int all = 0;
     for (const XmlElement& link : gpu_el->children) {
       if (link.name != "nvlink") continue;
-      auto count = parseNumber(link.attribute("count"), 10);
+      PEERLAB_ASSIGN_OR_RETURN(auto count, rangedAttribute(link, "count", 10, 0, kMaxNvlinks));
       const std::string* target = link.attribute("target");
-      if (!count || *count < 0 || !target) {
+      if (!count || !target) {
         return PEERLAB_INVALID_ARGUMENT("line " + std::to_string(link.line) + ": <nvlink> needs target and count");
       }
-      int c = static_cast<int>(*count);
-      total[i] += c;
+      const int c = static_cast<int>(*count);
+      all += c;
+      if (all > kMaxNvlinks) {
+        return PEERLAB_INVALID_ARGUMENT("line " + std::to_string(link.line) + ": <nvlink> attribute count: GPU " +
+                                        draft.gpus[i].bus_id + " has " + std::to_string(all) +
+                                        " NVLinks in all, outside 0 .. " + std::to_string(kMaxNvlinks));
+      }
+      // NCCL's target classes: 0x068000 an NVSwitch, 0x068001 a CPU (POWER), 0x03... a GPU. Only links that reach
+      // other GPUs count.
       std::string tclass = lower(link.attribute("tclass") ? *link.attribute("tclass") : "");
       auto peer = by_bus.find(normalizeBusId(*target));
       if (tclass == "0x068000") {
@@ -241,7 +312,10 @@ Status fromNcclXml(const XmlElement& root, Draft& draft) {
   draft.nvswitches = static_cast<int>(w.switch_ids.size());
   for (size_t i = 0; i < n; ++i) {
     Gpu& g = draft.gpus[i];
-    g.nvlink_links = total[i];
+    int to_gpus = 0;
+    for (int c : direct[i])
+      to_gpus += c;
+    g.nvlink_links = to_gpus + to_switch[i];
     g.nvswitch_links = to_switch[i];
     g.nvlink_link_gbps = rate[i];
     for (size_t j = 0; j < n; ++j) {

@@ -167,7 +167,7 @@ TEST(TopoCli, ControlCharactersInInputStayOnOneLine) {
   std::string path = testing::sourcePath("fixtures/fuzz/topology/crash-437d23008514f1178c8c92056596cad271c701e3");
   CliRun r = runTopo("--fixture " + quote(path));
   EXPECT_EQ(r.code, kExitUsage);
-  expectOneErrorLine(r, path, "malformed XML: line 1: expected a name in a start tag, found '\\n'");
+  expectOneErrorLine(r, path, "malformed XML: line 1: StartTag: invalid element name");
 
   TempDir tmp;
   std::string odd = tmp.path() + "/two\nlines.xml";
@@ -175,6 +175,27 @@ TEST(TopoCli, ControlCharactersInInputStayOnOneLine) {
   CliRun o = runTopo("--fixture " + quote(odd));
   EXPECT_EQ(o.code, kExitUsage);
   expectOneErrorLine(o, tmp.path() + "/two\\nlines.xml", "the root element is <html>");
+}
+
+// Values outside their range (fixtures/fuzz/topology/range-*.xml) are bad input: exit 2, one line naming the
+// attribute and its value.
+TEST(TopoCli, OutOfRangeValuesAreUsageErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"range-nvlink-count.xml", "<nvlink> attribute count = \"100000000000000000000\" is outside 0 .. 64"},
+      {"range-nvlink-negative.xml", "<nvlink> attribute count = \"-2\" is outside 0 .. 64"},
+      {"range-numaid.xml", "<cpu> attribute numaid = \"4294967296\" is outside -1 .. 65535"},
+      {"range-hwloc-numa-os-index.xml",
+       "<object type=\"NUMANode\"> attribute os_index = \"4294967296\" is outside 0 .. 65535"},
+  };
+  for (const auto& [name, reason] : cases) {
+    const std::string path = testing::sourcePath(std::string("fixtures/fuzz/topology/") + name);
+    for (const char* json : {"", " --json"}) {
+      CliRun r = runTopo("--fixture " + quote(path) + json);
+      EXPECT_EQ(r.code, kExitUsage) << name << r.err;
+      expectOneErrorLine(r, path, reason);
+      EXPECT_EQ(r.out, "");
+    }
+  }
 }
 
 TEST(TopoCli, DirectoryIsAUsageError) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "harness/topology/topology_internal.h"
-#include "harness/topology/xml_reader.h"
+#include "harness/topology/xml_document.h"
 #include "reference/core/devices.h"
 
 namespace peerlab::topology {
@@ -308,6 +308,14 @@ nlohmann::json p2pJson(const std::optional<P2pInfo>& p) {
           {"can_access_peer", p->can_access_peer}};
 }
 
+nlohmann::json pcieJson(const std::optional<PcieLink>& link) {
+  if (!link) return nullptr;
+  return {{"gbps", link->gbps},
+          {"generation", optionalJson(link->generation)},
+          {"width", optionalJson(link->width)},
+          {"source", link->source}};
+}
+
 std::string formatGbps(double gbps) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", gbps);
@@ -381,7 +389,8 @@ nlohmann::json Topology::toJson() const {
                     {"uuid", g.uuid.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.uuid)},
                     {"nvlink_links", optionalJson(g.nvlink_links)},
                     {"nvswitch_links", g.nvswitch_links},
-                    {"nvlink_link_gbps", optionalJson(g.nvlink_link_gbps)}});
+                    {"nvlink_link_gbps", optionalJson(g.nvlink_link_gbps)},
+                    {"pcie", pcieJson(g.pcie)}});
   }
   nlohmann::json pairs = nlohmann::json::array();
   for (const GpuPair& p : d.pairs) {
@@ -489,15 +498,18 @@ std::string Topology::formatMatrix() const {
   const bool show_cuda = std::any_of(d.gpus.begin(), d.gpus.end(), [](const Gpu& g) { return g.cuda_ordinal >= 0; });
   const bool show_links = std::any_of(d.gpus.begin(), d.gpus.end(), [](const Gpu& g) { return g.nvlink_links; });
   const bool show_uuid = std::any_of(d.gpus.begin(), d.gpus.end(), [](const Gpu& g) { return !g.uuid.empty(); });
+  const bool show_pcie = std::any_of(d.gpus.begin(), d.gpus.end(), [](const Gpu& g) { return g.pcie.has_value(); });
   std::vector<std::vector<std::string>> list;
   std::vector<std::string> list_header{"", "Bus ID", "Model"};
   if (show_cuda) list_header.push_back("CUDA");
+  if (show_pcie) list_header.push_back("PCIe link");
   if (show_links) list_header.push_back("NVLinks");
   if (show_uuid) list_header.push_back("UUID");
   list.push_back(list_header);
   for (const Gpu& g : d.gpus) {
     std::vector<std::string> row{"GPU" + std::to_string(g.index), g.bus_id, g.model};
     if (show_cuda) row.push_back(g.cuda_ordinal >= 0 ? std::to_string(g.cuda_ordinal) : "-");
+    if (show_pcie) row.push_back(g.pcie ? describePcieLink(*g.pcie) : "-");
     if (show_links) {
       std::string links = "-";
       if (g.nvlink_links) {
@@ -645,6 +657,14 @@ StatusOr<Topology> loadLive(const LiveOptions& options) {
   draft.source = "live";
   draft.format = SourceFormat::kLive;
   PEERLAB_RETURN_IF_ERROR(detail::fromHwloc(std::make_shared<HwlocTopology>(std::move(hw)), draft));
+  detail::addSysfsPcieLinks(draft);
+  // Without sysfs, hwloc's figure is the link as trained now, which a GPU lowers while it idles.
+  for (Gpu& g : draft.gpus) {
+    if (!g.pcie || g.pcie->source.rfind("sysfs", 0) == 0) continue;
+    g.pcie->source += " (current link; lower while the GPU idles)";
+    draft.warnings.push_back("GPU " + g.bus_id + ": no maximum PCIe link in sysfs; using the current one (" +
+                             describePcieLink(*g.pcie) + ")");
+  }
   bool cuda = options.cuda && detail::addCudaDevices(draft);
 #ifdef PEERLAB_HAVE_NVML
   if (options.nvml) detail::addNvmlLinks(draft);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/topology/pcie_link.h"
 #include "reference/core/status.h"
 
 namespace peerlab::topology {
@@ -56,9 +57,13 @@ struct Gpu {
   std::string cpuset;               ///< CPUs local to the GPU in list form ("0-31,64-95"); empty when unknown
   int cuda_ordinal = -1;            ///< live: the CUDA ordinal in this process, -1 when CUDA does not see the GPU
   std::string uuid;                 ///< live: "GPU-..." when CUDA or NVML report it
-  std::optional<int> nvlink_links;  ///< active NVLinks of this GPU, when known
+  std::optional<int> nvlink_links;  ///< active NVLinks to other GPUs (direct or through NVSwitches), when known;
+                                    ///< links to a CPU (POWER NVLink, an NVSwitch port towards a CPU) do not count
   int nvswitch_links = 0;           ///< of those, the links that end at an NVSwitch
   std::optional<double> nvlink_link_gbps;  ///< rate of one link per direction, GB/s, when known
+  /// The GPU's own PCIe link (to its upstream port): hwloc's pci_link_speed in a file, link_speed x link_width in
+  /// NCCL XML, the maximum link (GPU and upstream port) from sysfs on a live machine; nullopt when unknown.
+  std::optional<PcieLink> pcie;
 };
 
 /// Two GPUs by index, a < b.
@@ -153,8 +158,9 @@ class Topology {
 /// machine without GPU or without CUDA driver still loads (with no GPUs); only a failing hwloc is an error.
 StatusOr<Topology> loadLive(const LiveOptions& options = {});
 /// A topology XML file, hwloc or NCCL format (told apart by the root element). A missing, unreadable or malformed
-/// file, or one hwloc cannot import (even one that crashes it), gives `invalid_argument` with one line that names
-/// the file and the reason; control characters it quotes are escaped (\n, \t, \xNN).
+/// file (libxml2's reason and line), one hwloc cannot import (even one that crashes it), or a value outside its range
+/// (an NVLink count, a NUMA id, a PCIe rate or width: fixtures/README.md lists them) gives `invalid_argument` with one
+/// line that names the file, the attribute and the reason; control characters it quotes are escaped (\n, \t, \xNN).
 StatusOr<Topology> loadFile(const std::string& path);
 /// loadLive() when `fixture` is empty, else loadFile(fixture).
 StatusOr<Topology> load(const std::string& fixture = "");

@@ -99,6 +99,25 @@ TEST_P(FixtureExpectation, LoadsAsExpected) {
     EXPECT_EQ(gpu.numa, g["numa"].get<std::vector<int>>());
     EXPECT_EQ(gpu.cpuset, g["cpuset"].get<std::string>());
     EXPECT_EQ(gpu.cuda_ordinal, -1);
+    // NVLinks to other GPUs only (direct or through NVSwitches), null when the source cannot tell.
+    if (g.contains("nvlink_links")) {
+      if (g["nvlink_links"].is_null()) {
+        EXPECT_FALSE(gpu.nvlink_links.has_value());
+      } else {
+        ASSERT_TRUE(gpu.nvlink_links.has_value());
+        EXPECT_EQ(*gpu.nvlink_links, g["nvlink_links"].get<int>());
+      }
+    }
+    // The GPU's PCIe rate per direction (GB/s after encoding), null when unknown.
+    if (g.contains("pcie_gbps")) {
+      if (g["pcie_gbps"].is_null()) {
+        EXPECT_FALSE(gpu.pcie.has_value());
+      } else {
+        ASSERT_TRUE(gpu.pcie.has_value());
+        EXPECT_NEAR(gpu.pcie->gbps, g["pcie_gbps"].get<double>(), 1e-6);
+        EXPECT_FALSE(gpu.pcie->source.empty());
+      }
+    }
   }
 
   const size_t n = topo.gpus().size();

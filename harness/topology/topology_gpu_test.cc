@@ -92,14 +92,17 @@ TEST(TopologyGpu, P2pAttributesAreReadForEveryOrderedPair) {
 }
 
 #ifdef PEERLAB_HAVE_NVML
-// Active NVLinks of the GPU at `bus_id`, counted here straight from NVML.
+// Active NVLinks of the GPU at `bus_id` that do not end at a CPU, counted here straight from NVML.
 int activeLinks(const std::string& bus_id) {
   nvmlDevice_t dev{};
   if (nvmlDeviceGetHandleByPciBusId_v2(bus_id.c_str(), &dev) != NVML_SUCCESS) return -1;
   int active = 0;
   for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
     nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    if (nvmlDeviceGetNvLinkState(dev, l, &s) == NVML_SUCCESS && s == NVML_FEATURE_ENABLED) ++active;
+    if (nvmlDeviceGetNvLinkState(dev, l, &s) != NVML_SUCCESS || s != NVML_FEATURE_ENABLED) continue;
+    nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    (void)nvmlDeviceGetNvLinkRemoteDeviceType(dev, l, &type);
+    if (type != NVML_NVLINK_DEVICE_TYPE_IBMNPU) ++active;
   }
   return active;
 }

@@ -2,6 +2,7 @@
 /// Internals shared by the topology loaders (hwloc, NCCL XML, live CUDA/NVML): a draft that each source fills and
 /// one finishing step that orders the GPUs and builds the pairs. Not part of the public API.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,9 +11,14 @@
 
 #include "harness/topology/hwloc_topology.h"
 #include "harness/topology/topology.h"
-#include "harness/topology/xml_reader.h"
+#include "harness/topology/xml_document.h"
 
 namespace peerlab::topology::detail {
+
+/// Range limits of values a topology source gives; a value outside is bad input, named in a one-line error.
+constexpr int kMaxNvlinks = 64;              ///< NVLinks of one GPU or one pair (Hopper and Blackwell have 18)
+constexpr uint64_t kMaxNvlinkMBps = 100000;  ///< one NVLink per direction (NVLink 5: 50000)
+constexpr int kMaxNumaId = 65535;            ///< Linux builds allow at most 1024 NUMA nodes (NODES_SHIFT 10)
 
 /// NVLink between two GPUs as seen from the first one.
 struct LinkView {
@@ -61,8 +67,9 @@ struct Data {
 std::shared_ptr<Data> finish(Draft draft);
 
 /// Checks what hwloc's XML importer takes for granted in a parsed hwloc XML document (root <topology>): a root
-/// Machine <object>, a type first on every object, each set with its complete_ counterpart. "line N: <reason>"
-/// otherwise.
+/// Machine <object>, a type first on every object, each set with its complete_ counterpart, numbers hwloc would
+/// silently truncate (os_index beyond 32 bits, a NUMA node beyond kMaxNumaId, a pci_link_speed that is not a rate).
+/// "line N: <reason>" otherwise.
 Status checkHwlocXml(const XmlElement& root);
 /// Reads the GPUs, NVSwitches, PCI paths, NUMA locality and hwloc's NVLinkBandwidth matrix from an hwloc topology.
 Status fromHwloc(std::shared_ptr<HwlocTopology> topo, Draft& draft);
@@ -74,6 +81,9 @@ Status fromNcclXml(const XmlElement& root, Draft& draft);
 bool addCudaDevices(Draft& draft);
 /// Live: CUDA P2P attributes for every ordered pair of GPUs CUDA sees.
 void addCudaP2p(Data& data);
+/// Live: each GPU's maximum PCIe link from sysfs (max_link_speed and max_link_width of the GPU and of its upstream
+/// port, the smaller of each); GPUs sysfs does not describe keep what hwloc read.
+void addSysfsPcieLinks(Draft& draft, const std::string& devices_dir = "/sys/bus/pci/devices");
 #ifdef PEERLAB_HAVE_NVML
 /// Live: NVLink link counts, remote types (GPU or NVSwitch) and link rates from NVML.
 void addNvmlLinks(Draft& draft);

@@ -1,5 +1,5 @@
-// Host-only tests of the topology module: the XML reader, NCCL topology XML with NVLink, bad input, the live machine
-// (whatever it has, GPUs or none) and its hwloc XML export.
+// Host-only tests of the topology module: the XML document reader (libxml2), NCCL topology XML with NVLink, bad input,
+// the live machine (whatever it has, GPUs or none) and its hwloc XML export.
 
 #include "harness/topology/topology.h"
 
@@ -14,12 +14,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <regex>
 #include <stdexcept>
 #include <string>
 
 #include "harness/topology/contained.h"
 #include "harness/topology/topology_internal.h"
-#include "harness/topology/xml_reader.h"
+#include "harness/topology/xml_document.h"
 #include "reference/core/testing.h"
 
 namespace peerlab::topology {
@@ -85,9 +87,9 @@ constexpr const char* kHwlocCrashInput = "crash-a1a4f3c76a80c104a5f89dc732584b44
 // Malformed XML whose error used to quote a raw newline: "<\n!DOCTYPE" on line 1.
 constexpr const char* kNewlineInput = "crash-437d23008514f1178c8c92056596cad271c701e3";
 
-TEST(XmlReader, ReadsElementsAttributesAndEntities) {
+TEST(XmlDocument, ReadsElementsAttributesAndEntities) {
   auto doc = parseXml(
-      "\xEF\xBB\xBF<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<!-- c -->\n"
+      "\xEF\xBB\xBF<?xml version=\"1.0\"?>\n<!DOCTYPE root>\n<!-- c -->\n"
       "<root a=\"1\" b='x &amp; &lt;y&gt; &#65;&#x42;'>\n  text <![CDATA[ <not/> ]]>\n"
       "  <child k=\"v\"/><child>\n<grand/></child>\n</root>\n<!-- trailing -->\n");
   PEERLAB_ASSERT_OK(doc.status());
@@ -102,23 +104,24 @@ TEST(XmlReader, ReadsElementsAttributesAndEntities) {
   EXPECT_EQ(doc->children[1].children[0].line, 7);
 }
 
-TEST(XmlReader, RejectsMalformedDocumentsWithTheLine) {
+TEST(XmlDocument, RejectsMalformedDocumentsWithTheLine) {
   struct Case {
     const char* text;
     const char* reason;
   };
+  // libxml2's first error, at the line where it stopped.
   const Case cases[] = {
-      {"<a>\n<b>\n", "line 3: unexpected end of file inside <b> opened at line 2 (truncated file?)"},
-      {"<a><b></a>", "end tag </a> does not match <b>"},
-      {"<a x=\"1\" x=\"2\"/>", "duplicate attribute 'x'"},
-      {"<a x=1/>", "not quoted"},
-      {"<a/><b/>", "content after the end of the root element <a>"},
-      {"", "no root element"},
-      {"hello", "text before the root element"},
-      {"<a x=\"&bogus;\"/>", "unknown entity &bogus;"},
-      {"<a><!-- never closed", "unterminated comment"},
-      {"<a x=\"1\"", "unexpected end of file inside the start tag <a>"},
-      {"<![CDATA[x]]><a/>", "unexpected markup '<!' before the root element"},
+      {"<a>\n<b>\n", "line 3: Premature end of data in tag b line 2 (truncated file?)"},
+      {"<a><b></a>", "line 1: Opening and ending tag mismatch: b line 1 and a"},
+      {"<a x=\"1\" x=\"2\"/>", "Attribute x redefined"},
+      {"<a x=1/>", "AttValue: \" or ' expected"},
+      {"<a/><b/>", "Extra content at the end of the document"},
+      {"", "Document is empty"},
+      {"hello", "Start tag expected"},
+      {"<a x=\"&bogus;\"/>", "Entity 'bogus' not defined"},
+      {"<a><!-- never closed", "Comment not terminated (truncated file?)"},
+      {"<a x=\"1\"", "(truncated file?)"},
+      {"<a>\n<\n!x/></a>", "line 2: StartTag: invalid element name"},
   };
   for (const Case& c : cases) {
     auto doc = parseXml(c.text);
@@ -128,40 +131,55 @@ TEST(XmlReader, RejectsMalformedDocumentsWithTheLine) {
   }
 }
 
-TEST(XmlReader, QuotedInputIsEscapedToOneLine) {
+TEST(XmlDocument, EntitiesCannotReachOutOrExplode) {
+  TempDir tmp;
+  std::string secret = tmp.write("secret.txt", "SECRET");
+  auto doc = parseXml("<!DOCTYPE a [<!ENTITY x SYSTEM \"file://" + secret + "\">]>\n<a v=\"&x;\"/>\n");
+  if (doc.isOk()) {
+    ASSERT_NE(doc->attribute("v"), nullptr);
+    EXPECT_EQ(doc->attribute("v")->find("SECRET"), std::string::npos);
+  }
+  // Nested entities that would expand to 10^10 characters: refused, not expanded.
+  std::string laughs = "<!DOCTYPE s [<!ENTITY a0 \"aaaaaaaaaa\">";
+  for (int i = 1; i < 10; ++i) {
+    laughs += "<!ENTITY a" + std::to_string(i) + " \"";
+    for (int k = 0; k < 10; ++k)
+      laughs += "&a" + std::to_string(i - 1) + ";";
+    laughs += "\">";
+  }
+  laughs += "]>\n<s v=\"&a9;\"/>\n";
+  auto bomb = parseXml(laughs);
+  ASSERT_FALSE(bomb.isOk());
+  EXPECT_NE(bomb.status().message().find("entity"), std::string::npos) << bomb.status().message();
+}
+
+TEST(XmlDocument, QuotedInputIsEscapedToOneLine) {
   EXPECT_EQ(printable("a\nb\tc\rd\x01\x1f\x7f e"), "a\\nb\\tc\\rd\\x01\\x1f\\x7f e");
   EXPECT_EQ(printable(std::string("nul\0end", 7)), "nul\\x00end");
   EXPECT_EQ(printable("abc\ndef", 4), "abc\\n...");
   EXPECT_EQ(printable("abcd", 4), "abcd");
   EXPECT_EQ(printable("plain text, \xC3\xBC and \\ stay"), "plain text, \xC3\xBC and \\ stay");
-  struct Case {
-    std::string text;
-    const char* escaped;
-  };
-  const Case cases[] = {
-      {"<a>\n<\n!x/></a>", "found '\\n'"},
-      {"<\tb/>", "found '\\t'"},
-      {"<\x01/>", "found '\\x01'"},
-      {"<a x=\"&bo\ngus;\"/>", "unknown entity &bo\\ngus;"},
-      {"<a x=\"&#x\r1;\"/>", "bad character reference &#x\\r1;"},
-      {"<a x=\"&" + std::string(100000, 'y') + ";\"/>", "unknown entity &yyyyyyyyyy"},
-  };
-  for (const Case& c : cases) {
-    auto doc = parseXml(c.text);
-    ASSERT_FALSE(doc.isOk()) << printable(c.text);
-    EXPECT_NE(doc.status().message().find(c.escaped), std::string::npos) << doc.status().message();
+  const std::vector<std::string> inputs = {"<a>\n<\n!x/></a>",
+                                           "<\tb/>",
+                                           "<\x01/>",
+                                           "<a x=\"&bo\ngus;\"/>",
+                                           "<a x=\"&#x\r1;\"/>",
+                                           "<a x=\"&" + std::string(100000, 'y') + ";\"/>"};
+  for (const std::string& text : inputs) {
+    auto doc = parseXml(text);
+    ASSERT_FALSE(doc.isOk()) << printable(text);
     EXPECT_FALSE(hasControlCharacter(doc.status().message())) << printable(doc.status().message());
     EXPECT_LT(doc.status().message().size(), 200u) << printable(doc.status().message(), 200);
   }
 }
 
-TEST(XmlReader, DeepNestingIsAnErrorNotACrash) {
+TEST(XmlDocument, DeepNestingIsAnErrorNotACrash) {
   std::string deep;
   for (int i = 0; i < 5000; ++i)
     deep += "<a>";
   auto doc = parseXml(deep);
   ASSERT_FALSE(doc.isOk());
-  EXPECT_NE(doc.status().message().find("nested deeper"), std::string::npos);
+  EXPECT_NE(doc.status().message().find("Excessive depth"), std::string::npos) << doc.status().message();
 }
 
 TEST(TopologyNames, PciPathNamesRoundTrip) {
@@ -258,6 +276,43 @@ TEST(NcclXml, ReadsNvlinkSwitchesAndPaths) {
   EXPECT_FALSE(t.exportXml(tmp.path() + "/out.xml").isOk());
 }
 
+// A POWER-style dump: each GPU has 2 NVLinks to its peer and 2 to the CPU (tclass 0x068001); only the GPU links
+// count, and a link to a target the file does not hold carries no GPU-to-GPU traffic either.
+TEST(NcclXml, NvlinksToACpuDoNotCount) {
+  TempDir tmp;
+  std::string path = tmp.write("power.xml", R"(<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="ppc64" vendor="IBM">
+    <pci busid="0004:04:00.0" class="0x030200" vendor="0x10de" device="0x1db1" link_speed="8 GT/s" link_width="16">
+      <gpu dev="0" sm="70" rank="0" gdr="1">
+        <nvlink target="0005:05:00.0" count="2" tclass="0x030200"/>
+        <nvlink target="0004:00:00.0" count="2" tclass="0x068001"/>
+      </gpu>
+    </pci>
+    <pci busid="0005:05:00.0" class="0x030200" vendor="0x10de" device="0x1db1" link_speed="8 GT/s" link_width="16">
+      <gpu dev="1" sm="70" rank="1" gdr="1">
+        <nvlink target="0004:04:00.0" count="2" tclass="0x030200"/>
+        <nvlink target="0004:00:00.0" count="2" tclass="0x068001"/>
+        <nvlink target="0009:00:00.0" count="1" tclass="0x030200"/>
+      </gpu>
+    </pci>
+  </cpu>
+</system>
+)");
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Topology t, loadFile(path));
+  ASSERT_EQ(t.gpus().size(), 2u);
+  for (const Gpu& g : t.gpus()) {
+    SCOPED_TRACE(g.bus_id);
+    EXPECT_EQ(g.nvlink_links, 2);
+    EXPECT_EQ(g.nvswitch_links, 0);
+    ASSERT_TRUE(g.pcie.has_value());
+    EXPECT_EQ(g.pcie->generation, 3);
+    EXPECT_EQ(g.pcie->width, 16);
+  }
+  EXPECT_EQ(t.pair(0, 1)->nvlink_links, 2);
+  EXPECT_DOUBLE_EQ(*t.pair(0, 1)->nvlink_gbps, 50.0);
+  EXPECT_EQ(t.nvswitchCount(), 0);
+}
+
 TEST(NcclXml, GpuWithoutBusIdNamesTheLine) {
   TempDir tmp;
   std::string path = tmp.write("bad.xml",
@@ -293,10 +348,159 @@ TEST(TopologyFile, BadInputGivesOneLineNamingTheFile) {
   }
 }
 
+// Values outside their range are bad input naming the attribute, never a wrapped, truncated or huge number.
+TEST(TopologyFile, OutOfRangeValuesNameTheAttribute) {
+  struct Case {
+    std::string fixture;  // under fixtures/
+    std::string from;     // text replaced once
+    std::string to;
+    std::string reason;
+  };
+  const std::string nccl = "fuzz/topology/nccl-2gpu-nvlink.xml";
+  const std::string hwloc = "fuzz/topology/hwloc-minimal.xml";
+  const std::string power8 = "topologies/hwloc/power8gpudistances.xml";
+  const Case cases[] = {
+      {nccl, "count=\"18\"", "count=\"100000000000000000000\"",
+       "line 5: <nvlink> attribute count = \"100000000000000000000\" is outside 0 .. 64"},
+      {nccl, "count=\"18\"", "count=\"-1\"", "<nvlink> attribute count = \"-1\" is outside 0 .. 64"},
+      {nccl, "count=\"18\"", "count=\"eighteen\"",
+       "<nvlink> attribute count = \"eighteen\" is not a number in 0 .. 64"},
+      {nccl, "count=\"18\" tclass=\"0x030200\"/>",
+       "count=\"40\" tclass=\"0x030200\"/><nvlink target=\"0000:04:00.0\" count=\"40\"/>",
+       "GPU 0000:03:00.0 has 80 NVLinks in all, outside 0 .. 64"},
+      {nccl, "numaid=\"0\"", "numaid=\"4294967296\"",
+       "line 2: <cpu> attribute numaid = \"4294967296\" is outside -1 .. 65535"},
+      {nccl, "numaid=\"0\"", "numaid=\"-2\"", "<cpu> attribute numaid = \"-2\" is outside -1 .. 65535"},
+      {nccl, "link_width=\"16\"", "link_width=\"17\"", "<pci> attribute link_width = \"17\" is not a PCIe width"},
+      {nccl, "link_speed=\"32.0 GT/s PCIe\"", "link_speed=\"7 GT/s\"",
+       "<pci> attribute link_speed = \"7 GT/s\" is not a PCIe rate"},
+      {nccl, "sm=\"90\"", "sm=\"4294967296\"", "<gpu> attribute sm = \"4294967296\" is outside 0 .. 1000"},
+      {nccl, "device=\"0x2335\"", "device=\"0x12345\"",
+       "<pci> attribute device = \"0x12345\" is outside 0x0 .. 0xffff"},
+      {hwloc, "type=\"NUMANode\" os_index=\"0\"", "type=\"NUMANode\" os_index=\"4294967296\"",
+       "line 6: <object type=\"NUMANode\"> attribute os_index = \"4294967296\" is outside 0 .. 65535"},
+      {hwloc, "type=\"PU\" os_index=\"1\"", "type=\"PU\" os_index=\"-1\"",
+       "<object type=\"PU\"> attribute os_index = \"-1\" is outside 0 .. 4294967295"},
+      {hwloc, "type=\"PU\" os_index=\"1\"", "type=\"PU\" os_index=\"4294967296\"",
+       "<object type=\"PU\"> attribute os_index = \"4294967296\" is outside 0 .. 4294967295"},
+      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"-1\"",
+       "attribute pci_link_speed = \"-1\" is outside 0 .. 256 GB/s"},
+      {power8, "pci_link_speed=\"15.753846\"", "pci_link_speed=\"1e40\"",
+       "attribute pci_link_speed = \"1e40\" is outside"},
+      {power8, "<u64values length=\"44\">1000000 40000 ", "<u64values length=\"60\">1000000 100000000000000000000 ",
+       "NVLinkBandwidth distance from 0002:01:00.0 to 0003:01:00.0 = 18446744073709551615 MB/s is outside 0 .. "
+       "6400000"},
+  };
+  TempDir tmp;
+  int k = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fixture + ": " + c.to);
+    std::string text = readFile(testing::sourcePath("fixtures/" + c.fixture));
+    const size_t at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    text.replace(at, c.from.size(), c.to);
+    const std::string path = tmp.write("range" + std::to_string(k++) + ".xml", text);
+    expectOneLineError(loadFile(path), path, c.reason);
+  }
+  expectNoChildLeft();
+}
+
+// Fuzz-style: any numeric attribute of a few fixtures replaced by an extreme value either loads with every value in
+// its range, or is refused with one line naming the file.
+TEST(TopologyFile, ExtremeNumbersLoadInRangeOrFailOnOneLine) {
+  const std::vector<std::string> extremes = {
+      "-1", "-2147483649", "4294967296", "100000000000000000000", "1e308", "nan", "0", "0x7fffffff", "65536", "-0"};
+  TempDir tmp;
+  const unsigned seed = 20261125;
+  std::mt19937 rng(seed);
+  int loaded = 0, refused = 0;
+  for (const char* name : {"fuzz/topology/nccl-2gpu-nvlink.xml", "fuzz/topology/hwloc-minimal.xml",
+                           "topologies/hwloc/power8gpudistances.xml", "topologies/nccl/panlichen_8xrtx3090_topo.xml"}) {
+    const std::string text = readFile(testing::sourcePath(std::string("fixtures/") + name));
+    // Every attribute value that starts like a number.
+    std::vector<std::pair<size_t, size_t>> spots;
+    const std::regex number("=\"(-?[0-9][^\"]*)\"");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it)
+      spots.emplace_back(static_cast<size_t>(it->position(1)), static_cast<size_t>(it->length(1)));
+    ASSERT_FALSE(spots.empty()) << name;
+    for (int round = 0; round < 30; ++round) {
+      const auto [pos, len] = spots[rng() % spots.size()];
+      std::string mutated = text;
+      const std::string& value = extremes[rng() % extremes.size()];
+      mutated.replace(pos, len, value);
+      SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + ": '" + text.substr(pos, len) + "' -> '" +
+                   value + "'");
+      const std::string path = tmp.write("fuzz" + std::to_string(round) + ".xml", mutated);
+      auto topo = loadFile(path);
+      if (!topo.isOk()) {
+        ++refused;
+        EXPECT_EQ(topo.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_EQ(topo.status().message().rfind(path + ": ", 0), 0u) << topo.status().message();
+        EXPECT_FALSE(hasControlCharacter(topo.status().message())) << topo.status().message();
+        continue;
+      }
+      ++loaded;
+      for (const Gpu& g : topo->gpus()) {
+        for (int node : g.numa) {
+          EXPECT_GE(node, 0);
+          EXPECT_LE(node, 65535);
+        }
+        if (g.nvlink_links) {
+          EXPECT_GE(*g.nvlink_links, 0);
+          EXPECT_LE(*g.nvlink_links, 64);
+        }
+        if (g.pcie) {
+          EXPECT_GT(g.pcie->gbps, 0);
+          EXPECT_LE(g.pcie->gbps, kMaxPcieGbps);
+        }
+      }
+      for (const GpuPair& p : topo->pairs()) {
+        if (p.nvlink_links) {
+          EXPECT_GE(*p.nvlink_links, 0);
+          EXPECT_LE(*p.nvlink_links, 128);
+        }
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(loaded, 0);
+  expectNoChildLeft();
+}
+
+// Live PCIe links come from sysfs's maximum link of the GPU and its upstream port (the smaller of each).
+TEST(TopologyLive, SysfsMaximumLinkOfGpuAndPort) {
+  TempDir tmp;
+  const fs::path port = fs::path(tmp.path()) / "pci0000:00" / "0000:00:01.0";
+  const fs::path gpu = port / "0000:01:00.0";
+  fs::create_directories(gpu);
+  fs::create_directories(fs::path(tmp.path()) / "devices");
+  tmp.write("pci0000:00/0000:00:01.0/max_link_speed", "16.0 GT/s PCIe\n");
+  tmp.write("pci0000:00/0000:00:01.0/max_link_width", "16\n");
+  tmp.write("pci0000:00/0000:00:01.0/0000:01:00.0/max_link_speed", "32.0 GT/s PCIe\n");
+  tmp.write("pci0000:00/0000:00:01.0/0000:01:00.0/max_link_width", "16\n");
+  fs::create_symlink(gpu, fs::path(tmp.path()) / "devices" / "0000:01:00.0");
+  detail::Draft draft;
+  Gpu a;
+  a.bus_id = "0000:01:00.0";
+  draft.addGpu(a);
+  Gpu b;
+  b.bus_id = "0000:02:00.0";  // not in this sysfs: keeps what hwloc said
+  b.pcie = PcieLink{std::nullopt, std::nullopt, 15.753846, "hwloc pci_link_speed"};
+  draft.addGpu(b);
+  detail::addSysfsPcieLinks(draft, tmp.path() + "/devices");
+  ASSERT_TRUE(draft.gpus[0].pcie.has_value());
+  EXPECT_EQ(draft.gpus[0].pcie->generation, 4);  // a Gen5 GPU in a Gen4 slot
+  EXPECT_EQ(draft.gpus[0].pcie->width, 16);
+  EXPECT_NEAR(draft.gpus[0].pcie->gbps, 31.507692, 1e-6);
+  EXPECT_EQ(draft.gpus[0].pcie->source.rfind("sysfs", 0), 0u);
+  ASSERT_TRUE(draft.gpus[1].pcie.has_value());
+  EXPECT_EQ(draft.gpus[1].pcie->source, "hwloc pci_link_speed");
+}
+
 TEST(TopologyFile, ControlCharactersInInputAreEscaped) {
   // The fuzz finding: the reason quoted a raw newline.
   std::string finding = fuzzInput(kNewlineInput);
-  expectOneLineError(loadFile(finding), finding, "malformed XML: line 1: expected a name in a start tag, found '\\n'");
+  expectOneLineError(loadFile(finding), finding, "malformed XML: line 1: StartTag: invalid element name");
 
   TempDir tmp;
   std::string busid = tmp.write("busid.xml",

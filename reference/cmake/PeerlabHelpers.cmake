@@ -37,15 +37,20 @@ function(peerlab_add_library name)
   set_target_properties(peerlab_${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()
 
-# peerlab_add_test(<source> LABEL cpu|gpu [DEPS ...] [TIMEOUT s] [ARGS ...])
+# peerlab_add_test(<source> LABEL cpu|gpu [DEPS ...] [TIMEOUT s] [ARGS ...] [FIXTURES_REQUIRED name...])
 #   One GoogleTest executable named after the source's stem. Every test case is its own ctest entry
 #   (`<stem>.<Suite>.<Case>`, discovered when ctest runs, so listing needs no GPU), labelled `cpu` or `gpu`; a case that
 #   calls GTEST_SKIP shows as skipped in ctest, never as passed (SKIP_REGULAR_EXPRESSION on gtest's "[  SKIPPED ]").
 #   TIMEOUT applies to each case. The test main keeps NVLink multicast off (reference/core/testing_main.cc).
 function(peerlab_add_test source)
-  cmake_parse_arguments(ARG "" "LABEL;TIMEOUT" "DEPS;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABEL;TIMEOUT" "DEPS;ARGS;FIXTURES_REQUIRED" ${ARGN})
   if(NOT PEERLAB_BUILD_TESTS)
     return()
+  endif()
+  set(extra_properties)
+  if(ARG_FIXTURES_REQUIRED)
+    list(JOIN ARG_FIXTURES_REQUIRED "," fixtures)
+    set(extra_properties FIXTURES_REQUIRED ${fixtures})
   endif()
   if(NOT ARG_LABEL MATCHES "^(cpu|gpu)$")
     message(FATAL_ERROR "peerlab_add_test(${source}): LABEL must be cpu or gpu")
@@ -69,7 +74,8 @@ function(peerlab_add_test source)
     PROPERTIES
       LABELS ${ARG_LABEL}
       TIMEOUT ${ARG_TIMEOUT}
-      ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+      ENVIRONMENT "PEERLAB_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      ${extra_properties})
 endfunction()
 
 # peerlab_add_bench(<source> [DEPS ...])

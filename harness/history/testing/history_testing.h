@@ -104,6 +104,9 @@ inline int syntheticResults(int gpus = 4) {
 /// The PostgreSQL server the ctest fixture started (pg_cluster.sh), or "" with the reason in `why`.
 inline std::string postgresServerUrl(std::string* why) {
   const char* state = std::getenv("PEERLAB_HISTORY_PG_STATE");
+#ifdef PEERLAB_HISTORY_PG_STATE_DIR
+  if (!state) state = PEERLAB_HISTORY_PG_STATE_DIR;
+#endif
   if (!state) {
     *why = "PEERLAB_HISTORY_PG_STATE is not set (run through ctest, whose fixture starts the server)";
     return "";

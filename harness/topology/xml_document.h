@@ -1,7 +1,7 @@
 #pragma once
-/// A small, strict XML reader for topology files: elements and attributes (entities decoded), with comments,
-/// processing instructions, DOCTYPE and CDATA skipped and text ignored. Enough for hwloc and NCCL topology XML; it
-/// exists to tell the two apart and to give a malformed or truncated file a precise one-line reason.
+/// Topology XML files read through libxml2 into a plain element tree (names, attributes with entities decoded,
+/// children, line numbers; text ignored), which the NCCL reader walks and the hwloc pre-checks inspect. libxml2
+/// gives a malformed or truncated file its one-line reason; no network access and no external entities are loaded.
 
 #include <string>
 #include <string_view>
@@ -22,8 +22,9 @@ struct XmlElement {
   const std::string* attribute(std::string_view key) const;
 };
 
-/// Parses one document; `invalid_argument` with "line N: <reason>" when it is not well-formed XML. Input quoted in
-/// the reason goes through printable().
+/// Parses one document with libxml2; `invalid_argument` with "line N: <libxml2's first error>" when it is not
+/// well-formed XML (nesting deeper than libxml2's limit of 256 included). Input quoted in the reason goes through
+/// printable().
 StatusOr<XmlElement> parseXml(std::string_view text);
 
 /// How much of one input value a message quotes.
