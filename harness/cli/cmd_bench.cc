@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/process/files.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
@@ -78,7 +79,7 @@ int runBench(const BenchArgs& a) {
   if (a.timeout_s > 0) ro.timeout_s = a.timeout_s;
   ro.extra_args = a.bench_args;
   // probe_bench re-executes peerlab as its workers: this one.
-  ro.env = {"PEERLAB_BIN=" + qualify::selfExecutable()};
+  ro.env = {"PEERLAB_BIN=" + selfExecutable()};
 
   if (a.dry_run) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);

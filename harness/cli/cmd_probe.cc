@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/process/files.h"
 #include "harness/report/report.h"
+#include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
-#include "harness/watchdog/probe_cache.h"
 #include "reference/probe/inject.h"
 #include "reference/probe/probe.h"
 
@@ -267,9 +268,8 @@ int runProbe(const ProbeArgs& a) {
   if (const char* w = std::getenv(kWorkerEnv); w && *w) {
     worker = w;
   } else {
-    auto self = selfExecutable();
-    if (!self.isOk()) return fail(kCommand, kExitRuntime, self.status().message());
-    worker = *self;
+    worker = selfExecutable();
+    if (worker.empty()) return fail(kCommand, kExitRuntime, "cannot read /proc/self/exe");
   }
 
   watchdog::installInterruptHandlers();

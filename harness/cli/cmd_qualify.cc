@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/process/files.h"
+#include "harness/process/process.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
-#include "harness/qualify/process.h"
 #include "harness/qualify/runner.h"
 #include "harness/report/compare.h"
 #include "harness/report/html.h"
@@ -90,19 +91,19 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   ho.title =
       "peerlab qualify: " + (run.fingerprint.hostname.empty() ? std::string("unknown host") : run.fingerprint.hostname);
   ho.checks = checks;
-  st = qualify::writeTextFile(dir + "/report.html", report::renderHtml(run, ho));
+  st = writeTextFile(dir + "/report.html", report::renderHtml(run, ho));
   if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
   report::SummaryOptions so;
   so.command = command;
   so.files = files;
   so.notes = std::move(notes);
-  st = qualify::writeTextFile(dir + "/summary.md", report::renderSummary(run, checks, so));
+  st = writeTextFile(dir + "/summary.md", report::renderSummary(run, checks, so));
   if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
   report::JunitOptions jo;
   jo.hostname = run.fingerprint.hostname;
   jo.timestamp = run.timestamp;
   jo.time_s = wall_s;
-  st = qualify::writeTextFile(dir + "/junit.xml", report::renderJunit(checks, jo));
+  st = writeTextFile(dir + "/junit.xml", report::renderJunit(checks, jo));
   if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
   return kExitOk;
 }
@@ -222,7 +223,7 @@ int runQualify(const QualifyArgs& a) {
   if (ec || !std::filesystem::is_directory(dir)) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
-  if (Status st = qualify::writeTextFile(dir + "/plan.txt", qualify::formatPlan(*plan)); !st.isOk()) {
+  if (Status st = writeTextFile(dir + "/plan.txt", qualify::formatPlan(*plan)); !st.isOk()) {
     return fail(kCmd, kExitUsage, st.message());
   }
 
@@ -239,12 +240,12 @@ int runQualify(const QualifyArgs& a) {
       auto rows = runProbe(a, *plan, dir);
       run.results.insert(run.results.end(), rows.begin(), rows.end());
     }
-    if (!plan->jobs.empty() && !qualify::interruptRequested()) {
+    if (!plan->jobs.empty() && !process::interruptRequested()) {
       qualify::RunnerOptions ro;
       ro.bench_dir = a.bench_dir;
       ro.gbench_dir = dir + "/gbench";
       if (a.timeout_s > 0) ro.timeout_s = a.timeout_s;
-      ro.env = {"PEERLAB_BIN=" + qualify::selfExecutable()};
+      ro.env = {"PEERLAB_BIN=" + selfExecutable()};
       // A missing bench binary is reported once and its processes become failed results.
       for (const qualify::BenchJob& j : plan->jobs) {
         if (qualify::findBench(j.binary, ro).empty()) {
@@ -292,7 +293,7 @@ int runQualify(const QualifyArgs& a) {
       "peerlab qualify: %s: %zu checks, %d failed; bundle %s (report.html, summary.md, junit.xml, "
       "results.json)\n",
       failed ? "FAIL" : "PASS", checks.size(), failed, dir.c_str());
-  if (qualify::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
+  if (process::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
   return failed ? kExitCheckFailed : kExitOk;
 }
 

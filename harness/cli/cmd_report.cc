@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/process/files.h"
 #include "harness/qualify/browser.h"
-#include "harness/qualify/process.h"
 #include "harness/report/compare.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
@@ -81,7 +81,7 @@ int runCompare(const ReportArgs& a) {
                           {"regressions", rep.regressions()},
                           {"missing", rep.missing()},
                           {"rows", rows}};
-    Status st = qualify::writeTextFile(a.compare_json, doc.dump(2) + "\n");
+    Status st = writeTextFile(a.compare_json, doc.dump(2) + "\n");
     if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
   }
   if (rep.regressions() > 0 || rep.missing() > 0) {
@@ -113,7 +113,7 @@ int runRender(const ReportArgs& a) {
     tempHtml.reset(new std::string(htmlPath));
   }
   if (!htmlPath.empty()) {
-    Status st = qualify::writeTextFile(htmlPath, report::renderHtml(*run, opts));
+    Status st = writeTextFile(htmlPath, report::renderHtml(*run, opts));
     if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
     if (!a.html.empty()) std::printf("wrote %s\n", a.html.c_str());
   }
@@ -131,7 +131,7 @@ int runRender(const ReportArgs& a) {
     if (a.summary.empty() || a.summary == "-") {
       std::fputs(md.c_str(), stdout);
     } else {
-      Status st = qualify::writeTextFile(a.summary, md);
+      Status st = writeTextFile(a.summary, md);
       if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
       std::printf("wrote %s\n", a.summary.c_str());
     }

@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/process/files.h"
+#include "harness/process/process.h"
 #include "harness/qualify/pipeline.h"
-#include "harness/qualify/process.h"
 #include "harness/qualify/sysinfo.h"
 #include "harness/report/compare.h"
 #include "harness/report/report.h"
@@ -157,7 +158,7 @@ int runRepro(const ReproArgs& a) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
   auto write = [&](const std::string& name, const std::string& text) -> bool {
-    Status st = qualify::writeTextFile(dir + "/" + name, text);
+    Status st = writeTextFile(dir + "/" + name, text);
     if (!st.isOk()) std::fprintf(stderr, "peerlab repro: %s\n", st.message().c_str());
     return st.isOk();
   };
@@ -207,13 +208,13 @@ int runRepro(const ReproArgs& a) {
   files.push_back("iommu.txt: IOMMU groups (/sys/kernel/iommu_groups), the GPUs' groups first");
   files.push_back("acs.txt: PCIe ACS capability and control of every function, and of the bridges above each GPU");
   files.push_back("cmdline.txt: the kernel command line (/proc/cmdline)");
-  if (const std::string lspci = qualify::findInPath("lspci"); !lspci.empty()) {
-    qualify::ProcessOptions po;
+  if (const std::string lspci = findInPath("lspci"); !lspci.empty()) {
+    process::ProcessOptions po;
     po.argv = {lspci, "-vvv"};
     po.stdout_path = dir + "/lspci.txt";
     po.stderr_path = dir + "/lspci.txt";
     po.timeout = std::chrono::seconds(60);
-    auto r = qualify::runProcess(po);
+    auto r = process::runProcess(po);
     if (r.isOk() && r->ok()) files.push_back("lspci.txt: lspci -vvv");
   } else {
     write("lspci.txt", "unreadable: lspci is not installed (pciutils); acs.txt decodes ACS from sysfs instead\n");
@@ -229,8 +230,8 @@ int runRepro(const ReproArgs& a) {
                                ec);
     files.push_back("probe.json: the probe run file given with --probe-json (" + a.probe_json + ")");
   } else if (!a.skip_probe) {
-    qualify::ProcessOptions po;
-    po.argv = {qualify::selfExecutable(), "probe", "--json", dir + "/probe.json", "--no-cache", "--verbose"};
+    process::ProcessOptions po;
+    po.argv = {selfExecutable(), "probe", "--json", dir + "/probe.json", "--no-cache", "--verbose"};
     if (!a.methods.empty()) po.argv.insert(po.argv.end(), {"--methods", a.methods});
     if (!a.pairs.empty()) po.argv.insert(po.argv.end(), {"--pairs", a.pairs});
     if (!a.sizes.empty()) po.argv.insert(po.argv.end(), {"--sizes", a.sizes});
@@ -241,7 +242,7 @@ int runRepro(const ReproArgs& a) {
     probeCommand = probeArgsText(po.argv);
     std::printf("repro: %s\n", probeCommand.c_str());
     std::fflush(stdout);
-    auto r = qualify::runProcess(po);
+    auto r = process::runProcess(po);
     if (!r.isOk()) {
       probeError = r.status().message();
     } else {
@@ -254,8 +255,8 @@ int runRepro(const ReproArgs& a) {
           probeError = run.status().message();
         }
       } else {
-        probeError = "peerlab probe " + qualify::describeExit(*r, po.timeout) + ": " +
-                     qualify::tailOfFile(dir + "/probe.log", 1);
+        probeError =
+            "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(dir + "/probe.log", 1);
       }
     }
     files.push_back("probe.json, probe.log: the verified probe's run file (reports/schema) and its output");

@@ -14,12 +14,15 @@
 #include <ctime>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/launch/launch.h"
 #include "reference/alltoallv/alltoallv.h"
@@ -52,15 +55,6 @@ struct Args {
   int64_t deadline_ms = 2000;
 };
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
-  }
-  return out;
-}
-
 long long realtimeNs() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -89,12 +83,17 @@ Outcome fromStatus(const Status& st, double wait_ms) {
 
 void print(const Args& a, int rank, const Outcome& o) {
   const long long t_ns = o.verdict_ns != 0 ? o.verdict_ns : realtimeNs();
-  std::printf(
-      "fault_drill {\"target\":\"%s\",\"rank\":%d,\"verdict\":\"%s\",\"wrong\":%llu,\"first_bad\":%lld,"
-      "\"wait_ms\":%.1f,\"t_ns\":%lld,\"detail\":\"%s\"}\n",
-      a.target.c_str(), rank, o.verdict.c_str(), static_cast<unsigned long long>(o.wrong),
-      o.first_bad == UINT64_MAX ? -1LL : static_cast<long long>(o.first_bad), o.wait_ms, t_ns,
-      escape(o.detail).c_str());
+  const nlohmann::ordered_json line = {
+      {"target", a.target},
+      {"rank", rank},
+      {"verdict", o.verdict},
+      {"wrong", o.wrong},
+      {"first_bad", o.first_bad == UINT64_MAX ? -1LL : static_cast<long long>(o.first_bad)},
+      {"wait_ms", std::round(o.wait_ms * 10) / 10},
+      {"t_ns", t_ns},
+      {"detail", o.detail},
+  };
+  std::printf("fault_drill %s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   std::fflush(stdout);
 }
 
@@ -325,8 +324,9 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   for (const auto& e : *exits) {
-    std::printf("fault_drill_exit {\"rank\":%d,\"exit_code\":%d,\"signal\":%d,\"timed_out\":%s}\n", e.rank, e.exit_code,
-                e.signal, e.timed_out ? "true" : "false");
+    const nlohmann::ordered_json line = {
+        {"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}, {"timed_out", e.timed_out}};
+    std::printf("fault_drill_exit %s\n", line.dump().c_str());
     if (e.exit_code != 0 || e.signal != 0 || e.timed_out) rc = 1;
   }
   return rc;

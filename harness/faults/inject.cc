@@ -2,15 +2,12 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "harness/faults/cache_fault.h"
+#include "harness/process/files.h"
 
 #ifndef PEERLAB_FAULTS_BUILD_LIB
 #define PEERLAB_FAULTS_BUILD_LIB ""
@@ -94,19 +91,7 @@ StatusOr<std::string> readAll(const std::string& path) {
   if (!fs::exists(path, ec)) {
     return PEERLAB_INVALID_ARGUMENT(path + ": no probe cache there (run peerlab probe once first, or give path=)");
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-Status writeAll(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot write: " + std::strerror(errno));
-  f << bytes;
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": write failed");
-  return Status::ok();
+  return readTextFile(path);
 }
 
 }  // namespace
@@ -157,7 +142,7 @@ StatusOr<std::string> applyCacheFault(const FaultSpec& spec, const std::string& 
       break;
     }
   }
-  PEERLAB_RETURN_IF_ERROR(writeAll(path, bytes));
+  PEERLAB_RETURN_IF_ERROR(writeTextFile(path, bytes));
   return path + ": " + what;
 }
 

@@ -228,7 +228,7 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
     args.push_back(e.path().string());
     ++files;
   }
-  ASSERT_GT(files, 5);
+  ASSERT_GE(files, 3) << "reports/runs holds the example runs of at least two machine kinds";
   CliRun ingest = runPeerlab(args);
   ASSERT_EQ(ingest.exit_code, 0) << ingest.out << ingest.err;
   EXPECT_EQ(runPeerlab(args).exit_code, 0);  // again: all already stored

@@ -2,23 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
+#include <thread>
 
 #include "harness/launch/unix_mesh.h"
-
-extern char** environ;
+#include "harness/process/process.h"
 
 namespace peerlab::launch {
 
@@ -28,110 +21,14 @@ std::string errnoText(int err) {
   return std::string(strerror(err)) + " (errno " + std::to_string(err) + ")";
 }
 
-std::string signalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig);
-}
-
-// SIGINT / SIGTERM forwarding: while any runLocal runs, these signals stop its ranks first; the last runLocal to
-// finish restores the previous handlers and raises the signal again.
-std::atomic<int> g_pending_signal{0};
-int g_signal_pipe[2] = {-1, -1};
-
-void onSignal(int sig) {
-  g_pending_signal.store(sig);
-  if (g_signal_pipe[1] >= 0) {
-    const char c = 1;
-    ssize_t ignored = ::write(g_signal_pipe[1], &c, 1);
-    (void)ignored;
-  }
-}
-
-class SignalForwarding {
- public:
-  SignalForwarding() {
-    std::lock_guard<std::mutex> lock(mu());
-    if (users()++ > 0) return;
-    if (g_signal_pipe[0] < 0 && ::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-      g_signal_pipe[0] = g_signal_pipe[1] = -1;
-    }
-    g_pending_signal.store(0);
-    struct sigaction sa {};
-    sa.sa_handler = onSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &oldInt());
-    sigaction(SIGTERM, &sa, &oldTerm());
-  }
-  ~SignalForwarding() {
-    int sig = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      if (--users() > 0) return;
-      sigaction(SIGINT, &oldInt(), nullptr);
-      sigaction(SIGTERM, &oldTerm(), nullptr);
-      sig = g_pending_signal.exchange(0);
-    }
-    // Every rank is reaped by now: let the interrupt do what it would have done.
-    if (sig != 0) ::raise(sig);
-  }
-  SignalForwarding(const SignalForwarding&) = delete;
-  SignalForwarding& operator=(const SignalForwarding&) = delete;
-
-  static int pending() { return g_pending_signal.load(); }
-  static int pipeFd() { return g_signal_pipe[0]; }
-
- private:
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static int& users() {
-    static int n = 0;
-    return n;
-  }
-  static struct sigaction& oldInt() {
-    static struct sigaction s {};
-    return s;
-  }
-  static struct sigaction& oldTerm() {
-    static struct sigaction s {};
-    return s;
-  }
-};
-
-std::string envKey(const std::string& kv) {
-  return kv.substr(0, kv.find('='));
-}
-
-std::vector<std::string> childEnvironment(const LocalOptions& o, int rank, const std::string& dir) {
-  std::vector<std::string> add = o.extra_env;
-  add.push_back(std::string(kEnvRank) + "=" + std::to_string(rank));
-  add.push_back(std::string(kEnvSize) + "=" + std::to_string(o.ranks));
-  add.push_back(std::string(kEnvBootstrap) + "=local:" + dir);
-  add.push_back(std::string(kEnvLauncherPid) + "=" + std::to_string(getpid()));
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string kv(*e);
-    const std::string key = envKey(kv);
-    const bool replaced = std::any_of(add.begin(), add.end(), [&](const std::string& a) { return envKey(a) == key; });
-    if (!replaced) env.push_back(kv);
-  }
-  env.insert(env.end(), add.begin(), add.end());
+std::vector<std::string> rankEnvironment(const LocalOptions& o, int rank, const std::string& dir) {
+  std::vector<std::string> env = o.extra_env;
+  env.push_back(std::string(kEnvRank) + "=" + std::to_string(rank));
+  env.push_back(std::string(kEnvSize) + "=" + std::to_string(o.ranks));
+  env.push_back(std::string(kEnvBootstrap) + "=local:" + dir);
+  env.push_back(std::string(kEnvLauncherPid) + "=" + std::to_string(getpid()));
   return env;
 }
-
-std::vector<char*> cStrings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v)
-    out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-struct Child {
-  pid_t pid = -1;
-  bool reaped = false;
-};
 
 bool failed(const RankExit& e) {
   return e.timed_out || e.signal != 0 || e.exit_code != 0;
@@ -164,122 +61,88 @@ StatusOr<std::vector<RankExit>> runLocal(const LocalOptions& options) {
     auto resolved = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec) program = resolved.string();
   }
-  const bool search_path = program.find('/') == std::string::npos;
 
   PEERLAB_ASSIGN_OR_RETURN(const std::string dir, makePrivateDir("peerlab-ranks"));
-  SignalForwarding forwarding;
-  const Deadline deadline = Deadline::after(options.timeout);
-
+  int interrupt = 0;
   std::vector<RankExit> exits(static_cast<size_t>(options.ranks));
-  std::vector<Child> children(static_cast<size_t>(options.ranks));
   Status spawn_error = Status::ok();
-  for (int r = 0; r < options.ranks; ++r) {
-    exits[static_cast<size_t>(r)].rank = r;
-    std::vector<std::string> args = options.argv;
-    args[0] = program;
-    std::vector<std::string> env = childEnvironment(options, r, dir);
-    auto argv = cStrings(args);
-    auto envp = cStrings(env);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    std::string log;
-    if (!options.log_dir.empty()) {
-      log = options.log_dir + "/rank" + std::to_string(r) + ".log";
-      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    } else if (options.quiet_ranks && r != 0) {
-      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    }
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid = -1;
-    const int err = search_path ? posix_spawnp(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data())
-                                : posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&actions);
-    if (err != 0) {
-      spawn_error = PEERLAB_UNAVAILABLE("runLocal: cannot start rank " + std::to_string(r) + " ('" + program +
-                                        "'): " + errnoText(err));
-      break;
-    }
-    children[static_cast<size_t>(r)].pid = pid;
-  }
-
-  // Wait for every child; on the first failure, the deadline, an interrupt or a spawn error, stop the rest.
-  bool stopping = !spawn_error.isOk();
-  bool term_sent = false;
-  bool kill_sent = false;
-  auto term_time = Deadline::Clock::now();
-  while (true) {
-    int alive = 0;
+  {
+    // SIGINT / SIGTERM stop the ranks first; the signal is raised again once every rank is reaped.
+    process::InterruptScope interrupts;
+    const Deadline deadline = Deadline::after(options.timeout);
+    std::vector<process::Child> children(static_cast<size_t>(options.ranks));
     for (int r = 0; r < options.ranks; ++r) {
-      Child& c = children[static_cast<size_t>(r)];
-      RankExit& e = exits[static_cast<size_t>(r)];
-      if (c.pid <= 0 || c.reaped) continue;
-      int status = 0;
-      pid_t w = ::waitpid(c.pid, &status, WNOHANG);
-      if (w == c.pid) {
-        c.reaped = true;
-        if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-        if (failed(e)) stopping = true;
-      } else if (w < 0 && errno == ECHILD) {
-        c.reaped = true;  // reaped elsewhere: nothing more to learn
-      } else {
-        ++alive;
+      exits[static_cast<size_t>(r)].rank = r;
+      process::SpawnOptions so;
+      so.argv = options.argv;
+      so.argv[0] = program;
+      so.env = rankEnvironment(options, r, dir);
+      so.own_process_group = false;
+      if (!options.log_dir.empty()) {
+        so.stdout_path = so.stderr_path = options.log_dir + "/rank" + std::to_string(r) + ".log";
+      } else if (options.quiet_ranks && r != 0) {
+        so.null_stdout = so.null_stderr = true;
       }
-    }
-    if (alive == 0) break;
-    if (!stopping && SignalForwarding::pending() != 0) stopping = true;
-    if (!stopping && deadline.expired()) {
-      for (int r = 0; r < options.ranks; ++r) {
-        if (!children[static_cast<size_t>(r)].reaped) exits[static_cast<size_t>(r)].timed_out = true;
+      auto child = process::Child::spawn(so);
+      if (!child.isOk()) {
+        spawn_error = PEERLAB_STATUS(child.status().code(), "runLocal: cannot start rank " + std::to_string(r) + ": " +
+                                                                child.status().message());
+        break;
       }
-      stopping = true;
+      children[static_cast<size_t>(r)] = std::move(*child);
     }
-    if (stopping && !term_sent) {
+
+    // Wait for every child; on the first failure, the deadline, an interrupt or a spawn error, stop the rest.
+    bool stopping = !spawn_error.isOk();
+    bool term_sent = false;
+    bool kill_sent = false;
+    auto term_time = Deadline::Clock::now();
+    while (true) {
+      int alive = 0;
       for (int r = 0; r < options.ranks; ++r) {
-        Child& c = children[static_cast<size_t>(r)];
-        if (c.pid > 0 && !c.reaped) {
-          ::kill(c.pid, SIGTERM);
-          exits[static_cast<size_t>(r)].killed = true;
+        process::Child& c = children[static_cast<size_t>(r)];
+        RankExit& e = exits[static_cast<size_t>(r)];
+        if (c.isAlive()) {
+          ++alive;
+        } else if (c.exitStatus() && e.exit_code < 0 && e.signal == 0) {
+          if (c.exitStatus()->exited) e.exit_code = c.exitStatus()->code;
+          e.signal = c.exitStatus()->signal;
+          if (failed(e)) stopping = true;
         }
       }
-      term_sent = true;
-      term_time = Deadline::Clock::now();
-    }
-    if (term_sent && !kill_sent && Deadline::Clock::now() - term_time >= options.kill_grace) {
-      for (auto& c : children) {
-        if (c.pid > 0 && !c.reaped) ::kill(c.pid, SIGKILL);
-      }
-      kill_sent = true;
-    }
-    pollfd pfd{SignalForwarding::pipeFd(), POLLIN, 0};
-    if (pfd.fd >= 0) {
-      if (::poll(&pfd, 1, 10) > 0) {
-        char buf[64];
-        while (::read(pfd.fd, buf, sizeof(buf)) > 0) {
+      if (alive == 0) break;
+      if (!stopping && process::InterruptScope::pendingSignal() != 0) stopping = true;
+      if (!stopping && deadline.expired()) {
+        for (int r = 0; r < options.ranks; ++r) {
+          if (children[static_cast<size_t>(r)].isAlive()) exits[static_cast<size_t>(r)].timed_out = true;
         }
+        stopping = true;
       }
-    } else {
-      ::usleep(10'000);
+      if (stopping && !term_sent) {
+        for (int r = 0; r < options.ranks; ++r) {
+          process::Child& c = children[static_cast<size_t>(r)];
+          if (c.isAlive()) {
+            c.signal(SIGTERM);
+            exits[static_cast<size_t>(r)].killed = true;
+          }
+        }
+        term_sent = true;
+        term_time = Deadline::Clock::now();
+      }
+      if (term_sent && !kill_sent && Deadline::Clock::now() - term_time >= options.kill_grace) {
+        for (auto& c : children)
+          c.signal(SIGKILL);
+        kill_sent = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    interrupt = process::InterruptScope::pendingSignal();
   }
 
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+  // Every rank is reaped by now: let the interrupt do what it would have done.
+  if (interrupt != 0) ::raise(interrupt);
   if (!spawn_error.isOk()) return spawn_error;
   return exits;
 }
@@ -287,11 +150,11 @@ StatusOr<std::vector<RankExit>> runLocal(const LocalOptions& options) {
 std::string describeExit(const RankExit& e) {
   const std::string who = "rank " + std::to_string(e.rank);
   if (e.timed_out) {
-    return who + " timed out" + (e.signal ? " (stopped with " + signalName(e.signal) + ")" : std::string());
+    return who + " timed out" + (e.signal ? " (stopped with " + process::signalName(e.signal) + ")" : std::string());
   }
   if (e.signal != 0) {
-    if (e.killed) return who + " stopped by the launcher with " + signalName(e.signal);
-    return who + " killed by " + signalName(e.signal);
+    if (e.killed) return who + " stopped by the launcher with " + process::signalName(e.signal);
+    return who + " killed by " + process::signalName(e.signal);
   }
   if (e.exit_code < 0) return who + " was never started";
   return who + " exited with code " + std::to_string(e.exit_code);

@@ -13,6 +13,7 @@
 
 #include "harness/launch/launch.h"
 #include "harness/launch/unix_mesh.h"
+#include "reference/core/fd.h"
 
 namespace peerlab::launch {
 
@@ -154,15 +155,13 @@ class SingleRankBootstrap final : public Bootstrap {
     PEERLAB_RETURN_IF_ERROR(checkFailure());
     PEERLAB_RETURN_IF_ERROR(checkPeer(peer, 1, "sendFds"));
     if (count > 0 && fds == nullptr) return PEERLAB_INVALID_ARGUMENT("sendFds: null descriptor array");
-    std::vector<int> dups;
+    std::vector<Fd> dups;
     for (size_t i = 0; i < count; ++i) {
-      int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
-      if (d < 0) {
-        for (int x : dups)
-          ::close(x);
+      Fd d(fcntl(fds[i], F_DUPFD_CLOEXEC, 0));
+      if (!d) {
         return PEERLAB_INVALID_ARGUMENT("sendFds: descriptor " + std::to_string(fds[i]) + " is not open");
       }
-      dups.push_back(d);
+      dups.push_back(std::move(d));
     }
     std::lock_guard<std::mutex> lock(mu_);
     fds_.push_back(std::move(dups));
@@ -177,7 +176,7 @@ class SingleRankBootstrap final : public Bootstrap {
                                       " descriptors");
     }
     for (size_t i = 0; i < count; ++i)
-      fds[i] = fds_.front()[i];
+      fds[i] = fds_.front()[i].release();
     fds_.pop_front();
     return Status::ok();
   }
@@ -186,12 +185,6 @@ class SingleRankBootstrap final : public Bootstrap {
     if (aborted_.empty()) aborted_ = why.empty() ? std::string("(no reason)") : std::string(why);
   }
   std::string_view kind() const override { return "local"; }
-  ~SingleRankBootstrap() override {
-    for (auto& v : fds_) {
-      for (int fd : v)
-        ::close(fd);
-    }
-  }
 
  private:
   Status checkFailure() {
@@ -201,7 +194,7 @@ class SingleRankBootstrap final : public Bootstrap {
   }
   std::mutex mu_;
   std::deque<std::vector<unsigned char>> messages_;
-  std::deque<std::vector<int>> fds_;
+  std::deque<std::vector<Fd>> fds_;
   std::string aborted_;
 };
 

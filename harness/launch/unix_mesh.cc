@@ -49,13 +49,6 @@ std::string errnoText(int err) {
   return std::string(strerror(err)) + " (errno " + std::to_string(err) + ")";
 }
 
-void closeFds(std::vector<int>& fds) {
-  for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
-  }
-  fds.clear();
-}
-
 void sleepMs(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
@@ -135,30 +128,9 @@ uint64_t fnv1a(uint64_t h, std::string_view s) {
 
 }  // namespace
 
-Frame::Frame(Frame&& o) noexcept
-    : channel(o.channel), tag(o.tag), payload(std::move(o.payload)), fds(std::move(o.fds)) {
-  o.fds.clear();
-}
-
-Frame& Frame::operator=(Frame&& o) noexcept {
-  if (this != &o) {
-    closeFds(fds);
-    channel = o.channel;
-    tag = o.tag;
-    payload = std::move(o.payload);
-    fds = std::move(o.fds);
-    o.fds.clear();
-  }
-  return *this;
-}
-
-Frame::~Frame() {
-  closeFds(fds);
-}
-
 struct UnixMesh::Peer {
   enum class State { kOpen, kClosed, kDead };
-  int fd = -1;                       // -1 for this rank itself; closed only by the destructor
+  Fd fd;                             // none for this rank itself; closed only by the destructor
   std::atomic<bool> rx_done{false};  // end of stream or error seen: no more reading
   State state = State::kOpen;
   std::string gone_why;  // why the peer is closed or dead
@@ -195,24 +167,21 @@ StatusOr<std::unique_ptr<UnixMesh>> UnixMesh::connect(int rank, int size, const 
     }
   }
 
-  int listen_fd = -1;
+  Fd listen_fd;
   auto close_listen = [&] {
-    if (listen_fd >= 0) {
-      ::close(listen_fd);
+    if (listen_fd) {
+      listen_fd.reset();
       ::unlink(listen_path.c_str());
-      listen_fd = -1;
     }
   };
   if (!higher.empty()) {
     PEERLAB_ASSIGN_OR_RETURN(sockaddr_un addr, socketAddress(listen_path));
-    listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd < 0) return PEERLAB_INTERNAL("socket(AF_UNIX): " + errnoText(errno));
+    listen_fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!listen_fd) return PEERLAB_INTERNAL("socket(AF_UNIX): " + errnoText(errno));
     ::unlink(listen_path.c_str());
-    if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::listen(listen_fd, size + 8) != 0) {
-      Status st = PEERLAB_UNAVAILABLE("cannot listen on '" + listen_path + "': " + errnoText(errno));
-      ::close(listen_fd);
-      return st;
+    if (::bind(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listen_fd.get(), size + 8) != 0) {
+      return PEERLAB_UNAVAILABLE("cannot listen on '" + listen_path + "': " + errnoText(errno));
     }
   }
 
@@ -226,17 +195,16 @@ StatusOr<std::unique_ptr<UnixMesh>> UnixMesh::connect(int rank, int size, const 
       return addr.status();
     }
     int backoff_ms = 1;
-    int fd = -1;
+    Fd fd;
     while (true) {
-      fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) {
+      fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      if (!fd) {
         close_listen();
         return PEERLAB_INTERNAL("socket(AF_UNIX): " + errnoText(errno));
       }
-      if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) == 0) break;
+      if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) == 0) break;
       const int err = errno;
-      ::close(fd);
-      fd = -1;
+      fd.reset();
       if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN && err != EINTR) {
         close_listen();
         return PEERLAB_UNAVAILABLE("connecting to rank " + std::to_string(p->rank) + " at '" + p->path +
@@ -253,19 +221,19 @@ StatusOr<std::unique_ptr<UnixMesh>> UnixMesh::connect(int rank, int size, const 
       sleepMs(std::min(backoff_ms, std::max(1, deadline.remainingMsForPoll())));
       backoff_ms = std::min(backoff_ms * 2, 20);
     }
-    Status st = writeAll(fd, &my_hello, sizeof(my_hello), deadline, "sending hello to rank " + std::to_string(p->rank));
+    Status st =
+        writeAll(fd.get(), &my_hello, sizeof(my_hello), deadline, "sending hello to rank " + std::to_string(p->rank));
     if (!st.isOk()) {
-      ::close(fd);
       close_listen();
       return st;
     }
-    mesh->peers_[static_cast<size_t>(p->rank)]->fd = fd;
+    mesh->peers_[static_cast<size_t>(p->rank)]->fd = std::move(fd);
   }
 
   // Accept the higher ranks, which identify themselves with a hello.
   std::vector<int> waiting = higher;
   while (!waiting.empty()) {
-    pollfd pfd{listen_fd, POLLIN, 0};
+    pollfd pfd{listen_fd.get(), POLLIN, 0};
     int pr = ::poll(&pfd, 1, deadline.remainingMsForPoll());
     if (pr < 0 && errno == EINTR) continue;
     if (pr == 0 || deadline.expired()) {
@@ -273,17 +241,16 @@ StatusOr<std::unique_ptr<UnixMesh>> UnixMesh::connect(int rank, int size, const 
       return PEERLAB_TIMEOUT("rank " + std::to_string(rank) + ": rank(s) " + rankList(waiting) +
                              " did not arrive before the connect deadline");
     }
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
+    Fd fd(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
       close_listen();
       return PEERLAB_INTERNAL("accept on '" + listen_path + "': " + errnoText(errno));
     }
     Hello h{};
-    Status st = readAll(fd, &h, sizeof(h), deadline, "reading a hello");
+    Status st = readAll(fd.get(), &h, sizeof(h), deadline, "reading a hello");
     auto it = std::find(waiting.begin(), waiting.end(), h.rank);
     if (!st.isOk() || h.magic != kHelloMagic || h.size != size || it == waiting.end()) {
-      ::close(fd);
       if (st.code() == StatusCode::kTimeout) {
         close_listen();
         return PEERLAB_TIMEOUT("rank " + std::to_string(rank) + ": rank(s) " + rankList(waiting) +
@@ -297,7 +264,7 @@ StatusOr<std::unique_ptr<UnixMesh>> UnixMesh::connect(int rank, int size, const 
       continue;  // a stray or failed connection: keep waiting for the real ones
     }
     waiting.erase(it);
-    mesh->peers_[static_cast<size_t>(h.rank)]->fd = fd;
+    mesh->peers_[static_cast<size_t>(h.rank)]->fd = std::move(fd);
   }
   close_listen();
   return mesh;
@@ -312,16 +279,15 @@ UnixMesh::~UnixMesh() {
   for (size_t r = 0; r < peers_.size(); ++r) {
     Peer* p = peers_[r].get();
     if (p == nullptr || static_cast<int>(r) == rank_) continue;
-    if (p->fd >= 0 && p->state == Peer::State::kOpen && p->send_mu.try_lock_for(std::chrono::milliseconds(100))) {
+    if (p->fd && p->state == Peer::State::kOpen && p->send_mu.try_lock_for(std::chrono::milliseconds(100))) {
       sendRaw(*p, static_cast<int>(r), type, 0, why.data(), failed.isOk() ? 0 : why.size(), nullptr, 0, bye_deadline,
               false)
           .ignore();
       p->send_mu.unlock();
     }
-    if (p->fd >= 0) {
-      ::shutdown(p->fd, SHUT_RDWR);
-      ::close(p->fd);
-      p->fd = -1;
+    if (p->fd) {
+      ::shutdown(p->fd.get(), SHUT_RDWR);
+      p->fd.reset();
     }
   }
 }
@@ -347,14 +313,14 @@ void UnixMesh::abort(std::string_view why) noexcept {
     const Deadline deadline = Deadline::afterMs(1000);
     for (size_t r = 0; r < peers_.size(); ++r) {
       Peer* p = peers_[r].get();
-      if (p == nullptr || static_cast<int>(r) == rank_ || p->fd < 0) continue;
+      if (p == nullptr || static_cast<int>(r) == rank_ || !p->fd) continue;
       if (p->send_mu.try_lock_until(deadline.when())) {
         sendRaw(*p, static_cast<int>(r), kTypeAbort, 0, reason.data(), reason.size(), nullptr, 0, deadline, false)
             .ignore();
         p->send_mu.unlock();
       } else {
         // Another thread is stuck mid-frame: a reset connection still tells the peer that this rank is gone.
-        ::shutdown(p->fd, SHUT_RDWR);
+        ::shutdown(p->fd.get(), SHUT_RDWR);
       }
     }
   } catch (...) {
@@ -418,7 +384,7 @@ Status UnixMesh::sendRaw(Peer& p, int peer, uint32_t type, uint64_t tag, const v
       c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
       std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
     }
-    ssize_t n = ::sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent += static_cast<size_t>(n);
       continue;
@@ -437,7 +403,7 @@ Status UnixMesh::sendRaw(Peer& p, int peer, uint32_t type, uint64_t tag, const v
       if (check_failure) {
         progressInternal(deadline.remainingMsForPoll(), peer).ignore();
       } else {
-        pollfd pfd{p.fd, POLLOUT, 0};
+        pollfd pfd{p.fd.get(), POLLOUT, 0};
         ::poll(&pfd, 1, deadline.remainingMsForPoll());
       }
       continue;
@@ -482,7 +448,7 @@ Status UnixMesh::send(int peer, Channel channel, uint64_t tag, const void* data,
     for (size_t i = 0; i < nfds; ++i) {
       int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
       if (d < 0) return PEERLAB_INVALID_ARGUMENT("descriptor " + std::to_string(fds[i]) + ": " + errnoText(errno));
-      f.fds.push_back(d);
+      f.fds.emplace_back(d);
     }
     std::lock_guard<std::mutex> lock(mu_);
     peers_[static_cast<size_t>(peer)]->queues[static_cast<int>(channel)].push_back(std::move(f));
@@ -546,7 +512,7 @@ Status UnixMesh::progressInternal(int timeout_ms, int write_peer) {
   std::vector<std::unique_lock<std::mutex>> held;
   for (int r = 0; r < size_; ++r) {
     Peer* p = peers_[static_cast<size_t>(r)].get();
-    if (p == nullptr || r == rank_ || p->fd < 0) continue;
+    if (p == nullptr || r == rank_ || !p->fd) continue;
     std::unique_lock<std::mutex> rx;
     short events = 0;
     if (!p->rx_done) {
@@ -557,7 +523,7 @@ Status UnixMesh::progressInternal(int timeout_ms, int write_peer) {
       events |= POLLOUT;
     }
     if (events == 0) continue;
-    pfds.push_back({p->fd, events, 0});
+    pfds.push_back({p->fd.get(), events, 0});
     who.push_back(r);
     held.push_back(std::move(rx));
   }
@@ -596,7 +562,7 @@ void UnixMesh::readAvailable(int peer) {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t n = want > 0 ? ::recvmsg(p.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) : 0;
+    ssize_t n = want > 0 ? ::recvmsg(p.fd.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) : 0;
     if (want > 0 && n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -622,7 +588,7 @@ void UnixMesh::readAvailable(int peer) {
           const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
           const int* in = reinterpret_cast<const int*>(CMSG_DATA(c));
           for (size_t i = 0; i < count; ++i)
-            p.partial.fds.push_back(in[i]);
+            p.partial.fds.emplace_back(in[i]);
         }
       }
       if (msg.msg_flags & MSG_CTRUNC) {
@@ -719,9 +685,8 @@ Status UnixMesh::recvFds(int peer, int* fds, size_t count, Deadline deadline) {
       return PEERLAB_INVALID_ARGUMENT("recvFds: rank " + std::to_string(peer) + " sent " + std::to_string(f->tag) +
                                       " descriptors, this rank expected " + std::to_string(count));
     }
-    for (int fd : f->fds)
-      fds[got++] = fd;
-    f->fds.clear();  // owned by the caller now
+    for (Fd& fd : f->fds)
+      fds[got++] = fd.release();  // owned by the caller now
   }
   return Status::ok();
 }

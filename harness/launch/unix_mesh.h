@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "reference/core/deadline.h"
+#include "reference/core/fd.h"
 #include "reference/core/status.h"
 
 namespace peerlab::launch::detail {
@@ -27,18 +28,12 @@ inline constexpr int kChannels = 3;
 /// Most descriptors one frame carries (below the kernel's SCM_MAX_FD).
 inline constexpr size_t kMaxFdsPerFrame = 64;
 
-/// A received message. Owns its file descriptors until they are taken (`fds` cleared).
+/// A received message. Owns its file descriptors until they are released.
 struct Frame {
   Channel channel = Channel::kData;
   uint64_t tag = 0;
   std::vector<unsigned char> payload;
-  std::vector<int> fds;
-  Frame() = default;
-  Frame(Frame&& o) noexcept;
-  Frame& operator=(Frame&& o) noexcept;
-  Frame(const Frame&) = delete;
-  Frame& operator=(const Frame&) = delete;
-  ~Frame();
+  std::vector<Fd> fds;
 };
 
 class UnixMesh {

@@ -7,7 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "harness/qualify/process.h"
+#include "harness/process/files.h"
+#include "harness/process/process.h"
 
 namespace peerlab::qualify {
 
@@ -83,7 +84,7 @@ StatusOr<PageLoad> loadPage(const std::string& html_path, int timeout_s, int wid
   if (!std::filesystem::exists(html_path)) return PEERLAB_INVALID_ARGUMENT(html_path + ": no such file");
   TempDir profile;
   if (profile.path().empty()) return PEERLAB_INTERNAL("cannot create a temporary Chromium profile");
-  ProcessOptions po;
+  process::ProcessOptions po;
   po.argv = baseArgs(chromium, profile.path());
   po.argv.push_back("--enable-logging=stderr");
   po.argv.push_back("--v=0");
@@ -93,14 +94,14 @@ StatusOr<PageLoad> loadPage(const std::string& html_path, int timeout_s, int wid
   po.stdout_path = profile.path() + "/dom.html";
   po.stderr_path = profile.path() + "/chromium.log";
   po.timeout = std::chrono::seconds(timeout_s);
-  PEERLAB_ASSIGN_OR_RETURN(ProcessResult r, runProcess(po));
+  PEERLAB_ASSIGN_OR_RETURN(process::ProcessResult r, process::runProcess(po));
   PageLoad load;
   auto dom = readTextFile(po.stdout_path);
   auto log = readTextFile(po.stderr_path);
   if (dom.isOk()) load.dom = *dom;
   if (log.isOk()) load.log = *log;
   if (!r.ok() || load.dom.empty()) {
-    return PEERLAB_INTERNAL(chromium + " --dump-dom " + html_path + ": " + describeExit(r, po.timeout) + ": " +
+    return PEERLAB_INTERNAL(chromium + " --dump-dom " + html_path + ": " + process::describeExit(r, po.timeout) + ": " +
                             tailOfFile(po.stderr_path, 3));
   }
   return load;
@@ -120,7 +121,7 @@ Status screenshotReport(const std::string& html_path, const std::string& png_pat
   std::error_code ec;
   const std::string png = std::filesystem::absolute(png_path, ec).string();
   std::filesystem::remove(png, ec);
-  ProcessOptions po;
+  process::ProcessOptions po;
   po.argv = baseArgs(chromium, profile.path());
   po.argv.push_back("--screenshot=" + png);
   po.argv.push_back("--window-size=" + std::to_string(width) + "," + std::to_string(height));
@@ -128,10 +129,10 @@ Status screenshotReport(const std::string& html_path, const std::string& png_pat
   po.stdout_path = profile.path() + "/chromium.log";
   po.stderr_path = po.stdout_path;
   po.timeout = std::chrono::seconds(timeout_s);
-  PEERLAB_ASSIGN_OR_RETURN(ProcessResult r, runProcess(po));
+  PEERLAB_ASSIGN_OR_RETURN(process::ProcessResult r, process::runProcess(po));
   if (!r.ok() || !std::filesystem::exists(png) || std::filesystem::file_size(png, ec) == 0) {
-    return PEERLAB_INTERNAL(chromium + " --screenshot " + png_path + ": " + describeExit(r, po.timeout) + ": " +
-                            tailOfFile(po.stdout_path, 3));
+    return PEERLAB_INTERNAL(chromium + " --screenshot " + png_path + ": " + process::describeExit(r, po.timeout) +
+                            ": " + tailOfFile(po.stdout_path, 3));
   }
   return Status::ok();
 }

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "harness/qualify/process.h"
+#include "harness/process/files.h"
 
 namespace peerlab::qualify {
 

@@ -1,6 +1,7 @@
-// The HTML report in a real browser: headless Chromium loads each report, its own script counts the plots that
-// rendered, and the console must stay free of errors. Chromium is required (ci/test.sh installs it);
-// Without Chromium, or with PEERLAB_SKIP_BROWSER_TEST=1, these tests skip with the reason.
+// The HTML report and the history site in a real browser: headless Chromium loads each page, its own script draws
+// the Chart.js charts and marks the page, the console must stay free of errors, and a screenshot of each page is
+// written to the build directory (screenshots/). Without Chromium, or with PEERLAB_SKIP_BROWSER_TEST=1, these tests
+// skip with the reason; without Chart.js (libjs-chart.js) the chart checks skip with the reason.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,9 +10,12 @@
 
 #include "harness/qualify/browser.h"
 #include "harness/qualify/cli_test_util.h"
-#include "harness/qualify/process.h"
+#include "harness/process/files.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
+#include "harness/report/site.h"
+#include "harness/report/site_testing.h"
 #include "reference/core/testing.h"
 
 namespace peerlab::testing {
@@ -25,6 +29,13 @@ using report::Result;
     if (skip && std::string(skip) == "1") GTEST_SKIP() << "PEERLAB_SKIP_BROWSER_TEST=1: browser test skipped"; \
     if (qualify::findChromium().empty())                                                                       \
       GTEST_SKIP() << "no Chromium (chromium or chromium-browser) in PATH: install Debian's chromium package";  \
+  } while (0)
+
+#define PEERLAB_REQUIRE_CHARTJS()                                                                  \
+  do {                                                                                             \
+    if (report::chartJsSource().empty())                                                           \
+      GTEST_SKIP() << "Chart.js not found (" << report::chartJsPath()                              \
+                   << "): install Debian's libjs-chart.js; pages then say charts are unavailable"; \
   } while (0)
 
 report::Run bigRun(int gpus) {
@@ -80,31 +91,69 @@ report::Run bigRun(int gpus) {
   return run;
 }
 
-int promisedPlots(const std::string& html) {
-  std::smatch m;
-  if (!std::regex_search(html, m, std::regex("name=\"peerlab-plots\" content=\"([0-9]+)\""))) return -1;
-  return std::stoi(m[1]);
+size_t countOf(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size()))
+    ++n;
+  return n;
 }
 
-// Loads `html` in Chromium; returns the page's own verdict and checks the console.
-std::string loadAndCheck(const std::string& name, const std::string& html, int* drawn) {
-  const std::string path = scratchDir("browser-" + name) + "/report.html";
-  EXPECT_TRUE(qualify::writeTextFile(path, html).isOk());
+// Chart blocks the page declares.
+int promisedCharts(const std::string& html) {
+  return static_cast<int>(countOf(html, "class=\"plchart\""));
+}
+
+struct Loaded {
+  std::string ready;
+  int charts = -1;   ///< data-peerlab-charts: charts Chart.js drew
+  int canvases = 0;  ///< canvases Chart.js sized (it writes their width and height)
+};
+
+// Loads the page at `path` in Chromium; returns the page's own verdict and checks the console.
+Loaded loadAndCheck(const std::string& name, const std::string& path, bool console_clean = true) {
+  Loaded out;
   auto load = qualify::loadPage(path, 120);
   EXPECT_TRUE(load.isOk()) << load.status().message();
-  if (!load.isOk()) return "not loaded";
-  // Uncaught exceptions and console messages show up in Chromium's log; the report writes none.
-  for (const char* bad : {"Uncaught", "CONSOLE"}) {
-    EXPECT_EQ(load->log.find(bad), std::string::npos) << name << ": " << load->log.substr(load->log.find(bad), 300);
+  if (!load.isOk()) {
+    out.ready = "not loaded";
+    return out;
   }
-  *drawn = std::atoi(qualify::htmlAttribute(load->dom, "data-peerlab-plots").c_str());
-  return qualify::htmlAttribute(load->dom, "data-peerlab-ready");
+  // Uncaught exceptions and console messages show up in Chromium's log; the pages write none.
+  if (console_clean) {
+    for (const char* bad : {"Uncaught", "CONSOLE"}) {
+      EXPECT_EQ(load->log.find(bad), std::string::npos) << name << ": " << load->log.substr(load->log.find(bad), 300);
+    }
+  }
+  out.charts = std::atoi(qualify::htmlAttribute(load->dom, "data-peerlab-charts").c_str());
+  out.ready = qualify::htmlAttribute(load->dom, "data-peerlab-ready");
+  std::regex sized("<canvas[^>]*style=\"display: block;[^\"]*height: [0-9.]+px");
+  out.canvases = static_cast<int>(
+      std::distance(std::sregex_iterator(load->dom.begin(), load->dom.end(), sized), std::sregex_iterator()));
+  return out;
 }
 
-TEST(HtmlBrowser, ReportsRenderTheirPlots) {
+std::string writePage(const std::string& name, const std::string& html) {
+  const std::string path = scratchDir("browser-" + name) + "/report.html";
+  EXPECT_TRUE(writeTextFile(path, html).isOk());
+  return path;
+}
+
+// A PNG of the page in the build directory, for people (and CI artifacts) to look at.
+void screenshot(const std::string& name, const std::string& path) {
+  std::filesystem::create_directories("screenshots");
+  const std::string png = "screenshots/" + name + ".png";
+  Status st = qualify::screenshotReport(path, png, 1280);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  EXPECT_GT(std::filesystem::file_size(png), 20000u) << png;
+}
+
+TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   PEERLAB_REQUIRE_BROWSER();
+  PEERLAB_REQUIRE_CHARTJS();
   auto sample = report::readRun(sourcePath("reports/schema/sample-run.json"));
   ASSERT_TRUE(sample.isOk());
+  auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json"));
+  ASSERT_TRUE(committed.isOk());
   report::Run withChecks = bigRun(4);
   report::HtmlOptions checks;
   checks.checks = std::vector<report::Check>{
@@ -114,36 +163,76 @@ TEST(HtmlBrowser, ReportsRenderTheirPlots) {
   struct Case {
     std::string name;
     std::string html;
-    int min_plots;
+    int min_charts;
   };
   const std::vector<Case> cases = {
-      {"sample", report::renderHtml(*sample), 3},
-      {"sixteen", report::renderHtml(bigRun(16)), 8},
-      {"checks", report::renderHtml(withChecks, checks), 8},
+      {"sample", report::renderHtml(*sample), 2},
+      {"sixteen", report::renderHtml(bigRun(16)), 2},
+      {"checks", report::renderHtml(withChecks, checks), 2},
+      {"committed-x4", report::renderHtml(*committed), 20},
       {"empty", report::renderHtml(report::newRun()), 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const int promised = promisedPlots(c.html);
-    ASSERT_GE(promised, c.min_plots);
-    int drawn = -1;
-    EXPECT_EQ(loadAndCheck(c.name, c.html, &drawn), "ok");
-    EXPECT_EQ(drawn, promised);
+    const int promised = promisedCharts(c.html);
+    ASSERT_GE(promised, c.min_charts);
+    const std::string path = writePage(c.name, c.html);
+    const Loaded l = loadAndCheck(c.name, path);
+    EXPECT_EQ(l.ready, "ok");
+    EXPECT_EQ(l.charts, promised);
+    EXPECT_EQ(l.canvases, promised);
+    if (c.name == "committed-x4" || c.name == "sample") screenshot("report-" + c.name, path);
   }
 }
 
-TEST(HtmlBrowser, BrokenPlotIsDetected) {
+TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
+  PEERLAB_REQUIRE_BROWSER();
+  PEERLAB_REQUIRE_CHARTJS();
+  const std::string dir = scratchDir("browser-site");
+  ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
+  for (const std::string page : {"index.html", "kind-nvidia-h200-x4.html", "kind-nvidia-h200-x2.html"}) {
+    SCOPED_TRACE(page);
+    const std::string html = slurp(dir + "/" + page);
+    const int promised = promisedCharts(html);
+    if (page == "kind-nvidia-h200-x4.html") {
+      EXPECT_EQ(promised, 5);
+    }
+    const Loaded l = loadAndCheck(page, dir + "/" + page);
+    EXPECT_EQ(l.ready, "ok");
+    EXPECT_EQ(l.charts, promised);
+    EXPECT_EQ(l.canvases, promised);
+    screenshot("site-" + page.substr(0, page.size() - 5), dir + "/" + page);
+  }
+}
+
+TEST(HtmlBrowser, WithoutChartJsThePageSaysSo) {
   PEERLAB_REQUIRE_BROWSER();
   auto sample = report::readRun(sourcePath("reports/schema/sample-run.json"));
   ASSERT_TRUE(sample.isOk());
+  ::setenv("PEERLAB_CHARTJS", "", 1);
+  const std::string html = report::renderHtml(*sample);
+  ::unsetenv("PEERLAB_CHARTJS");
+  ASSERT_GT(promisedCharts(html), 0);
+  const Loaded l = loadAndCheck("nochart", writePage("nochart", html));
+  EXPECT_EQ(l.ready, "no-chartjs");
+  EXPECT_EQ(l.charts, 0);
+  EXPECT_NE(html.find("Charts are unavailable"), std::string::npos);
+}
+
+TEST(HtmlBrowser, BrokenChartIsDetected) {
+  PEERLAB_REQUIRE_BROWSER();
+  PEERLAB_REQUIRE_CHARTJS();
+  auto sample = report::readRun(sourcePath("reports/schema/sample-run.json"));
+  ASSERT_TRUE(sample.isOk());
   std::string html = report::renderHtml(*sample);
-  // A plot that draws nothing: the page's check must say so.
-  html.replace(html.find("<div class=\"tiles\">"), 19,
-               "<div class=\"tiles\"><svg class=\"plot\" aria-label=\"blank\"></svg>");
-  int drawn = -1;
-  const std::string ready = loadAndCheck("broken", html, &drawn);
-  EXPECT_EQ(ready.rfind("error: ", 0), 0u) << ready;
-  EXPECT_NE(ready.find("blank"), std::string::npos) << ready;
+  // A chart whose config is not JSON: the page's script must say so rather than report ok.
+  const size_t at = html.find("<div class=\"plchart\"");
+  ASSERT_NE(at, std::string::npos);
+  html.insert(at,
+              "<div class=\"plchart\" data-series=\"1\"><canvas></canvas><script type=\"application/json\">"
+              "{broken</script></div>");
+  const Loaded l = loadAndCheck("broken", writePage("broken", html), false);
+  EXPECT_EQ(l.ready.rfind("error: ", 0), 0u) << l.ready;
 }
 
 TEST(HtmlBrowser, ScreenshotCommandWritesPng) {

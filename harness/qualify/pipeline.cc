@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "harness/qualify/process.h"
+#include "harness/process/files.h"
+#include "harness/process/process.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
 #include "reference/host/host_copy.h"
@@ -64,7 +65,7 @@ std::vector<std::string> splitList(const std::vector<std::string>& items) {
 std::vector<report::Result> runProbeChild(const std::vector<std::string>& extra_args, const std::string& json_path,
                                           const std::string& log_path, double timeout_s, const std::string& peerlab) {
   std::vector<report::Result> rows;
-  ProcessOptions po;
+  process::ProcessOptions po;
   po.argv = {peerlab.empty() ? selfExecutable() : peerlab, "probe", "--json", json_path, "--no-cache"};
   po.argv.insert(po.argv.end(), extra_args.begin(), extra_args.end());
   po.stdout_path = log_path;
@@ -73,7 +74,7 @@ std::vector<report::Result> runProbeChild(const std::vector<std::string>& extra_
   std::error_code ec;
   std::filesystem::remove(json_path, ec);
   std::string error;
-  auto proc = runProcess(po);
+  auto proc = process::runProcess(po);
   if (!proc.isOk()) {
     error = proc.status().message();
   } else {
@@ -88,7 +89,7 @@ std::vector<report::Result> runProbeChild(const std::vector<std::string>& extra_
     if (error.empty() && !(proc->exit_code == 0 || proc->exit_code == 1)) {
       std::string last = tailOfFile(log_path, 1);
       if (!last.empty() && last.back() == '\n') last.pop_back();
-      error = "peerlab probe: " + describeExit(*proc, po.timeout) + (last.empty() ? "" : " (" + last + ")");
+      error = "peerlab probe: " + process::describeExit(*proc, po.timeout) + (last.empty() ? "" : " (" + last + ")");
     }
     if (error.empty() && rows.empty()) error = "peerlab probe wrote no cells (see " + log_path + ")";
   }

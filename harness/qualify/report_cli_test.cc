@@ -36,7 +36,7 @@ TEST(ReportCli, RendersHtml) {
   CliRun r = runPeerlab({"report", sample(), "--html", dir + "/r.html", "--summary", dir + "/s.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = slurp(dir + "/r.html");
-  EXPECT_NE(html.find("<svg class=\"plot"), std::string::npos);
+  EXPECT_NE(html.find("class=\"plchart\""), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
   EXPECT_NE(slurp(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
 }
@@ -73,7 +73,7 @@ TEST(ReportCli, CompareExitCodes) {
 // The verdict is recomputed from the results: a committed PASS run edited to hold a corrupt claimed probe cell fails.
 TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   const std::string dir = scratchDir("report-cli-verdict");
-  const std::string good = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json");
+  const std::string good = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json");
   CliRun ok = runPeerlab({"report", good, "--summary", dir + "/ok.md"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.err.find("verdict PASS"), std::string::npos) << ok.err;
@@ -97,7 +97,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
 // Half the results missing from the new run: listed, exit 1.
 TEST(ReportCli, CompareMissingHalfExitsOne) {
   const std::string dir = scratchDir("report-cli-missing");
-  const std::string base = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json");
+  const std::string base = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json");
   auto run = report::readRun(base);
   ASSERT_TRUE(run.isOk());
   const size_t half = run->results.size() / 2;

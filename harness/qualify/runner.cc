@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "harness/process/files.h"
+
 namespace peerlab::qualify {
 
 namespace {
@@ -174,7 +176,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     const BenchJob& job = jobs[i];
     JobOutcome jo;
     jo.job = job;
-    if (interruptRequested()) {
+    if (process::interruptRequested()) {
       out.interrupted = true;
       break;
     }
@@ -190,7 +192,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     }
     jo.json_path = dir + "/" + fileStem(job, static_cast<int>(i)) + ".json";
     jo.log_path = dir + "/" + fileStem(job, static_cast<int>(i)) + ".log";
-    ProcessOptions po;
+    process::ProcessOptions po;
     po.argv = {jo.path};
     po.argv.insert(po.argv.end(), job.args.begin(), job.args.end());
     po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
@@ -210,7 +212,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     po.tick = [&progress] { progress.tick(); };
     std::error_code ec;
     std::filesystem::remove(jo.json_path, ec);
-    auto proc = runProcess(po);
+    auto proc = process::runProcess(po);
     if (!proc.isOk()) {
       jo.error = proc.status().message();
       out.results.push_back(processFailure(job, jo.error));
@@ -242,7 +244,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
       std::string cmd = job.binary;
       for (const std::string& a : job.args)
         cmd += " " + a;
-      jo.error = cmd + ": " + describeExit(jo.process, po.timeout);
+      jo.error = cmd + ": " + process::describeExit(jo.process, po.timeout);
       const std::string tail = tailOfFile(jo.log_path, 1);
       if (!tail.empty() && !jo.process.timed_out) jo.error += " (" + tail.substr(0, tail.find('\n')) + ")";
     }

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/qualify/process.h"
+#include "harness/process/process.h"
 #include "harness/qualify/suites.h"
 #include "harness/report/report.h"
 
@@ -56,7 +56,7 @@ struct JobOutcome {
   std::string path;  ///< resolved binary, "" when not found
   std::string json_path;
   std::string log_path;
-  ProcessResult process;
+  process::ProcessResult process;
   int results = 0;
   std::string error;  ///< "" when the process ran to completion and its JSON was read
 };

@@ -30,9 +30,11 @@ td.cell-fail { background: #f8d0d0; color: #8b0000; font-weight: 600; }
 td.cell-warn { background: #fde8b8; color: #7a4a00; }
 td.cell-ok { background: #e3f4e6; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.plchart { width: 640px; height: 360px; position: relative; border: 1px solid #eee; padding: 4px; }
+.plchart { flex: 1 1 520px; max-width: 700px; height: 340px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
 .plchart.nochart canvas { display: none; }
 .plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
+.tiles { display: flex; flex-wrap: wrap; gap: 4px 28px; align-items: flex-start; }
+.tile { max-width: 440px; }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
 .verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
 )css";
@@ -73,9 +75,11 @@ constexpr const char* kBootScript = R"js(
         afterLabel: function (c) { return c.raw && c.raw.note ? c.raw.note : ''; }
       };
       if (b.getAttribute('data-x-bytes') === '1') {
-        o.scales.x.ticks = { callback: function (v) { return bytes(v); } };
+        // x is log2(bytes) on a linear axis: one tick per power of two, labelled as a size.
+        o.scales.x.ticks = { stepSize: 1, callback: function (v) {
+          return Number.isInteger(v) ? bytes(Math.pow(2, v)) : ''; } };
         o.plugins.tooltip.callbacks.title = function (items) {
-          return items.length ? bytes(items[0].parsed.x) : '';
+          return items.length ? bytes(Math.pow(2, items[0].parsed.x)) : '';
         };
       }
       new Chart(b.querySelector('canvas'), cfg);
@@ -200,7 +204,7 @@ json chartConfig(const LineChart& chart) {
     x["type"] = "category";
     x["labels"] = chart.x_labels;
   } else {
-    x["type"] = chart.x_log ? "logarithmic" : "linear";
+    x["type"] = chart.x_log && !chart.x_bytes ? "logarithmic" : "linear";
   }
   json y = {{"type", chart.y_log ? "logarithmic" : "linear"}, {"title", {{"display", true}, {"text", chart.y_label}}}};
   if (!chart.y_log) y["beginAtZero"] = false;
@@ -256,6 +260,74 @@ std::string fractionColour(double fraction) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "hsl(%.0f, 70%%, %s)", hue, fraction >= 0.95 ? "88%" : "75%");
   return buf;
+}
+
+std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
+                         const std::vector<HeatCell>& cells) {
+  const bool time = unit == "us";
+  bool anyExpected = false;
+  for (const HeatCell& c : cells)
+    anyExpected |= c.expected && *c.expected > 0;
+  const bool pctOfExpected = !time && anyExpected;
+  std::string out = "<h3>" + htmlEscape(title) + "</h3>\n<p class=\"muted\">";
+  if (time) {
+    out += "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
+  } else if (pctOfExpected) {
+    out += "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " +
+           htmlEscape(unit) + ". Red below 70%, amber below 95%.";
+  } else {
+    out += htmlEscape(unit) + " per pair (row = source GPU, column = destination); colour against the row's best pair.";
+  }
+  out += "</p>\n<table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) + "\"><tr><th>src \\ dst</th>";
+  for (int d = 0; d < gpus; ++d)
+    out += "<th>" + std::to_string(d) + "</th>";
+  out += "</tr>\n";
+  auto at = [&](int s, int d) -> const HeatCell* {
+    const size_t i = static_cast<size_t>(s) * static_cast<size_t>(gpus) + static_cast<size_t>(d);
+    return i < cells.size() ? &cells[i] : nullptr;
+  };
+  for (int s = 0; s < gpus; ++s) {
+    std::optional<double> best;
+    for (int d = 0; d < gpus; ++d) {
+      const HeatCell* c = at(s, d);
+      if (!c || !c->value || *c->value <= 0) continue;
+      if (!best || (time ? *c->value < *best : *c->value > *best)) best = c->value;
+    }
+    out += "<tr><th>" + std::to_string(s) + "</th>";
+    for (int d = 0; d < gpus; ++d) {
+      const HeatCell* c = at(s, d);
+      if (c && !c->value && !c->status.empty() && c->status != "ok") {
+        const bool failed = c->status.rfind("skipped", 0) != 0 && c->status.rfind("unsupported", 0) != 0;
+        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" + htmlEscape(c->status) +
+               "\">" + (failed ? "failed" : "-") + "</td>";
+        continue;
+      }
+      if (!c || !c->value) {
+        out += "<td class=\"muted\">-</td>";
+        continue;
+      }
+      const double v = *c->value;
+      double fraction = NAN;
+      std::string text;
+      std::string tip = std::to_string(s) + "->" + std::to_string(d) + ": " + shortNumber(v) + " " + unit;
+      if (pctOfExpected && c->expected && *c->expected > 0) {
+        fraction = v / *c->expected;
+        char pct[32];
+        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
+        text = pct;
+        tip += " of " + shortNumber(*c->expected) + " " + unit + " expected";
+      } else {
+        text = shortNumber(v);
+        if (best && v > 0) fraction = time ? *best / v : v / *best;
+      }
+      out += "<td style=\"background:" + fractionColour(fraction) + "\" title=\"" + htmlEscape(tip) +
+             "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" + htmlEscape(text) +
+             "</td>";
+    }
+    out += "</tr>\n";
+  }
+  out += "</table>\n";
+  return out;
 }
 
 std::string shortNumber(double v) {

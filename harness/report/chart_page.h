@@ -56,7 +56,7 @@ struct LineChart {
   std::string y_label;  ///< with its unit: "algbw (GB/s)", "time (us)"
   bool x_log = false;
   bool y_log = false;
-  bool x_bytes = false;               ///< x ticks formatted as sizes (4 KiB, 256 MiB)
+  bool x_bytes = false;  ///< x values are log2(bytes) on a linear axis, ticks labelled as sizes (4 KiB, 256 MiB)
   std::vector<std::string> x_labels;  ///< category axis when not empty (points then use these labels as x)
   std::vector<ChartSeries> series;    ///< at most kMaxSeriesPerChart; coloured from chartPalette() in order
   std::vector<ChartMarkers> markers;
@@ -73,6 +73,19 @@ std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_grou
 /// Background colour for a heatmap cell at `fraction` of its reference (expected figure or the row's best):
 /// red below 0.7, shading through amber to green at 0.95 and above, so a weak link stands out.
 std::string fractionColour(double fraction);
+
+/// One cell of a pair heatmap.
+struct HeatCell {
+  std::optional<double> value;     ///< in the heatmap's unit; none: not measured
+  std::optional<double> expected;  ///< the figure the cell should reach (bandwidth), when known
+  std::string status;              ///< "" or "ok"; else shown instead of a value (failed, skipped)
+};
+
+/// A pair heatmap as an HTML table (row = source GPU, column = destination), `cells` row-major gpus x gpus.
+/// Bandwidth (unit "GB/s"): cells with an expected figure show % of it; others are coloured against the row's best.
+/// Time (unit "us"): microseconds, coloured against the row's fastest pair. A weak link turns amber or red.
+std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
+                         const std::vector<HeatCell>& cells);
 
 /// Short human number: 3 significant digits, no exponent for the usual ranges.
 std::string shortNumber(double v);

@@ -4,27 +4,23 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
+#include "harness/report/metric.h"
+#include "harness/report/verdict.h"
 
 namespace peerlab::report {
 
 namespace {
 
-const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#7f7f7f"};
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
-}
-
-// Coordinates with one decimal keep the file small and the drawing exact enough.
-std::string px(double v) {
-  return fmt("%.1f", v);
 }
 
 std::string figure(double v) {
@@ -35,314 +31,61 @@ std::string figure(double v) {
   return fmt("%.3g", v);
 }
 
-std::string shortBytes(double bytes) {
-  static const char* kUnits[] = {"", "K", "M", "G", "T"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return fmt(bytes == std::floor(bytes) ? "%.0f" : "%.2g", bytes) + kUnits[u];
-}
-
-double niceStep(double raw) {
-  if (raw <= 0) return 1;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-    if (raw <= m * mag) return m * mag;
-  }
-  return 10 * mag;
-}
-
 std::string metricLabel(const std::string& metric) {
   if (metric == "busbw_gbps") return "bus bandwidth (GB/s)";
   if (metric == "algbw_gbps") return "bandwidth (GB/s)";
   return "time (us)";
 }
 
-// Viridis, five stops, for values 0..1.
-std::string viridis(double t) {
-  static const double kStops[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
-  t = std::clamp(t, 0.0, 1.0) * 4;
-  const int i = std::min(3, static_cast<int>(t));
-  const double f = t - i;
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "#%02x%02x%02x",
-                static_cast<int>(kStops[i][0] + f * (kStops[i + 1][0] - kStops[i][0])),
-                static_cast<int>(kStops[i][1] + f * (kStops[i + 1][1] - kStops[i][1])),
-                static_cast<int>(kStops[i][2] + f * (kStops[i + 1][2] - kStops[i][2])));
-  return buf;
+bool isDashed(const std::string& impl) {
+  return isBaselineImpl(impl);
 }
 
-struct PlotLine {
-  std::string label;
-  std::string color;
-  std::string dash;  ///< stroke-dasharray, "" for solid
-  std::vector<SeriesPoint> points;
-};
-
-std::string dashFor(const std::string& impl) {
-  if (impl.rfind("nccl", 0) == 0) return "6 4";
-  if (isBaselineImpl(impl)) return "2 3";
-  return "";
+// The probe matrix of one method as a table: verdict per ordered pair, the driver's claim marked, mismatches framed.
+std::string probeMatrix(const ProbeGrid& g) {
+  const int n = std::max(1, g.gpus);
+  std::ostringstream s;
+  s << "<table class=\"probe\" data-method=\"" << htmlEscape(g.method) << "\"><tr><th>src \\ dst</th>";
+  for (int j = 0; j < n; ++j)
+    s << "<th>" << j << "</th>";
+  s << "</tr>";
+  for (int i = 0; i < n; ++i) {
+    s << "<tr><th>" << i << "</th>";
+    for (int j = 0; j < n; ++j) {
+      const size_t idx = static_cast<size_t>(i * n + j);
+      const std::string& v = g.verdict[idx];
+      const std::optional<bool> claimed = g.claimed[idx];
+      std::string cls = "pcell", text;
+      if (v == "ok") {
+        cls += " p-ok";
+        text = "ok";
+      } else if (statusRank(v) == 1) {
+        cls += " p-skip";
+        text = "-";
+      } else if (v == "corrupt") {
+        cls += " p-bad";
+        text = "C";
+      } else if (v == "hang") {
+        cls += " p-hang";
+        text = "H";
+      } else if (!v.empty()) {
+        cls += " p-err";
+        text = "E";
+      }
+      // The point of the probe: where the driver's claim and the verified result disagree.
+      if (!v.empty() && claimed.value_or(false) && v != "ok") cls += " claimed-failed";
+      if (v == "ok" && claimed.has_value() && !*claimed) cls += " unclaimed-ok";
+      std::string tip = std::to_string(i) + "->" + std::to_string(j) + ": " + (v.empty() ? "not probed" : v);
+      tip += claimed ? (*claimed ? ", claimed by the driver" : ", not claimed by the driver") : "";
+      if (!g.detail[idx].empty()) tip += " | " + g.detail[idx];
+      s << "<td class=\"" << cls << "\" title=\"" << htmlEscape(tip) << "\">"
+        << (claimed.value_or(false) ? "&#9698;" : "") << text << "</td>";
+    }
+    s << "</tr>";
+  }
+  s << "</table>";
+  return s.str();
 }
-
-class Page {
- public:
-  int plots() const { return plots_; }
-
-  // Bandwidth or time against message size; x is log2 of bytes, y linear (bandwidth) or log10 (time).
-  std::string linePlot(const std::string& title, const std::vector<PlotLine>& lines, const std::string& ylabel,
-                       bool logy) {
-    const double W = 560, H = 320, ml = 64, mr = 16, mt = 14, mb = 46;
-    const double pw = W - ml - mr, ph = H - mt - mb;
-    double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = 0;
-    for (const PlotLine& l : lines) {
-      for (const SeriesPoint& p : l.points) {
-        x0 = std::min(x0, std::log2(p.bytes));
-        x1 = std::max(x1, std::log2(p.bytes));
-        y0 = std::min(y0, p.min);
-        y1 = std::max(y1, p.max);
-      }
-    }
-    if (x1 - x0 < 1) {
-      x0 -= 1;
-      x1 += 1;
-    }
-    std::vector<double> yticks;
-    double ylo = 0, yhi = 1;
-    if (logy) {
-      ylo = std::floor(std::log10(std::max(y0, 1e-9)));
-      yhi = std::ceil(std::log10(std::max(y1, 1e-9)));
-      if (yhi <= ylo) yhi = ylo + 1;
-      for (double k = ylo; k <= yhi + 1e-9; k += 1) {
-        yticks.push_back(std::pow(10.0, k));
-        if (yhi - ylo <= 2 && k < yhi) {
-          yticks.push_back(2 * std::pow(10.0, k));
-          yticks.push_back(5 * std::pow(10.0, k));
-        }
-      }
-    } else {
-      const double step = niceStep(std::max(y1, 1e-9) * 1.08 / 5);
-      yhi = std::ceil(std::max(y1, 1e-9) * 1.08 / step) * step;
-      for (double v = 0; v <= yhi + step / 2; v += step)
-        yticks.push_back(v);
-    }
-    auto X = [&](double bytes) { return ml + (std::log2(bytes) - x0) / (x1 - x0) * pw; };
-    auto Y = [&](double v) {
-      if (logy) return mt + ph - (std::log10(std::max(v, 1e-12)) - ylo) / (yhi - ylo) * ph;
-      return mt + ph - v / yhi * ph;
-    };
-    std::ostringstream s;
-    ++plots_;
-    s << "<svg class=\"plot line\" role=\"img\" aria-label=\"" << htmlEscape(title) << "\" viewBox=\"0 0 " << W << " "
-      << H << "\" width=\"" << W << "\" height=\"" << H << "\">";
-    s << "<title>" << htmlEscape(title) << "</title>";
-    // Grid and axes.
-    s << "<g class=\"grid\">";
-    for (double v : yticks) {
-      s << "<line x1=\"" << ml << "\" x2=\"" << ml + pw << "\" y1=\"" << px(Y(v)) << "\" y2=\"" << px(Y(v)) << "\"/>";
-    }
-    const int span = static_cast<int>(std::ceil(x1) - std::floor(x0));
-    const int step = std::max(1, (span + 7) / 8);
-    for (int k = static_cast<int>(std::ceil(x0)); k <= static_cast<int>(std::floor(x1)); ++k) {
-      if (k % step) continue;
-      const double xx = ml + (k - x0) / (x1 - x0) * pw;
-      s << "<line x1=\"" << px(xx) << "\" x2=\"" << px(xx) << "\" y1=\"" << mt << "\" y2=\"" << mt + ph << "\"/>";
-    }
-    s << "</g><g class=\"axis\">";
-    s << "<path d=\"M" << ml << " " << mt << "V" << mt + ph << "H" << ml + pw << "\"/>";
-    for (double v : yticks) {
-      s << "<text x=\"" << ml - 6 << "\" y=\"" << px(Y(v) + 4) << "\" text-anchor=\"end\">"
-        << (logy ? fmt("%g", v) : figure(v)) << "</text>";
-    }
-    for (int k = static_cast<int>(std::ceil(x0)); k <= static_cast<int>(std::floor(x1)); ++k) {
-      if (k % step) continue;
-      const double xx = ml + (k - x0) / (x1 - x0) * pw;
-      s << "<text x=\"" << px(xx) << "\" y=\"" << mt + ph + 16 << "\" text-anchor=\"middle\">"
-        << shortBytes(std::pow(2.0, k)) << "</text>";
-    }
-    s << "<text x=\"" << ml + pw / 2 << "\" y=\"" << H - 6 << "\" text-anchor=\"middle\">message size (bytes)</text>";
-    s << "<text transform=\"translate(14 " << mt + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
-      << htmlEscape(ylabel) << "</text></g>";
-    for (const PlotLine& l : lines) {
-      std::string dash = l.dash.empty() ? "" : " stroke-dasharray=\"" + l.dash + "\"";
-      s << "<g class=\"series\" data-series=\"" << htmlEscape(l.label) << "\">";
-      // Spread over pairs: a band from the slowest to the fastest pair.
-      bool band = false;
-      for (const SeriesPoint& p : l.points)
-        band |= p.n > 1 && p.max > p.min;
-      if (band && l.points.size() > 1) {
-        std::string d;
-        for (size_t i = 0; i < l.points.size(); ++i) {
-          d += (i ? "L" : "M") + px(X(l.points[i].bytes)) + " " + px(Y(l.points[i].max));
-        }
-        for (size_t i = l.points.size(); i-- > 0;)
-          d += "L" + px(X(l.points[i].bytes)) + " " + px(Y(l.points[i].min));
-        s << "<path class=\"band\" d=\"" << d << "Z\" fill=\"" << l.color << "\"/>";
-      }
-      std::string d;
-      for (size_t i = 0; i < l.points.size(); ++i) {
-        d += (i ? "L" : "M") + px(X(l.points[i].bytes)) + " " + px(Y(l.points[i].median));
-      }
-      s << "<path class=\"line\" d=\"" << d << "\" stroke=\"" << l.color << "\"" << dash << "/>";
-      for (const SeriesPoint& p : l.points) {
-        s << "<circle cx=\"" << px(X(p.bytes)) << "\" cy=\"" << px(Y(p.median)) << "\" r=\"2.6\" fill=\"" << l.color
-          << "\"><title>" << htmlEscape(l.label) << ": " << formatBytes(p.bytes) << " -> " << figure(p.median);
-        if (p.n > 1) s << " (median of " << p.n << ", " << figure(p.min) << " - " << figure(p.max) << ")";
-        s << "</title></circle>";
-      }
-      s << "</g>";
-    }
-    s << "</svg>";
-    return s.str();
-  }
-
-  std::string heatmap(const PairGrid& g) {
-    const int n = std::max(1, g.gpus);
-    const double c = std::clamp(520.0 / n, 22.0, 48.0);
-    const double ml = 34, mt = 30;
-    const double W = std::max(260.0, ml + n * c + 12), H = mt + n * c + 52;
-    double vmax = 0;
-    for (const auto& v : g.value) {
-      if (v) vmax = std::max(vmax, *v);
-    }
-    const int font = c >= 40 ? 12 : c >= 30 ? 10 : 9;
-    std::ostringstream s;
-    ++plots_;
-    s << "<svg class=\"plot heatmap\" role=\"img\" aria-label=\"" << htmlEscape(g.label()) << "\" viewBox=\"0 0 "
-      << px(W) << " " << px(H) << "\" width=\"" << px(W) << "\" height=\"" << px(H) << "\" font-size=\"" << font
-      << "\">";
-    s << "<title>" << htmlEscape(g.label()) << " at " << formatBytes(g.bytes) << "</title>";
-    s << "<text x=\"2\" y=\"" << mt - 8 << "\" class=\"corner\">src\\dst</text>";
-    for (int i = 0; i < n; ++i) {
-      s << "<text x=\"" << px(ml + i * c + c / 2) << "\" y=\"" << mt - 8 << "\" text-anchor=\"middle\">" << i
-        << "</text>";
-      s << "<text x=\"" << ml - 6 << "\" y=\"" << px(mt + i * c + c / 2 + 4) << "\" text-anchor=\"end\">" << i
-        << "</text>";
-    }
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < n; ++j) {
-        const size_t idx = static_cast<size_t>(i * n + j);
-        const double x = ml + j * c, y = mt + i * c;
-        std::string fill = "#ffffff", text, textColor = "#222", tip;
-        const std::string& st = idx < g.status.size() ? g.status[idx] : std::string();
-        if (idx < g.value.size() && g.value[idx]) {
-          const double t = vmax > 0 ? *g.value[idx] / vmax : 0;
-          fill = viridis(t);
-          textColor = t > 0.6 ? "#000" : "#fff";
-          text = figure(*g.value[idx]);
-          tip = std::to_string(i) + "->" + std::to_string(j) + ": " + figure(*g.value[idx]) + " GB/s at " +
-                formatBytes(g.bytes);
-        } else if (!st.empty() && st != "ok") {
-          const bool skipped = statusRank(st) == 1;
-          fill = skipped ? "#d9d9d9" : "#d62728";
-          textColor = skipped ? "#444" : "#fff";
-          text = skipped ? "-" : "x";
-          tip = std::to_string(i) + "->" + std::to_string(j) + ": " + st;
-        } else if (i == j) {
-          fill = "#eeeeee";
-          tip = "same GPU";
-        } else {
-          tip = std::to_string(i) + "->" + std::to_string(j) + ": not measured";
-        }
-        s << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(c - 1) << "\" height=\"" << px(c - 1)
-          << "\" fill=\"" << fill << "\"><title>" << htmlEscape(tip) << "</title></rect>";
-        if (!text.empty() && c >= 24) {
-          s << "<text x=\"" << px(x + c / 2) << "\" y=\"" << px(y + c / 2 + font / 2.5)
-            << "\" text-anchor=\"middle\" fill=\"" << textColor << "\">" << htmlEscape(text) << "</text>";
-        }
-      }
-    }
-    // Colour scale: 0 .. the fastest pair.
-    const double sy = mt + n * c + 14, sw = std::min(200.0, n * c);
-    for (int k = 0; k < 20; ++k) {
-      s << "<rect x=\"" << px(ml + k * sw / 20) << "\" y=\"" << px(sy) << "\" width=\"" << px(sw / 20 + 0.5)
-        << "\" height=\"10\" fill=\"" << viridis((k + 0.5) / 20) << "\"/>";
-    }
-    s << "<text x=\"" << ml << "\" y=\"" << px(sy + 24) << "\">0</text>";
-    s << "<text x=\"" << px(ml + sw) << "\" y=\"" << px(sy + 24) << "\" text-anchor=\"end\">" << figure(vmax)
-      << " GB/s</text>";
-    s << "</svg>";
-    return s.str();
-  }
-
-  std::string probeMatrix(const ProbeGrid& g) {
-    const int n = std::max(1, g.gpus);
-    const double c = std::clamp(360.0 / n, 22.0, 44.0);
-    const double ml = 34, mt = 30;
-    const double W = std::max(200.0, ml + n * c + 12), H = mt + n * c + 10;
-    const int font = c >= 34 ? 12 : 10;
-    std::ostringstream s;
-    ++plots_;
-    s << "<svg class=\"plot probe\" role=\"img\" aria-label=\"probe " << htmlEscape(g.method) << "\" viewBox=\"0 0 "
-      << px(W) << " " << px(H) << "\" width=\"" << px(W) << "\" height=\"" << px(H) << "\" font-size=\"" << font
-      << "\">";
-    s << "<title>probe " << htmlEscape(g.method) << "</title>";
-    s << "<text x=\"2\" y=\"" << mt - 8 << "\" class=\"corner\">src\\dst</text>";
-    for (int i = 0; i < n; ++i) {
-      s << "<text x=\"" << px(ml + i * c + c / 2) << "\" y=\"" << mt - 8 << "\" text-anchor=\"middle\">" << i
-        << "</text>";
-      s << "<text x=\"" << ml - 6 << "\" y=\"" << px(mt + i * c + c / 2 + 4) << "\" text-anchor=\"end\">" << i
-        << "</text>";
-    }
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < n; ++j) {
-        const size_t idx = static_cast<size_t>(i * n + j);
-        const double x = ml + j * c, y = mt + i * c;
-        const std::string& v = g.verdict[idx];
-        const std::optional<bool> claimed = g.claimed[idx];
-        std::string fill = i == j ? "#eeeeee" : "#ffffff", text, textColor = "#fff";
-        std::string cls = "cell";
-        if (v == "ok") {
-          fill = "#59a14f";
-          text = "ok";
-        } else if (statusRank(v) == 1) {
-          fill = "#d9d9d9";
-          text = "-";
-          textColor = "#444";
-        } else if (v == "corrupt") {
-          fill = "#d62728";
-          text = "C";
-        } else if (v == "hang") {
-          fill = "#8c2d04";
-          text = "H";
-        } else if (!v.empty()) {
-          fill = "#f28e2b";
-          text = "E";
-        }
-        // The point of the probe: where the driver's claim and the verified result disagree.
-        std::string stroke;
-        if (!v.empty() && claimed.value_or(false) && v != "ok") {
-          stroke = " stroke=\"#000\" stroke-width=\"3\"";
-          cls += " claimed-failed";
-        } else if (v == "ok" && claimed.has_value() && !*claimed) {
-          stroke = " stroke=\"#1f5fa8\" stroke-width=\"2.5\" stroke-dasharray=\"3 2\"";
-          cls += " unclaimed-ok";
-        }
-        std::string tip = std::to_string(i) + "->" + std::to_string(j) + ": " + (v.empty() ? "not probed" : v);
-        tip += claimed ? (*claimed ? ", claimed by the driver" : ", not claimed by the driver") : "";
-        if (!g.detail[idx].empty()) tip += " | " + g.detail[idx];
-        s << "<rect class=\"" << cls << "\" x=\"" << px(x + 1) << "\" y=\"" << px(y + 1) << "\" width=\"" << px(c - 3)
-          << "\" height=\"" << px(c - 3) << "\" fill=\"" << fill << "\"" << stroke << "><title>" << htmlEscape(tip)
-          << "</title></rect>";
-        if (claimed.value_or(false)) {
-          s << "<path d=\"M" << px(x + c - 10) << " " << px(y + 2) << "H" << px(x + c - 2) << "V" << px(y + 10)
-            << "Z\" fill=\"#111\"/>";
-        }
-        if (!text.empty()) {
-          s << "<text x=\"" << px(x + c / 2) << "\" y=\"" << px(y + c / 2 + font / 2.5)
-            << "\" text-anchor=\"middle\" fill=\"" << textColor << "\">" << text << "</text>";
-        }
-      }
-    }
-    s << "</svg>";
-    return s.str();
-  }
-
- private:
-  int plots_ = 0;
-};
 
 std::string pairText(const Result& r) {
   if (!r.src && !r.dst) return "";
@@ -394,40 +137,13 @@ ul.legend li{display:flex;align-items:center;gap:6px}
 details summary{cursor:pointer;color:#2b5fad}
 code{background:var(--soft);padding:0 4px;border-radius:3px}
 .note{color:var(--muted);font-size:13px}
+.tile{display:inline-block;vertical-align:top;max-width:440px}
+table.probe td.pcell{width:30px;text-align:center;font-weight:700;color:#fff}
+td.p-ok{background:#59a14f}td.p-skip{background:#d9d9d9;color:#444!important}td.p-bad{background:#d62728}
+td.p-hang{background:#8c2d04}td.p-err{background:#f28e2b}
+td.claimed-failed{outline:3px solid #000;outline-offset:-3px}td.unclaimed-ok{outline:2px dashed #1f5fa8;outline-offset:-3px}
+table.heatmap td{text-align:right;min-width:52px}
 )CSS";
-
-// Counts the drawn plots and reports the outcome on <html> for headless checks and for the screenshot height.
-const char* kScript = R"JS(
-(function () {
-  var root = document.documentElement;
-  try {
-    var want = parseInt(document.querySelector('meta[name="peerlab-plots"]').getAttribute('content'), 10);
-    var svgs = document.querySelectorAll('svg.plot');
-    var drawn = 0, problems = [];
-    for (var i = 0; i < svgs.length; i++) {
-      var s = svgs[i];
-      var marks = s.querySelectorAll('path, rect, circle');
-      var box = s.getBoundingClientRect();
-      var ink = 0;
-      for (var k = 0; k < marks.length; k++) {
-        var b = marks[k].getBBox();
-        if (b.width > 0 || b.height > 0) ink++;
-      }
-      if (box.width > 0 && box.height > 0 && ink > 0) drawn++;
-      else problems.push(s.getAttribute('aria-label') || ('plot ' + i));
-    }
-    root.setAttribute('data-peerlab-plots', String(drawn));
-    root.setAttribute('data-peerlab-height', String(Math.ceil(root.scrollHeight)));
-    if (drawn === want && problems.length === 0) {
-      root.setAttribute('data-peerlab-ready', 'ok');
-    } else {
-      root.setAttribute('data-peerlab-ready', 'error: ' + drawn + ' of ' + want + ' plots drawn; ' + problems.join(', '));
-    }
-  } catch (e) {
-    root.setAttribute('data-peerlab-ready', 'error: ' + e);
-  }
-})();
-)JS";
 
 }  // namespace
 
@@ -440,7 +156,7 @@ std::vector<Check> checksInRun(const Run& run) {
 }
 
 std::string renderHtml(const Run& run, const HtmlOptions& options) {
-  Page page;
+  int charts = 0;
   const std::vector<Check> checks = options.checks ? *options.checks : checksInRun(run);
   const bool haveChecks = options.checks.has_value() || !checks.empty();
   const int failed = failedChecks(checks);
@@ -493,80 +209,134 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << "</details></section>";
   }
 
-  // Bandwidth and time against size, per suite, with its baselines drawn dashed.
-  std::vector<std::string> plotted;
+  // Bandwidth and time against size, per suite, baselines dashed; related series (one case) share a plot, at most
+  // kMaxSeriesPerChart per plot.
   std::ostringstream bw;
+  bool anyPlot = false;
   for (const std::string& suite : suites) {
-    if (suite == "probe") continue;
+    if (suite == "probe" || suite == "test" || suite == "health") continue;
     auto bandwidth = bandwidthSeries(run, suite);
+    // Bandwidth means nothing where latency dominates: series measured only there are shown in time.
+    std::erase_if(bandwidth, [](const Series& sr) {
+      return std::none_of(sr.points.begin(), sr.points.end(),
+                          [](const SeriesPoint& p) { return p.bytes >= kLatencyMaxBytes; });
+    });
     auto times = timeSeries(run, suite);
     if (bandwidth.empty() && times.empty()) continue;
-    plotted.push_back(suite);
-    std::map<std::string, std::string> colors;
-    auto colorOf = [&](const Series& s) {
-      auto it = colors.find(s.label());
-      if (it != colors.end()) return it->second;
-      std::string c = kPalette[colors.size() % std::size(kPalette)];
-      colors[s.label()] = c;
-      return c;
-    };
-    auto toLines = [&](const std::vector<Series>& series) {
-      std::vector<PlotLine> lines;
-      for (const Series& s : series)
-        lines.push_back({s.label(), colorOf(s), dashFor(s.impl), s.points});
-      return lines;
-    };
-    auto bwLines = toLines(bandwidth);
-    auto timeLines = toLines(times);
-    int pairs = 0;
-    for (const Series& s : bandwidth.empty() ? times : bandwidth) {
-      for (const SeriesPoint& p : s.points)
-        pairs = std::max(pairs, p.n);
-    }
-    bw << "<h3 id=\"plot-" << htmlEscape(suite) << "\">" << htmlEscape(suite) << "</h3>";
-    bw << "<ul class=\"legend\">";
-    std::vector<std::string> seen;
-    for (const auto* lines : {&bwLines, &timeLines}) {
-      for (const PlotLine& l : *lines) {
-        if (std::find(seen.begin(), seen.end(), l.label) != seen.end()) continue;
-        seen.push_back(l.label);
-        bw << "<li><span class=\"sw\" style=\"border-top-style:" << (l.dash.empty() ? "solid" : "dashed")
-           << ";border-top-color:" << l.color << "\"></span>" << htmlEscape(l.label) << "</li>";
+    anyPlot = true;
+    bw << "<h3 id=\"plot-" << htmlEscape(suite) << "\">" << htmlEscape(suite) << "</h3><div class=\"charts\">";
+    auto plots = [&](std::vector<Series> series, bool time) {
+      // Group by case (name and ranks), peerlab's own first within a case.
+      std::stable_sort(series.begin(), series.end(), [](const Series& x, const Series& y) {
+        return std::tie(x.name, x.ranks) < std::tie(y.name, y.ranks);
+      });
+      for (size_t begin = 0; begin < series.size();) {
+        size_t end = begin;
+        while (end < series.size() && series[end].name == series[begin].name &&
+               series[end].ranks == series[begin].ranks)
+          ++end;
+        const auto parts = splitEvenly(end - begin, kMaxSeriesPerChart);
+        for (size_t part = 0; part < parts.size(); ++part) {
+          LineChart c;
+          const Series& first = series[begin + parts[part].first];
+          c.title =
+              suite + " " + first.name + (first.ranks > 1 ? " x" + std::to_string(first.ranks) : "") + ": " +
+              (time ? "time" : metricLabel(first.metric)) +
+              (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
+          c.x_label = "message size (bytes, log2 scale)";
+          c.y_label = time ? "time (us, log scale)" : metricLabel(first.metric);
+          c.x_log = true;
+          c.x_bytes = true;
+          c.y_log = time;
+          for (size_t k = begin + parts[part].first; k < begin + parts[part].second; ++k) {
+            const Series& sr = series[k];
+            ChartSeries cs;
+            cs.label = sr.impl;
+            cs.dashed = isDashed(sr.impl);
+            for (const SeriesPoint& pt : sr.points) {
+              std::string note =
+                  pt.n > 1 ? "median of " + std::to_string(pt.n) + " pairs, " + figure(pt.min) + " to " + figure(pt.max)
+                           : "";
+              cs.points.push_back({{"x", std::log2(pt.bytes)}, {"y", pt.median}, {"note", note}});
+            }
+            c.series.push_back(std::move(cs));
+          }
+          bw << chartBlock(c);
+          ++charts;
+        }
+        begin = end;
       }
-    }
-    bw << "</ul><div class=\"grid2\">";
-    if (!bwLines.empty()) {
-      const std::string metric = bandwidth.front().metric;
-      bw << "<figure>"
-         << page.linePlot(suite + ": " + metricLabel(metric) + " against size", bwLines, metricLabel(metric), false)
-         << "<figcaption>" << htmlEscape(metricLabel(metric)) << " against message size"
-         << (pairs > 1 ? "; line: median over " + std::to_string(pairs) + " pairs, band: slowest to fastest pair" : "")
-         << "</figcaption></figure>";
-    }
-    if (!timeLines.empty()) {
-      bw << "<figure>" << page.linePlot(suite + ": time against size", timeLines, "time (us, log scale)", true)
-         << "<figcaption>time per operation against message size (log scale)</figcaption></figure>";
-    }
+    };
+    plots(bandwidth, false);
+    plots(times, true);
     bw << "</div>";
   }
-  if (!plotted.empty()) {
-    section("bandwidth", "Bandwidth against size");
-    body << "<p class=\"note\">Solid: peerlab; dashed: NCCL; dotted: other baselines. Medians of each benchmark's "
-            "samples.</p>"
+  if (anyPlot) {
+    section("bandwidth", "Bandwidth and time against size");
+    body << "<p class=\"note\">Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Medians of each benchmark's "
+            "samples, then the median over pairs (hover a point for the spread over pairs).</p>"
          << bw.str() << "</section>";
   }
 
-  // Pair matrices per method.
+  // Pair matrices: bandwidth at the largest size as % of the plan's expected figure (or against the row's best);
+  // latency-size results in microseconds.
   auto grids = pairGrids(run);
-  if (!grids.empty()) {
-    section("pairs", "Pair matrices");
-    body << "<p class=\"note\">Bandwidth per ordered pair at the largest size measured (rows: source GPU, columns: "
-            "destination GPU). Red: failed; grey: skipped.</p><div class=\"tiles\">";
-    for (const PairGrid& g : grids) {
-      body << "<figure><figcaption>" << htmlEscape(g.label()) << " &middot; " << formatBytes(g.bytes) << " (GB/s)"
-           << "</figcaption>" << page.heatmap(g) << "</figure>";
+  std::map<std::string, const Result*> byKey;
+  for (const Result& r : run.results)
+    byKey.emplace(resultKey(r), &r);
+  std::ostringstream pairs;
+  int pairTables = 0;
+  for (const PairGrid& g : grids) {
+    if (g.suite == "host_copy" || g.suite == "health" || g.suite == "test") continue;
+    const bool latencyGrid = g.bytes < kLatencyMaxBytes;
+    std::vector<HeatCell> cells(static_cast<size_t>(g.gpus) * static_cast<size_t>(g.gpus));
+    std::string unit = latencyGrid ? "us" : "GB/s";
+    std::string metricName = latencyGrid ? "time_us" : "algbw_gbps";
+    std::vector<double> smallest(cells.size(), 0);
+    bool any = false;
+    for (const Result& r : run.results) {
+      if (r.suite != g.suite || r.impl != g.impl || r.name != g.name || r.ranks != g.ranks || !r.src || !r.dst)
+        continue;
+      if (*r.src < 0 || *r.dst < 0 || *r.src >= g.gpus || *r.dst >= g.gpus) continue;
+      HeatCell& cell = cells[static_cast<size_t>(*r.src) * static_cast<size_t>(g.gpus) + static_cast<size_t>(*r.dst)];
+      if (r.status != "ok") {
+        if (cell.status.empty() || statusRank(r.status) < statusRank(cell.status)) cell.status = r.status;
+        continue;
+      }
+      if (latencyGrid) {
+        // The smallest size's time: latency is what a small transfer costs.
+        if (!r.time_us || *r.time_us <= 0) continue;
+        const double bytes = r.bytes.value_or(0);
+        double& seen = smallest[&cell - cells.data()];
+        if (cell.value && bytes >= seen) continue;
+        seen = bytes;
+        cell.value = r.time_us;
+        any = true;
+        continue;
+      }
+      if (!r.bytes || *r.bytes != g.bytes) continue;
+      const std::optional<ExpectedFigure> e = expectedFigure(run, r);
+      const std::string field = e ? e->metric : std::string("algbw_gbps");
+      const std::optional<double> v = field == "busbw_gbps" ? r.busbw_gbps : r.algbw_gbps;
+      if (!v || *v <= 0) continue;
+      if (e) metricName = field;
+      cell.value = v;
+      if (e) cell.expected = e->gbps;
+      any = true;
     }
-    body << "</div></section>";
+    if (!any) continue;
+    ++pairTables;
+    const std::string title = g.label() + (latencyGrid ? " (latency)"
+                                                       : " at " + formatBytes(g.bytes) + ", " +
+                                                             (metricName == "busbw_gbps" ? "busbw" : "algbw"));
+    pairs << "<div class=\"tile\">" << heatmapTable(title, unit, g.gpus, cells) << "</div>";
+  }
+  if (pairTables) {
+    section("pairs", "Pair matrices");
+    body << "<p class=\"note\">Rows: source GPU, columns: destination GPU. Bandwidth cells show the percentage of the "
+            "figure the qualify plan expects (else the value, coloured against the row's best pair), latency cells "
+            "microseconds coloured against the row's fastest pair: a weak link turns amber or red.</p>"
+         << "<div class=\"tiles\">" << pairs.str() << "</div></section>";
   }
 
   // Probe: verified verdicts against the driver's claims.
@@ -591,7 +361,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
             "cudaDeviceCanAccessPeer / the driver &nbsp; thick black border: claimed but failed &nbsp; dashed blue "
             "border: works but not claimed</p><div class=\"tiles\">";
     for (const ProbeGrid& g : probes) {
-      body << "<figure><figcaption>" << htmlEscape(g.method) << "</figcaption>" << page.probeMatrix(g) << "</figure>";
+      body << "<figure><figcaption>" << htmlEscape(g.method) << "</figcaption>" << probeMatrix(g) << "</figure>";
     }
     body << "</div>";
     if (!ps.claimed_but_failed.empty()) {
@@ -612,6 +382,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
 
   // Latency tables.
   auto latency = latencyRows(run);
+  // ctest wall times and health checks are not latencies.
+  std::erase_if(latency, [](const LatencyRow& l) { return l.suite == "test" || l.suite == "health"; });
   if (!latency.empty()) {
     section("latency", "Latency");
     body << "<p class=\"note\">Results of 64 KiB and less, and results without a size (median per benchmark, then "
@@ -625,12 +397,153 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
              << "<th>ranks</th><th>pairs</th><th>median us</th><th>min us</th><th>max us</th></tr>";
       }
       body << "<tr><td>" << htmlEscape(l.impl) << "</td><td>" << htmlEscape(l.name) << "</td><td class=\"num\">"
-           << (l.bytes ? formatBytes(*l.bytes) : "") << "</td><td class=\"num\">" << l.ranks
+           << (l.bytes && *l.bytes > 0 ? formatBytes(*l.bytes) : "") << "</td><td class=\"num\">" << l.ranks
            << "</td><td class=\"num\">" << l.n << "</td><td class=\"num\">" << figure(l.median_us)
            << "</td><td class=\"num\">" << figure(l.min_us) << "</td><td class=\"num\">" << figure(l.max_us)
            << "</td></tr>";
     }
     body << "</table></section>";
+  }
+
+  // Host <-> GPU copies per GPU: the best figure of each implementation and direction, the NUMA node used.
+  {
+    std::vector<std::string> columns;                                            // "impl name"
+    std::map<int, std::map<std::string, std::pair<double, std::string>>> cells;  // gpu -> column -> value, unit
+    std::map<int, std::string> numa;
+    std::map<int, std::vector<std::string>> failures;
+    for (const Result& r : run.results) {
+      if (r.suite != "host_copy") continue;
+      const int gpu = r.src.value_or(r.dst.value_or(-1));
+      const std::string col = r.impl + " " + r.name;
+      if (std::find(columns.begin(), columns.end(), col) == columns.end()) columns.push_back(col);
+      if (r.extra.is_object() && r.extra.contains("numa") && !r.extra["numa"].is_null()) {
+        numa[gpu] = r.extra["numa"].is_string() ? r.extra["numa"].get<std::string>() : r.extra["numa"].dump();
+      }
+      if (r.status != "ok" || (r.wrong && *r.wrong > 0)) {
+        failures[gpu].push_back(col + ": " + (r.status != "ok" ? r.status : "wrong elements"));
+        continue;
+      }
+      const bool latencyCell = r.name == "latency" || !r.bytes || *r.bytes < kLatencyMaxBytes;
+      auto& cell = cells[gpu][col];
+      if (latencyCell) {
+        if (r.time_us && (cell.second.empty() || *r.time_us < cell.first)) cell = {*r.time_us, "us"};
+      } else {
+        const std::optional<double> v = r.busbw_gbps && r.name == "bidir" ? r.busbw_gbps : r.algbw_gbps;
+        if (v && (cell.second.empty() || *v > cell.first)) cell = {*v, "GB/s"};
+      }
+    }
+    if (!columns.empty()) {
+      std::set<int> gpuRows;
+      for (const auto& [g, c] : cells)
+        gpuRows.insert(g);
+      for (const auto& [g, f] : failures)
+        gpuRows.insert(g);
+      section("host_copy", "Host copies");
+      body << "<p class=\"note\">Per GPU: the best bandwidth of each implementation and direction over sizes (GB/s; "
+              "bidir as the sum of both directions), latency in microseconds, and the host NUMA node the buffers "
+              "came from. Each column is coloured against its best GPU: a slow link or a far NUMA node stands "
+              "out.</p><table class=\"host-copy\"><tr><th>GPU</th><th>NUMA node</th>";
+      for (const std::string& c : columns)
+        body << "<th>" << htmlEscape(c) << "</th>";
+      body << "<th>failures</th></tr>";
+      std::map<std::string, double> best;
+      for (const auto& [g, row] : cells) {
+        for (const auto& [col, v] : row) {
+          auto it = best.find(col);
+          const bool time = v.second == "us";
+          if (it == best.end() || (time ? v.first < it->second : v.first > it->second)) best[col] = v.first;
+        }
+      }
+      for (int g : gpuRows) {
+        body << "<tr" << (failures.count(g) ? " class=\"bad\"" : "") << "><td>" << g << "</td><td>"
+             << htmlEscape(numa.count(g) ? numa[g] : "?") << "</td>";
+        for (const std::string& col : columns) {
+          auto it = cells[g].find(col);
+          if (it == cells[g].end()) {
+            body << "<td class=\"num\">-</td>";
+            continue;
+          }
+          const auto& [v, unit] = it->second;
+          const double fraction = unit == "us" ? best[col] / v : v / best[col];
+          body << "<td class=\"num\" style=\"background:" << fractionColour(fraction) << "\" title=\""
+               << htmlEscape(figure(v) + " " + unit) << "\">" << figure(v) << " " << unit << "</td>";
+        }
+        body << "<td>" << htmlEscape(failures.count(g) ? failures[g].front() : "") << "</td></tr>";
+      }
+      body << "</table></section>";
+    }
+  }
+
+  // Machine health per GPU: one column per check, red where failing, amber for a warning.
+  {
+    static const std::vector<std::string> kChecks = {"pcie_link", "pcie_errors", "nvlink_state",  "nvlink_errors",
+                                                     "fabric",    "ecc",         "retired_pages", "row_remap",
+                                                     "xid",       "clock_events"};
+    std::vector<std::string> checks = kChecks;
+    std::map<int, std::map<std::string, const Result*>> byGpu;
+    for (const Result& r : run.results) {
+      if (r.suite != "health") continue;
+      if (std::find(checks.begin(), checks.end(), r.name) == checks.end()) checks.push_back(r.name);
+      byGpu[r.src.value_or(-1)][r.name] = &r;
+    }
+    if (!byGpu.empty()) {
+      int failing = 0, warning = 0;
+      std::ostringstream t;
+      t << "<table class=\"health\"><tr><th>GPU</th>";
+      for (const std::string& c : checks)
+        t << "<th>" << htmlEscape(c) << "</th>";
+      t << "</tr>";
+      for (const auto& [gpu, row] : byGpu) {
+        t << "<tr><td>" << (gpu < 0 ? std::string("host") : std::to_string(gpu)) << "</td>";
+        for (const std::string& c : checks) {
+          auto it = row.find(c);
+          if (it == row.end()) {
+            t << "<td class=\"muted\">-</td>";
+            continue;
+          }
+          const Result& r = *it->second;
+          const std::string detail = r.extra.is_object() && r.extra.contains("detail") && r.extra["detail"].is_string()
+                                         ? r.extra["detail"].get<std::string>()
+                                         : "";
+          std::string cls = "cell-ok";
+          if (r.status == "fail" || r.status.rfind("failed", 0) == 0) {
+            cls = "cell-fail";
+            ++failing;
+          } else if (r.status == "warn") {
+            cls = "cell-warn";
+            ++warning;
+          } else if (r.status != "ok") {
+            cls = "muted";
+          }
+          t << "<td class=\"" << cls << "\" title=\"" << htmlEscape(detail) << "\"><strong>" << htmlEscape(r.status)
+            << "</strong>" << (detail.empty() ? "" : "<br><small>" + htmlEscape(detail) + "</small>") << "</td>";
+        }
+        t << "</tr>";
+      }
+      t << "</table>";
+      section("health", "Machine health");
+      body << "<p>" << byGpu.size() << " GPU" << (byGpu.size() == 1 ? "" : "s") << " checked: " << failing
+           << " failing, " << warning << " warning" << (warning == 1 ? "" : "s")
+           << ". Red: fail, amber: warn, grey: unsupported on this machine.</p>" << t.str() << "</section>";
+    }
+  }
+
+  // ctest wall times: how long each test took, in seconds; not a performance figure.
+  {
+    std::vector<const Result*> tests;
+    for (const Result& r : run.results) {
+      if (r.suite == "test") tests.push_back(&r);
+    }
+    if (!tests.empty()) {
+      section("tests", "Tests");
+      body << "<table><tr><th>test</th><th>status</th><th>wall s</th></tr>";
+      for (const Result* r : tests) {
+        body << "<tr class=\"" << statusClass(r->status) << "\"><td>" << htmlEscape(r->name) << "</td><td>"
+             << htmlEscape(r->status) << "</td><td class=\"num\">" << (r->time_us ? fmt("%.1f", *r->time_us / 1e6) : "")
+             << "</td></tr>";
+      }
+      body << "</table></section>";
+    }
   }
 
   // Topology as planned by qualify, when the run carries it.
@@ -722,9 +635,10 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     body << "<tr class=\"" << statusClass(r.status) << "\"><td>" << htmlEscape(r.suite) << "</td><td>"
          << htmlEscape(r.name) << "</td><td>" << htmlEscape(r.impl) << "</td><td>" << pairText(r)
          << "</td><td class=\"num\">" << (r.bytes ? formatBytes(*r.bytes) : "") << "</td><td class=\"num\">" << r.ranks
-         << "</td><td class=\"num\">" << optFigure(r.time_us) << "</td><td class=\"num\">" << optFigure(r.algbw_gbps)
-         << "</td><td class=\"num\">" << optFigure(r.busbw_gbps) << "</td><td class=\"num\">" << optFigure(r.wrong)
-         << "</td><td>" << htmlEscape(r.status) << "</td></tr>";
+         << "</td><td class=\"num\">"
+         << (r.suite == "test" && r.time_us ? fmt("%.1f s", *r.time_us / 1e6) : optFigure(r.time_us))
+         << "</td><td class=\"num\">" << optFigure(r.algbw_gbps) << "</td><td class=\"num\">" << optFigure(r.busbw_gbps)
+         << "</td><td class=\"num\">" << optFigure(r.wrong) << "</td><td>" << htmlEscape(r.status) << "</td></tr>";
   }
   body << "</table></details></section>";
 
@@ -734,33 +648,30 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     if (std::find(suites.begin(), suites.end(), s) == suites.end()) absent.push_back(s);
   }
 
-  std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\" data-peerlab-ready=\"pending\" data-peerlab-plots=\"0\">\n<head>\n"
-       << "<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-       << "<meta name=\"generator\" content=\"" << htmlEscape(run.tool) << "\">\n"
-       << "<meta name=\"peerlab-plots\" content=\"" << page.plots() << "\">\n<title>" << htmlEscape(title)
-       << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n<main>\n<header><h1>" << htmlEscape(title)
-       << "</h1>";
+  std::string html = pageBegin(title, kStyle);
+  html += "<main>\n<header><h1>" + htmlEscape(title) + "</h1>";
   if (haveChecks) {
-    html << "<span class=\"badge " << (failed ? "fail" : "pass") << "\">" << (failed ? "FAIL" : "PASS") << "</span>";
+    html += std::string("<span class=\"badge ") + (failed ? "fail" : "pass") + "\">" + (failed ? "FAIL" : "PASS") +
+            "</span>";
   }
-  html << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
+  std::ostringstream meta;
+  meta << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
        << (gpus == 1 ? "" : "s");
-  if (!run.fingerprint.gpus.empty()) html << " &middot; " << htmlEscape(run.fingerprint.gpus.front().name);
-  html << " &middot; driver " << htmlEscape(run.fingerprint.driver) << " &middot; CUDA "
+  if (!run.fingerprint.gpus.empty()) meta << " &middot; " << htmlEscape(run.fingerprint.gpus.front().name);
+  meta << " &middot; driver " << htmlEscape(run.fingerprint.driver) << " &middot; CUDA "
        << htmlEscape(run.fingerprint.cuda_runtime) << " &middot; NCCL " << htmlEscape(run.fingerprint.nccl);
   if (run.extra.contains("kind") && run.extra["kind"].is_string()) {
-    html << " &middot; " << htmlEscape(run.extra["kind"].get<std::string>());
+    meta << " &middot; " << htmlEscape(run.extra["kind"].get<std::string>());
   }
-  html << "</span></header>\n<nav>" << nav.str() << "</nav>\n";
+  meta << "</span></header>\n<nav>" << nav.str() << "</nav>\n";
   if (!absent.empty()) {
-    html << "<p class=\"note\">Not in this run: ";
+    meta << "<p class=\"note\">Not in this run: ";
     for (size_t i = 0; i < absent.size(); ++i)
-      html << (i ? ", " : "") << htmlEscape(absent[i]);
-    html << ".</p>\n";
+      meta << (i ? ", " : "") << htmlEscape(absent[i]);
+    meta << ".</p>\n";
   }
-  html << body.str() << "\n</main>\n<script>" << kScript << "</script>\n</body>\n</html>\n";
-  return html.str();
+  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0);
+  return html;
 }
 
 }  // namespace peerlab::report

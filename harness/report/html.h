@@ -1,6 +1,6 @@
 #pragma once
-/// The self-contained HTML report of a run: inline CSS, inline SVG plots, one small inline script that checks the
-/// plots rendered. No external scripts, fonts, styles or images.
+/// The self-contained HTML report of a run: inline CSS, Chart.js charts (the library inlined, see chart_page.h), pair
+/// matrices and tables. No external scripts, fonts, styles or images.
 
 #include <optional>
 #include <string>
@@ -18,8 +18,9 @@ struct HtmlOptions {
   std::optional<std::vector<Check>> checks;  ///< default: the run's own "qualify"."checks", when it has them
 };
 
-/// Renders the report. The page's script sets data-peerlab-ready="ok" on <html> once every plot is drawn
-/// (and "error: ..." otherwise), data-peerlab-plots to the number drawn and data-peerlab-height to the page height.
+/// Renders the report. The page's script (pageEnd() in chart_page.h) sets data-peerlab-ready="ok" on <html> once every
+/// chart is drawn ("no-chartjs" without the library, "error: ..." otherwise), data-peerlab-charts to the number drawn
+/// and data-peerlab-height to the page height.
 std::string renderHtml(const Run& run, const HtmlOptions& options = {});
 
 /// Checks stored in a run by qualify (run.extra "qualify"."checks"); empty when the run has none.

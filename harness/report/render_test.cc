@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/report/aggregate.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/html.h"
 #include "harness/report/junit.h"
 #include "harness/report/summary.h"
@@ -87,49 +88,233 @@ Run syntheticRun(int gpus) {
   return run;
 }
 
+// The Chart.js library inlined into the page is third-party text; the checks below look at peerlab's own markup.
+std::string withoutLibrary(std::string html) {
+  const std::string lib = chartJsSource();
+  if (!lib.empty()) {
+    const size_t at = html.find(lib);
+    if (at != std::string::npos) html.erase(at, lib.size());
+  }
+  return html;
+}
+
+// Every chart block: its series count (data-series) and config.
+std::vector<int> chartSeries(const std::string& html) {
+  std::vector<int> out;
+  std::regex block("class=\"plchart\" data-series=\"([0-9]+)\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), block); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stoi((*it)[1]));
+  return out;
+}
+
 TEST(Html, SampleRunIsSelfContained) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, readRun(testing::sourcePath("reports/schema/sample-run.json")));
-  const std::string html = renderHtml(run);
+  const std::string full = renderHtml(run);
+  const std::string html = withoutLibrary(full);
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("</html>"), std::string::npos);
   // Nothing fetched from elsewhere: no external scripts, styles, fonts or images.
   for (const char* banned : {"http://", "https://", "<link", "src=", "@import", "url("}) {
     EXPECT_EQ(html.find(banned), std::string::npos) << banned;
   }
-  EXPECT_EQ(countOf(html, "<script>"), 1u);
+  EXPECT_EQ(full.find("<script src"), std::string::npos);
+  if (chartJsSource().empty()) {
+    EXPECT_EQ(countOf(html, "<script>"), 1u);  // the boot script, which then says charts are unavailable
+  } else {
+    EXPECT_EQ(countOf(html, "<script>"), 2u);  // Chart.js and the boot script
+    EXPECT_NE(full.find("Chart.js v3"), std::string::npos);
+  }
   // The fingerprint is shown, GPUs with UUID and bus id.
   EXPECT_NE(html.find("GPU-52a9f1d6-eb48-d3af-68b0-09f060076b98"), std::string::npos);
   EXPECT_NE(html.find("0000:00:07.0"), std::string::npos);
   EXPECT_NE(html.find("580.159.04"), std::string::npos);
   // The sample run's skipped torch row is listed with its reason.
   EXPECT_NE(html.find("skipped: torch is not importable"), std::string::npos);
-  // The plots the page promises are the ones drawn.
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(html, m, std::regex("name=\"peerlab-plots\" content=\"([0-9]+)\"")));
-  const size_t promised = std::stoul(m[1]);
-  EXPECT_EQ(countOf(html, "<svg class=\"plot"), promised);
-  EXPECT_GE(promised, 3u);  // peer_copy line plots, pair matrices, probe matrix
-  EXPECT_NE(html.find("class=\"plot probe\""), std::string::npos);
-  EXPECT_NE(html.find("class=\"plot heatmap\""), std::string::npos);
+  // Line charts, a pair matrix and the probe matrix.
+  EXPECT_GE(chartSeries(html).size(), 1u);
+  EXPECT_NE(html.find("<table class=\"probe\""), std::string::npos);
+  EXPECT_NE(html.find("<table class=\"heatmap\""), std::string::npos);
 }
 
 TEST(Html, ScalesToSixteenGpusAndMarksProbeMismatches) {
   report::Run run = syntheticRun(16);
-  const std::string html = renderHtml(run);
+  const std::string html = withoutLibrary(renderHtml(run));
   // 16x16 cells per pair matrix and probe matrix.
-  EXPECT_NE(html.find("aria-label=\"peer_copy peerlab.ce uni\""), std::string::npos);
-  EXPECT_GE(countOf(html, "<rect"), 3u * 256u);
-  EXPECT_EQ(countOf(html, "claimed-failed"), 1u);
+  EXPECT_NE(html.find("<h3>peer_copy peerlab.ce uni at 256 MiB, algbw</h3>"), std::string::npos);
+  EXPECT_GE(countOf(html, "data-fraction="), 2u * 240u);
+  EXPECT_GE(countOf(html, "class=\"pcell"), 240u);
+  EXPECT_EQ(countOf(html, "pcell p-bad claimed-failed"), 1u);
   EXPECT_NE(html.find("ce_write 0-&gt;1: corrupt"), std::string::npos);
-  // NCCL drawn dashed beside peerlab.
-  EXPECT_NE(html.find("data-series=\"nccl.sendrecv uni\""), std::string::npos);
-  EXPECT_NE(html.find("stroke-dasharray=\"6 4\""), std::string::npos);
+  // NCCL drawn dashed beside peerlab, in the same chart.
+  EXPECT_NE(html.find("\"label\":\"nccl.sendrecv\""), std::string::npos);
+  EXPECT_NE(html.find("\"borderDash\":[6,4]"), std::string::npos);
+  // Axes carry units.
+  EXPECT_NE(html.find("\"text\":\"message size (bytes, log2 scale)\""), std::string::npos);
+  EXPECT_NE(html.find("\"text\":\"bandwidth (GB/s)\""), std::string::npos);
+  EXPECT_NE(html.find("\"text\":\"time (us, log scale)\""), std::string::npos);
   // Latency table and the failure with its reason.
   EXPECT_NE(html.find("id=\"latency\""), std::string::npos);
   EXPECT_NE(html.find("timeout waiting for rank 2"), std::string::npos);
   // No plot coordinate is NaN or infinite.
   EXPECT_EQ(html.find("nan"), std::string::npos);
   EXPECT_EQ(html.find("inf\""), std::string::npos);
+}
+
+TEST(Html, AtMostEightSeriesPerChart) {
+  report::Run run = syntheticRun(2);
+  // 20 implementations of one case: split over three charts.
+  for (int i = 0; i < 20; ++i) {
+    for (double bytes = 4096; bytes <= (1 << 24); bytes *= 16) {
+      Result r;
+      r.suite = "zcopy";
+      r.name = "uni";
+      r.impl = "peerlab.variant" + std::to_string(i);
+      r.src = 0;
+      r.dst = 1;
+      r.ranks = 2;
+      r.bytes = bytes;
+      r.time_us = 2 + bytes / (1e5 + i * 1e4);
+      r.algbw_gbps = bytes / *r.time_us / 1e3;
+      run.results.push_back(r);
+    }
+  }
+  const std::string html = withoutLibrary(renderHtml(run));
+  const std::vector<int> series = chartSeries(html);
+  int total = 0, zcopyUni = 0;
+  for (int n : series) {
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, static_cast<int>(kMaxSeriesPerChart));
+    total += n;
+  }
+  for (const char* part : {"(1/3)", "(2/3)", "(3/3)"})
+    zcopyUni += countOf(html, std::string("zcopy uni x2: bandwidth (GB/s) ") + part) > 0;
+  EXPECT_EQ(zcopyUni, 3);
+  EXPECT_GE(total, 40);  // 20 bandwidth + 20 time series at least
+}
+
+// Latency suites: no "0 B" bandwidth matrix of zeros, a pair matrix in microseconds where the slow pair stands out.
+TEST(Html, LatencySuitesShowMicrosecondMatrices) {
+  report::Run run = syntheticRun(4);
+  for (int s = 0; s < 4; ++s) {
+    for (int d = 0; d < 4; ++d) {
+      if (s == d) continue;
+      Result r;
+      r.suite = "peer_latency";
+      r.name = "one_way";
+      r.impl = "peerlab.flag";
+      r.src = s;
+      r.dst = d;
+      r.bytes = 0;
+      r.algbw_gbps = 0;
+      r.busbw_gbps = 0;
+      r.time_us = s == 2 && d == 3 ? 2.1 : 0.7;
+      r.wrong = 0;
+      run.results.push_back(r);
+    }
+  }
+  const std::string page = withoutLibrary(renderHtml(run));
+  // The raw results table at the end lists every record as stored; the views above it must not show "0 B".
+  const std::string html = page.substr(0, page.find("id=\"results\""));
+  EXPECT_EQ(html.find("0 B"), std::string::npos) << html.substr(html.find("0 B") - 300, 400);
+  EXPECT_NE(html.find("<h3>peer_latency peerlab.flag one_way (latency)</h3>"), std::string::npos);
+  EXPECT_NE(html.find("title=\"2-&gt;3: 2.10 us\" data-fraction=\"0.333\">2.10</td>"), std::string::npos);
+  EXPECT_NE(html.find("background:hsl(0, 70%, 75%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
+}
+
+// With the plan's expectations in the run, bandwidth cells show % of the expected figure; a weak link is red.
+TEST(Html, PairMatrixAgainstExpectedFigure) {
+  report::Run run = syntheticRun(4);
+  run.extra["plan"]["expectations"] = nlohmann::json::array({{{"suite", "peer_copy"},
+                                                              {"impl", "peerlab.ce"},
+                                                              {"name", "uni"},
+                                                              {"src", nullptr},
+                                                              {"dst", nullptr},
+                                                              {"metric", "algbw_gbps"},
+                                                              {"gbps", 382.5},
+                                                              {"min_bytes", 67108864.0},
+                                                              {"rule", "ce_uni"},
+                                                              {"basis", "NV18"}}});
+  for (Result& r : run.results) {
+    if (r.suite == "peer_copy" && r.impl == "peerlab.ce" && r.src == 1 && r.dst == 2) r.algbw_gbps = 191.25;
+  }
+  const std::string html = withoutLibrary(renderHtml(run));
+  EXPECT_NE(html.find("Percent of the expected figure"), std::string::npos);
+  EXPECT_NE(html.find("title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" data-fraction=\"0.500\">50.0%</td>"),
+            std::string::npos);
+}
+
+TEST(Html, CtestTimesInSecondsAndNotPlotted) {
+  report::Run run = syntheticRun(2);
+  Result t;
+  t.suite = "test";
+  t.name = "core_gpu_test";
+  t.impl = "ctest";
+  t.time_us = 2634480;
+  run.results.push_back(t);
+  const std::string html = withoutLibrary(renderHtml(run));
+  EXPECT_NE(html.find("<td>core_gpu_test</td><td>ok</td><td class=\"num\">2.6</td>"), std::string::npos);
+  EXPECT_EQ(html.find("2634480"), std::string::npos) << html.substr(html.find("2634480") - 300, 400);
+  EXPECT_EQ(html.find("2.63e+06"), std::string::npos);
+  EXPECT_EQ(html.find("test core_gpu_test"), std::string::npos);
+}
+
+TEST(Html, HostCopyAndHealthTables) {
+  report::Run run = syntheticRun(2);
+  for (int g = 0; g < 2; ++g) {
+    for (const char* impl : {"peerlab.ce", "peerlab.sm", "cuda.pageable"}) {
+      for (const char* name : {"h2d", "d2h", "bidir", "latency"}) {
+        Result r;
+        r.suite = "host_copy";
+        r.impl = impl;
+        r.name = name;
+        r.src = g;
+        const bool lat = std::string(name) == "latency";
+        r.bytes = lat ? 8 : 268435456.0;
+        r.algbw_gbps = lat ? 0.001 : (g == 1 ? 27.0 : 54.0);
+        r.busbw_gbps = r.algbw_gbps;
+        r.time_us = lat ? 2.5 : *r.bytes / *r.algbw_gbps / 1e3;
+        r.extra["numa"] = g;
+        r.wrong = 0;
+        run.results.push_back(r);
+      }
+    }
+    for (const char* check : {"pcie_link", "ecc", "xid", "fabric"}) {
+      Result h;
+      h.suite = "health";
+      h.impl = "nvml";
+      h.name = check;
+      h.src = g;
+      h.status = "ok";
+      h.extra["detail"] = "fine";
+      if (g == 1 && std::string(check) == "pcie_link") {
+        h.status = "fail";
+        h.extra["detail"] = "Gen4 x8, expected Gen5 x16";
+      }
+      if (g == 0 && std::string(check) == "ecc") {
+        h.status = "warn";
+        h.extra["detail"] = "12 corrected errors";
+      }
+      if (std::string(check) == "fabric") h.status = "unsupported";
+      run.results.push_back(h);
+    }
+  }
+  const std::string html = withoutLibrary(renderHtml(run));
+  EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
+  EXPECT_NE(html.find("<th>peerlab.ce h2d</th>"), std::string::npos);
+  EXPECT_NE(html.find("<th>cuda.pageable latency</th>"), std::string::npos);
+  // GPU 1 at half the bandwidth of GPU 0: red.
+  EXPECT_NE(html.find("style=\"background:hsl(0, 70%, 75%)\" title=\"27.0 GB/s\""), std::string::npos)
+      << html.substr(html.find("id=\"host_copy\""), 1500);
+  EXPECT_NE(html.find("<td>1</td><td>1</td>"), std::string::npos);  // GPU 1, NUMA node 1
+  EXPECT_NE(html.find("id=\"health\""), std::string::npos);
+  EXPECT_NE(html.find("2 GPUs checked: 1 failing, 1 warning."), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-fail\" title=\"Gen4 x8, expected Gen5 x16\"><strong>fail</strong>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-warn\" title=\"12 corrected errors\"><strong>warn</strong>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"muted\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
+  // Health checks are not latencies.
+  EXPECT_EQ(html.find("<h3>health</h3>"), std::string::npos);
 }
 
 TEST(Html, BenchmarkProcessesAreListed) {
@@ -152,7 +337,7 @@ TEST(Html, RunWithoutResultsStillRenders) {
   report::Run run = newRun();
   run.fingerprint.hostname = "empty";
   const std::string html = renderHtml(run);
-  EXPECT_NE(html.find("name=\"peerlab-plots\" content=\"0\""), std::string::npos);
+  EXPECT_EQ(html.find("class=\"plchart\""), std::string::npos);
   EXPECT_NE(html.find("Not in this run: probe, peer_copy, zcopy, alltoallv, moe"), std::string::npos);
 }
 

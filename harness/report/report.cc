@@ -313,6 +313,13 @@ StatusOr<std::vector<Result>> resultsFromGbench(const json& gbench) {
   if (!gbench.is_object() || !gbench.contains("benchmarks") || !gbench["benchmarks"].is_array()) {
     return PEERLAB_INVALID_ARGUMENT("Google Benchmark JSON: missing \"benchmarks\" array");
   }
+  // With repetitions, each repetition's time is a sample of its median aggregate (report --compare tests them).
+  std::map<std::string, std::vector<double>> repetitionTimes;
+  for (const json& b : gbench["benchmarks"]) {
+    if (!b.is_object() || b.value("run_type", "iteration") != "iteration" || b.value("repetitions", 1) <= 1) continue;
+    if (b.value("error_occurred", false) || !b.contains("time_us") || !b["time_us"].is_number()) continue;
+    repetitionTimes[b.value("run_name", b.value("name", ""))].push_back(b["time_us"].get<double>());
+  }
   std::vector<Result> out;
   for (const json& b : gbench["benchmarks"]) {
     if (!b.is_object()) continue;
@@ -390,6 +397,10 @@ StatusOr<std::vector<Result>> resultsFromGbench(const json& gbench) {
       r.numa = static_cast<int>(b["numa"].get<double>());
     }
     r.extra["benchmark"] = b.value("name", "");
+    if (runType == "aggregate" && r.status == "ok") {
+      auto samples = repetitionTimes.find(b.value("run_name", ""));
+      if (samples != repetitionTimes.end() && samples->second.size() > 1) r.extra["samples_us"] = samples->second;
+    }
     out.push_back(std::move(r));
   }
   return out;

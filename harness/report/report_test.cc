@@ -171,6 +171,28 @@ TEST(GbenchImport, ReadsLabelsCountersAndSkips) {
   EXPECT_FALSE(resultsFromGbench(json::object()).isOk());
 }
 
+// With --benchmark_repetitions, each repetition's time becomes a sample of the median row (samples_us).
+TEST(GbenchImport, RepetitionsBecomeSamples) {
+  json gb = json::parse(R"({
+    "benchmarks": [
+      {"name": "BM_Rep/a", "run_name": "BM_Rep/a", "run_type": "iteration", "repetitions": 3, "repetition_index": 0,
+       "time_us": 10.5, "label": "suite=peer_copy;impl=peerlab.ce;name=uni;src=0;dst=1"},
+      {"name": "BM_Rep/a", "run_name": "BM_Rep/a", "run_type": "iteration", "repetitions": 3, "repetition_index": 1,
+       "time_us": 10.1, "label": "suite=peer_copy;impl=peerlab.ce;name=uni;src=0;dst=1"},
+      {"name": "BM_Rep/a", "run_name": "BM_Rep/a", "run_type": "iteration", "repetitions": 3, "repetition_index": 2,
+       "time_us": 10.3, "label": "suite=peer_copy;impl=peerlab.ce;name=uni;src=0;dst=1"},
+      {"name": "BM_Rep/a_mean", "run_name": "BM_Rep/a", "run_type": "aggregate", "aggregate_name": "mean",
+       "repetitions": 3, "time_us": 10.3, "label": "suite=peer_copy;impl=peerlab.ce;name=uni;src=0;dst=1"},
+      {"name": "BM_Rep/a_median", "run_name": "BM_Rep/a", "run_type": "aggregate", "aggregate_name": "median",
+       "repetitions": 3, "time_us": 10.3, "label": "suite=peer_copy;impl=peerlab.ce;name=uni;src=0;dst=1"}
+    ]})");
+  auto rows = resultsFromGbench(gb);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].extra["samples_us"], json::array({10.5, 10.1, 10.3}));
+  EXPECT_EQ(*(*rows)[0].time_us, 10.3);
+}
+
 TEST(GbenchImport, HostCopyRowsCarryTheirNumaNode) {
   json gb = json::parse(R"({
     "context": {},

@@ -33,6 +33,14 @@ std::optional<double> num(const json& j, const char* key) {
   return v;
 }
 
+/// The array at `key`, or an empty one (by reference: models hold millions of points).
+const json& arrayAt(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  if (!j.is_object()) return kEmpty;
+  const auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
 std::string fmtNum(const std::optional<double>& v) {
   return v ? shortNumber(*v) : "-";
 }
@@ -106,7 +114,7 @@ Status validateModel(const json& model) {
     }
     for (const char* key : {"series", "regressions", "fleet", "heatmaps"})
       PEERLAB_RETURN_IF_ERROR(checkArray(kind, key, where));
-    const json& series = kind.value("series", json::array());
+    const json& series = arrayAt(kind, "series");
     for (size_t i = 0; i < series.size(); ++i) {
       const std::string sw = where + ".series[" + std::to_string(i) + "]";
       const json& s = series[i];
@@ -120,7 +128,7 @@ Status validateModel(const json& model) {
           return PEERLAB_INVALID_ARGUMENT(sw + ".points[" + std::to_string(p) + "]: \"value\" must be a number");
         }
       }
-      for (size_t c = 0; c < s.value("change_points", json::array()).size(); ++c) {
+      for (size_t c = 0; c < arrayAt(s, "change_points").size(); ++c) {
         const json& cp = s["change_points"][c];
         const auto idx = num(cp, "index");
         if (!idx || *idx < 0 || *idx >= static_cast<double>(s["points"].size())) {
@@ -129,7 +137,7 @@ Status validateModel(const json& model) {
         }
       }
     }
-    const json& heatmaps = kind.value("heatmaps", json::array());
+    const json& heatmaps = arrayAt(kind, "heatmaps");
     for (size_t h = 0; h < heatmaps.size(); ++h) {
       const json& hm = heatmaps[h];
       const std::string hw = where + ".heatmaps[" + std::to_string(h) + "]";
@@ -143,7 +151,10 @@ Status validateModel(const json& model) {
 }
 
 /// The runs of a kind in time order, each with its axis label.
+constexpr size_t kMaxTrendRuns = 200;
+
 struct RunAxis {
+  size_t total_runs = 0;
   std::vector<std::string> labels;
   std::map<std::string, std::string> label_of;  ///< run key -> label
 };
@@ -171,6 +182,9 @@ RunAxis buildAxis(const json& series) {
     return a.timestamp != b.timestamp ? a.timestamp < b.timestamp : a.key < b.key;
   });
   RunAxis axis;
+  axis.total_runs = ordered.size();
+  // Only the latest runs are drawn: a trend page stays small enough for a browser with years of nightly runs.
+  if (ordered.size() > kMaxTrendRuns) ordered.erase(ordered.begin(), ordered.end() - kMaxTrendRuns);
   std::set<std::string> used;
   for (const RunInfo& r : ordered) {
     std::string label = shortTime(r.timestamp);
@@ -186,14 +200,12 @@ RunAxis buildAxis(const json& series) {
   return axis;
 }
 
+// The run's date and commit are the point's x label; the tooltip adds the spread (and the driver on marker points).
 std::string pointNote(const json& p) {
-  std::string note;
-  if (const std::string sha = str(p, "git_sha"); !sha.empty()) note += "commit " + shortSha(sha);
-  if (const std::string drv = str(p, "driver"); !drv.empty()) note += (note.empty() ? "" : ", ") + ("driver " + drv);
   const auto p10 = num(p, "p10");
   const auto p90 = num(p, "p90");
-  if (p10 && p90) note += (note.empty() ? "" : ", ") + ("p10-p90 " + shortNumber(*p10) + "-" + shortNumber(*p90));
-  return note;
+  if (p10 && p90) return "p10-p90 " + shortNumber(*p10) + "-" + shortNumber(*p90);
+  return "";
 }
 
 std::string seriesLabel(const json& s, bool with_host) {
@@ -218,8 +230,12 @@ std::string renderTrends(const json& series, int* charts) {
   std::ostringstream out;
   out << "<h2>Trends</h2>\n";
   if (series.empty()) out << "<p class=\"muted\">No performance series.</p>\n";
-  out << "<p class=\"muted\">One point per run (oldest left). Triangles mark change points, diamonds a driver change; "
-         "hover a point for its commit, driver and p10-p90 spread.</p>\n<div class=\"charts\">\n";
+  out << "<p class=\"muted\">One point per run (oldest left, labelled with its date and commit). Triangles mark change "
+         "points, diamonds a driver change; hover a point for its p10-p90 spread.";
+  if (axis.total_runs > axis.labels.size()) {
+    out << " Showing the latest " << axis.labels.size() << " of " << axis.total_runs << " runs.";
+  }
+  out << "</p>\n<div class=\"charts\">\n";
   for (const std::string& key : order) {
     const std::vector<size_t>& idx = members[key];
     const std::string group = key.substr(0, key.find('\x1f'));
@@ -248,8 +264,9 @@ std::string renderTrends(const json& series, int* charts) {
         for (size_t p = 0; p < pts.size(); ++p) {
           const json& pt = pts[p];
           const auto v = num(pt, "value");
-          const std::string x = axis.label_of.at(runKey(pt));
-          if (!v) continue;
+          const auto label = axis.label_of.find(runKey(pt));
+          if (!v || label == axis.label_of.end()) continue;
+          const std::string& x = label->second;
           cs.points.push_back({{"x", x}, {"y", *v}, {"note", pointNote(pt)}});
           const std::string drv = str(pt, "driver");
           if (p > 0 && !drv.empty() && !prevDriver.empty() && drv != prevDriver) {
@@ -257,13 +274,14 @@ std::string renderTrends(const json& series, int* charts) {
           }
           if (!drv.empty()) prevDriver = drv;
         }
-        for (const json& cp : s.value("change_points", json::array())) {
+        for (const json& cp : arrayAt(s, "change_points")) {
           const size_t at = static_cast<size_t>(*num(cp, "index"));
           const json& pt = pts[at];
           const auto v = num(pt, "value");
-          if (!v) continue;
+          const auto label = axis.label_of.find(runKey(pt));
+          if (!v || label == axis.label_of.end()) continue;
           changes.points.push_back(
-              {{"x", axis.label_of.at(runKey(pt))},
+              {{"x", label->second},
                {"y", *v},
                {"note", cs.label + ": " + fmtNum(num(cp, "before")) + " -> " + fmtNum(num(cp, "after")) + " (" +
                             fmtPct(num(cp, "change_pct")) + ", p=" + fmtP(num(cp, "p_value")) + "), commit " +
@@ -293,7 +311,7 @@ std::string renderRegressions(const json& regressions) {
          "after</th><th class=\"l\">fingerprint changes</th></tr>\n";
   for (const json& r : regressions) {
     std::string changes;
-    for (const json& c : r.value("fingerprint_changes", json::array()))
+    for (const json& c : arrayAt(r, "fingerprint_changes"))
       changes += (changes.empty() ? "" : "; ") + (c.is_string() ? c.get<std::string>() : c.dump());
     out << "<tr><td class=\"l\">" << htmlEscape(describe(r)) << "</td><td class=\"l\">" << htmlEscape(str(r, "host"))
         << "</td><td class=\"l\">" << htmlEscape(str(r, "metric")) << "</td><td>" << fmtNum(num(r, "before"))
@@ -331,78 +349,24 @@ std::string renderFleet(const json& fleet, const json& series) {
 
 std::string renderHeatmap(const json& hm) {
   const int gpus = static_cast<int>(*num(hm, "gpus"));
-  const std::string unit = str(hm, "unit");
-  const bool time = unit == "us";
-  std::vector<std::optional<double>> value(static_cast<size_t>(gpus) * gpus), expected(value.size());
-  bool anyExpected = false;
+  std::vector<HeatCell> cells(static_cast<size_t>(gpus) * static_cast<size_t>(gpus));
   for (const json& c : hm["cells"]) {
     const auto src = num(c, "src");
     const auto dst = num(c, "dst");
     if (!src || !dst || *src < 0 || *dst < 0 || *src >= gpus || *dst >= gpus) continue;
-    const size_t at = static_cast<size_t>(*src) * gpus + static_cast<size_t>(*dst);
-    value[at] = num(c, "value");
-    expected[at] = num(c, "expected");
-    if (expected[at] && *expected[at] > 0) anyExpected = true;
+    HeatCell& cell = cells[static_cast<size_t>(*src) * static_cast<size_t>(gpus) + static_cast<size_t>(*dst)];
+    cell.value = num(c, "value");
+    cell.expected = num(c, "expected");
   }
-  const bool pctOfExpected = !time && anyExpected;
-  std::ostringstream out;
-  out << "<h3>" << htmlEscape(str(hm, "title")) << "</h3>\n<p class=\"muted\">";
-  if (time) {
-    out << "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
-  } else if (pctOfExpected) {
-    out << "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " << unit
-        << ". Red below 70%, amber below 95%.";
-  } else {
-    out << htmlEscape(unit) << " per pair (row = source, column = destination); colour against the row's best pair.";
-  }
-  out << "</p>\n<table class=\"heatmap\" data-unit=\"" << htmlEscape(unit) << "\"><tr><th>src \\ dst</th>";
-  for (int d = 0; d < gpus; ++d)
-    out << "<th>" << d << "</th>";
-  out << "</tr>\n";
-  for (int s = 0; s < gpus; ++s) {
-    std::optional<double> best;
-    for (int d = 0; d < gpus; ++d) {
-      const auto& v = value[static_cast<size_t>(s) * gpus + d];
-      if (!v || *v <= 0) continue;
-      if (!best || (time ? *v < *best : *v > *best)) best = v;
-    }
-    out << "<tr><th>" << s << "</th>";
-    for (int d = 0; d < gpus; ++d) {
-      const size_t at = static_cast<size_t>(s) * gpus + d;
-      const auto& v = value[at];
-      if (!v) {
-        out << "<td class=\"muted\">-</td>";
-        continue;
-      }
-      double fraction = NAN;
-      std::string text;
-      std::string tip = shortNumber(*v) + " " + unit;
-      if (pctOfExpected && expected[at] && *expected[at] > 0) {
-        fraction = *v / *expected[at];
-        char pct[32];
-        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
-        text = pct;
-        tip += " of " + shortNumber(*expected[at]) + " " + unit + " expected";
-      } else {
-        text = shortNumber(*v);
-        if (best && *v > 0) fraction = time ? *best / *v : *v / *best;
-      }
-      out << "<td style=\"background:" << fractionColour(fraction) << "\" title=\"" << htmlEscape(tip)
-          << "\" data-fraction=\"" << (std::isfinite(fraction) ? shortNumber(fraction) : "") << "\">"
-          << htmlEscape(text) << "</td>";
-    }
-    out << "</tr>\n";
-  }
-  out << "</table>\n";
-  return out.str();
+  return heatmapTable(str(hm, "title"), str(hm, "unit"), gpus, cells);
 }
 
 std::string renderKindPage(const json& kind, const std::string& generated) {
   const std::string name = kind["kind"].get<std::string>();
-  const json series = kind.value("series", json::array());
-  const json regressions = kind.value("regressions", json::array());
-  const json fleet = kind.value("fleet", json::array());
-  const json heatmaps = kind.value("heatmaps", json::array());
+  const json& series = arrayAt(kind, "series");
+  const json& regressions = arrayAt(kind, "regressions");
+  const json& fleet = arrayAt(kind, "fleet");
+  const json& heatmaps = arrayAt(kind, "heatmaps");
   std::ostringstream out;
   out << pageBegin("peerlab history: " + name);
   out << "<h1>peerlab history: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all "
@@ -417,8 +381,10 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   out << renderFleet(fleet, series);
   out << "<h2>Pair heatmaps (latest run)</h2>\n";
   if (heatmaps.empty()) out << "<p class=\"muted\">No pair results in the latest run.</p>\n";
+  out << "<div class=\"tiles\">";
   for (const json& hm : heatmaps)
-    out << renderHeatmap(hm);
+    out << "<div class=\"tile\">" << renderHeatmap(hm) << "</div>";
+  out << "</div>\n";
   int charts = 0;
   out << renderTrends(series, &charts);
   out << pageEnd(charts > 0);
@@ -434,7 +400,7 @@ std::string renderIndex(const json& model) {
          "run</th><th>regressions</th><th>fleet outliers</th></tr>\n";
   for (const json& kind : model["kinds"]) {
     const std::string name = kind["kind"].get<std::string>();
-    const json series = kind.value("series", json::array());
+    const json& series = arrayAt(kind, "series");
     std::set<std::string> runs;
     std::string latest;
     for (const json& s : series) {
@@ -443,8 +409,8 @@ std::string renderIndex(const json& model) {
         latest = std::max(latest, str(p, "timestamp"));
       }
     }
-    const size_t regressions = kind.value("regressions", json::array()).size();
-    const size_t fleet = kind.value("fleet", json::array()).size();
+    const size_t regressions = arrayAt(kind, "regressions").size();
+    const size_t fleet = arrayAt(kind, "fleet").size();
     out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(kindPageName(name)) << "\">" << htmlEscape(name)
         << "</a></td><td>" << series.size() << "</td><td>" << runs.size() << "</td><td>"
         << htmlEscape(shortTime(latest)) << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">"

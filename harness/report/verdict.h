@@ -22,6 +22,14 @@ struct RunVerdict {
   bool storedPassContradicted() const { return stored_pass.value_or(false) && !pass; }
 };
 
+/// The bandwidth a result should reach by the plan stored in its run (the first matching expectation).
+struct ExpectedFigure {
+  std::string metric;  ///< algbw_gbps or busbw_gbps
+  double gbps = 0;
+  std::string basis;  ///< "NV18 x 26.5625 GB/s x 0.80"
+};
+std::optional<ExpectedFigure> expectedFigure(const Run& run, const Result& r);
+
 /// Recomputes the verdict of `run` from its results and the plan stored in it (run.extra "plan": "expectations",
 /// "latency", "jobs", "probe"). A run without a plan gets the probe and data checks only.
 RunVerdict recomputeVerdict(const Run& run);

@@ -18,7 +18,7 @@ std::string failures(const RunVerdict& v) {
 }
 
 report::Run committedRun() {
-  auto run = readRun(peerlab::testing::sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-session9.json"));
+  auto run = readRun(peerlab::testing::sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json"));
   EXPECT_TRUE(run.isOk()) << run.status().toString();
   return run.isOk() ? *run : report::Run{};
 }
@@ -102,6 +102,18 @@ TEST(Verdict, RunWithoutPlanGetsProbeAndDataChecks) {
   EXPECT_TRUE(recomputeVerdict(run).pass);
   EXPECT_FALSE(recomputeVerdict(run).stored_pass.has_value());
   run.results[0].status = "failed: timeout";
+  EXPECT_FALSE(recomputeVerdict(run).pass);
+  run.results[0].status = "ok";
+  // Health: warn passes, fail fails.
+  Result h;
+  h.suite = "health";
+  h.impl = "nvml";
+  h.name = "ecc";
+  h.src = 0;
+  h.status = "warn";
+  run.results.push_back(h);
+  EXPECT_TRUE(recomputeVerdict(run).pass);
+  run.results.back().status = "fail";
   EXPECT_FALSE(recomputeVerdict(run).pass);
 }
 

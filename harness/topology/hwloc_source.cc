@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/topology/contained.h"
+#include "harness/process/contained.h"
 #include "harness/topology/hwloc_topology.h"
 #include "harness/topology/topology_internal.h"
 
@@ -337,19 +337,19 @@ StatusOr<HwlocTopology> loadHwlocXml(const std::string& xml, const std::string& 
   // worked. The handle is made before the fork so that the child does not load hwloc's plugins itself.
   PEERLAB_ASSIGN_OR_RETURN(HwlocTopology topo, newXmlTopology());
   hwloc_topology_t raw = topo.get();
-  PEERLAB_ASSIGN_OR_RETURN(detail::ContainedEnd end, detail::runContained([&] { return importXml(raw, xml); },
-                                                                          Deadline::afterMs(kImportDeadlineMs)));
+  PEERLAB_ASSIGN_OR_RETURN(process::ContainedEnd end, process::runContained([&] { return importXml(raw, xml); },
+                                                                            Deadline::afterMs(kImportDeadlineMs)));
   switch (end.kind) {
-    case detail::ContainedEnd::Kind::kExited:
+    case process::ContainedEnd::Kind::kExited:
       if (end.exit_code == kImportLoaded) break;
       if (end.exit_code == kImportRejected || end.exit_code == kImportUnreadable) {
         return importFailure(end.exit_code, name);
       }
       return PEERLAB_INVALID_ARGUMENT(name + ": hwloc could not parse this file (its loader " + end.describe() + ")");
-    case detail::ContainedEnd::Kind::kSignaled:
+    case process::ContainedEnd::Kind::kSignaled:
       return PEERLAB_INVALID_ARGUMENT(name + ": hwloc could not parse this file (" + end.describe() +
                                       " while loading)");
-    case detail::ContainedEnd::Kind::kTimedOut:
+    case process::ContainedEnd::Kind::kTimedOut:
       return PEERLAB_INVALID_ARGUMENT(name + ": hwloc did not finish loading this file within " +
                                       std::to_string(kImportDeadlineMs) + " ms (stopped)");
   }

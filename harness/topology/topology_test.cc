@@ -19,7 +19,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/topology/contained.h"
 #include "harness/topology/topology_internal.h"
 #include "harness/topology/xml_document.h"
 #include "reference/core/testing.h"
@@ -581,46 +580,6 @@ TEST(HwlocXml, ImporterCrashIsContained) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(HwlocTopology hw, loadHwlocXml(good, "dgx2.xml"));
   EXPECT_EQ(hwloc_get_nbobjs_by_type(hw.get(), HWLOC_OBJ_PU), 4);
   EXPECT_EQ(hwloc_get_nbobjs_by_type(hw.get(), HWLOC_OBJ_PCI_DEVICE), 28);
-  expectNoChildLeft();
-}
-
-TEST(Contained, ReportsHowTheChildEndedAndReapsIt) {
-  using detail::ContainedEnd;
-  using detail::runContained;
-  const Deadline later = Deadline::afterMs(10000);
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ContainedEnd exited, runContained([] { return 7; }, later));
-  EXPECT_TRUE(exited.exitedWith(7)) << exited.describe();
-  EXPECT_EQ(exited.describe(), "exited with status 7");
-
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ContainedEnd segv, runContained([] { return ::raise(SIGSEGV) == 0 ? 0 : 1; }, later));
-  EXPECT_EQ(segv.kind, ContainedEnd::Kind::kSignaled) << segv.describe();
-  EXPECT_EQ(segv.signal, SIGSEGV);
-  EXPECT_EQ(segv.describe(), "crashed with SIGSEGV");
-
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ContainedEnd aborted, runContained([]() -> int { std::abort(); }, later));
-  EXPECT_EQ(aborted.describe(), "crashed with SIGABRT");
-
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ContainedEnd threw, runContained([]() -> int { throw std::runtime_error("x"); }, later));
-  EXPECT_EQ(threw.kind, ContainedEnd::Kind::kExited);
-  EXPECT_NE(threw.exit_code, 0);
-
-  // A hang is stopped at the deadline.
-  const auto start = Deadline::Clock::now();
-  auto forever = [] {
-    while (true)
-      ::pause();
-    return 0;
-  };
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ContainedEnd hung, runContained(forever, Deadline::afterMs(200)));
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start);
-  EXPECT_EQ(hung.kind, ContainedEnd::Kind::kTimedOut) << hung.describe();
-  EXPECT_GE(waited.count(), 190);
-  EXPECT_LT(waited.count(), 5000);
-  EXPECT_GE(hung.elapsed_ms, 190);
-  for (pid_t pid : {exited.pid, segv.pid, aborted.pid, threw.pid, hung.pid}) {
-    EXPECT_GT(pid, 0);
-    EXPECT_NE(::kill(pid, 0), 0) << "child " << pid << " still exists";
-  }
   expectNoChildLeft();
 }
 

@@ -15,9 +15,9 @@
 #include <span>
 #include <tuple>
 
+#include "harness/watchdog/probe_protocol.h"
 #include "reference/core/devices.h"
 #include "reference/nccl/comm.h"
-#include "harness/watchdog/probe_protocol.h"
 
 namespace peerlab::probe {
 
@@ -45,7 +45,7 @@ struct Worker {
 
 struct Incoming {
   Decoded msg;
-  std::vector<watchdog::Fd> fds;
+  std::vector<Fd> fds;
 };
 
 // What came back from one batch: the answers, and why the rest did not come.
@@ -75,7 +75,7 @@ struct ProbeSession::Impl {
   bool importer_pending = false;  // setup and import sent, answers not read yet
   Inventory inventory;
   Exports exports;
-  std::vector<watchdog::Fd> export_fds;
+  std::vector<Fd> export_fds;
   int owner_generation = 0;
   int starts = 0;
   int owner_starts = 0;
@@ -689,13 +689,6 @@ bool cudaDriverLoadedHere() {
     if (line.find("libcuda.so") != std::string::npos) return true;
   }
   return false;
-}
-
-StatusOr<std::string> selfExecutable() {
-  char buf[PATH_MAX + 1] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", buf, PATH_MAX);
-  if (n <= 0) return PEERLAB_UNAVAILABLE("cannot read /proc/self/exe");
-  return std::string(buf, static_cast<size_t>(n));
 }
 
 std::vector<std::string> workerCommand(const std::string& peerlab_binary) {

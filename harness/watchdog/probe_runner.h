@@ -92,8 +92,6 @@ class ProbeSession {
 /// True when this process has the CUDA driver library mapped (/proc/self/maps): the probe's parent must never have.
 bool cudaDriverLoadedHere();
 
-/// This executable's path (/proc/self/exe), for re-executing it as a worker.
-StatusOr<std::string> selfExecutable();
 /// {binary, "probe-worker"}.
 std::vector<std::string> workerCommand(const std::string& peerlab_binary);
 

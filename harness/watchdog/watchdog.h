@@ -1,14 +1,10 @@
 #pragma once
-/// Watched child processes: spawn a child with argv and environment, talk to it over a message channel
-/// (SOCK_SEQPACKET socketpair: message boundaries kept, file descriptors passed with SCM_RIGHTS), receive with a
-/// deadline, check whether it is alive, kill it (SIGTERM, then SIGKILL after a grace period), reap it and describe
-/// how it ended. Every child is reaped on every path: by its owner, and by the interrupt handlers when this process
-/// is interrupted.
+/// Watched child processes: a child started by harness/process (spawn, wait, kill, reap) that the parent talks to
+/// over a message channel (SOCK_SEQPACKET socketpair: message boundaries kept, file descriptors passed with
+/// SCM_RIGHTS), with a deadline on every receive.
 ///
 /// The child end of the channel is descriptor 3 in the child, named in PEERLAB_WATCHDOG_FD; the child calls
 /// attachToParent(), which also arranges for it to die with its parent.
-
-#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -18,20 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "harness/process/process.h"
 #include "reference/core/deadline.h"
-#include "reference/core/owned.h"
+#include "reference/core/fd.h"
 #include "reference/core/status.h"
 
 namespace peerlab::watchdog {
-
-/// Owner of a POSIX file descriptor.
-struct FdTraits {
-  using Handle = int;
-  static Handle null() noexcept { return -1; }
-  static bool isNull(Handle h) noexcept { return h < 0; }
-  static void destroy(Handle h) noexcept;
-};
-using Fd = Owned<FdTraits>;
 
 inline constexpr size_t kMaxMessageBytes = 128 * 1024;
 inline constexpr size_t kMaxMessageFds = 64;
@@ -69,83 +57,44 @@ class Channel {
   Fd fd_;
 };
 
-/// How a child ended.
-struct ExitStatus {
-  bool exited = false;  ///< exited on its own, with `code`
-  int code = 0;
-  int signal = 0;  ///< killed by this signal
-  bool core = false;
+using process::decodeWaitStatus;
+using process::ExitStatus;
+using process::installInterruptHandlers;
+using process::liveChildren;
 
-  bool success() const { return exited && code == 0; }
-  /// "exited with code 7", "killed by SIGSEGV (Segmentation fault)", "killed by SIGKILL (Killed)".
-  std::string describe() const;
-};
-/// Decodes a waitpid(2) status.
-ExitStatus decodeWaitStatus(int status);
-
-struct SpawnOptions {
-  std::vector<std::string> argv;  ///< argv[0] is the program: a path, or a name looked up in PATH
-  std::vector<std::string> env;   ///< KEY=VALUE entries added to (or replacing in) this process's environment
-  bool channel = true;            ///< give the child a channel end at descriptor kChildChannelFd
-  bool null_stdin = true;
-  bool null_stdout = false;
-  bool null_stderr = false;
-  bool own_process_group = true;  ///< the child leads a new process group (terminal signals go to the parent only)
+/// What to start: a process::SpawnOptions (stdin on /dev/null unless changed) and whether it gets a channel.
+struct SpawnOptions : process::SpawnOptions {
+  SpawnOptions() { null_stdin = true; }
+  bool channel = true;  ///< give the child a channel end at descriptor kChildChannelFd
 };
 
-/// Owner of a child process id: destroying it kills the child (SIGKILL) and reaps it.
-struct ProcessTraits {
-  using Handle = pid_t;
-  static Handle null() noexcept { return -1; }
-  static bool isNull(Handle h) noexcept { return h <= 0; }
-  static void destroy(Handle h) noexcept;
-};
-
-/// A child process under watch.
+/// A child process under watch: a process::Child with the parent's end of its channel.
 class Child {
  public:
-  Child() = default;
-  Child(Child&&) noexcept = default;
-  Child& operator=(Child&&) noexcept = default;
-
   /// Starts the child. Fails with `invalid_argument` when argv is empty and `unavailable` when it cannot be run.
   static StatusOr<Child> spawn(const SpawnOptions& options);
 
-  pid_t pid() const { return pid_ ? pid_.get() : exited_pid_; }
+  pid_t pid() const { return process_.pid(); }
   Channel& channel() { return channel_; }
   Status send(std::span<const uint8_t> bytes, Deadline deadline, std::span<const int> fds = {}) {
     return channel_.send(bytes, deadline, fds);
   }
   StatusOr<Message> receive(Deadline deadline) { return channel_.receive(deadline); }
 
-  /// True while the child runs; reaps it (and remembers how it ended) once it has exited.
-  bool isAlive();
-  /// How the child ended, once reaped.
-  const std::optional<ExitStatus>& exitStatus() const { return exit_; }
-  /// Waits for the child to exit on its own until `deadline` (`timeout` if it is still running then).
-  StatusOr<ExitStatus> wait(Deadline deadline);
-  /// SIGTERM, then SIGKILL when it has not exited after `grace`; reaps it. Returns how it ended (an already reaped
-  /// child returns its recorded status). Waits at most `grace` + 30 s for a child stuck in the kernel.
-  ExitStatus kill(std::chrono::milliseconds grace = std::chrono::milliseconds(200));
+  /// See process::Child.
+  bool isAlive() { return process_.isAlive(); }
+  const std::optional<ExitStatus>& exitStatus() const { return process_.exitStatus(); }
+  StatusOr<ExitStatus> wait(Deadline deadline) { return process_.wait(deadline); }
+  ExitStatus kill(std::chrono::milliseconds grace = std::chrono::milliseconds(200)) { return process_.kill(grace); }
 
  private:
-  Owned<ProcessTraits> pid_;
-  pid_t exited_pid_ = -1;
-  bool own_group_ = false;
+  // The channel closes before the process is killed and reaped.
+  process::Child process_;
   Channel channel_;
-  std::optional<ExitStatus> exit_;
-  void signal(int sig);
-  void reaped(int status);
 };
 
 /// Child side: the channel the parent handed over (PEERLAB_WATCHDOG_FD). Also makes this process die with its
 /// parent (PR_SET_PDEATHSIG) and fails when the parent is already gone. Removes both variables from the environment.
 StatusOr<Channel> attachToParent();
-
-/// Installs SIGINT, SIGTERM and SIGHUP handlers that kill and reap every live child of this process, then end it
-/// with the same signal. Idempotent.
-void installInterruptHandlers();
-/// Children spawned by this process and not reaped yet.
-int liveChildren();
 
 }  // namespace peerlab::watchdog

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "reference/core/fd.h"
 #include "reference/core/status.h"
 #include "reference/ipc/ipc.h"
 
@@ -50,7 +51,7 @@ class BasicHandleCache {
   /// The mapping of `d`'s range, opened on a miss. Takes ownership of `fd` (kVmmFd; -1 for none): it is closed
   /// before this returns, on a hit and on a miss. An entry of the same key that covers fewer bytes is replaced.
   StatusOr<const Mapping*> get(const Descriptor& d, int fd = -1) {
-    FdCloser closer{fd};
+    Fd closer(fd);
     PEERLAB_RETURN_IF_ERROR(validateDescriptor(d));
     const CacheKey key = cacheKeyFor(d);
     auto it = entries_.find(key);
@@ -100,12 +101,6 @@ class BasicHandleCache {
   struct Entry {
     Mapping mapping;
     uint64_t bytes = 0;
-  };
-  struct FdCloser {
-    int fd;
-    ~FdCloser() {
-      if (fd >= 0) ::close(fd);
-    }
   };
   Opener open_;
   std::map<CacheKey, Entry> entries_;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "reference/core/check.h"
+#include "reference/core/fd.h"
 #include "reference/core/scoped.h"
 
 namespace peerlab::ipc {
@@ -459,13 +460,6 @@ StatusOr<std::string> failedRanks(Bootstrap& boot, bool ok, Deadline deadline) {
   return failed;
 }
 
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 namespace detail {
@@ -500,7 +494,7 @@ StatusOr<PeerBuffers> detail::PeerBuffersBuilder::exchange(Bootstrap& boot, cons
 
   // Export first; a rank that cannot export contributes an invalid descriptor so every rank stops after the
   // allgather (instead of waiting for file descriptors that will never come).
-  FdGuard my_fd;
+  Fd my_fd;
   Descriptor my_desc;
   Status export_status = Status::ok();
   {
@@ -510,7 +504,7 @@ StatusOr<PeerBuffers> detail::PeerBuffersBuilder::exchange(Bootstrap& boot, cons
       if (mine.kind == HandleKind::kVmmFd && n > 1) {
         auto fd = exportFd(mine);
         if (fd.isOk()) {
-          my_fd.fd = *fd;
+          my_fd.reset(*fd);
         } else {
           export_status = fd.status();
         }
@@ -550,17 +544,17 @@ StatusOr<PeerBuffers> detail::PeerBuffersBuilder::exchange(Bootstrap& boot, cons
   if (!problem.empty()) return PEERLAB_STATUS(problem_code, "IPC exchange: " + problem);
 
   // File descriptors, pair by pair in one global order (see fdExchangeSchedule).
-  std::vector<FdGuard> peer_fds(static_cast<size_t>(n));
+  std::vector<Fd> peer_fds(static_cast<size_t>(n));
   if (mine.kind == HandleKind::kVmmFd) {
     for (const FdStep& step : fdExchangeSchedule(me, n)) {
       if (step.send) {
-        PEERLAB_RETURN_IF_ERROR(boot.sendFds(step.peer, &my_fd.fd, 1, deadline)
+        PEERLAB_RETURN_IF_ERROR(boot.sendFds(step.peer, &my_fd.get(), 1, deadline)
                                     .withContext("sending the IPC fd to rank " + std::to_string(step.peer)));
       } else {
         int fd = -1;
         PEERLAB_RETURN_IF_ERROR(boot.recvFds(step.peer, &fd, 1, deadline)
                                     .withContext("receiving the IPC fd of rank " + std::to_string(step.peer)));
-        peer_fds[static_cast<size_t>(step.peer)].fd = fd;
+        peer_fds[static_cast<size_t>(step.peer)].reset(fd);
       }
     }
   }
@@ -574,7 +568,7 @@ StatusOr<PeerBuffers> detail::PeerBuffersBuilder::exchange(Bootstrap& boot, cons
   Status import_status = Status::ok();
   for (int r = 0; r < n && import_status.isOk(); ++r) {
     if (r == me) continue;
-    auto imp = importBuffer(all[static_cast<size_t>(r)], peer_fds[static_cast<size_t>(r)].fd, options);
+    auto imp = importBuffer(all[static_cast<size_t>(r)], peer_fds[static_cast<size_t>(r)].get(), options);
     if (!imp.isOk()) {
       import_status = imp.status().withContext("importing rank " + std::to_string(r) + "'s buffer");
       break;

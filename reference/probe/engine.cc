@@ -13,6 +13,7 @@
 #include "reference/core/check.h"
 #include "reference/core/deadline.h"
 #include "reference/core/devices.h"
+#include "reference/core/fd.h"
 #include "reference/core/memory.h"
 #include "reference/core/owned.h"
 #include "reference/core/pattern.h"
@@ -25,14 +26,6 @@ namespace peerlab::probe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct FdTraits {
-  using Handle = int;
-  static Handle null() noexcept { return -1; }
-  static bool isNull(Handle h) noexcept { return h < 0; }
-  static void destroy(Handle h) noexcept { ::close(h); }
-};
-using Fd = Owned<FdTraits>;
 
 struct VmmAllocation {
   CUmemGenericAllocationHandle handle = 0;

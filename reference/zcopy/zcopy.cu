@@ -15,6 +15,7 @@
 #include "reference/core/check.h"
 #include "reference/core/device_time.cuh"
 #include "reference/core/devices.h"
+#include "reference/core/fd.h"
 #include "reference/core/memory.h"
 #include "reference/core/programmatic.cuh"
 #include "reference/core/scoped.h"
@@ -800,12 +801,7 @@ StatusOr<Channel> Channel::create(Context& ctx, const ChannelOptions& o, Deadlin
   mine.has_fd = fd >= 0 ? 1 : 0;
   if (local.isOk() && exporter)
     ipc::encodeDescriptor(desc, std::span<std::byte, ipc::kDescriptorWireBytes>(mine.descriptor));
-  struct FdCloser {
-    int& fd;
-    ~FdCloser() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closer{fd};
+  const Fd fd_owner(fd);
 
   Hello theirs;
   PEERLAB_RETURN_IF_ERROR(swapWith(boot, o.peer, mine, theirs, deadline));

@@ -1,23 +1,18 @@
 #pragma once
 // Test helper: runs a program with extra environment, captures stdout and stderr, and reports how it ended.
 
-#include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
-#include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
-extern char** environ;
+#include "harness/process/files.h"
+#include "harness/process/process.h"
 
 namespace peerlab::faults::testing {
 
@@ -40,86 +35,37 @@ struct ProcessResult {
   }
 };
 
-/// Runs argv with the parent's environment plus `env` (KEY=VALUE; an empty VALUE after '=' removes nothing, a
-/// bare KEY removes the variable). Kills it after `timeout`.
+/// Runs argv with the parent's environment changed by `env` (KEY=VALUE sets, a bare KEY removes the variable), with
+/// stdout and stderr captured through files in a fresh temporary directory. Stops it after `timeout`.
 inline ProcessResult runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& kv : env) {
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) {
-      vars.erase(kv);
-    } else {
-      vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-  }
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : vars)
-    env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings)
-    envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy)
-    args.push_back(s.data());
-  args.push_back(nullptr);
-
-  int out_pipe[2], err_pipe[2];
   ProcessResult result;
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  if (rc != 0) {
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    result.err = std::string("spawn failed: ") + std::strerror(rc);
+  std::string dir = (std::filesystem::temp_directory_path() / "peerlab-faults-run-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    result.err = "cannot create a temporary directory";
     return result;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[4096];
-  while (open_fds > 0) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      kill(pid, SIGKILL);
-      result.timed_out = true;
-      break;
-    }
-    if (poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n <= 0) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      } else {
-        (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
-      }
-    }
+  process::ProcessOptions po;
+  po.argv = argv;
+  po.env = env;
+  po.stdout_path = dir + "/stdout";
+  po.stderr_path = dir + "/stderr";
+  po.timeout = timeout;
+  po.kill_grace = std::chrono::milliseconds(200);
+  auto ran = process::runProcess(po);
+  if (ran.isOk()) {
+    result.exit_code = ran->exit_code;
+    result.signal = ran->signal;
+    result.timed_out = ran->timed_out;
+    auto out = readTextFile(po.stdout_path);
+    auto err = readTextFile(po.stderr_path);
+    if (out.isOk()) result.out = *out;
+    if (err.isOk()) result.err = *err;
+  } else {
+    result.err = "spawn failed: " + ran.status().message();
   }
-  for (auto& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   return result;
 }
 

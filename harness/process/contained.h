@@ -12,7 +12,7 @@
 #include "reference/core/deadline.h"
 #include "reference/core/status.h"
 
-namespace peerlab::topology::detail {
+namespace peerlab::process {
 
 /// How the child ended; it is always reaped before runContained returns.
 struct ContainedEnd {
@@ -33,4 +33,4 @@ struct ContainedEnd {
 /// `body` must not start threads or touch CUDA; its return value is the child's exit status.
 StatusOr<ContainedEnd> runContained(const std::function<int()>& body, Deadline deadline);
 
-}  // namespace peerlab::topology::detail
+}  // namespace peerlab::process

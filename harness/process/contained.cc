@@ -1,27 +1,26 @@
-#include "harness/topology/contained.h"
+#include "harness/process/contained.h"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 
-namespace peerlab::topology::detail {
+#include "harness/process/process.h"
+
+namespace peerlab::process {
 namespace {
 
 // The exit status when the body throws or the caller is already gone.
 constexpr int kChildFailed = 125;
 
-std::string signalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+int64_t elapsedMs(Deadline::Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
 }
 
 [[noreturn]] void runChild(const std::function<int()>& body, pid_t parent, Deadline deadline) {
@@ -70,49 +69,30 @@ StatusOr<ContainedEnd> runContained(const std::function<int()>& body, Deadline d
   if (pid < 0) return PEERLAB_UNAVAILABLE(std::string("cannot start a process: fork: ") + std::strerror(errno));
   if (pid == 0) runChild(body, parent, deadline);
 
+  // Not a group leader: a forked copy shares the caller's group until it execs, and it never does.
+  Child child = Child::adopt(pid, false);
   ContainedEnd end;
   end.pid = pid;
-  auto elapsed = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
-  };
-  // Short naps that grow: a load takes milliseconds, and the answer should not wait much longer than that.
-  auto nap = std::chrono::microseconds(20);
-  int status = 0;
-  while (true) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) {
-      // ECHILD: something else in this process reaped the child (a SIGCHLD handler); its pid may be reused.
-      const int e = errno;
-      if (e != ECHILD) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-      }
-      return PEERLAB_INTERNAL(std::string("lost the contained process: waitpid: ") + std::strerror(e));
-    }
-    if (deadline.expired()) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      end.kind = ContainedEnd::Kind::kTimedOut;
-      end.elapsed_ms = elapsed();
-      return end;
-    }
-    const auto wait = std::min<std::chrono::nanoseconds>(nap, deadline.remaining());
-    timespec ts{static_cast<time_t>(wait.count() / 1'000'000'000), static_cast<long>(wait.count() % 1'000'000'000)};
-    ::nanosleep(&ts, nullptr);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
+  auto ended = child.wait(deadline);
+  if (!ended.isOk()) {
+    // SIGKILL only: a SIGTERM would run the handlers the child inherited from the caller.
+    child.signal(SIGKILL);
+    (void)child.wait(Deadline::after(std::chrono::seconds(30)));
+    end.kind = ContainedEnd::Kind::kTimedOut;
+    end.elapsed_ms = elapsedMs(start);
+    return end;
   }
-  end.elapsed_ms = elapsed();
-  if (WIFSIGNALED(status)) {
+  end.elapsed_ms = elapsedMs(start);
+  // Something else in this process reaped the child (SIGCHLD ignored, a handler): its verdict is unknown.
+  if (ended->lost) return PEERLAB_INTERNAL("lost the contained process: it " + ended->describe());
+  if (ended->signal != 0) {
     end.kind = ContainedEnd::Kind::kSignaled;
-    end.signal = WTERMSIG(status);
+    end.signal = ended->signal;
   } else {
     end.kind = ContainedEnd::Kind::kExited;
-    end.exit_code = WEXITSTATUS(status);
+    end.exit_code = ended->code;
   }
   return end;
 }
 
-}  // namespace peerlab::topology::detail
+}  // namespace peerlab::process

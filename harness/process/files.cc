@@ -1,0 +1,83 @@
+#include "harness/process/files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <sstream>
+
+namespace peerlab {
+
+namespace {
+
+bool isExecutable(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+StatusOr<std::string> readTextFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Status writeTextFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot write: " + std::strerror(errno));
+  f << text;
+  f.flush();
+  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": write failed");
+  return Status::ok();
+}
+
+std::string tailOfFile(const std::string& path, int lines) {
+  std::ifstream f(path);
+  if (!f) return "";
+  std::deque<std::string> keep;
+  std::string line;
+  while (std::getline(f, line)) {
+    keep.push_back(line);
+    if (static_cast<int>(keep.size()) > lines) keep.pop_front();
+  }
+  std::string out;
+  for (const auto& l : keep)
+    out += l + "\n";
+  return out;
+}
+
+std::string selfExecutable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+std::string selfExecutableDir() {
+  std::string exe = selfExecutable();
+  const auto slash = exe.rfind('/');
+  return slash == std::string::npos ? "" : exe.substr(0, slash);
+}
+
+std::string findInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return isExecutable(name) ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string candidate = dir + "/" + name;
+    if (isExecutable(candidate)) return candidate;
+  }
+  return "";
+}
+
+}  // namespace peerlab
