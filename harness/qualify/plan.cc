@@ -370,7 +370,7 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
         auto m = topo.memory_peak_gbps.find(g.index);
         if (m == topo.memory_peak_gbps.end() || m->second <= 0) {
           unknownMemory.insert(g.index);
-          e.basis = "unknown: the DRAM rate of GPU" + std::to_string(g.index) + " is read from CUDA on a live run";
+          e.basis = "unknown: the DRAM rate is read from CUDA on a live run";
         } else {
           e.gbps = m->second / 2 * rule.efficiency;
           e.link = "dram";
