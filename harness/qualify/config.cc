@@ -85,6 +85,8 @@ StatusOr<TomlSections> parseToml(const std::string& text, const std::string& nam
       out[section];
       continue;
     }
+    // [health] is full TOML (arrays), read by harness/health with toml++.
+    if (section == "health") continue;
     const auto eq = line.find('=');
     if (eq == std::string::npos) return lineError(name, lineNo, "expected key = value, got \"" + line + "\"");
     const std::string key = trim(line.substr(0, eq));
@@ -255,11 +257,13 @@ StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& 
       if (r.suite.empty()) return PEERLAB_INVALID_ARGUMENT(name + ": [" + sec + "] needs suite = \"...\"");
       if (!haveMax) return PEERLAB_INVALID_ARGUMENT(name + ": [" + sec + "] needs max_us = <microseconds>");
       cfg.latency.push_back(r);
+    } else if (sec == "health") {
+      // Checked by health::parseThresholds.
     } else {
       const int line = keys.empty() ? 0 : keys.begin()->second.line;
       return PEERLAB_INVALID_ARGUMENT(name + (line ? ":" + std::to_string(line) : std::string()) +
                                       ": unknown section [" + sec +
-                                      "] (known: qualify, links, expect.<id>, latency.<id>)");
+                                      "] (known: qualify, links, expect.<id>, latency.<id>, health)");
     }
   }
   return cfg;

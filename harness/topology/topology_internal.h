@@ -74,10 +74,9 @@ Status fromNcclXml(const XmlElement& root, Draft& draft);
 bool addCudaDevices(Draft& draft);
 /// Live: CUDA P2P attributes for every ordered pair of GPUs CUDA sees.
 void addCudaP2p(Data& data);
-#ifdef PEERLAB_HAVE_NVML
-/// Live: NVLink link counts, remote types (GPU or NVSwitch) and link rates from NVML.
+/// Live: NVLink link counts, remote types (GPU or NVSwitch) and link rates from NVML (loaded at run time; without
+/// it, a warning when the draft has GPUs whose NVLinks nothing else gave).
 void addNvmlLinks(Draft& draft);
-#endif
 
 /// Formats a CPU set given as 32-bit words (least significant first) in list form: "0-31,64-95".
 std::string cpuListFromWords(const std::vector<unsigned long>& words);
