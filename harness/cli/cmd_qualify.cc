@@ -6,11 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/health/copy_traffic.h"
+#include "harness/health/health.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
@@ -42,6 +48,8 @@ struct QualifyArgs {
   bool full = false;
   bool skip_probe = false;
   bool skip_bench = false;
+  bool skip_health = false;
+  double health_watch_s = 0;
   std::string results;
   double timeout_s = 0;
   std::string kind;
@@ -65,6 +73,82 @@ std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& 
               failed ? rows.back().status.c_str() : (std::to_string(rows.size()) + " results").c_str(), wall);
   std::fflush(stdout);
   return rows;
+}
+
+// Machine health around the benchmarks: a sample before, the watcher during, a sample after.
+struct HealthRun {
+  std::unique_ptr<health::Monitor> monitor;
+  std::vector<health::GpuSample> before;
+  std::string unavailable;  ///< why NVML cannot be read ("" when it can)
+  std::string wake_error;   ///< why the PCIe link could not be woken with copies ("" when it was)
+  std::chrono::steady_clock::time_point started;
+};
+
+HealthRun healthBefore(const health::Thresholds& t, const report::Fingerprint& fp, double max_s) {
+  HealthRun h;
+  h.started = std::chrono::steady_clock::now();
+  std::vector<std::pair<int, std::string>> gpus;
+  for (const report::GpuFingerprint& g : fp.gpus)
+    if (!g.bus_id.empty()) gpus.push_back({g.ordinal, g.bus_id});
+  auto m = health::Monitor::open(gpus);
+  // Bus ids that do not match (an unusual driver format): fall back to NVML's own order.
+  if (m.isOk() && (*m)->gpus().empty() && !gpus.empty()) m = health::Monitor::open();
+  if (!m.isOk()) {
+    h.unavailable = m.status().message();
+    std::printf("health: %s: every health check is unsupported\n", h.unavailable.c_str());
+    return h;
+  }
+  h.monitor = std::move(*m);
+  h.before = h.monitor->sample(health::copyTraffic(&h.wake_error), t.wake_ms);
+  if (Status st = h.monitor->startWatch(t, max_s); !st.isOk()) h.unavailable = st.message();
+  std::printf("health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
+              h.before.size(), h.monitor->library().path().c_str());
+  if (!h.wake_error.empty()) std::printf("health: PCIe link read at idle: %s\n", h.wake_error.c_str());
+  std::fflush(stdout);
+  return h;
+}
+
+// Stops the watch, samples again and turns the verdicts into health results; results of throttled GPUs are marked.
+void healthAfter(HealthRun& h, const health::Thresholds& t, double min_watch_s, report::Run& run) {
+  std::vector<health::CheckResult> checks;
+  nlohmann::json extra = nlohmann::json::object();
+  if (!h.monitor) {
+    std::vector<int> ordinals;
+    for (const report::GpuFingerprint& g : run.fingerprint.gpus)
+      ordinals.push_back(g.ordinal);
+    checks = health::unsupportedAll(ordinals, h.unavailable);
+    extra["unavailable"] = h.unavailable;
+  } else {
+    // With --health-watch the watch lasts at least that long (a quiet-machine check without benchmarks).
+    while (!qualify::interruptRequested() &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - h.started).count() < min_watch_s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    health::WatchLog watch = h.monitor->stopWatch();
+    std::vector<health::GpuSample> after = h.monitor->sample(health::copyTraffic(&h.wake_error), t.wake_ms);
+    checks = health::evaluate(h.before, after, watch, t);
+    extra = health::toJson(watch, t);
+    extra["nvml_library"] = h.monitor->library().path();
+    if (!h.wake_error.empty()) extra["wake_error"] = h.wake_error;
+    for (const auto& [gpu, reasons] : health::throttledGpus(watch, t)) {
+      for (report::Result& r : run.results) {
+        if ((r.src && *r.src == gpu) || (r.dst && *r.dst == gpu)) r.extra["throttled"] = reasons;
+      }
+    }
+  }
+  std::vector<report::Result> rows = health::toResults(checks);
+  run.results.insert(run.results.end(), rows.begin(), rows.end());
+  run.extra["health"] = extra;
+}
+
+// The qualify config's text, for its [health] section (read with toml++).
+StatusOr<std::string> configText(const std::string& path) {
+  if (path.empty()) return qualify::defaultConfigText();
+  std::ifstream f(path);
+  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 int writeBundle(const std::string& dir, report::Run& run, const std::vector<report::Check>& checks,
@@ -110,6 +194,11 @@ int runQualify(const QualifyArgs& a) {
   // Inputs first: config, baseline, stored results; each bad one is a one-line error naming it.
   StatusOr<qualify::QualifyConfig> config = a.config.empty() ? qualify::defaultConfig() : qualify::loadConfig(a.config);
   if (!config.isOk()) return fail(kCmd, kExitUsage, config.status().message());
+  StatusOr<std::string> config_text = configText(a.config);
+  if (!config_text.isOk()) return fail(kCmd, kExitUsage, config_text.status().message());
+  StatusOr<health::Thresholds> health_thresholds =
+      health::parseThresholds(*config_text, a.config.empty() ? "built-in reports/qualify.toml" : a.config);
+  if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, health_thresholds.status().message());
   double threshold = config->baseline_threshold_pct;
   if (!a.threshold.empty()) {
     auto t = report::parseThresholdPct(a.threshold);
@@ -206,6 +295,14 @@ int runQualify(const QualifyArgs& a) {
     qualify::Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
     std::printf("peerlab qualify: %zu GPUs, %zu ordered pairs, bundle %s\n", topo->gpus.size(),
                 plan->options.pairs.size(), dir.c_str());
+    HealthRun health;
+    if (!a.skip_health) {
+      // The watch ends by itself after every process's deadline has passed.
+      double max_s = 600 + a.health_watch_s + (po.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
+      for (const qualify::BenchJob& j : plan->jobs)
+        max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.budget_s);
+      health = healthBefore(*health_thresholds, run.fingerprint, max_s);
+    }
     if (po.probe) {
       auto rows = runProbe(a, *plan, dir);
       run.results.insert(run.results.end(), rows.begin(), rows.end());
@@ -228,6 +325,7 @@ int runQualify(const QualifyArgs& a) {
       run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
       run.extra["bench"] = qualify::toJson(outcome, po.mode);
     }
+    if (!a.skip_health) healthAfter(health, *health_thresholds, a.health_watch_s, run);
     std::string kind = a.kind;
     if (kind.empty()) {
       if (const char* k = std::getenv("PEERLAB_KIND"); k && *k) kind = k;
@@ -253,16 +351,26 @@ int runQualify(const QualifyArgs& a) {
   if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
 
   const int failed = report::failedChecks(checks);
+  int warned = 0, unsupported = 0;
   for (const report::Check& c : checks) {
     if (!c.pass) {
       std::printf("FAIL %s: %s: measured %s, expected %s: %s\n", c.category.c_str(), c.name.c_str(), c.measured.c_str(),
                   c.expected.c_str(), c.reason.c_str());
+    } else if (qualify::healthLevel(c) == "warn") {
+      ++warned;
+      std::printf("WARN %s: %s: %s\n", c.category.c_str(), c.name.c_str(), c.reason.c_str());
+    } else if (qualify::healthLevel(c) == "unsupported") {
+      ++unsupported;
     }
   }
+  if (unsupported) {
+    std::printf("not checked: %d checks unsupported here (the driver or GPU cannot say; see results.json)\n",
+                unsupported);
+  }
   std::printf(
-      "peerlab qualify: %s: %zu checks, %d failed; bundle %s (report.html, summary.md, junit.xml, "
-      "results.json)\n",
-      failed ? "FAIL" : "PASS", checks.size(), failed, dir.c_str());
+      "peerlab qualify: %s: %zu checks, %d failed, %d warnings, %d unsupported; bundle %s (report.html, summary.md, "
+      "junit.xml, results.json)\n",
+      failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported, dir.c_str());
   if (qualify::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
   return failed ? kExitCheckFailed : kExitOk;
 }
@@ -284,6 +392,10 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--full", a->full, "Run the full benchmark sweeps instead of the quick ones");
   sub.add_flag("--skip-probe", a->skip_probe, "Do not run the verified probe");
   sub.add_flag("--skip-bench", a->skip_bench, "Do not run the benchmarks");
+  sub.add_flag("--skip-health", a->skip_health, "Do not read machine health through NVML");
+  sub.add_option("--health-watch", a->health_watch_s,
+                 "Watch health (XID events, clock event reasons) for at least this many seconds")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--results", a->results,
                  "Check an existing run file instead of measuring (re-check with another "
                  "config or baseline)");

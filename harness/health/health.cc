@@ -927,7 +927,7 @@ std::vector<report::Result> toResults(const std::vector<CheckResult>& checks) {
     r.name = c.name;
     r.src = c.gpu;
     r.status = verdictName(c.verdict);
-    r.extra["detail"] = c.detail;
+    r.detail = c.detail;
     out.push_back(std::move(r));
   }
   return out;

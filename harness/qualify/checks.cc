@@ -161,9 +161,25 @@ void probeChecks(const CheckInputs& in, std::vector<Check>& out) {
   }
 }
 
+// Machine health: one check per GPU and health result, measured = the verdict. A fail fails qualify; a warn passes
+// as a warning; unsupported passes as "could not be checked", never as ok (see healthLevel).
+void healthChecks(const CheckInputs& in, std::vector<Check>& out) {
+  for (const Result& r : in.run->results) {
+    if (r.suite != "health") continue;
+    Check c;
+    c.category = "health";
+    c.name = r.name + " GPU " + (r.src ? std::to_string(*r.src) : std::string("?"));
+    c.pass = r.status != "fail";
+    c.measured = r.status;
+    c.expected = "ok";
+    c.reason = r.detail.empty() ? r.status : r.detail;
+    out.push_back(std::move(c));
+  }
+}
+
 void dataChecks(const CheckInputs& in, std::vector<Check>& out) {
   for (const std::string& suite : report::suitesIn(*in.run)) {
-    if (suite == "probe") continue;
+    if (suite == "probe" || suite == "health") continue;
     int ok = 0, skipped = 0;
     bool ownSkipped = false;  // a peerlab implementation (not a baseline) did not run
     std::vector<std::string> failed, skips;
@@ -348,9 +364,15 @@ void baselineChecks(const CheckInputs& in, std::vector<Check>& out) {
 
 }  // namespace
 
+std::string healthLevel(const Check& check) {
+  if (check.category != "health" || !check.pass) return "";
+  return check.measured == "warn" || check.measured == "unsupported" ? check.measured : "";
+}
+
 std::vector<Check> evaluateChecks(const CheckInputs& in) {
   std::vector<Check> out;
   topologyChecks(in, out);
+  healthChecks(in, out);
   probeChecks(in, out);
   dataChecks(in, out);
   std::set<std::string> matched;
