@@ -101,8 +101,8 @@ HealthRun healthBefore(const health::Thresholds& t, const report::Fingerprint& f
   h.monitor = std::move(*m);
   h.before = h.monitor->sample(health::copyTraffic(&h.wake_error), t.wake_ms);
   if (Status st = h.monitor->startWatch(t, max_s); !st.isOk()) h.unavailable = st.message();
-  std::printf("health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
-              h.before.size(), h.monitor->library().path().c_str());
+  std::printf("health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n", h.before.size(),
+              h.monitor->library().path().c_str());
   if (!h.wake_error.empty()) std::printf("health: PCIe link read at idle: %s\n", h.wake_error.c_str());
   std::fflush(stdout);
   return h;

@@ -241,6 +241,13 @@ class HealthJudgement(unittest.TestCase):
             r = sc.run_health(tools, nvlink, 0)
             self.assertEqual(r["outcome"], "skipped")
             self.assertIn("NVLink", r["detail"])
+            # A check the driver cannot answer on this GPU has nothing to inject into.
+            tools.health_baseline = {("nvlink_state", 0): ("unsupported", ""),
+                                     ("row_remap", 0): ("unsupported", "row remapping: not supported")}
+            remap = next(s for s in sc.scenarios(tools) if s["spec"] == "row_remap_pending")
+            r = sc.run_health(tools, remap, 0)
+            self.assertEqual(r["outcome"], "skipped")
+            self.assertIn("cannot report row_remap", r["detail"])
 
 
 if __name__ == "__main__":

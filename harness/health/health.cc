@@ -31,9 +31,9 @@ struct ReasonName {
   unsigned long long bit;
   const char* name;
 };
-constexpr ReasonName kReasons[] = {{0x1, "gpu_idle"},       {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},
-                                   {0x8, "hw_slowdown"},    {0x10, "sync_boost"},         {0x20, "sw_thermal"},
-                                   {0x40, "hw_thermal"},    {0x80, "hw_power_brake"},     {0x100, "display_clocks"}};
+constexpr ReasonName kReasons[] = {{0x1, "gpu_idle"},    {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},
+                                   {0x8, "hw_slowdown"}, {0x10, "sync_boost"},         {0x20, "sw_thermal"},
+                                   {0x40, "hw_thermal"}, {0x80, "hw_power_brake"},     {0x100, "display_clocks"}};
 
 struct XidName {
   unsigned long long xid;
@@ -568,10 +568,20 @@ CheckResult pcieErrors(const GpuSample& a, const GpuSample* b, double secs, cons
   return c;
 }
 
-CheckResult nvlinkState(const GpuSample& a, const GpuSample* b) {
+int linksUp(const GpuSample& s) {
+  return static_cast<int>(std::count_if(s.links.begin(), s.links.end(), [](const LinkSample& l) { return l.up; }));
+}
+
+// `machine_nvlink`: some GPU of the machine has a link up. A GPU whose links are all down on a machine where none is
+// up does not use NVLink (a single SXM GPU in a VM, a fabric not set up): nothing is expected of its links.
+CheckResult nvlinkState(const GpuSample& a, const GpuSample* b, bool machine_nvlink) {
   CheckResult c{a.gpu, "nvlink_state", Verdict::kUnsupported, ""};
   if (!a.nvlink.has()) {
     c.detail = "NVLink: " + a.nvlink.why;
+    return c;
+  }
+  if (!machine_nvlink) {
+    c.detail = "0 of " + std::to_string(a.links.size()) + " links up on every GPU: NVLink is not in use here";
     return c;
   }
   const GpuSample& s = b && b->nvlink.has() ? *b : a;
@@ -616,6 +626,10 @@ CheckResult nvlinkErrors(const GpuSample& a, const GpuSample* b, double secs, co
     c.detail = "NVLink: " + a.nvlink.why;
     return c;
   }
+  if (linksUp(a) == 0) {
+    c.detail = "no NVLink up on this GPU";
+    return c;
+  }
   if (!b || !b->nvlink.has()) {
     c.detail = "no NVLink sample after the run";
     return c;
@@ -656,11 +670,15 @@ CheckResult nvlinkErrors(const GpuSample& a, const GpuSample* b, double secs, co
   return c;
 }
 
-CheckResult fabric(const GpuSample& a, const GpuSample* b) {
+CheckResult fabric(const GpuSample& a, const GpuSample* b, bool machine_nvlink) {
   CheckResult c{a.gpu, "fabric", Verdict::kUnsupported, ""};
   const GpuSample& s = b && b->fabric.has() ? *b : a;
   if (!s.fabric.has()) {
     c.detail = "fabric state: " + s.fabric.why;
+    return c;
+  }
+  if (!machine_nvlink) {
+    c.detail = "fabric state " + std::to_string((*s.fabric).state) + ", but no NVLink is up on this machine";
     return c;
   }
   const nvml::GpuFabricInfo& f = *s.fabric;
@@ -733,7 +751,8 @@ CheckResult ecc(const GpuSample& a, const GpuSample* b, const Thresholds& t) {
   if (s.agg_uncorrected.has() && *s.agg_uncorrected > 0) {
     // Where: DRAM or SRAM, and for SRAM the unit buckets and the kind (parity, SEC-DED).
     std::vector<std::string> where;
-    if (s.dram_agg_uncorrected.has() && *s.dram_agg_uncorrected) where.push_back("DRAM " + u64(*s.dram_agg_uncorrected));
+    if (s.dram_agg_uncorrected.has() && *s.dram_agg_uncorrected)
+      where.push_back("DRAM " + u64(*s.dram_agg_uncorrected));
     if (s.sram.has()) {
       const nvml::EccSramErrorStatus& e = *s.sram;
       std::vector<std::string> units;
@@ -829,8 +848,8 @@ CheckResult xid(int gpu, const WatchLog& w, const Thresholds& t) {
   bool failing = false;
   for (const XidEvent& e : w.xids) {
     if (e.gpu != gpu) continue;
-    const bool ignored = std::find(t.xid_ignore.begin(), t.xid_ignore.end(), static_cast<int>(e.xid)) !=
-                         t.xid_ignore.end();
+    const bool ignored =
+        std::find(t.xid_ignore.begin(), t.xid_ignore.end(), static_cast<int>(e.xid)) != t.xid_ignore.end();
     failing |= !ignored;
     const char* m = xidMeaning(e.xid);
     seen.push_back("XID " + u64(e.xid) + (*m ? std::string(" (") + m + ")" : std::string()) + " at +" +
@@ -889,15 +908,17 @@ CheckResult clockEvents(int gpu, size_t index, const WatchLog& w, const Threshol
 std::vector<CheckResult> evaluate(const std::vector<GpuSample>& before, const std::vector<GpuSample>& after,
                                   const WatchLog& watch, const Thresholds& t) {
   std::vector<CheckResult> out;
+  const bool machine_nvlink =
+      std::any_of(before.begin(), before.end(), [](const GpuSample& s) { return linksUp(s) > 0; });
   for (size_t i = 0; i < before.size(); ++i) {
     const GpuSample& a = before[i];
     const GpuSample* b = find(after, a.gpu);
     const double secs = b ? std::max(b->t_s - a.t_s, 1e-3) : 0;
     out.push_back(pcieLink(a, b, t));
     out.push_back(pcieErrors(a, b, secs, t));
-    out.push_back(nvlinkState(a, b));
+    out.push_back(nvlinkState(a, b, machine_nvlink));
     out.push_back(nvlinkErrors(a, b, secs, t));
-    out.push_back(fabric(a, b));
+    out.push_back(fabric(a, b, machine_nvlink));
     out.push_back(ecc(a, b, t));
     out.push_back(retiredPages(a, b, t));
     out.push_back(rowRemap(a, b, t));

@@ -23,18 +23,19 @@ enum class Verdict { kOk, kWarn, kFail, kUnsupported };
 const char* verdictName(Verdict v);
 
 /// The checks, in report order.
-inline constexpr const char* kCheckNames[] = {"pcie_link", "pcie_errors", "nvlink_state", "nvlink_errors", "fabric",
-                                              "ecc",       "retired_pages", "row_remap",  "xid",           "clock_events"};
+inline constexpr const char* kCheckNames[] = {"pcie_link", "pcie_errors", "nvlink_state",  "nvlink_errors",
+                                              "fabric",    "ecc",         "retired_pages", "row_remap",
+                                              "xid",       "clock_events"};
 
 struct Thresholds {
-  int pcie_min_gen = 3;                    ///< a current PCIe generation below this fails
+  int pcie_min_gen = 3;                     ///< a current PCIe generation below this fails
   std::string pcie_gen_below_max = "warn";  ///< verdict for a generation under the maximum (but >= the minimum)
   std::string pcie_width_below_max = "fail";
-  double pcie_max_replays = 80;          ///< PCIe replays during the run above this fail
-  double pcie_max_correctable = -1;      ///< correctable errors during the run above this warn; -1: no limit
-  double nvlink_max_recovery = 0;        ///< NVLink recovery errors during the run above this fail
-  double nvlink_max_crc_per_s = 100;     ///< NVLink CRC (flit + data) errors per second above this warn
-  double ecc_max_volatile_corrected = -1;  ///< volatile corrected errors above this warn; -1: no limit
+  double pcie_max_replays = 80;                    ///< PCIe replays during the run above this fail
+  double pcie_max_correctable = -1;                ///< correctable errors during the run above this warn; -1: no limit
+  double nvlink_max_recovery = 0;                  ///< NVLink recovery errors during the run above this fail
+  double nvlink_max_crc_per_s = 100;               ///< NVLink CRC (flit + data) errors per second above this warn
+  double ecc_max_volatile_corrected = -1;          ///< volatile corrected errors above this warn; -1: no limit
   std::string ecc_aggregate_uncorrected = "warn";  ///< verdict for a past (aggregate) uncorrected error
   double retired_pages_max = 63;                   ///< this many retired pages or more fail
   double row_remap_max_uncorrected = 512;          ///< this many rows remapped for uncorrectable errors or more fail
@@ -72,7 +73,7 @@ struct RemappedRows {
 struct GpuSample {
   int gpu = 0;  ///< CUDA ordinal (or NVML index when no mapping is given)
   std::string bus_id;
-  double t_s = 0;             ///< steady-clock seconds
+  double t_s = 0;              ///< steady-clock seconds
   bool under_traffic = false;  ///< the PCIe link was read while a copy ran
   Reading<unsigned> pcie_gen, pcie_width, pcie_max_gen, pcie_max_width, pcie_gpu_max_gen;
   Reading<unsigned long long> pcie_replays, pcie_correctable;

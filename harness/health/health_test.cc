@@ -159,6 +159,24 @@ TEST(Health, NoNvlinkIsUnsupportedNotOk) {
   EXPECT_NE(o.detail(0, "nvlink_state").find("not supported"), std::string::npos) << o.detail(0, "nvlink_state");
 }
 
+TEST(Health, AllLinksDownOnEveryGpuMeansNvlinkIsNotInUse) {
+  // A single SXM GPU in a VM: its links exist but none is trained. Nothing is expected of them, nor of the fabric.
+  const std::string path = ::testing::TempDir() + "/lonely.json";
+  std::ofstream(path) << R"({"gpus": 1, "nvlink_down": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],
+                             "fabric": {"state": 1}})";
+  Outcome o = runScenario(path);
+  EXPECT_EQ(o.verdict(0, "nvlink_state"), Verdict::kUnsupported) << o.detail(0, "nvlink_state");
+  EXPECT_NE(o.detail(0, "nvlink_state").find("not in use"), std::string::npos);
+  EXPECT_EQ(o.verdict(0, "nvlink_errors"), Verdict::kUnsupported);
+  EXPECT_EQ(o.verdict(0, "fabric"), Verdict::kUnsupported) << o.detail(0, "fabric");
+  // The same GPU beside one whose links are up has lost them all: that fails.
+  const std::string two = ::testing::TempDir() + "/lost.json";
+  std::ofstream(two) << R"({"gpus": 2, "nvlink_down": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]})";
+  Outcome lost = runScenario(two);
+  EXPECT_EQ(lost.verdict(0, "nvlink_state"), Verdict::kFail) << lost.detail(0, "nvlink_state");
+  EXPECT_EQ(lost.verdict(1, "nvlink_state"), Verdict::kOk);
+}
+
 TEST(Health, DoubleBitEccFails) {
   Outcome o = runScenario("ecc_dbe");
   expectOnly(o, 0, "ecc", Verdict::kFail);

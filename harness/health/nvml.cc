@@ -18,8 +18,7 @@ StatusOr<std::shared_ptr<Library>> Library::open() {
   std::shared_ptr<Library> lib(new Library());
   lib->handle_ = handle;
   lib->path_ = path;
-#define PEERLAB_NVML_RESOLVE(name, params) \
-  lib->name = reinterpret_cast<decltype(lib->name)>(::dlsym(handle, #name));
+#define PEERLAB_NVML_RESOLVE(name, params) lib->name = reinterpret_cast<decltype(lib->name)>(::dlsym(handle, #name));
   PEERLAB_NVML_FUNCTIONS(PEERLAB_NVML_RESOLVE)
 #undef PEERLAB_NVML_RESOLVE
   lib->error_string_ = reinterpret_cast<const char* (*)(Return)>(::dlsym(handle, "nvmlErrorString"));

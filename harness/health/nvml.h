@@ -174,44 +174,43 @@ static_assert(sizeof(GpuFabricInfo) == 36);
 static_assert(sizeof(EccSramErrorStatus) == 104);
 
 // Every entry point peerlab uses, as X(name, return, parameters).
-#define PEERLAB_NVML_FUNCTIONS(X)                                                                              \
-  X(nvmlInit_v2, (void))                                                                                       \
-  X(nvmlShutdown, (void))                                                                                      \
-  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                                         \
-  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                                              \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, Device* device))                                       \
-  X(nvmlDeviceGetHandleByPciBusId_v2, (const char* bus_id, Device* device))                                    \
-  X(nvmlDeviceGetPciInfo_v3, (Device device, PciInfo* pci))                                                    \
-  X(nvmlDeviceGetName, (Device device, char* name, unsigned int length))                                       \
-  X(nvmlDeviceGetUUID, (Device device, char* uuid, unsigned int length))                                       \
-  X(nvmlDeviceGetFieldValues, (Device device, int count, FieldValue* values))                                  \
-  X(nvmlDeviceGetCurrPcieLinkGeneration, (Device device, unsigned int* gen))                                   \
-  X(nvmlDeviceGetCurrPcieLinkWidth, (Device device, unsigned int* width))                                      \
-  X(nvmlDeviceGetMaxPcieLinkGeneration, (Device device, unsigned int* gen))                                    \
-  X(nvmlDeviceGetMaxPcieLinkWidth, (Device device, unsigned int* width))                                       \
-  X(nvmlDeviceGetGpuMaxPcieLinkGeneration, (Device device, unsigned int* gen))                                 \
-  X(nvmlDeviceGetPcieReplayCounter, (Device device, unsigned int* value))                                      \
-  X(nvmlDeviceGetNvLinkState, (Device device, unsigned int link, int* active))                                 \
-  X(nvmlDeviceGetNvLinkVersion, (Device device, unsigned int link, unsigned int* version))                     \
-  X(nvmlDeviceGetNvLinkRemoteDeviceType, (Device device, unsigned int link, int* type))                        \
-  X(nvmlDeviceGetNvLinkRemotePciInfo_v2, (Device device, unsigned int link, PciInfo* pci))                     \
-  X(nvmlDeviceGetNvLinkErrorCounter, (Device device, unsigned int link, int counter, unsigned long long* value)) \
-  X(nvmlDeviceGetGpuFabricInfoV, (Device device, GpuFabricInfo * info))                                        \
-  X(nvmlDeviceGetEccMode, (Device device, int* current, int* pending))                                         \
-  X(nvmlDeviceGetTotalEccErrors, (Device device, int type, int counter, unsigned long long* count))            \
+#define PEERLAB_NVML_FUNCTIONS(X)                                                                                     \
+  X(nvmlInit_v2, (void))                                                                                              \
+  X(nvmlShutdown, (void))                                                                                             \
+  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                                                 \
+  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                                                     \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, Device* device))                                              \
+  X(nvmlDeviceGetHandleByPciBusId_v2, (const char* bus_id, Device* device))                                           \
+  X(nvmlDeviceGetPciInfo_v3, (Device device, PciInfo * pci))                                                          \
+  X(nvmlDeviceGetName, (Device device, char* name, unsigned int length))                                              \
+  X(nvmlDeviceGetUUID, (Device device, char* uuid, unsigned int length))                                              \
+  X(nvmlDeviceGetFieldValues, (Device device, int count, FieldValue* values))                                         \
+  X(nvmlDeviceGetCurrPcieLinkGeneration, (Device device, unsigned int* gen))                                          \
+  X(nvmlDeviceGetCurrPcieLinkWidth, (Device device, unsigned int* width))                                             \
+  X(nvmlDeviceGetMaxPcieLinkGeneration, (Device device, unsigned int* gen))                                           \
+  X(nvmlDeviceGetMaxPcieLinkWidth, (Device device, unsigned int* width))                                              \
+  X(nvmlDeviceGetGpuMaxPcieLinkGeneration, (Device device, unsigned int* gen))                                        \
+  X(nvmlDeviceGetPcieReplayCounter, (Device device, unsigned int* value))                                             \
+  X(nvmlDeviceGetNvLinkState, (Device device, unsigned int link, int* active))                                        \
+  X(nvmlDeviceGetNvLinkVersion, (Device device, unsigned int link, unsigned int* version))                            \
+  X(nvmlDeviceGetNvLinkRemoteDeviceType, (Device device, unsigned int link, int* type))                               \
+  X(nvmlDeviceGetNvLinkRemotePciInfo_v2, (Device device, unsigned int link, PciInfo* pci))                            \
+  X(nvmlDeviceGetNvLinkErrorCounter, (Device device, unsigned int link, int counter, unsigned long long* value))      \
+  X(nvmlDeviceGetGpuFabricInfoV, (Device device, GpuFabricInfo * info))                                               \
+  X(nvmlDeviceGetEccMode, (Device device, int* current, int* pending))                                                \
+  X(nvmlDeviceGetTotalEccErrors, (Device device, int type, int counter, unsigned long long* count))                   \
   X(nvmlDeviceGetMemoryErrorCounter, (Device device, int type, int counter, int location, unsigned long long* count)) \
-  X(nvmlDeviceGetSramEccErrorStatus, (Device device, EccSramErrorStatus * status))                             \
-  X(nvmlDeviceGetRetiredPages, (Device device, int cause, unsigned int* count, unsigned long long* addresses)) \
-  X(nvmlDeviceGetRetiredPagesPendingStatus, (Device device, int* pending))                                     \
-  X(nvmlDeviceGetRemappedRows,                                                                                 \
-    (Device device, unsigned int* corrected, unsigned int* uncorrected, unsigned int* pending,                 \
-     unsigned int* failed))                                                                                    \
-  X(nvmlDeviceGetRowRemapperHistogram, (Device device, RowRemapperHistogram * values))                         \
-  X(nvmlDeviceGetCurrentClocksEventReasons, (Device device, unsigned long long* reasons))                      \
-  X(nvmlDeviceGetCurrentClocksThrottleReasons, (Device device, unsigned long long* reasons))                   \
-  X(nvmlEventSetCreate, (EventSet * set))                                                                      \
-  X(nvmlDeviceRegisterEvents, (Device device, unsigned long long types, EventSet set))                         \
-  X(nvmlEventSetWait_v2, (EventSet set, EventData * data, unsigned int timeout_ms))                            \
+  X(nvmlDeviceGetSramEccErrorStatus, (Device device, EccSramErrorStatus * status))                                    \
+  X(nvmlDeviceGetRetiredPages, (Device device, int cause, unsigned int* count, unsigned long long* addresses))        \
+  X(nvmlDeviceGetRetiredPagesPendingStatus, (Device device, int* pending))                                            \
+  X(nvmlDeviceGetRemappedRows,                                                                                        \
+    (Device device, unsigned int* corrected, unsigned int* uncorrected, unsigned int* pending, unsigned int* failed)) \
+  X(nvmlDeviceGetRowRemapperHistogram, (Device device, RowRemapperHistogram * values))                                \
+  X(nvmlDeviceGetCurrentClocksEventReasons, (Device device, unsigned long long* reasons))                             \
+  X(nvmlDeviceGetCurrentClocksThrottleReasons, (Device device, unsigned long long* reasons))                          \
+  X(nvmlEventSetCreate, (EventSet * set))                                                                             \
+  X(nvmlDeviceRegisterEvents, (Device device, unsigned long long types, EventSet set))                                \
+  X(nvmlEventSetWait_v2, (EventSet set, EventData * data, unsigned int timeout_ms))                                   \
   X(nvmlEventSetFree, (EventSet set))
 
 /// The loaded library: one pointer per entry point, null where the library lacks it.

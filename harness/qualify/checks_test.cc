@@ -262,7 +262,8 @@ Result healthRow(int gpu, const std::string& name, const std::string& verdict, c
 
 TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
   Fixture f;
-  f.run.results = {probeCell(0, 1, "ok", true), probeCell(1, 0, "ok", true),
+  f.run.results = {probeCell(0, 1, "ok", true),
+                   probeCell(1, 0, "ok", true),
                    healthRow(0, "pcie_link", "fail", "Gen3 x8 of Gen5 x16"),
                    healthRow(0, "ecc", "warn", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
                    healthRow(1, "fabric", "unsupported", "fabric state: not supported"),

@@ -65,8 +65,8 @@ std::optional<int> getOptInt(const json& j) {
   return j.get<int>();
 }
 
-const char* kResultKeys[] = {"suite",      "name",       "impl",  "src",    "dst",   "ranks", "bytes",
-                             "time_us",    "algbw_gbps", "busbw_gbps", "wrong", "status", "detail"};
+const char* kResultKeys[] = {"suite",   "name",       "impl",       "src",   "dst",    "ranks", "bytes",
+                             "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "detail"};
 const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
 const char* kFingerprintKeys[] = {"hostname", "driver", "cuda_runtime", "nccl", "gpus"};
 

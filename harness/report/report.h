@@ -41,8 +41,8 @@ struct Result {
   std::optional<double> algbw_gbps;
   std::optional<double> busbw_gbps;
   std::optional<double> wrong;                      ///< wrong elements found by the data check
-  std::string status = "ok";  ///< ok, skipped: why, failed: why, the probe verdict, or a health verdict (ok, warn, ...)
-  std::string detail;         ///< the numbers behind a verdict (health checks); written only when not empty
+  std::string status = "ok";                        ///< ok, skipped: why, failed: why, or the probe verdict
+  std::string detail;                               ///< numbers behind a verdict (health); written when not empty
   nlohmann::json extra = nlohmann::json::object();  ///< more keys (sms, claimed, first_bad, ...), merged on write
 };
 

@@ -59,7 +59,8 @@ std::optional<double> linkRate(const nv::Library& L, const NvmlGpu& g) {
   }
   if (slowest) return snapNvlinkRate(*slowest / 1000.0);
   unsigned version = 0;
-  if (L.nvmlDeviceGetNvLinkVersion && L.nvmlDeviceGetNvLinkVersion(g.handle, g.active.front(), &version) == nv::kSuccess) {
+  if (L.nvmlDeviceGetNvLinkVersion &&
+      L.nvmlDeviceGetNvLinkVersion(g.handle, g.active.front(), &version) == nv::kSuccess) {
     return nvlinkRateForVersion(version);
   }
   return std::nullopt;

@@ -221,15 +221,15 @@ double elapsedS() {
 }  // namespace
 
 // In wrap mode: call the real function (function-not-found when it lacks it) and return its answer unless it worked.
-#define PEERLAB_FAKE_FORWARD(name, ...)                                              \
-  if (s.wrap) {                                                                      \
-    auto fn = reinterpret_cast<decltype(&name)>(realSym(#name));                    \
-    if (!fn) return kErrorFunctionNotFound;                                          \
-    Return r = fn(__VA_ARGS__);                                                      \
-    if (r != kSuccess) return r;                                                     \
+#define PEERLAB_FAKE_FORWARD(name, ...)                          \
+  if (s.wrap) {                                                  \
+    auto fn = reinterpret_cast<decltype(&name)>(realSym(#name)); \
+    if (!fn) return kErrorFunctionNotFound;                      \
+    Return r = fn(__VA_ARGS__);                                  \
+    if (r != kSuccess) return r;                                 \
   }
-#define PEERLAB_FAKE_PROLOGUE(name)                         \
-  const Scenario s = scenario();                            \
+#define PEERLAB_FAKE_PROLOGUE(name) \
+  const Scenario s = scenario();    \
   if (isMissing(s, #name)) return kErrorFunctionNotFound;
 
 extern "C" {
@@ -373,16 +373,16 @@ Return nvmlDeviceGetFieldValues(Device device, int count, FieldValue* values) {
   return kSuccess;
 }
 
-#define PEERLAB_FAKE_PCIE(name, field, healthy)            \
-  Return name(Device device, unsigned int* out) {          \
-    PEERLAB_FAKE_PROLOGUE(name)                            \
-    PEERLAB_FAKE_FORWARD(name, device, out)                \
-    if (!s.wrap) {                                         \
+#define PEERLAB_FAKE_PCIE(name, field, healthy)                  \
+  Return name(Device device, unsigned int* out) {                \
+    PEERLAB_FAKE_PROLOGUE(name)                                  \
+    PEERLAB_FAKE_FORWARD(name, device, out)                      \
+    if (!s.wrap) {                                               \
       if (!validDevice(s, device)) return kErrorInvalidArgument; \
-      *out = healthy;                                      \
-    }                                                      \
-    if (faulty(s, device) && s.field) *out = *s.field;     \
-    return kSuccess;                                       \
+      *out = healthy;                                            \
+    }                                                            \
+    if (faulty(s, device) && s.field) *out = *s.field;           \
+    return kSuccess;                                             \
   }
 PEERLAB_FAKE_PCIE(nvmlDeviceGetCurrPcieLinkGeneration, gen, 5)
 PEERLAB_FAKE_PCIE(nvmlDeviceGetCurrPcieLinkWidth, width, 16)
