@@ -8,15 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <set>
+#include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/health/copy_traffic.h"
 #include "harness/health/health.h"
+#include "harness/health/stage.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
@@ -73,72 +72,6 @@ std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& 
               failed ? rows.back().status.c_str() : (std::to_string(rows.size()) + " results").c_str(), wall);
   std::fflush(stdout);
   return rows;
-}
-
-// Machine health around the benchmarks: a sample before, the watcher during, a sample after.
-struct HealthRun {
-  std::unique_ptr<health::Monitor> monitor;
-  std::vector<health::GpuSample> before;
-  std::string unavailable;  ///< why NVML cannot be read ("" when it can)
-  std::string wake_error;   ///< why the PCIe link could not be woken with copies ("" when it was)
-  std::chrono::steady_clock::time_point started;
-};
-
-HealthRun healthBefore(const health::Thresholds& t, const report::Fingerprint& fp, double max_s) {
-  HealthRun h;
-  h.started = std::chrono::steady_clock::now();
-  std::vector<std::pair<int, std::string>> gpus;
-  for (const report::GpuFingerprint& g : fp.gpus)
-    if (!g.bus_id.empty()) gpus.push_back({g.ordinal, g.bus_id});
-  auto m = health::Monitor::open(gpus);
-  // Bus ids that do not match (an unusual driver format): fall back to NVML's own order.
-  if (m.isOk() && (*m)->gpus().empty() && !gpus.empty()) m = health::Monitor::open();
-  if (!m.isOk()) {
-    h.unavailable = m.status().message();
-    std::printf("health: %s: every health check is unsupported\n", h.unavailable.c_str());
-    return h;
-  }
-  h.monitor = std::move(*m);
-  h.before = h.monitor->sample(health::copyTraffic(&h.wake_error), t.wake_ms);
-  if (Status st = h.monitor->startWatch(t, max_s); !st.isOk()) h.unavailable = st.message();
-  std::printf("health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n", h.before.size(),
-              h.monitor->library().path().c_str());
-  if (!h.wake_error.empty()) std::printf("health: PCIe link read at idle: %s\n", h.wake_error.c_str());
-  std::fflush(stdout);
-  return h;
-}
-
-// Stops the watch, samples again and turns the verdicts into health results; results of throttled GPUs are marked.
-void healthAfter(HealthRun& h, const health::Thresholds& t, double min_watch_s, report::Run& run) {
-  std::vector<health::CheckResult> checks;
-  nlohmann::json extra = nlohmann::json::object();
-  if (!h.monitor) {
-    std::vector<int> ordinals;
-    for (const report::GpuFingerprint& g : run.fingerprint.gpus)
-      ordinals.push_back(g.ordinal);
-    checks = health::unsupportedAll(ordinals, h.unavailable);
-    extra["unavailable"] = h.unavailable;
-  } else {
-    // With --health-watch the watch lasts at least that long (a quiet-machine check without benchmarks).
-    while (!qualify::interruptRequested() &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - h.started).count() < min_watch_s) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    health::WatchLog watch = h.monitor->stopWatch();
-    std::vector<health::GpuSample> after = h.monitor->sample(health::copyTraffic(&h.wake_error), t.wake_ms);
-    checks = health::evaluate(h.before, after, watch, t);
-    extra = health::toJson(watch, t);
-    extra["nvml_library"] = h.monitor->library().path();
-    if (!h.wake_error.empty()) extra["wake_error"] = h.wake_error;
-    for (const auto& [gpu, reasons] : health::throttledGpus(watch, t)) {
-      for (report::Result& r : run.results) {
-        if ((r.src && *r.src == gpu) || (r.dst && *r.dst == gpu)) r.extra["throttled"] = reasons;
-      }
-    }
-  }
-  std::vector<report::Result> rows = health::toResults(checks);
-  run.results.insert(run.results.end(), rows.begin(), rows.end());
-  run.extra["health"] = extra;
 }
 
 // The qualify config's text, for its [health] section (read with toml++).
@@ -295,13 +228,13 @@ int runQualify(const QualifyArgs& a) {
     qualify::Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
     std::printf("peerlab qualify: %zu GPUs, %zu ordered pairs, bundle %s\n", topo->gpus.size(),
                 plan->options.pairs.size(), dir.c_str());
-    HealthRun health;
+    std::optional<health::Stage> health;
     if (!a.skip_health) {
       // The watch ends by itself after every process's deadline has passed.
       double max_s = 600 + a.health_watch_s + (po.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
       for (const qualify::BenchJob& j : plan->jobs)
         max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.budget_s);
-      health = healthBefore(*health_thresholds, run.fingerprint, max_s);
+      health = health::Stage::begin(*health_thresholds, run.fingerprint, max_s, stdout);
     }
     if (po.probe) {
       auto rows = runProbe(a, *plan, dir);
@@ -325,7 +258,7 @@ int runQualify(const QualifyArgs& a) {
       run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
       run.extra["bench"] = qualify::toJson(outcome, po.mode);
     }
-    if (!a.skip_health) healthAfter(health, *health_thresholds, a.health_watch_s, run);
+    if (health) health->end(run, a.health_watch_s, qualify::interruptRequested);
     std::string kind = a.kind;
     if (kind.empty()) {
       if (const char* k = std::getenv("PEERLAB_KIND"); k && *k) kind = k;
