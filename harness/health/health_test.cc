@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -263,6 +264,41 @@ TEST(Health, FunctionTheDriverLacksIsUnsupported) {
   // Clock reasons through the pre-r535 name still work.
   EXPECT_EQ(m.verdict(0, "clock_events"), Verdict::kOk) << m.detail(0, "clock_events");
   EXPECT_EQ(m.verdict(0, "pcie_link"), Verdict::kOk);
+}
+
+// Wrap mode (fault injection on a real GPU), with a copy of the stand-in playing the real library.
+TEST(Health, WrapModeForwardsRealAnswersAndInjectsOneFault) {
+  const std::string inner = ::testing::TempDir() + "/inner_nvml.so";
+  std::filesystem::copy_file(PEERLAB_FAKE_NVML_PATH, inner, std::filesystem::copy_options::overwrite_existing);
+  ::setenv("PEERLAB_FAKE_NVML_REAL", inner.c_str(), 1);
+  // The "real" machine has a past SRAM error on GPU 0 and no NVLink; the wrapper adds a downtrained link.
+  const std::string real = ::testing::TempDir() + "/real.json";
+  std::ofstream(real) << R"({"nvlinks": 0, "ecc": {"agg_unc": 1, "sram_sm_parity": 1}})";
+  ::setenv("PEERLAB_FAKE_NVML_INNER", real.c_str(), 1);
+  Outcome o = runScenario("wrap:pcie_downtrain");
+  EXPECT_EQ(o.verdict(0, "pcie_link"), Verdict::kFail) << o.detail(0, "pcie_link");
+  EXPECT_EQ(o.verdict(0, "ecc"), Verdict::kWarn) << o.detail(0, "ecc");
+  EXPECT_EQ(o.verdict(0, "nvlink_state"), Verdict::kUnsupported) << o.detail(0, "nvlink_state");
+  EXPECT_EQ(o.verdict(1, "pcie_link"), Verdict::kOk) << o.detail(1, "pcie_link");
+  // XIDs, replays and thermal slowdown are added to the real answers too.
+  for (const auto& [fault, check] :
+       std::vector<std::pair<std::string, std::string>>{{"xid", "xid"},
+                                                        {"pcie_replays", "pcie_errors"},
+                                                        {"thermal", "clock_events"},
+                                                        {"ecc_dbe", "ecc"},
+                                                        {"row_remap_pending", "row_remap"}}) {
+    Outcome f = runScenario("wrap:" + fault);
+    EXPECT_EQ(f.verdict(0, check), Verdict::kFail) << fault << ": " << f.detail(0, check);
+    EXPECT_NE(f.verdict(1, check), Verdict::kFail) << fault << ": " << f.detail(1, check);
+  }
+  // Without a real library to wrap, NVML does not initialise.
+  ::setenv("PEERLAB_FAKE_NVML_REAL", "/nonexistent/libnvidia-ml.so.1", 1);
+  {
+    ScopedNvml env(PEERLAB_FAKE_NVML_PATH, "wrap:healthy");
+    EXPECT_FALSE(Monitor::open().isOk());
+  }
+  ::unsetenv("PEERLAB_FAKE_NVML_REAL");
+  ::unsetenv("PEERLAB_FAKE_NVML_INNER");
 }
 
 TEST(Health, NoLibraryIsUnavailableAndEveryCheckUnsupported) {

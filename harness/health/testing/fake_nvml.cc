@@ -8,7 +8,8 @@
 // Faults apply to one GPU ("fault_gpu", default 0); the others stay healthy. Counters that the scenario makes rise
 // do so per read (PCIe replays) or with time (NVLink CRC), so a sample before and one after see a difference.
 // Built twice: libpeerlab_fake_nvml.so, and with PEERLAB_FAKE_NVML_MINIMAL a library that lacks some entry points
-// (an old driver).
+// (an old driver). A copy of the stand-in loaded as the "real" library of a wrapping one reads its scenario from
+// $PEERLAB_FAKE_NVML_INNER instead, so that wrap mode itself can be tested without a GPU.
 
 #include <dlfcn.h>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,7 @@ std::atomic<int> g_waits{0};
 std::atomic<bool> g_xid_sent{false};
 std::map<Device, int> g_real_index;
 void* g_real = nullptr;
+std::string g_real_path;
 
 struct FakeDevice {
   int index;
@@ -151,9 +153,18 @@ void applyScenario(Scenario& s, const json& j) {
   }
 }
 
+// True in the instance a wrapping stand-in loaded as its "real" library ($PEERLAB_FAKE_NVML_REAL is this file).
+bool isInner() {
+  const char* real = std::getenv("PEERLAB_FAKE_NVML_REAL");
+  Dl_info info{};
+  if (!real || !*real || !::dladdr(reinterpret_cast<void*>(&isInner), &info) || !info.dli_fname) return false;
+  char a[4096], b[4096];
+  return ::realpath(real, a) && ::realpath(info.dli_fname, b) && std::strcmp(a, b) == 0;
+}
+
 Scenario load() {
   Scenario s;
-  const char* env = std::getenv("PEERLAB_FAKE_NVML");
+  const char* env = std::getenv(isInner() ? "PEERLAB_FAKE_NVML_INNER" : "PEERLAB_FAKE_NVML");
   std::string spec = env ? env : "";
   if (spec.rfind("wrap:", 0) == 0) {
     s.wrap = true;
@@ -237,8 +248,13 @@ extern "C" {
 Return nvmlInit_v2(void) {
   Scenario s = load();
   if (s.wrap) {
-    const char* real = std::getenv("PEERLAB_FAKE_NVML_REAL");
-    if (!g_real) g_real = ::dlopen(real && *real ? real : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char* env = std::getenv("PEERLAB_FAKE_NVML_REAL");
+    const std::string real = env && *env ? env : "libnvidia-ml.so.1";
+    if (real != g_real_path) {
+      // The library named now (tests change it between inits); the previous one stays mapped.
+      g_real = ::dlopen(real.c_str(), RTLD_NOW | RTLD_LOCAL);
+      g_real_path = g_real ? real : "";
+    }
     if (!g_real) return kErrorDriverNotLoaded;
     auto init = reinterpret_cast<Return (*)()>(::dlsym(g_real, "nvmlInit_v2"));
     if (!init) return kErrorFunctionNotFound;
