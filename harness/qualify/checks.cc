@@ -365,8 +365,8 @@ void baselineChecks(const CheckInputs& in, std::vector<Check>& out) {
 }  // namespace
 
 std::string healthLevel(const Check& check) {
-  if (check.category != "health" || !check.pass) return "";
-  return check.measured == "warn" || check.measured == "unsupported" ? check.measured : "";
+  const std::string v = report::checkVerdict(check);
+  return v == "warn" || v == "unsupported" ? v : "";
 }
 
 std::vector<Check> evaluateChecks(const CheckInputs& in) {
