@@ -1,5 +1,6 @@
 #include "harness/health/copy_traffic.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 
 #include "reference/core/check.h"
 #include "reference/core/deadline.h"
+#include "reference/core/driver.h"
 #include "reference/core/memory.h"
 #include "reference/core/scoped.h"
 #include "reference/core/wait.h"
@@ -58,9 +60,17 @@ Status copyAround(int gpu, const std::function<void()>& read) {
 
 TrafficHook copyTraffic(std::string* error) {
   return [error](int gpu, const std::function<void()>& read) {
+    // A primary context the copies create is released after them: in exclusive-process mode a context held here
+    // would keep the benchmark processes off the GPU.
+    CUdevice dev = 0;
+    unsigned flags = 0;
+    int active = 1;
+    const bool known = PEERLAB_DRIVER_CALL(cuDeviceGet, &dev, gpu) == CUDA_SUCCESS &&
+                       PEERLAB_DRIVER_CALL(cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS;
     // When the copies cannot start, `read` does not run here and the caller reads at idle.
     Status st = copyAround(gpu, read);
     if (!st.isOk() && error) *error = "GPU " + std::to_string(gpu) + ": " + st.message();
+    if (known && !active) (void)PEERLAB_DRIVER_CALL(cuDevicePrimaryCtxReset, dev);
   };
 }
 

@@ -643,7 +643,8 @@ CheckResult nvlinkErrors(const GpuSample& a, const GpuSample* b, double secs, co
   for (const LinkSample& la : a.links) {
     for (const LinkSample& lb : b->links) {
       if (la.link != lb.link) continue;
-      if (la.recovery && lb.recovery) any = true;
+      any |= (la.recovery && lb.recovery) || (la.replay && lb.replay) || (la.crc_flit && lb.crc_flit) ||
+             (la.crc_data && lb.crc_data);
       const unsigned long long rp = delta(la.replay, lb.replay), rc = delta(la.recovery, lb.recovery);
       const unsigned long long cr = delta(la.crc_flit, lb.crc_flit) + delta(la.crc_data, lb.crc_data);
       replay += rp;
