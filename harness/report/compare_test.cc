@@ -222,5 +222,12 @@ TEST(Compare, FormatBytes) {
   EXPECT_EQ(formatBytes(1.5 * 1024 * 1024 * 1024), "1.5 GiB");
 }
 
+TEST(Compare, HealthVerdictsRank) {
+  EXPECT_EQ(statusRank("ok"), 2);
+  EXPECT_EQ(statusRank("warn"), 1);
+  EXPECT_EQ(statusRank("unsupported"), 1);
+  EXPECT_EQ(statusRank("fail"), 0);
+}
+
 }  // namespace
 }  // namespace peerlab::report
