@@ -15,7 +15,7 @@ missing=()
 for tool in cmake:cmake ninja:ninja-build pkg-config:pkg-config git:git g++:build-essential; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
 done
-for p in libhwloc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev; do
+for p in libhwloc-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
