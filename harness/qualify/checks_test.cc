@@ -285,6 +285,17 @@ TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
   const Check* xid = named(checks, "xid GPU 1");
   ASSERT_NE(xid, nullptr);
   EXPECT_EQ(healthLevel(*xid), "");
+  // Results measured on a throttled GPU fail their benchmark.
+  Result hot = copy(1, 0, 1 << 28, 450);
+  hot.extra["throttled"] = {"hw_thermal"};
+  f.run.results.push_back(hot);
+  auto throttled = f.evaluate();
+  const Check* t0 = named(throttled, "peer_copy on GPU 1 measured at full clocks");
+  ASSERT_NE(t0, nullptr);
+  EXPECT_FALSE(t0->pass);
+  EXPECT_EQ(t0->measured, "throttled: hw_thermal");
+  EXPECT_NE(named(throttled, "peer_copy on GPU 0 measured at full clocks"), nullptr);
+  EXPECT_EQ(named(checks, "peer_copy on GPU 1 measured at full clocks"), nullptr);
   // Health rows are verdicts, not measurements: no data check is made of them.
   for (const Check& c : checks) {
     EXPECT_EQ(c.name.find("health:"), std::string::npos) << c.name;
