@@ -42,6 +42,7 @@ struct Result {
   std::optional<double> busbw_gbps;
   std::optional<double> wrong;                      ///< wrong elements found by the data check
   std::string status = "ok";                        ///< ok, skipped: why, failed: why, or the probe verdict
+  std::string detail;                               ///< numbers behind a verdict (health); written when not empty
   nlohmann::json extra = nlohmann::json::object();  ///< more keys (sms, claimed, first_bad, ...), merged on write
 };
 
