@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Reliability scorecard (GPU host, 4 GPUs): runs the probe, zero-copy and alltoallv under every fault of
-# `peerlab inject` and writes reports/reliability/<date>.json (harness/faults/scorecard.py says what is checked).
+# Reliability scorecard (GPU host; 4 GPUs for every class, 1 GPU for the machine-health classes): runs the probe,
+# zero-copy and alltoallv under every fault of `peerlab inject`, and `peerlab qualify` under every NVML fault of the
+# stand-in NVML, and writes reports/reliability/<date>.json (harness/faults/scorecard.py says what is checked).
 #   ci/scorecard.sh [--build DIR] [--out FILE] [--only REGEX] [--list]
-# Builds what it needs (peerlab, the interposer, fault_drill) in DIR (default build/default, configured by ci/gpu.sh
-# or `cmake --preset default`). Exit code: 0 every fault named correctly, in time, with nothing left behind; 1 not;
+# Builds what it needs (peerlab, the interposer, fault_drill, the stand-in NVML) in DIR (default build/default,
+# configured by ci/gpu.sh or `cmake --preset default`). Exit code: 0 every fault named correctly, in time, with nothing left behind; 1 not;
 # 2 usage or build failure; 3 no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake --preset default "${generator[@]}" >/dev/null || { echo "ci/scorecard.sh: configure failed" >&2; exit 2; }
 fi
-if ! cmake --build "$build" --target peerlab peerlab_faults_preload fault_drill -j "$(nproc)" >"$build/scorecard-build.log" 2>&1; then
+if ! cmake --build "$build" --target peerlab peerlab_faults_preload fault_drill peerlab_fake_nvml -j "$(nproc)" >"$build/scorecard-build.log" 2>&1; then
   grep -E "error" "$build/scorecard-build.log" | head -20
   echo "ci/scorecard.sh: build failed ($build/scorecard-build.log)" >&2
   exit 2

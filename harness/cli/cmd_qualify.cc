@@ -6,13 +6,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness/cli/command.h"
 #include "harness/process/files.h"
 #include "harness/process/process.h"
+#include "harness/health/health.h"
+#include "harness/health/stage.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
@@ -45,6 +50,8 @@ struct QualifyArgs {
   bool full = false;
   bool skip_probe = false;
   bool skip_bench = false;
+  bool skip_health = false;
+  double health_watch_s = 0;
   std::string results;
   double timeout_s = 0;
   std::string kind;
@@ -68,6 +75,16 @@ std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& 
               failed ? rows.back().status.c_str() : (std::to_string(rows.size()) + " results").c_str(), wall);
   std::fflush(stdout);
   return rows;
+}
+
+// The qualify config's text, for its [health] section (read with toml++).
+StatusOr<std::string> configText(const std::string& path) {
+  if (path.empty()) return qualify::defaultConfigText();
+  std::ifstream f(path);
+  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 int writeBundle(const std::string& dir, report::Run& run, const std::vector<report::Check>& checks,
@@ -113,6 +130,11 @@ int runQualify(const QualifyArgs& a) {
   // Inputs first: config, baseline, stored results; each bad one is a one-line error naming it.
   StatusOr<qualify::QualifyConfig> config = a.config.empty() ? qualify::defaultConfig() : qualify::loadConfig(a.config);
   if (!config.isOk()) return fail(kCmd, kExitUsage, config.status().message());
+  StatusOr<std::string> config_text = configText(a.config);
+  if (!config_text.isOk()) return fail(kCmd, kExitUsage, config_text.status().message());
+  StatusOr<health::Thresholds> health_thresholds =
+      health::parseThresholds(*config_text, a.config.empty() ? "built-in reports/qualify.toml" : a.config);
+  if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, health_thresholds.status().message());
   double threshold = config->baseline_threshold_pct;
   if (!a.threshold.empty()) {
     auto t = report::parseThresholdPct(a.threshold);
@@ -236,6 +258,14 @@ int runQualify(const QualifyArgs& a) {
     qualify::Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
     std::printf("peerlab qualify: %zu GPUs, %zu ordered pairs, bundle %s\n", topo->gpus.size(),
                 plan->options.pairs.size(), dir.c_str());
+    std::optional<health::Stage> health;
+    if (!a.skip_health) {
+      // The watch ends by itself after every process's deadline has passed.
+      double max_s = 600 + a.health_watch_s + (po.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
+      for (const qualify::BenchJob& j : plan->jobs)
+        max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.budget_s);
+      health = health::Stage::begin(*health_thresholds, run.fingerprint, max_s, stdout);
+    }
     if (po.probe) {
       auto rows = runProbe(a, *plan, dir);
       run.results.insert(run.results.end(), rows.begin(), rows.end());
@@ -258,6 +288,7 @@ int runQualify(const QualifyArgs& a) {
       run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
       run.extra["bench"] = qualify::toJson(outcome, po.mode);
     }
+    if (health) health->end(run, a.health_watch_s, process::interruptRequested);
     std::string kind = a.kind;
     if (kind.empty()) {
       if (const char* k = std::getenv("PEERLAB_KIND"); k && *k) kind = k;
@@ -283,16 +314,26 @@ int runQualify(const QualifyArgs& a) {
   if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
 
   const int failed = report::failedChecks(checks);
+  int warned = 0, unsupported = 0;
   for (const report::Check& c : checks) {
     if (!c.pass) {
       std::printf("FAIL %s: %s: measured %s, expected %s: %s\n", c.category.c_str(), c.name.c_str(), c.measured.c_str(),
                   c.expected.c_str(), c.reason.c_str());
+    } else if (qualify::healthLevel(c) == "warn") {
+      ++warned;
+      std::printf("WARN %s: %s: %s\n", c.category.c_str(), c.name.c_str(), c.reason.c_str());
+    } else if (qualify::healthLevel(c) == "unsupported") {
+      ++unsupported;
     }
   }
+  if (unsupported) {
+    std::printf("not checked: %d checks unsupported here (the driver or GPU cannot say; see results.json)\n",
+                unsupported);
+  }
   std::printf(
-      "peerlab qualify: %s: %zu checks, %d failed; bundle %s (report.html, summary.md, junit.xml, "
-      "results.json)\n",
-      failed ? "FAIL" : "PASS", checks.size(), failed, dir.c_str());
+      "peerlab qualify: %s: %zu checks, %d failed, %d warnings, %d unsupported; bundle %s (report.html, summary.md, "
+      "junit.xml, results.json)\n",
+      failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported, dir.c_str());
   if (process::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
   return failed ? kExitCheckFailed : kExitOk;
 }
@@ -315,6 +356,10 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--full", a->full, "Run the full benchmark sweeps instead of the quick ones");
   sub.add_flag("--skip-probe", a->skip_probe, "Do not run the verified probe");
   sub.add_flag("--skip-bench", a->skip_bench, "Do not run the benchmarks");
+  sub.add_flag("--skip-health", a->skip_health, "Do not read machine health through NVML");
+  sub.add_option("--health-watch", a->health_watch_s,
+                 "Watch health (XID events, clock event reasons) for at least this many seconds")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--results", a->results,
                  "Check an existing run file instead of measuring (re-check with another "
                  "config or baseline)");

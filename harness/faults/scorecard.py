@@ -2,6 +2,13 @@
 """peerlab reliability scorecard: runs the probe, zero-copy and alltoallv under every fault (peerlab inject) and checks
 that peerlab names each fault correctly, within its deadline, and cleans up after itself.
 
+Machine-health faults (pcie_downtrain, pcie_replays, nvlink_down, nvlink_crc, ecc_dbe, row_remap_pending, xid,
+thermal, fabric_incomplete) run `peerlab qualify --skip-probe --skip-bench --health-watch 2` with NVML replaced by
+the stand-in in wrap mode (PEERLAB_NVML_LIBRARY=libpeerlab_fake_nvml.so, PEERLAB_FAKE_NVML=wrap:<fault>): the real
+answers with one fault on GPU 0. Qualify must name it (the right check on GPU 0, FAIL or WARN as the thresholds say)
+and change nothing else against the clean run (`none`). On one GPU the classes that need NVLink, and every
+two-GPU scenario above, are skipped with the reason.
+
 For every run: the verdict peerlab gave (the right cell, the right verdict), how long after the injection it came
 (from the interposer's stats file to the report), that no process carrying the run's marker survives it, that GPU
 memory returns to where it was, and after every fault a clean re-probe without the interposer must pass. Runs of
@@ -108,7 +115,9 @@ class Tools:
         self.build = build
         self.peerlab = os.path.join(build, "bin", "peerlab")
         self.drill = os.path.join(build, "bin", "fault_drill")
+        self.fake_nvml = os.path.join(build, "lib", "libpeerlab_fake_nvml.so")
         self.gpus = 0
+        self.health_baseline = None  # {(check, gpu): status} of the clean health run
         self.workdir = os.path.join(tempfile.gettempdir(), f"peerlab-scorecard-{os.getpid()}")
 
     def have(self, path):
@@ -155,6 +164,20 @@ def drill_lines(stdout):
             except ValueError:
                 pass
     return ranks, exits
+
+
+def health_rows(out_dir):
+    """{(check, gpu): (status, detail)} from a qualify bundle's results.json, or None."""
+    try:
+        with open(os.path.join(out_dir, "results.json")) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    rows = {}
+    for r in doc.get("results", []):
+        if r.get("suite") == "health":
+            rows[(r.get("name"), r.get("src"))] = (r.get("status"), r.get("detail", ""))
+    return rows
 
 
 # ---------------------------------------------------------------- expectations
@@ -267,6 +290,62 @@ def tolerated(min_wait_ms):
 
 # ---------------------------------------------------------------- scenarios
 
+# Health classes: (fault, the check that must name it on GPU 0, its verdict, what the machine needs).
+HEALTH_FAULTS = [
+    ("pcie_downtrain", "pcie_link", "fail", None),
+    ("pcie_replays", "pcie_errors", "fail", None),
+    ("nvlink_down", "nvlink_state", "fail", "nvlink"),
+    ("nvlink_crc", "nvlink_errors", "warn", "nvlink"),
+    ("ecc_dbe", "ecc", "fail", None),
+    ("row_remap_pending", "row_remap", "fail", None),
+    ("xid", "xid", "fail", None),
+    ("thermal", "clock_events", "fail", None),
+    ("fabric_incomplete", "fabric", "fail", "nvlink"),
+]
+
+
+def expect_health(check_name, verdict, baseline_of):
+    """The fault's check on GPU 0 has the verdict, qualify says so (FAIL/WARN line, exit code), nothing else moved."""
+    def check(run, rows):
+        if rows is None:
+            return "misclassified", "no results.json (exit code %s): %s" % (run["rc"], run["stderr"].strip()[-300:]), None
+        got = rows.get((check_name, 0))
+        if got is None:
+            return "misclassified", f"no {check_name} result for GPU 0", None
+        status, detail = got
+        problems = []
+        if status != verdict:
+            problems.append(f"{check_name} GPU 0: {status} (expected {verdict}): {detail[:160]}")
+        line = f"{verdict.upper()} health: {check_name} GPU 0"
+        if status == verdict and line not in run["stdout"]:
+            problems.append(f"qualify did not print \"{line}\"")
+        want_rc = 1 if verdict == "fail" else 0
+        if run["rc"] != want_rc:
+            problems.append(f"exit code {run['rc']} (expected {want_rc})")
+        baseline = baseline_of() or {}
+        for key, (s, d) in rows.items():
+            if key == (check_name, 0):
+                continue
+            base = baseline.get(key, ("ok", ""))[0]
+            if s != base and s in ("warn", "fail"):
+                problems.append(f"{key[0]} GPU {key[1]}: {s} (clean run: {base}): {d[:120]}")
+        if not problems:
+            return "detected", f"{check_name} GPU 0 {status}: {detail[:160]}", None
+        flagged = [k for k, (s, _) in rows.items() if s in ("warn", "fail")]
+        return ("misclassified" if flagged else "missed"), "; ".join(problems), None
+    return check
+
+
+def expect_health_clean(run, rows):
+    if rows is None:
+        return "misclassified", f"no results.json (exit code {run['rc']})", None
+    bad = {f"{k[0]} GPU {k[1]}": s for k, (s, _) in rows.items() if s == "fail"}
+    if run["rc"] != 0 or bad:
+        return "misclassified", f"exit code {run['rc']}; failing: {bad}", None
+    warned = sorted(f"{k[0]} GPU {k[1]}" for k, (s, _) in rows.items() if s == "warn")
+    return "ok", f"{len(rows)} health checks, none failed" + (f"; warnings on this machine: {warned}" if warned else ""), None
+
+
 def scenarios(tools):
     P = lambda m, s=0, d=1: (m, s, d)  # noqa: E731
     s = []
@@ -351,6 +430,13 @@ def scenarios(tools):
     drill("ipc_open_fail:vmm", "ipc_open_fail:ipc=vmm", "alltoallv", a("push"), expect_drill(("error", "timeout")))
     drill("kill_after_export", "kill_after_export:rank=1", "alltoallv", a("push"),
           expect_drill(("timeout", "error"), rank=0), timed=True)
+
+    # Machine health through the stand-in NVML wrapping the real one; the clean run comes first (its verdicts are
+    # the baseline the fault runs are compared with).
+    s.append({"label": "none", "spec": "none", "target": "health", "check": expect_health_clean, "needs": None})
+    for fault, check_name, verdict, needs in HEALTH_FAULTS:
+        s.append({"label": fault, "spec": fault, "target": "health", "needs": needs, "health_check": check_name,
+                  "check": expect_health(check_name, verdict, lambda: tools.health_baseline)})
     return s
 
 
@@ -392,7 +478,50 @@ def wait_cleanup(marker, before_mib):
     return leftovers, leaked
 
 
+def run_health(tools, sc, index):
+    """One `peerlab qualify` (health only) with the stand-in NVML wrapping the real library."""
+    if not tools.have(tools.peerlab) or not os.path.isfile(tools.fake_nvml):
+        return {"label": sc["label"], "target": "health", "outcome": "skipped",
+                "detail": f"{tools.fake_nvml} not built"}
+    base = tools.health_baseline or {}
+    if sc.get("needs") == "nvlink" and base.get(("nvlink_state", 0), ("unsupported",))[0] == "unsupported":
+        return {"label": sc["label"], "target": "health", "outcome": "skipped",
+                "detail": "GPU 0 has no NVLink in use here (needs 2+ GPUs linked by NVLink)"}
+    target = sc.get("health_check")
+    if target and base.get((target, 0), ("ok",))[0] == "unsupported":
+        # The fault is injected into a real answer; where the driver gives none there is nothing to alter.
+        return {"label": sc["label"], "target": "health", "outcome": "skipped",
+                "detail": f"GPU 0 cannot report {target} here (clean run: {base[(target, 0)][1][:120]})"}
+    marker = f"{uuid.uuid4().hex[:12]}-{index}"
+    out_dir = os.path.join(tools.workdir, f"qualify-{index}")
+    argv = [tools.peerlab, "qualify", "--skip-probe", "--skip-bench", "--health-watch", "2", "--out", out_dir]
+    env = {"PEERLAB_SCORECARD_RUN": marker, "PEERLAB_NVML_LIBRARY": tools.fake_nvml,
+           "PEERLAB_FAKE_NVML": "wrap:" + ("healthy" if sc["spec"] == "none" else sc["spec"])}
+    before = gpu_memory_used()
+    run = run_command(argv, env, 180)
+    leftovers, leaked = wait_cleanup(marker, before)
+    rows = health_rows(out_dir)
+    if sc["spec"] == "none" and rows is not None:
+        tools.health_baseline = {k: v for k, v in rows.items()}
+    outcome, detail, _ = sc["check"](run, rows)
+    if run["timed_out"]:
+        outcome, detail = "misclassified", "the run did not finish in 180 s: " + detail
+    injected = sc["spec"] != "none" and rows is not None
+    if sc["spec"] != "none" and rows is None and outcome != "detected":
+        outcome = "not_injected"
+    return {"label": sc["label"], "spec": sc["spec"], "target": "health", "argv": " ".join(argv),
+            "exit_code": run["rc"], "wall_ms": round(run["wall_ms"], 1), "injected": injected, "actions": 0,
+            "outcome": outcome, "detail": detail, "verdict_ms": None, "late": False,
+            "leftover_processes": leftovers, "leaked_memory": leaked, "fingerprint": None,
+            "stderr_tail": run["stderr"].strip()[-400:] if outcome not in ("ok", "detected") else ""}
+
+
 def run_scenario(tools, sc, index):
+    if sc["target"] == "health":
+        return run_health(tools, sc, index)
+    if tools.gpus < 2:
+        return {"label": sc["label"], "target": sc["target"], "outcome": "skipped",
+                "detail": f"needs 2 GPUs, this machine has {tools.gpus}"}
     marker = f"{uuid.uuid4().hex[:12]}-{index}"
     stats = os.path.join(tools.workdir, f"stats-{index}.jsonl")
     if sc["target"] == "probe":
@@ -512,7 +641,13 @@ def main():
     tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
     all_scenarios = scenarios(tools)
     if args.only:
-        all_scenarios = [sc for sc in all_scenarios if re.search(args.only, sc["label"])]
+        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"])]
+        # Health faults are judged against the clean health run: keep it.
+        if any(sc["target"] == "health" for sc in picked) and not any(
+                sc["target"] == "health" and sc["spec"] == "none" for sc in picked):
+            picked.insert(next(i for i, sc in enumerate(picked) if sc["target"] == "health"),
+                          next(sc for sc in all_scenarios if sc["target"] == "health" and sc["spec"] == "none"))
+        all_scenarios = picked
     if args.list:
         for sc in all_scenarios:
             print(f"{sc['label']:22} {sc['target']:10} {sc['spec']}")
@@ -524,7 +659,9 @@ def main():
     if not gpus:
         print("scorecard: no NVIDIA GPU (nvidia-smi found none)", file=sys.stderr)
         return 3
-    if len(gpus) < 4:
+    if len(gpus) < 2:
+        log("1 GPU: the probe, zcopy and alltoallv scenarios need 2 GPUs and are skipped; health classes run")
+    elif len(gpus) < 4:
         log(f"{len(gpus)} GPUs: alltoallv runs with {min(4, len(gpus))} ranks; the 2-3 re-probe pair needs 4")
 
     started = time.time()
@@ -534,9 +671,15 @@ def main():
     group_labels, group_target = set(), None
 
     def close_group():
-        if group_target is None:
+        if group_target is None or (group_target != "health" and tools.gpus < 2):
             return
-        ok, detail = clean_reprobe(tools)
+        if group_target == "health":
+            # Nothing is injected into the GPU itself; the clean health run is the check that nothing stuck.
+            rerun = run_health(tools, {"label": "none", "spec": "none", "target": "health",
+                                       "check": expect_health_clean, "needs": None}, 999)
+            ok, detail = rerun["outcome"] == "ok", rerun["detail"]
+        else:
+            ok, detail = clean_reprobe(tools)
         log(f"clean re-probe after the {group_target} runs: {'ok' if ok else 'FAILED'} ({detail[:120]})")
         for label in group_labels:
             prev_ok, prev_detail = reprobes.get(label, (True, ""))
@@ -587,6 +730,9 @@ def main():
     shutil.rmtree(tools.workdir, ignore_errors=True)
     failed = [f["name"] for f in faults if f["name"] != "none" and
               (f["missed"] or f["misclassified"] or f["late"] or f["cleanup_failures"] or f["reprobe_ok"] is False)]
+    skipped = [f["name"] for f in faults if f["skipped"] and not f["injected"]]
+    if skipped:
+        print(f"scorecard: skipped on this machine: {', '.join(skipped)}")
     cleanup = sum(f["cleanup_failures"] for f in faults)
     injected = sum(f["injected"] for f in faults)
     detected = sum(f["detected"] for f in faults)

@@ -152,18 +152,102 @@ class Summary(unittest.TestCase):
                       "signal_withhold", "signal_late", "kill_after_export", "cache_corrupt", "cache_stale"):
             self.assertIn(fault, names)
         for s in scenarios:
-            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv"))
+            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv", "health"))
             self.assertTrue(callable(s["check"]))
+        for fault in ("pcie_downtrain", "pcie_replays", "nvlink_down", "nvlink_crc", "ecc_dbe", "row_remap_pending",
+                      "xid", "thermal", "fabric_incomplete"):
+            self.assertIn(fault, {s["spec"] for s in scenarios if s["target"] == "health"})
 
     @unittest.skipUnless(os.environ.get("PEERLAB_BINARY"), "PEERLAB_BINARY names no peerlab binary")
     def test_every_scenario_spec_is_accepted_by_peerlab_inject(self):
         import subprocess
         for s in sc.scenarios(sc.Tools("/nonexistent")):
+            if s["target"] == "health":
+                continue  # NVML faults go to the stand-in NVML, not to the interposer
             if s["spec"].startswith("cache_"):
                 continue  # applied to a file that exists only during the run
             r = subprocess.run([os.environ["PEERLAB_BINARY"], "inject", "--fault", s["spec"], "--", "/bin/true"],
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, f"{s['spec']}: {r.stderr}")
+
+
+def health(**rows):
+    """rows: check_gpu=status, e.g. pcie_link_0="fail"."""
+    out = {}
+    for k, v in rows.items():
+        name, gpu = k.rsplit("_", 1)
+        out[(name, int(gpu))] = (v, f"{name} detail")
+    return out
+
+
+class HealthJudgement(unittest.TestCase):
+    CLEAN = {"pcie_link_0": "ok", "pcie_errors_0": "ok", "ecc_0": "warn", "xid_0": "ok", "fabric_0": "unsupported"}
+
+    def test_the_fault_named_on_gpu_0_is_detected(self):
+        check = sc.expect_health("pcie_link", "fail", lambda: health(**self.CLEAN))
+        rows = health(**dict(self.CLEAN, pcie_link_0="fail"))
+        r = run(rc=1, stdout="FAIL health: pcie_link GPU 0: measured fail, expected ok: Gen3 x8 of Gen5 x16\n")
+        self.assertEqual(check(r, rows)[0], "detected")
+
+    def test_a_warning_the_clean_run_also_had_is_not_blamed(self):
+        # The clean run already warns about ecc (a past SRAM error): that is the machine, not the fault.
+        check = sc.expect_health("nvlink_errors", "warn", lambda: health(**self.CLEAN))
+        rows = health(**dict(self.CLEAN, nvlink_errors_0="warn"))
+        r = run(rc=0, stdout="WARN health: nvlink_errors GPU 0: 9000 CRC errors\n")
+        self.assertEqual(check(r, rows)[0], "detected")
+
+    def test_wrong_check_wrong_verdict_or_silence_is_not_detected(self):
+        check = sc.expect_health("xid", "fail", lambda: health(**self.CLEAN))
+        spill = health(**dict(self.CLEAN, xid_0="fail", pcie_errors_0="fail"))
+        self.assertEqual(check(run(rc=1, stdout="FAIL health: xid GPU 0\n"), spill)[0], "misclassified")
+        weak = health(**dict(self.CLEAN, xid_0="warn"))
+        self.assertEqual(check(run(rc=0), weak)[0], "misclassified")
+        self.assertEqual(check(run(rc=0), health(**self.CLEAN))[0], "misclassified")  # the clean run's own warning
+        quiet = health(**dict(self.CLEAN, ecc_0="ok"))
+        self.assertEqual(check(run(rc=0), quiet)[0], "missed")
+        # The verdict must also reach the exit code and the printed line.
+        rows = health(**dict(self.CLEAN, xid_0="fail"))
+        self.assertEqual(check(run(rc=0, stdout="FAIL health: xid GPU 0\n"), rows)[0], "misclassified")
+        self.assertEqual(check(run(rc=1, stdout=""), rows)[0], "misclassified")
+        self.assertEqual(check(run(rc=4, stderr="boom"), None)[0], "misclassified")
+
+    def test_clean_run_passes_with_warnings_and_fails_on_any_fail(self):
+        self.assertEqual(sc.expect_health_clean(run(rc=0), health(**self.CLEAN))[0], "ok")
+        self.assertEqual(sc.expect_health_clean(run(rc=1), health(**dict(self.CLEAN, xid_0="fail")))[0],
+                         "misclassified")
+        self.assertEqual(sc.expect_health_clean(run(rc=0), None)[0], "misclassified")
+
+    def test_one_gpu_skips_two_gpu_scenarios_and_nvlink_classes_visibly(self):
+        tools = sc.Tools("/nonexistent")
+        tools.gpus = 1
+        tools.health_baseline = health(nvlink_state_0="unsupported")
+        for s in sc.scenarios(tools):
+            if s["target"] == "probe":
+                r = sc.run_scenario(tools, s, 0)
+                self.assertEqual(r["outcome"], "skipped")
+                self.assertIn("needs 2 GPUs", r["detail"])
+                break
+        with tempfile.TemporaryDirectory() as d:
+            tools = sc.Tools(d)
+            tools.gpus = 1
+            tools.health_baseline = health(nvlink_state_0="unsupported")
+            os.makedirs(os.path.join(d, "bin"))
+            os.makedirs(os.path.join(d, "lib"))
+            for path in (tools.peerlab, tools.fake_nvml):
+                with open(path, "w") as f:
+                    f.write("#!/bin/sh\nexit 0\n")
+                os.chmod(path, 0o755)
+            nvlink = next(s for s in sc.scenarios(tools) if s["spec"] == "nvlink_down")
+            r = sc.run_health(tools, nvlink, 0)
+            self.assertEqual(r["outcome"], "skipped")
+            self.assertIn("NVLink", r["detail"])
+            # A check the driver cannot answer on this GPU has nothing to inject into.
+            tools.health_baseline = {("nvlink_state", 0): ("unsupported", ""),
+                                     ("row_remap", 0): ("unsupported", "row remapping: not supported")}
+            remap = next(s for s in sc.scenarios(tools) if s["spec"] == "row_remap_pending")
+            r = sc.run_health(tools, remap, 0)
+            self.assertEqual(r["outcome"], "skipped")
+            self.assertIn("cannot report row_remap", r["detail"])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -183,9 +184,53 @@ void probeChecks(const CheckInputs& in, std::vector<Check>& out) {
   }
 }
 
+// Machine health: one check per GPU and health result, measured = the verdict. A fail fails qualify; a warn passes
+// as a warning; unsupported passes as "could not be checked", never as ok (see healthLevel).
+void healthChecks(const CheckInputs& in, std::vector<Check>& out) {
+  for (const Result& r : in.run->results) {
+    if (r.suite != "health") continue;
+    Check c;
+    c.category = "health";
+    c.name = r.name + " GPU " + (r.src ? std::to_string(*r.src) : std::string("?"));
+    c.pass = r.status != "fail";
+    c.measured = r.status;
+    c.expected = "ok";
+    c.reason = r.detail.empty() ? r.status : r.detail;
+    out.push_back(std::move(c));
+  }
+}
+
+// Benchmark results taken on a GPU whose clocks a failing reason held down (marked "throttled" by the health watch):
+// one failed check per suite and GPU, so that the affected benchmark fails, not only the GPU's clock_events check.
+void throttleChecks(const CheckInputs& in, std::vector<Check>& out) {
+  std::map<std::pair<std::string, int>, std::pair<int, std::string>> hits;  // (suite, gpu) -> (results, reasons)
+  std::vector<std::pair<std::string, int>> order;
+  for (const Result& r : in.run->results) {
+    if (r.suite == "health" || !r.extra.contains("throttled") || !r.extra["throttled"].is_array()) continue;
+    std::string reasons;
+    for (const auto& x : r.extra["throttled"])
+      if (x.is_string()) reasons += (reasons.empty() ? "" : ",") + x.get<std::string>();
+    for (const std::optional<int>& g : {r.src, r.dst}) {
+      if (!g) continue;
+      const auto key = std::make_pair(r.suite, *g);
+      if (!hits.count(key)) order.push_back(key);
+      ++hits[key].first;
+      hits[key].second = reasons;
+    }
+  }
+  for (const auto& key : order) {
+    const auto& [count, reasons] = hits[key];
+    out.push_back({"health", key.first + " on GPU " + std::to_string(key.second) + " measured at full clocks", false,
+                   "throttled: " + reasons, "no HW slowdown, thermal or power-brake slowdown",
+                   std::to_string(count) + " results involve a GPU whose clocks were held down during the benchmarks: "
+                                           "their figures are not trusted",
+                   static_cast<double>(count), 0.0});
+  }
+}
+
 void dataChecks(const CheckInputs& in, std::vector<Check>& out) {
   for (const std::string& suite : report::suitesIn(*in.run)) {
-    if (suite == "probe") continue;
+    if (suite == "probe" || suite == "health") continue;
     int ok = 0, skipped = 0;
     bool ownSkipped = false;  // a peerlab implementation (not a baseline) did not run
     std::vector<std::string> failed, skips;
@@ -379,9 +424,16 @@ void baselineChecks(const CheckInputs& in, std::vector<Check>& out) {
 
 }  // namespace
 
+std::string healthLevel(const Check& check) {
+  const std::string v = report::checkVerdict(check);
+  return v == "warn" || v == "unsupported" ? v : "";
+}
+
 std::vector<Check> evaluateChecks(const CheckInputs& in) {
   std::vector<Check> out;
   topologyChecks(in, out);
+  healthChecks(in, out);
+  throttleChecks(in, out);
   probeChecks(in, out);
   dataChecks(in, out);
   std::set<std::string> matched;

@@ -2,6 +2,7 @@
 /// Qualify checks: every measured figure against the plan's expectations and latency bounds, the probe's verdicts
 /// against the driver's claims, every result's data check, and (optionally) every result against a baseline run.
 
+#include <string>
 #include <vector>
 
 #include "harness/qualify/config.h"
@@ -20,7 +21,10 @@ struct CheckInputs {
   bool probe_expected = true;  ///< the probe was part of the run (its absence is a failure)
 };
 
-/// All checks, in a stable order: topology, probe, data, bandwidth, latency, coverage, baseline.
+/// All checks, in a stable order: topology, health, probe, data, bandwidth, latency, coverage, baseline.
 std::vector<report::Check> evaluateChecks(const CheckInputs& in);
+
+/// "warn" or "unsupported" for a passing health check that is a warning or could not run; "" otherwise.
+std::string healthLevel(const report::Check& check);
 
 }  // namespace peerlab::qualify

@@ -354,5 +354,61 @@ TEST(Checks, OneGpuHostPathsAreChecked) {
   EXPECT_NE(dl->expected.find("DRAM 3352.32 GB/s"), std::string::npos) << dl->expected;
 }
 
+Result healthRow(int gpu, const std::string& name, const std::string& verdict, const std::string& detail) {
+  Result r;
+  r.suite = "health";
+  r.impl = "nvml";
+  r.name = name;
+  r.src = gpu;
+  r.status = verdict;
+  r.detail = detail;
+  return r;
+}
+
+TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
+  Fixture f;
+  f.run.results = {probeCell(0, 1, "ok", true),
+                   probeCell(1, 0, "ok", true),
+                   healthRow(0, "pcie_link", "fail", "Gen3 x8 of Gen5 x16"),
+                   healthRow(0, "ecc", "warn", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
+                   healthRow(1, "fabric", "unsupported", "fabric state: not supported"),
+                   healthRow(1, "xid", "ok", "no XID in 60.0 s watched")};
+  auto checks = f.evaluate();
+  const Check* link = named(checks, "pcie_link GPU 0");
+  ASSERT_NE(link, nullptr);
+  EXPECT_FALSE(link->pass);
+  EXPECT_EQ(link->category, "health");
+  EXPECT_EQ(link->reason, "Gen3 x8 of Gen5 x16");
+  const Check* ecc = named(checks, "ecc GPU 0");
+  ASSERT_NE(ecc, nullptr);
+  EXPECT_TRUE(ecc->pass);
+  EXPECT_EQ(healthLevel(*ecc), "warn");
+  const Check* fabric = named(checks, "fabric GPU 1");
+  ASSERT_NE(fabric, nullptr);
+  EXPECT_EQ(healthLevel(*fabric), "unsupported");
+  EXPECT_EQ(fabric->measured, "unsupported");
+  const Check* xid = named(checks, "xid GPU 1");
+  ASSERT_NE(xid, nullptr);
+  EXPECT_EQ(healthLevel(*xid), "");
+  // Results measured on a throttled GPU fail their benchmark.
+  Result hot = copy(1, 0, 1 << 28, 450);
+  hot.extra["throttled"] = {"hw_thermal"};
+  f.run.results.push_back(hot);
+  auto throttled = f.evaluate();
+  const Check* t0 = named(throttled, "peer_copy on GPU 1 measured at full clocks");
+  ASSERT_NE(t0, nullptr);
+  EXPECT_FALSE(t0->pass);
+  EXPECT_EQ(t0->measured, "throttled: hw_thermal");
+  EXPECT_NE(named(throttled, "peer_copy on GPU 0 measured at full clocks"), nullptr);
+  EXPECT_EQ(named(checks, "peer_copy on GPU 1 measured at full clocks"), nullptr);
+  // Health rows are verdicts, not measurements: no data check is made of them.
+  for (const Check& c : checks) {
+    EXPECT_EQ(c.name.find("health:"), std::string::npos) << c.name;
+    if (!c.pass && c.category != "coverage") {
+      EXPECT_EQ(c.name, "pcie_link GPU 0") << c.reason;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace peerlab::qualify

@@ -50,6 +50,13 @@ StatusOr<std::vector<Check>> checksFromJson(const json& doc) {
   return out;
 }
 
+std::string checkVerdict(const Check& check) {
+  if (!check.pass) return "fail";
+  if (check.category == "health" && (check.measured == "warn" || check.measured == "unsupported"))
+    return check.measured;
+  return "pass";
+}
+
 int failedChecks(const std::vector<Check>& checks) {
   return static_cast<int>(std::count_if(checks.begin(), checks.end(), [](const Check& c) { return !c.pass; }));
 }

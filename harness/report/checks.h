@@ -30,4 +30,8 @@ StatusOr<std::vector<Check>> checksFromJson(const nlohmann::json& doc);
 /// Number of failed checks.
 int failedChecks(const std::vector<Check>& checks);
 
+/// "pass", "fail", or for a passing health check whose verdict (measured) says so, "warn" or "unsupported": a
+/// warning does not fail a run, and a check that could not run is never shown as passed.
+std::string checkVerdict(const Check& check);
+
 }  // namespace peerlab::report

@@ -92,6 +92,7 @@ bool isRegression(Verdict v) {
 int statusRank(const std::string& status) {
   if (status == "ok") return 2;
   if (status.rfind("skipped", 0) == 0 || status == "unsupported" || status.rfind("unsupported", 0) == 0) return 1;
+  if (status == "warn") return 1;  // a health check that passed with a warning
   return 0;
 }
 

@@ -28,7 +28,8 @@ const char* verdictName(Verdict v);
 /// True for verdicts that make a compare (and a qualify baseline check) fail.
 bool isRegression(Verdict v);
 
-/// Ranks a status: 2 good ("ok"), 1 neutral ("skipped: ...", probe "unsupported"), 0 bad (failed, corrupt, hang...).
+/// Ranks a status: 2 good ("ok"), 1 neutral ("skipped: ...", "unsupported", health "warn"), 0 bad (failed, fail,
+/// corrupt, hang...).
 int statusRank(const std::string& status);
 
 /// Identity of a result: suite, name, impl, pair (src,dst), size (bytes) and ranks.

@@ -453,8 +453,15 @@ TEST(CompareNoise, CommittedRunPairs) {
   }
   EXPECT_EQ(noisy.missing(), 0);
   EXPECT_LT(noisy.regressions() * 2, oldRule) << "noise-aware " << noisy.regressions() << ", old rule " << oldRule;
-  std::printf("session8 -> session9: %d regressions noise-aware, %d by the old fixed 5%% rule\n", noisy.regressions(),
+  std::printf("3710ae0 -> db99ff9: %d regressions noise-aware, %d by the old fixed 5%% rule\n", noisy.regressions(),
               oldRule);
+}
+
+TEST(Compare, HealthVerdictsRank) {
+  EXPECT_EQ(statusRank("ok"), 2);
+  EXPECT_EQ(statusRank("warn"), 1);
+  EXPECT_EQ(statusRank("unsupported"), 1);
+  EXPECT_EQ(statusRank("fail"), 0);
 }
 
 }  // namespace

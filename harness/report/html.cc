@@ -1,6 +1,7 @@
 #include "harness/report/html.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -121,7 +122,7 @@ th{background:var(--soft);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fdecea}tr.skip td{color:var(--muted)}
 .pill{display:inline-block;min-width:44px;text-align:center;border-radius:3px;font-weight:700;font-size:12px;color:#fff}
-.pill.pass{background:var(--ok)}.pill.fail{background:var(--bad)}
+.pill.pass{background:var(--ok)}.pill.fail{background:var(--bad)}.pill.other{background:var(--warn)}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(540px,1fr));gap:8px 20px}
 .tiles{display:flex;flex-wrap:wrap;gap:12px 26px;align-items:flex-start}
 figure{margin:0 0 8px}figcaption{font-size:13px;color:var(--muted);margin:2px 0 4px}
@@ -196,10 +197,17 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
            "<th>reason</th></tr>";
       for (const Check& c : checks) {
         if (onlyFailed && c.pass) continue;
-        t << "<tr" << (c.pass ? "" : " class=\"bad\"") << "><td><span class=\"pill " << (c.pass ? "pass" : "fail")
-          << "\">" << (c.pass ? "PASS" : "FAIL") << "</span></td><td>" << htmlEscape(c.category) << "</td><td>"
-          << htmlEscape(c.name) << "</td><td>" << htmlEscape(c.measured) << "</td><td>" << htmlEscape(c.expected)
-          << "</td><td>" << htmlEscape(c.reason) << "</td></tr>";
+        const std::string v = checkVerdict(c);
+        std::string label = v;
+        for (char& ch : label)
+          ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        t << "<tr" << (c.pass ? "" : " class=\"bad\"") << "><td><span class=\"pill "
+          << (v == "fail"   ? "fail"
+              : v == "pass" ? "pass"
+                            : "other")
+          << "\">" << label << "</span></td><td>" << htmlEscape(c.category) << "</td><td>" << htmlEscape(c.name)
+          << "</td><td>" << htmlEscape(c.measured) << "</td><td>" << htmlEscape(c.expected) << "</td><td>"
+          << htmlEscape(c.reason) << "</td></tr>";
       }
       t << "</table>";
       return t.str();

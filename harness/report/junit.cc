@@ -54,12 +54,14 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
     << failures << "\" errors=\"0\" time=\"" << t << "\">\n";
   for (const std::string& cat : order) {
     const auto& list = byCategory[cat];
-    int f = 0;
-    for (const Check* c : list)
+    int f = 0, skipped = 0;
+    for (const Check* c : list) {
       f += c->pass ? 0 : 1;
+      skipped += checkVerdict(*c) == "unsupported";
+    }
     const std::string suite = options.name + "." + cat;
     x << "  <testsuite name=\"" << xmlEscape(suite) << "\" tests=\"" << list.size() << "\" failures=\"" << f
-      << "\" errors=\"0\" skipped=\"0\" time=\"0\"";
+      << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"0\"";
     if (!options.timestamp.empty()) x << " timestamp=\"" << xmlEscape(options.timestamp) << "\"";
     if (!options.hostname.empty()) x << " hostname=\"" << xmlEscape(options.hostname) << "\"";
     x << ">\n";
@@ -67,6 +69,7 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
       x << "    <testcase classname=\"" << xmlEscape(suite) << "\" name=\"" << xmlEscape(c->name) << "\" time=\"0\">\n";
       std::string numbers = "measured " + (c->measured.empty() ? std::string("-") : c->measured) + "; expected " +
                             (c->expected.empty() ? std::string("-") : c->expected);
+      if (checkVerdict(*c) == "unsupported") x << "      <skipped message=\"" << xmlEscape(c->reason) << "\"/>\n";
       if (!c->pass) {
         x << "      <failure type=\"check failed\" message=\"" << xmlEscape(numbers + ": " + c->reason) << "\">"
           << xmlEscape(c->name + "\n" + numbers + "\n" + c->reason) << "</failure>\n";

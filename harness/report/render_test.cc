@@ -464,5 +464,30 @@ TEST(Summary, FailedChecksFirstWithNumbers) {
   EXPECT_EQ(renderSummary(run, checks).rfind("# peerlab qualify: PASS", 0), 0u);
 }
 
+TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
+  report::Run run = syntheticRun(2);
+  std::vector<Check> checks = {
+      {"health", "ecc GPU 0", true, "warn", "ok", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)", {}, {}},
+      {"health", "fabric GPU 0", true, "unsupported", "ok", "fabric state: not supported", {}, {}},
+      {"health", "xid GPU 0", true, "ok", "ok", "no XID in 60.0 s watched", {}, {}},
+      {"health", "pcie_link GPU 0", false, "fail", "ok", "Gen3 x8 of Gen5 x16", {}, {}}};
+  EXPECT_EQ(checkVerdict(checks[0]), "warn");
+  EXPECT_EQ(checkVerdict(checks[1]), "unsupported");
+  EXPECT_EQ(checkVerdict(checks[2]), "pass");
+  EXPECT_EQ(checkVerdict(checks[3]), "fail");
+  const std::string md = renderSummary(run, checks);
+  EXPECT_NE(md.find("| WARN | health: ecc GPU 0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| UNSUPPORTED | health: fabric GPU 0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| PASS | health: xid GPU 0 |"), std::string::npos) << md;
+  const std::string xml = renderJunit(checks);
+  EXPECT_NE(xml.find("skipped=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<skipped message=\"fabric state: not supported\"/>"), std::string::npos) << xml;
+  HtmlOptions ho;
+  ho.checks = checks;
+  const std::string html = renderHtml(run, ho);
+  EXPECT_NE(html.find("<span class=\"pill other\">UNSUPPORTED</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"pill other\">WARN</span>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace peerlab::report

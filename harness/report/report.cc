@@ -61,8 +61,8 @@ std::optional<int> getOptInt(const json& j) {
   return j.get<int>();
 }
 
-const char* kResultKeys[] = {"suite", "name",    "impl",       "src",        "dst",   "ranks",
-                             "bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "numa"};
+const char* kResultKeys[] = {"suite",   "name",       "impl",       "src",   "dst",    "ranks",  "bytes",
+                             "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "detail", "numa"};
 const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
 const char* kFingerprintKeys[] = {"hostname", "driver", "cuda_runtime", "nccl", "gpus"};
 
@@ -101,6 +101,7 @@ json toJson(const Result& r) {
   j["wrong"] = optNum(r.wrong);
   j["status"] = r.status;
   if (r.numa) j["numa"] = *r.numa;
+  if (!r.detail.empty()) j["detail"] = r.detail;
   return j;
 }
 
@@ -199,6 +200,7 @@ StatusOr<Run> fromJson(const json& doc) {
     out.wrong = getOptNum(r["wrong"]);
     out.status = r["status"].get<std::string>();
     if (r.contains("numa")) out.numa = getOptInt(r["numa"]);
+    if (r.contains("detail") && r["detail"].is_string()) out.detail = r["detail"].get<std::string>();
     for (auto it = r.begin(); it != r.end(); ++it) {
       if (!isKnown(kResultKeys, std::size(kResultKeys), it.key())) out.extra[it.key()] = it.value();
     }

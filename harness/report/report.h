@@ -43,6 +43,7 @@ struct Result {
   std::optional<double> wrong;                      ///< wrong elements found by the data check
   std::string status = "ok";                        ///< ok, skipped: why, failed: why, or the probe verdict
   std::optional<int> numa;                          ///< host NUMA node of the host memory used (host_copy)
+  std::string detail;                               ///< numbers behind a verdict (health); written when not empty
   nlohmann::json extra = nlohmann::json::object();  ///< more keys (sms, claimed, first_bad, ...), merged on write
 };
 

@@ -140,8 +140,14 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (!checks.empty()) {
     md << "## All checks\n\n| | check | measured | expected |\n|---|---|---|---|\n";
     for (const Check& c : checks) {
-      md << "| " << (c.pass ? "PASS" : "**FAIL**") << " | " << cell(c.category + ": " + c.name) << " | "
-         << cell(c.measured) << " | " << cell(c.expected) << " |\n";
+      const std::string v = checkVerdict(c);
+      md << "| "
+         << (v == "pass"   ? "PASS"
+             : v == "fail" ? "**FAIL**"
+             : v == "warn" ? "WARN"
+                           : "UNSUPPORTED")
+         << " | " << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected)
+         << " |\n";
     }
     md << "\n";
   }

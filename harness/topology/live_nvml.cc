@@ -1,7 +1,5 @@
 // Live machine, NVML side: active NVLinks per GPU, what each one ends at (a GPU or an NVSwitch) and the per-link
-// rate. Built only with NVML (PEERLAB_HAVE_NVML).
-
-#include <nvml.h>
+// rate. NVML is loaded at run time (harness/health/nvml.h).
 
 #include <algorithm>
 #include <cstdio>
@@ -10,50 +8,26 @@
 #include <string>
 #include <vector>
 
+#include "harness/health/nvml.h"
 #include "harness/topology/topology_internal.h"
 
 namespace peerlab::topology::detail {
 namespace {
 
-std::string busIdOf(const nvmlPciInfo_t& pci) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.0", pci.domain & 0xffffu, pci.bus, pci.device);
-  return buf;
+namespace nv = peerlab::health::nvml;
+
+std::string nvmlError(const nv::Library& L, const char* what, nv::Return r) {
+  return std::string(what) + ": " + L.errorString(r);
 }
 
-std::string nvmlError(const char* what, nvmlReturn_t r) {
-  return std::string(what) + ": " + nvmlErrorString(r);
-}
-
-std::optional<double> fieldMBps(const nvmlFieldValue_t& v) {
-  if (v.nvmlReturn != NVML_SUCCESS) return std::nullopt;
+std::optional<double> fieldMBps(const nv::FieldValue& v) {
   double mbps = 0;
-  switch (v.valueType) {
-    case NVML_VALUE_TYPE_DOUBLE:
-      mbps = v.value.dVal;
-      break;
-    case NVML_VALUE_TYPE_UNSIGNED_INT:
-      mbps = v.value.uiVal;
-      break;
-    case NVML_VALUE_TYPE_UNSIGNED_LONG:
-      mbps = static_cast<double>(v.value.ulVal);
-      break;
-    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-      mbps = static_cast<double>(v.value.ullVal);
-      break;
-    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-      mbps = static_cast<double>(v.value.sllVal);
-      break;
-    default:
-      mbps = v.value.siVal;
-      break;
-  }
-  if (mbps <= 0) return std::nullopt;
+  if (!nv::fieldAsDouble(v, &mbps) || mbps <= 0) return std::nullopt;
   return mbps;
 }
 
 struct NvmlGpu {
-  nvmlDevice_t handle{};
+  nv::Device handle{};
   size_t draft_index = 0;
   std::vector<unsigned> active;  ///< active link numbers
   std::vector<int> to_gpu;       ///< per draft GPU: links that end at it
@@ -62,28 +36,31 @@ struct NvmlGpu {
 };
 
 // Rate of one link per direction: per-link speed fields, else the common speed, else the NVLink version.
-std::optional<double> linkRate(const NvmlGpu& g) {
+std::optional<double> linkRate(const nv::Library& L, const NvmlGpu& g) {
   if (g.active.empty()) return std::nullopt;
-  std::vector<nvmlFieldValue_t> fields(g.active.size());
-  for (size_t k = 0; k < g.active.size(); ++k) {
-    fields[k] = {};
-    fields[k].fieldId = NVML_FI_DEV_NVLINK_GET_SPEED;
-    fields[k].scopeId = g.active[k];
-  }
   std::optional<double> slowest;
-  if (nvmlDeviceGetFieldValues(g.handle, static_cast<int>(fields.size()), fields.data()) == NVML_SUCCESS) {
-    for (const auto& f : fields) {
-      if (auto mbps = fieldMBps(f)) slowest = slowest ? std::min(*slowest, *mbps) : *mbps;
+  if (L.nvmlDeviceGetFieldValues) {
+    std::vector<nv::FieldValue> fields(g.active.size());
+    for (size_t k = 0; k < g.active.size(); ++k) {
+      fields[k] = {};
+      fields[k].fieldId = nv::kFieldNvlinkGetSpeed;
+      fields[k].scopeId = g.active[k];
     }
-  }
-  if (!slowest) {
-    nvmlFieldValue_t common{};
-    common.fieldId = NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON;
-    if (nvmlDeviceGetFieldValues(g.handle, 1, &common) == NVML_SUCCESS) slowest = fieldMBps(common);
+    if (L.nvmlDeviceGetFieldValues(g.handle, static_cast<int>(fields.size()), fields.data()) == nv::kSuccess) {
+      for (const auto& f : fields) {
+        if (auto mbps = fieldMBps(f)) slowest = slowest ? std::min(*slowest, *mbps) : *mbps;
+      }
+    }
+    if (!slowest) {
+      nv::FieldValue common{};
+      common.fieldId = nv::kFieldNvlinkSpeedCommon;
+      if (L.nvmlDeviceGetFieldValues(g.handle, 1, &common) == nv::kSuccess) slowest = fieldMBps(common);
+    }
   }
   if (slowest) return snapNvlinkRate(*slowest / 1000.0);
   unsigned version = 0;
-  if (nvmlDeviceGetNvLinkVersion(g.handle, g.active.front(), &version) == NVML_SUCCESS) {
+  if (L.nvmlDeviceGetNvLinkVersion &&
+      L.nvmlDeviceGetNvLinkVersion(g.handle, g.active.front(), &version) == nv::kSuccess) {
     return nvlinkRateForVersion(version);
   }
   return std::nullopt;
@@ -92,31 +69,37 @@ std::optional<double> linkRate(const NvmlGpu& g) {
 }  // namespace
 
 void addNvmlLinks(Draft& draft) {
-  nvmlReturn_t r = nvmlInit_v2();
-  if (r != NVML_SUCCESS) {
-    draft.warnings.push_back("NVML: " + nvmlError("nvmlInit", r) + "; NVLink unknown");
+  auto lib = nv::Library::open();
+  if (!lib.isOk()) {
+    // Without NVML there is nothing to say unless GPUs are left without NVLink information.
+    if (draft.n() > 0 && draft.nvlink_source.empty()) {
+      draft.warnings.push_back(lib.status().message() + "; NVLink unknown");
+    }
     return;
   }
-  struct Shutdown {
-    ~Shutdown() { nvmlShutdown(); }
-  } shutdown;
+  const nv::Library& L = **lib;
+  if (!L.nvmlDeviceGetCount_v2 || !L.nvmlDeviceGetHandleByIndex_v2 || !L.nvmlDeviceGetPciInfo_v3 ||
+      !L.nvmlDeviceGetNvLinkState) {
+    draft.warnings.push_back("NVML: " + L.path() + " lacks the device or NVLink queries; NVLink unknown");
+    return;
+  }
 
   unsigned count = 0;
-  r = nvmlDeviceGetCount_v2(&count);
-  if (r != NVML_SUCCESS) {
-    draft.warnings.push_back("NVML: " + nvmlError("nvmlDeviceGetCount", r) + "; NVLink unknown");
+  nv::Return r = L.nvmlDeviceGetCount_v2(&count);
+  if (r != nv::kSuccess) {
+    draft.warnings.push_back("NVML: " + nvmlError(L, "nvmlDeviceGetCount", r) + "; NVLink unknown");
     return;
   }
   std::vector<NvmlGpu> gpus;
   for (unsigned k = 0; k < count; ++k) {
     NvmlGpu g;
-    nvmlPciInfo_t pci{};
-    if (nvmlDeviceGetHandleByIndex_v2(k, &g.handle) != NVML_SUCCESS ||
-        nvmlDeviceGetPciInfo_v3(g.handle, &pci) != NVML_SUCCESS) {
+    nv::PciInfo pci{};
+    if (L.nvmlDeviceGetHandleByIndex_v2(k, &g.handle) != nv::kSuccess ||
+        L.nvmlDeviceGetPciInfo_v3(g.handle, &pci) != nv::kSuccess) {
       draft.warnings.push_back("NVML: cannot read device " + std::to_string(k));
       continue;
     }
-    std::string bus = busIdOf(pci);
+    std::string bus = nv::busIdOf(pci);
     size_t at = draft.n();
     for (size_t i = 0; i < draft.n(); ++i) {
       if (draft.gpus[i].bus_id == bus) at = i;
@@ -126,16 +109,16 @@ void addNvmlLinks(Draft& draft) {
       Gpu gpu;
       gpu.bus_id = bus;
       char name[96] = {};
-      if (nvmlDeviceGetName(g.handle, name, sizeof(name)) == NVML_SUCCESS) {
+      if (L.nvmlDeviceGetName && L.nvmlDeviceGetName(g.handle, name, sizeof(name)) == nv::kSuccess) {
         gpu.model = name;
         gpu.model_source = "nvml";
       }
       draft.addGpu(std::move(gpu));
     }
     Gpu& gpu = draft.gpus[at];
-    if (gpu.uuid.empty()) {
+    if (gpu.uuid.empty() && L.nvmlDeviceGetUUID) {
       char uuid[96] = {};
-      if (nvmlDeviceGetUUID(g.handle, uuid, sizeof(uuid)) == NVML_SUCCESS) gpu.uuid = uuid;
+      if (L.nvmlDeviceGetUUID(g.handle, uuid, sizeof(uuid)) == nv::kSuccess) gpu.uuid = uuid;
     }
     g.draft_index = at;
     gpus.push_back(g);
@@ -144,33 +127,34 @@ void addNvmlLinks(Draft& draft) {
   std::set<std::string> switch_ids;
   for (NvmlGpu& g : gpus) {
     g.to_gpu.assign(draft.n(), 0);
-    for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
-      nvmlEnableState_t active = NVML_FEATURE_DISABLED;
-      if (nvmlDeviceGetNvLinkState(g.handle, link, &active) != NVML_SUCCESS || active != NVML_FEATURE_ENABLED) {
+    for (unsigned link = 0; link < nv::kNvlinkMaxLinks; ++link) {
+      int active = nv::kFeatureDisabled;
+      if (L.nvmlDeviceGetNvLinkState(g.handle, link, &active) != nv::kSuccess || active != nv::kFeatureEnabled) {
         continue;
       }
       g.active.push_back(link);
-      nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
-      (void)nvmlDeviceGetNvLinkRemoteDeviceType(g.handle, link, &type);
-      nvmlPciInfo_t remote{};
-      bool have_remote = nvmlDeviceGetNvLinkRemotePciInfo_v2(g.handle, link, &remote) == NVML_SUCCESS;
-      std::string remote_bus = have_remote ? busIdOf(remote) : "";
+      int type = nv::kNvlinkDeviceUnknown;
+      if (L.nvmlDeviceGetNvLinkRemoteDeviceType) (void)L.nvmlDeviceGetNvLinkRemoteDeviceType(g.handle, link, &type);
+      nv::PciInfo remote{};
+      bool have_remote = L.nvmlDeviceGetNvLinkRemotePciInfo_v2 &&
+                         L.nvmlDeviceGetNvLinkRemotePciInfo_v2(g.handle, link, &remote) == nv::kSuccess;
+      std::string remote_bus = have_remote ? nv::busIdOf(remote) : "";
       size_t peer = draft.n();
       for (size_t i = 0; i < draft.n(); ++i) {
         if (have_remote && draft.gpus[i].bus_id == remote_bus) peer = i;
       }
-      if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+      if (type == nv::kNvlinkDeviceSwitch) {
         ++g.to_switch;
         switch_ids.insert(remote_bus);
       } else if (peer < draft.n() && peer != g.draft_index) {
         ++g.to_gpu[peer];
-      } else if (type == NVML_NVLINK_DEVICE_TYPE_UNKNOWN && have_remote && (remote.pciDeviceId & 0xffffu) == 0x10de) {
+      } else if (type == nv::kNvlinkDeviceUnknown && have_remote && (remote.pciDeviceId & 0xffffu) == 0x10de) {
         // Older drivers do not report the remote type: an NVIDIA device that is not one of the GPUs is a switch.
         ++g.to_switch;
         switch_ids.insert(remote_bus);
       }
     }
-    g.rate_gbps = linkRate(g);
+    g.rate_gbps = linkRate(L, g);
   }
 
   draft.nvlink_source = "nvml";

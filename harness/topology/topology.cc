@@ -666,13 +666,7 @@ StatusOr<Topology> loadLive(const LiveOptions& options) {
                              describePcieLink(*g.pcie) + ")");
   }
   bool cuda = options.cuda && detail::addCudaDevices(draft);
-#ifdef PEERLAB_HAVE_NVML
   if (options.nvml) detail::addNvmlLinks(draft);
-#else
-  if (options.nvml && draft.n() > 0 && draft.nvlink_source.empty()) {
-    draft.warnings.push_back("NVML: not built in (configure with NVML for NVLink link counts)");
-  }
-#endif
   std::shared_ptr<detail::Data> data = detail::finish(std::move(draft));
   if (cuda) detail::addCudaP2p(*data);
   return detail::makeTopology(std::move(data));

@@ -99,7 +99,7 @@ struct MachineSummary {
 /// Options for the live machine.
 struct LiveOptions {
   bool cuda = true;  ///< query CUDA (ordinals, UUIDs, names, P2P attributes) when a driver is present
-  bool nvml = true;  ///< query NVML for NVLink (when built with NVML)
+  bool nvml = true;  ///< query NVML for NVLink (when libnvidia-ml loads)
 };
 
 class Topology;

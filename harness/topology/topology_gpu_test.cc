@@ -1,4 +1,4 @@
-// The live topology on a GPU machine, checked against what CUDA (and NVML, when built in) report directly.
+// The live topology on a GPU machine, checked against what CUDA and NVML report directly.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#ifdef PEERLAB_HAVE_NVML
-#include <nvml.h>
-#endif
-
+#include "harness/health/nvml.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
 #include "reference/core/testing.h"
@@ -91,43 +88,41 @@ TEST(TopologyGpu, P2pAttributesAreReadForEveryOrderedPair) {
   }
 }
 
-#ifdef PEERLAB_HAVE_NVML
-// Active NVLinks of the GPU at `bus_id` that do not end at a CPU, counted here straight from NVML.
-int activeLinks(const std::string& bus_id) {
-  nvmlDevice_t dev{};
-  if (nvmlDeviceGetHandleByPciBusId_v2(bus_id.c_str(), &dev) != NVML_SUCCESS) return -1;
+// Active NVLinks of the GPU at `bus_id`, counted here straight from NVML.
+int activeLinks(const health::nvml::Library& L, const std::string& bus_id) {
+  namespace nv = health::nvml;
+  nv::Device dev{};
+  if (!L.nvmlDeviceGetHandleByPciBusId_v2 || L.nvmlDeviceGetHandleByPciBusId_v2(bus_id.c_str(), &dev) != nv::kSuccess)
+    return -1;
   int active = 0;
-  for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
-    nvmlEnableState_t s = NVML_FEATURE_DISABLED;
-    if (nvmlDeviceGetNvLinkState(dev, l, &s) != NVML_SUCCESS || s != NVML_FEATURE_ENABLED) continue;
-    nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
-    (void)nvmlDeviceGetNvLinkRemoteDeviceType(dev, l, &type);
-    if (type != NVML_NVLINK_DEVICE_TYPE_IBMNPU) ++active;
+  for (unsigned l = 0; l < nv::kNvlinkMaxLinks; ++l) {
+    int s = nv::kFeatureDisabled;
+    if (L.nvmlDeviceGetNvLinkState(dev, l, &s) != nv::kSuccess || s != nv::kFeatureEnabled) continue;
+    // Links to a CPU (IBM NPU) are not GPU links.
+    int type = nv::kNvlinkDeviceUnknown;
+    if (L.nvmlDeviceGetNvLinkRemoteDeviceType) (void)L.nvmlDeviceGetNvLinkRemoteDeviceType(dev, l, &type);
+    if (type != nv::kNvlinkDeviceIbmNpu) ++active;
   }
   return active;
 }
-#endif
 
 TEST(TopologyGpu, NvlinkCountsAgreeBothWaysAndWithNvml) {
   PEERLAB_REQUIRE_GPUS(2);
-#ifndef PEERLAB_HAVE_NVML
-  GTEST_SKIP() << "built without NVML (PEERLAB_HAVE_NVML): NVLink link counts are not read on a live machine";
-#else
+  auto nvml = health::nvml::Library::open();
+  if (!nvml.isOk()) GTEST_SKIP() << nvml.status().message() << ": NVLink link counts cannot be checked";
   PEERLAB_ASSERT_OK_AND_ASSIGN(Topology t, loadLive());
   ASSERT_EQ(t.nvlinkSource(), "nvml") << "NVML did not answer; warnings: "
                                       << (t.warnings().empty() ? "" : t.warnings().front());
-  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
   for (const Gpu& g : t.gpus()) {
     SCOPED_TRACE(g.bus_id);
     ASSERT_TRUE(g.nvlink_links.has_value());
-    EXPECT_EQ(*g.nvlink_links, activeLinks(g.bus_id));
+    EXPECT_EQ(*g.nvlink_links, activeLinks(**nvml, g.bus_id));
     EXPECT_LE(g.nvswitch_links, *g.nvlink_links);
     if (*g.nvlink_links > 0) {
       ASSERT_TRUE(g.nvlink_link_gbps.has_value());
       EXPECT_GT(*g.nvlink_link_gbps, 0.0);
     }
   }
-  (void)nvmlShutdown();
   for (const GpuPair& p : t.pairs()) {
     SCOPED_TRACE(std::to_string(p.a) + "-" + std::to_string(p.b));
     auto ab = t.nvlinkLinksSeenFrom(p.a, p.b);
@@ -147,7 +142,6 @@ TEST(TopologyGpu, NvlinkCountsAgreeBothWaysAndWithNvml) {
       EXPECT_DOUBLE_EQ(*p.nvlink_gbps, *p.nvlink_links * std::min(*ga.nvlink_link_gbps, *gb.nvlink_link_gbps));
     }
   }
-#endif
 }
 
 TEST(TopologyGpu, TopoJsonParsesAndMatchesCuda) {

@@ -84,10 +84,9 @@ void addCudaP2p(Data& data);
 /// Live: each GPU's maximum PCIe link from sysfs (max_link_speed and max_link_width of the GPU and of its upstream
 /// port, the smaller of each); GPUs sysfs does not describe keep what hwloc read.
 void addSysfsPcieLinks(Draft& draft, const std::string& devices_dir = "/sys/bus/pci/devices");
-#ifdef PEERLAB_HAVE_NVML
-/// Live: NVLink link counts, remote types (GPU or NVSwitch) and link rates from NVML.
+/// Live: NVLink link counts, remote types (GPU or NVSwitch) and link rates from NVML (loaded at run time; without
+/// it, a warning when the draft has GPUs whose NVLinks nothing else gave).
 void addNvmlLinks(Draft& draft);
-#endif
 
 /// Formats a CPU set given as 32-bit words (least significant first) in list form: "0-31,64-95".
 std::string cpuListFromWords(const std::vector<unsigned long>& words);

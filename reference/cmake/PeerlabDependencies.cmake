@@ -20,16 +20,7 @@ if(PEERLAB_BUILD_BENCH)
   find_package(benchmark 1.7 REQUIRED)
 endif()
 
-# NVML: present on GPU hosts (driver) with the header from the toolkit; absent on GPU-less CI.
-set(PEERLAB_HAVE_NVML OFF)
-if(NOT PEERLAB_WITH_NVML STREQUAL "OFF")
-  find_path(PEERLAB_NVML_INCLUDE nvml.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-  if(TARGET CUDA::nvml AND PEERLAB_NVML_INCLUDE)
-    set(PEERLAB_HAVE_NVML ON)
-  elseif(PEERLAB_WITH_NVML STREQUAL "ON")
-    message(FATAL_ERROR "PEERLAB_WITH_NVML=ON but NVML (nvml.h and libnvidia-ml) was not found")
-  endif()
-endif()
+# NVML is loaded at run time (harness/health/nvml.h), never linked: nothing to find here.
 
 set(PEERLAB_HAVE_MPI OFF)
 if(NOT PEERLAB_WITH_MPI STREQUAL "OFF")
@@ -45,5 +36,5 @@ endif()
 set(PEERLAB_HAVE_NCCL_DEVICE_API ${NCCL_HAS_DEVICE_API})
 
 message(STATUS "peerlab: CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_VERSION} (device API: ${PEERLAB_HAVE_NCCL_DEVICE_API}), "
-               "hwloc ${HWLOC_VERSION}, NVML: ${PEERLAB_HAVE_NVML}, MPI: ${PEERLAB_HAVE_MPI}, "
+               "hwloc ${HWLOC_VERSION}, MPI: ${PEERLAB_HAVE_MPI}, "
                "CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")

@@ -17,7 +17,6 @@ target_compile_options(peerlab_options INTERFACE $<BUILD_INTERFACE:
                              -diag-suppress=177>>)
 target_compile_definitions(peerlab_options INTERFACE
   PEERLAB_VERSION="${PROJECT_VERSION}"
-  $<$<BOOL:${PEERLAB_HAVE_NVML}>:PEERLAB_HAVE_NVML=1>
   $<$<BOOL:${PEERLAB_HAVE_MPI}>:PEERLAB_HAVE_MPI=1>
   $<$<BOOL:${PEERLAB_HAVE_NCCL_DEVICE_API}>:PEERLAB_HAVE_NCCL_DEVICE_API=1>)
 target_include_directories(peerlab_options INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>

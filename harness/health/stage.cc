@@ -1,0 +1,75 @@
+#include "harness/health/stage.h"
+
+#include <chrono>
+#include <thread>
+
+#include "harness/health/copy_traffic.h"
+
+namespace peerlab::health {
+namespace {
+
+double nowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double max_s, std::FILE* out) {
+  Stage s;
+  s.t_ = t;
+  s.started_s_ = nowS();
+  std::vector<std::pair<int, std::string>> gpus;
+  for (const report::GpuFingerprint& g : fp.gpus)
+    if (!g.bus_id.empty()) gpus.push_back({g.ordinal, g.bus_id});
+  auto m = Monitor::open(gpus);
+  // Bus ids that do not match (an unusual driver format): NVML's own order.
+  if (m.isOk() && (*m)->gpus().empty() && !gpus.empty()) m = Monitor::open();
+  if (!m.isOk()) {
+    s.unavailable_ = m.status().message();
+    if (out) std::fprintf(out, "health: %s: every health check is unsupported\n", s.unavailable_.c_str());
+    return s;
+  }
+  s.monitor_ = std::move(*m);
+  s.before_ = s.monitor_->sample(copyTraffic(&s.wake_error_), t.wake_ms);
+  if (Status st = s.monitor_->startWatch(t, max_s); !st.isOk()) s.wake_error_ += st.message();
+  if (out) {
+    std::fprintf(out, "health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
+                 s.before_.size(), s.monitor_->library().path().c_str());
+    if (!s.wake_error_.empty()) std::fprintf(out, "health: PCIe link read at idle: %s\n", s.wake_error_.c_str());
+    std::fflush(out);
+  }
+  return s;
+}
+
+std::vector<CheckResult> Stage::end(report::Run& run, double min_watch_s, const std::function<bool()>& interrupted) {
+  std::vector<CheckResult> checks;
+  nlohmann::json extra = nlohmann::json::object();
+  if (!monitor_) {
+    std::vector<int> ordinals;
+    for (const report::GpuFingerprint& g : run.fingerprint.gpus)
+      ordinals.push_back(g.ordinal);
+    checks = unsupportedAll(ordinals, unavailable_);
+    extra["unavailable"] = unavailable_;
+  } else {
+    while (nowS() - started_s_ < min_watch_s && !(interrupted && interrupted())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    WatchLog watch = monitor_->stopWatch();
+    std::vector<GpuSample> after = monitor_->sample(copyTraffic(&wake_error_), t_.wake_ms);
+    checks = evaluate(before_, after, watch, t_);
+    extra = toJson(watch, t_);
+    extra["nvml_library"] = monitor_->library().path();
+    if (!wake_error_.empty()) extra["wake_error"] = wake_error_;
+    for (const auto& [gpu, reasons] : throttledGpus(watch, t_)) {
+      for (report::Result& r : run.results) {
+        if ((r.src && *r.src == gpu) || (r.dst && *r.dst == gpu)) r.extra["throttled"] = reasons;
+      }
+    }
+  }
+  std::vector<report::Result> rows = toResults(checks);
+  run.results.insert(run.results.end(), rows.begin(), rows.end());
+  run.extra["health"] = extra;
+  return checks;
+}
+
+}  // namespace peerlab::health
