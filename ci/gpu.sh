@@ -72,7 +72,10 @@ if has_stage build; then
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   # The GPU present only (a build for this machine's run file); ci/qualify.sh builds the portable default list.
-  stage configure 300 cmake --preset default "${generator[@]}" -DCMAKE_CUDA_ARCHITECTURES="${PEERLAB_CUDA_ARCHITECTURES:-native}"
+  # PEERLAB_CMAKE_ARGS: more configure options (e.g. -DPEERLAB_CHARTJS=/path/chart.min.js), split on spaces.
+  # shellcheck disable=SC2086
+  stage configure 300 cmake --preset default "${generator[@]}" -DCMAKE_CUDA_ARCHITECTURES="${PEERLAB_CUDA_ARCHITECTURES:-native}" \
+    ${PEERLAB_CMAKE_ARGS:-}
   # Keep going past a target that fails, so the rest can still be tested; the stage still fails.
   stage build 900 cmake --build --preset default -j "$(nproc)" -- -k 0 || tail -40 "$work/build.log"
 fi

@@ -1,7 +1,9 @@
 #include "harness/history/database.h"
 
-#include <libpq-fe.h>
 #include <sqlite3.h>
+#ifdef PEERLAB_HAVE_LIBPQ
+#include <libpq-fe.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +130,7 @@ StatusOr<std::unique_ptr<Database>> openSqlite(const std::string& path) {
 }
 
 // ---- PostgreSQL ----
+#ifdef PEERLAB_HAVE_LIBPQ
 
 class PgRow : public SqlRow {
  public:
@@ -247,6 +250,13 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
   if (!st.isOk()) return st;
   return std::unique_ptr<Database>(std::move(out));
 }
+#else
+StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
+  return PEERLAB_INVALID_ARGUMENT("--db " + url +
+                                  ": this peerlab was built without PostgreSQL's client library (libpq); install "
+                                  "libpq-dev and rebuild, or use a SQLite path");
+}
+#endif
 
 }  // namespace
 

@@ -9,9 +9,10 @@ pkg_check_modules(TOMLPLUSPLUS REQUIRED IMPORTED_TARGET tomlplusplus>=3.0)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(CLI11 2.1 REQUIRED)
 find_package(Threads REQUIRED)
-# The history store: SQLite (embedded default) and PostgreSQL's client library.
+# The history store: SQLite (embedded default) and, when found, PostgreSQL's client library (without it a
+# postgresql:// URL is refused with a message saying so).
 pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
-pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
+pkg_check_modules(LIBPQ IMPORTED_TARGET libpq)
 if(PEERLAB_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
@@ -37,4 +38,4 @@ set(PEERLAB_HAVE_NCCL_DEVICE_API ${NCCL_HAS_DEVICE_API})
 
 message(STATUS "peerlab: CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_VERSION} (device API: ${PEERLAB_HAVE_NCCL_DEVICE_API}), "
                "hwloc ${HWLOC_VERSION}, MPI: ${PEERLAB_HAVE_MPI}, "
-               "CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")
+               "CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}, PostgreSQL client: ${LIBPQ_FOUND}")

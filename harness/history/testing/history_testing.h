@@ -103,6 +103,10 @@ inline int syntheticResults(int gpus = 4) {
 
 /// The PostgreSQL server the ctest fixture started (pg_cluster.sh), or "" with the reason in `why`.
 inline std::string postgresServerUrl(std::string* why) {
+#ifndef PEERLAB_HAVE_LIBPQ
+  *why = "built without PostgreSQL's client library (libpq)";
+  return "";
+#endif
   const char* state = std::getenv("PEERLAB_HISTORY_PG_STATE");
 #ifdef PEERLAB_HISTORY_PG_STATE_DIR
   if (!state) state = PEERLAB_HISTORY_PG_STATE_DIR;
