@@ -80,7 +80,7 @@ class Releaser {
 
   size_t held() {
     std::lock_guard<std::mutex> lock(list_mu_);
-    return items_.size();
+    return items_.size() + releasing_;
   }
 
  private:
@@ -115,7 +115,10 @@ class Releaser {
         }
       }
       if (!ready.empty()) {
-        // Destroyed without the list lock: a free may wait for the device, and add() must not wait with it.
+        // Destroyed without the list lock: a free may wait for the device, and add() must not wait with it. They
+        // count as held until their references are gone.
+        const size_t n_ready = ready.size();
+        releasing_ += n_ready;
         lock.unlock();
         {
           std::lock_guard<std::mutex> cuda(cuda_mu_);
@@ -125,7 +128,9 @@ class Releaser {
             item.owner.reset();
           }
         }
+        ready.clear();
         lock.lock();
+        releasing_ -= n_ready;
         continue;
       }
       cv_.wait_for(lock, std::chrono::milliseconds(2));
@@ -156,6 +161,7 @@ class Releaser {
   std::mutex cuda_mu_;
   std::condition_variable cv_;
   std::vector<Item> items_;
+  size_t releasing_ = 0;  ///< taken off the list, references not dropped yet
   bool running_ = false;
   bool exiting_ = false;
   bool exit_hooked_ = false;
