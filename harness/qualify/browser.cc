@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 
 namespace peerlab::qualify {
 

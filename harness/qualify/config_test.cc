@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "reference/core/testing.h"
 
 namespace peerlab::qualify {

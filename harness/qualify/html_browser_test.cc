@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "harness/qualify/browser.h"
 #include "harness/qualify/cli_test_util.h"
 #include "harness/report/html.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "harness/launch/launch.h"
+#include "reference/core/local_bootstrap.h"
 #include "reference/alltoallv/alltoallv.h"
 #include "reference/core/device_time.cuh"
 #include "reference/core/testing.h"
@@ -503,7 +503,7 @@ TEST(FusedProtocol, SimulatedCallDeliversEveryByteExactlyOnce) {
 }
 
 TEST(FusedProtocol, BadOptionsAreRejectedBeforeAnyDeviceWork) {
-  auto boot = launch::singleRankBootstrap();
+  auto boot = singleRankBootstrap();
   ASSERT_NE(boot, nullptr);
   Options o;
   o.elem_bytes = 4;

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/launch/launch.h"
+#include "reference/core/local_bootstrap.h"
 #include "harness/launch/rank_test.h"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
@@ -212,7 +212,7 @@ TEST_P(IpcGpu, RanksAsThreadsOfOneProcess) {
       }
     }
   }
-  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string dir, launch::makePrivateDir("peerlab-ipc-threads"));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string dir, makePrivateDir("peerlab-ipc-threads"));
   const size_t bytes = (2 << 20) + 100;
   const uint64_t salt = 400 + static_cast<uint64_t>(kind);
   const Counters before = counters();
@@ -220,7 +220,7 @@ TEST_P(IpcGpu, RanksAsThreadsOfOneProcess) {
   std::vector<PatternCheck> checks(2);
   auto rank = [&](int me) -> Status {
     const int peer = 1 - me;
-    PEERLAB_ASSIGN_OR_RETURN(auto boot, launch::connectLocal(me, 2, dir, soon()));
+    PEERLAB_ASSIGN_OR_RETURN(auto boot, connectLocal(me, 2, dir, soon()));
     PEERLAB_ASSIGN_OR_RETURN(ExportableBuffer buf, allocExportable(me, bytes, kind));
     PEERLAB_ASSIGN_OR_RETURN(Stream stream, createStream(me));
     PEERLAB_RETURN_IF_ERROR(poisonPattern(buf.get().ptr, bytes, patternSeed(kRun, peer, me, salt), stream.get()));

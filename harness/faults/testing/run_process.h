@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 
 namespace peerlab::faults::testing {
 

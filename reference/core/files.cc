@@ -1,4 +1,4 @@
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

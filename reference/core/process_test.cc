@@ -1,4 +1,4 @@
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "reference/core/fd.h"
 #include "reference/core/testing.h"
 
