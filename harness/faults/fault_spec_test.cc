@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "harness/faults/inject.h"
-#include "reference/core/testing.h"
 #include "harness/watchdog/probe_cache.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::faults {
 namespace {

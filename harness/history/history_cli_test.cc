@@ -11,7 +11,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/cli_test_util.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::history {
 namespace {

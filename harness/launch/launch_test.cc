@@ -1,5 +1,5 @@
 // runLocal (spawning, failure, timeout, interrupt, cleanup), the local mesh in one process, the single-rank
-// bootstrap, and what runTestAsRanks reports to the parent.
+// bootstrap and bootstrapFromEnvironment.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,60 +18,21 @@
 #include <vector>
 
 #include "harness/launch/launch.h"
-#include "harness/launch/rank_test.h"
-#include "reference/core/testing.h"
+#include "reference/testing/guards.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::launch {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using testing::ScopedEnv;
+using testing::TempDir;
 
 std::vector<std::string> sh(const std::string& script) {
   return {"/bin/sh", "-c", script};
 }
-
-// A scratch directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    auto d = makePrivateDir("peerlab-launch-test");
-    EXPECT_TRUE(d.isOk()) << d.status().toString();
-    if (d.isOk()) path_ = *d;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// Sets an environment variable for the scope, restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(RunLocal, EveryRankGetsItsEnvironmentAndSucceeds) {
   LocalOptions o;
@@ -373,44 +334,6 @@ TEST(BootstrapFromEnvironment, RejectsBadVariables) {
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(b.status().message().find("PEERLAB_RANK"), std::string::npos) << b.status().toString();
   }
-}
-
-// What the parent of runTestAsRanks sees: rank skips are reported as a skip, failures carry the rank's output.
-TEST(RankTest, SkipInsideTheRanksReachesTheParent) {
-  auto t = runTestAsRanks(2, std::chrono::seconds(60));
-  if (t.is_parent) {
-    PEERLAB_EXPECT_OK(t.status);
-    EXPECT_TRUE(t.skipped);
-    EXPECT_NE(t.skip_reason.find("no widget on this rank"), std::string::npos) << t.skip_reason;
-    return;
-  }
-  ASSERT_NE(t.bootstrap, nullptr) << t.status.toString();
-  GTEST_SKIP() << "no widget on this rank";
-}
-
-TEST(RankTest, FailedRankOutputIsInTheStatus) {
-  auto t = runTestAsRanks(2, std::chrono::seconds(60));
-  if (t.is_parent) {
-    EXPECT_FALSE(t.status.isOk());
-    EXPECT_NE(t.status.message().find("rank 1 exited with code 1"), std::string::npos) << t.status.message();
-    EXPECT_NE(t.status.message().find("marker printed by rank 1"), std::string::npos) << t.status.message();
-    EXPECT_EQ(t.status.message().find("marker printed by rank 0"), std::string::npos) << "passing rank's output";
-    return;
-  }
-  ASSERT_NE(t.bootstrap, nullptr) << t.status.toString();
-  std::cout << "marker printed by rank " << t.bootstrap->rank() << std::endl;
-  if (t.bootstrap->rank() == 1) ADD_FAILURE() << "intentional failure of rank 1";
-}
-
-TEST(RankTest, RanksShareOneBootstrap) {
-  PEERLAB_TEST_RANKS(3, boot);
-  EXPECT_EQ(boot.size(), 3);
-  int32_t me = boot.rank(), sum = 0;
-  std::vector<int32_t> all(3);
-  PEERLAB_ASSERT_OK(boot.allgather(&me, all.data(), sizeof(me), Deadline::afterMs(30'000)));
-  for (int32_t v : all)
-    sum += v;
-  EXPECT_EQ(sum, 0 + 1 + 2);
 }
 
 }  // namespace

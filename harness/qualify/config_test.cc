@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "reference/core/files.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <regex>
 
-#include "reference/core/files.h"
 #include "harness/qualify/browser.h"
 #include "harness/qualify/cli_test_util.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
-#include "reference/core/testing.h"
+#include "reference/core/files.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {

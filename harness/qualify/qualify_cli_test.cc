@@ -9,7 +9,7 @@
 #include "harness/qualify/plan.h"
 #include "harness/report/report.h"
 #include "reference/core/devices.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "harness/qualify/cli_test_util.h"
 #include "harness/report/report.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {

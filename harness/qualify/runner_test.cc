@@ -9,7 +9,7 @@
 
 #include "harness/qualify/cli_test_util.h"
 #include "harness/qualify/pipeline.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "harness/qualify/cli_test_util.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "harness/topology/topology_internal.h"
 #include "harness/topology/xml_document.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {

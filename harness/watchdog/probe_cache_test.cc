@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {

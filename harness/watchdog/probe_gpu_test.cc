@@ -13,11 +13,11 @@
 #include <string>
 
 #include "harness/report/report.h"
+#include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
-#include "reference/core/testing.h"
-#include "harness/watchdog/probe_cache.h"
 #include "reference/probe/probe.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "harness/report/report.h"
-#include "harness/watchdog/watchdog.h"
-#include "reference/core/testing.h"
 #include "harness/watchdog/probe_cache.h"
+#include "harness/watchdog/watchdog.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {

@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "reference/core/local_bootstrap.h"
 #include "reference/alltoallv/alltoallv.h"
 #include "reference/core/device_time.cuh"
-#include "reference/core/testing.h"
+#include "reference/core/local_bootstrap.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv {
 namespace {

@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "reference/core/files.h"
 #include "reference/core/fd.h"
-#include "reference/core/testing.h"
+#include "reference/core/files.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::process {
 namespace {

@@ -11,9 +11,9 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/peer/peer.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::peer {
 namespace {
