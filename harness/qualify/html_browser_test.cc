@@ -8,9 +8,9 @@
 #include <regex>
 
 #include "harness/qualify/browser.h"
-#include "harness/qualify/cli_test_util.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
+#include "harness/testing/cli.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
@@ -152,7 +152,7 @@ TEST(HtmlBrowser, ScreenshotCommandWritesPng) {
   CliRun r = runPeerlab({"report", sourcePath("reports/schema/sample-run.json"), "--html", dir + "/r.html",
                          "--screenshot", dir + "/r.png", "--width", "1200"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string png = slurp(dir + "/r.png");
+  const std::string png = readFile(dir + "/r.png");
   ASSERT_GT(png.size(), 24u);
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   auto be32 = [&](size_t at) {

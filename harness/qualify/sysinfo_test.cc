@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/qualify/cli_test_util.h"
+#include "harness/testing/cli.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::qualify {

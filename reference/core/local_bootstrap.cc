@@ -266,20 +266,4 @@ StatusOr<std::unique_ptr<Bootstrap>> connectLocalFromEnvironment(Deadline deadli
   return connectLocal(rank, size, v.substr(6), deadline);
 }
 
-StatusOr<std::string> makePrivateDir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  while (base.size() > 1 && base.back() == '/')
-    base.pop_back();
-  // Sockets live in this directory: keep room for "/r<rank>" inside a Unix socket address.
-  if (base.size() + prefix.size() + 8 + 8 > detail::maxSocketPathLength()) base = "/tmp";
-  std::string templ = base + "/" + prefix + "-XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) {
-    const int err = errno;
-    return PEERLAB_UNAVAILABLE("cannot create a private directory under '" + base + "': " + std::strerror(err) +
-                               " (errno " + std::to_string(err) + ")");
-  }
-  return templ;
-}
-
 }  // namespace peerlab

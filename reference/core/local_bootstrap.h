@@ -9,6 +9,7 @@
 
 #include "reference/core/bootstrap.h"
 #include "reference/core/deadline.h"
+#include "reference/core/files.h"
 #include "reference/core/status.h"
 
 namespace peerlab {
@@ -35,8 +36,5 @@ bool localBootstrapRequested();
 /// Connects the bootstrap PEERLAB_BOOTSTRAP=local:<dir>, PEERLAB_RANK and PEERLAB_SIZE describe; `invalid_argument`
 /// naming the variable when one is missing or malformed (PEERLAB_BOOTSTRAP=mpi included: that is the launcher's).
 StatusOr<std::unique_ptr<Bootstrap>> connectLocalFromEnvironment(Deadline deadline);
-
-/// A new private (0700) directory under $TMPDIR (or /tmp), named <prefix>-XXXXXX, short enough to hold the sockets.
-StatusOr<std::string> makePrivateDir(const std::string& prefix);
 
 }  // namespace peerlab

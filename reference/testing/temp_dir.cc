@@ -3,26 +3,18 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include <filesystem>
-
 #include "reference/core/files.h"
-#include "reference/core/local_bootstrap.h"
 #include "reference/testing/guards.h"
 
 namespace peerlab::testing {
 
 TempDir::TempDir(const std::string& prefix) {
-  auto dir = makePrivateDir(prefix);
+  auto dir = ::peerlab::TempDir::make(prefix);
   if (dir.isOk()) {
-    path_ = *dir;
+    ::peerlab::TempDir::operator=(std::move(*dir));
   } else {
     ADD_FAILURE() << "temporary directory: " << dir.status().toString();
   }
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 std::string readFile(const std::string& path) {

@@ -3,23 +3,15 @@
 
 #include <string>
 
+#include "reference/core/files.h"
+
 namespace peerlab::testing {
 
 /// A fresh private directory (mkdtemp under $TMPDIR or /tmp), removed with everything in it at the end of the scope.
 /// Creating it fails the test (ADD_FAILURE) when it cannot be made; path() is then "".
-class TempDir {
+class TempDir : public ::peerlab::TempDir {
  public:
   explicit TempDir(const std::string& prefix = "peerlab-test");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  /// path() + "/" + name.
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
 
 /// The whole file, "" when it cannot be read (a test compares it with what it expects).
