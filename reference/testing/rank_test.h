@@ -54,22 +54,14 @@ bool setOutsideLauncher(OutsideLauncher launcher);
 
 }  // namespace peerlab::testing
 
-#define PEERLAB_TEST_RANKS(n, boot)                                                   \
-  auto boot##_ranks_ = ::peerlab::testing::runTestAsRanks(n);                         \
-  if (boot##_ranks_.is_parent) {                                                      \
-    ASSERT_TRUE(boot##_ranks_.status.isOk()) << boot##_ranks_.status.toString();      \
-    if (boot##_ranks_.skipped) GTEST_SKIP() << boot##_ranks_.skip_reason;             \
-    return;                                                                           \
-  }                                                                                   \
-  ASSERT_TRUE(boot##_ranks_.bootstrap != nullptr) << boot##_ranks_.status.toString(); \
+#define PEERLAB_TEST_RANKS_TIMEOUT(n, boot, timeout_s, env)                                         \
+  auto boot##_ranks_ = ::peerlab::testing::runTestAsRanks(n, std::chrono::seconds(timeout_s), env); \
+  if (boot##_ranks_.is_parent) {                                                                    \
+    ASSERT_TRUE(boot##_ranks_.status.isOk()) << boot##_ranks_.status.toString();                    \
+    if (boot##_ranks_.skipped) GTEST_SKIP() << boot##_ranks_.skip_reason;                           \
+    return;                                                                                         \
+  }                                                                                                 \
+  ASSERT_TRUE(boot##_ranks_.bootstrap != nullptr) << boot##_ranks_.status.toString();               \
   ::peerlab::Bootstrap& boot = *boot##_ranks_.bootstrap
 
-#define PEERLAB_TEST_RANKS_TIMEOUT(n, boot, seconds, env)                                         \
-  auto boot##_ranks_ = ::peerlab::testing::runTestAsRanks(n, std::chrono::seconds(seconds), env); \
-  if (boot##_ranks_.is_parent) {                                                                  \
-    ASSERT_TRUE(boot##_ranks_.status.isOk()) << boot##_ranks_.status.toString();                  \
-    if (boot##_ranks_.skipped) GTEST_SKIP() << boot##_ranks_.skip_reason;                         \
-    return;                                                                                       \
-  }                                                                                               \
-  ASSERT_TRUE(boot##_ranks_.bootstrap != nullptr) << boot##_ranks_.status.toString();             \
-  ::peerlab::Bootstrap& boot = *boot##_ranks_.bootstrap
+#define PEERLAB_TEST_RANKS(n, boot) PEERLAB_TEST_RANKS_TIMEOUT(n, boot, 120, {})
