@@ -10,7 +10,7 @@
 namespace peerlab::testing {
 
 CliRun runCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                  std::chrono::seconds timeout) {
+                  std::chrono::milliseconds timeout, std::chrono::milliseconds kill_grace) {
   CliRun r;
   TempDir io("peerlab-cli");
   process::ProcessOptions o;
@@ -19,12 +19,15 @@ CliRun runCommand(const std::vector<std::string>& argv, const std::vector<std::s
   o.stdout_path = io.file("out");
   o.stderr_path = io.file("err");
   o.timeout = timeout;
+  o.kill_grace = kill_grace;
   auto result = process::runProcess(o);
   if (!result.isOk()) {
     r.err = result.status().toString();
     return r;
   }
   if (result->signal == 0 && !result->timed_out && !result->interrupted) r.exit_code = result->exit_code;
+  r.signal = result->signal;
+  r.timed_out = result->timed_out;
   r.out = readFile(io.file("out"));
   r.err = readFile(io.file("err"));
   if (result->timed_out) r.err += "\n(" + process::describeExit(*result, o.timeout) + ")";

@@ -13,6 +13,8 @@ namespace peerlab::testing {
 /// What a program did: its exit code (-1 when it did not exit on its own or could not start), stdout and stderr.
 struct CliRun {
   int exit_code = -1;
+  int signal = 0;          ///< the signal that ended it, when one did
+  bool timed_out = false;  ///< stopped at the deadline
   std::string out;
   std::string err;
 };
@@ -20,7 +22,8 @@ struct CliRun {
 /// Runs `argv` (argv[0] a path or a name in PATH) with `env` ("KEY=VALUE" added, a bare "KEY" removed) in its own
 /// process group under a deadline. A program that cannot start gives exit_code -1 and the reason in `err`.
 CliRun runCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
-                  std::chrono::seconds timeout = std::chrono::seconds(120));
+                  std::chrono::milliseconds timeout = std::chrono::seconds(120),
+                  std::chrono::milliseconds kill_grace = std::chrono::seconds(3));
 
 /// Runs the built `peerlab` binary with `args`: the test target defines PEERLAB_BINARY (its path).
 #ifdef PEERLAB_BINARY
