@@ -1,4 +1,4 @@
-// The shared test helpers: guards, temporary directories and files, and multi-rank tests on the local bootstrap.
+// What the tests share: guards, temporary directories and files, and multi-rank tests on the local bootstrap.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
