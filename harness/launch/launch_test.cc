@@ -1,5 +1,5 @@
-// runLocal (spawning, failure, timeout, interrupt, cleanup), the local mesh in one process, the single-rank
-// bootstrap and bootstrapFromEnvironment.
+// runLocal (spawning, failure, timeout, interrupt, cleanup), the single-rank bootstrap and bootstrapFromEnvironment.
+// The local mesh itself is tested in reference/core/local_bootstrap_test.cc.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -204,87 +204,6 @@ TEST(Summarize, NamesEveryFailedRank) {
   EXPECT_EQ(st.code(), StatusCode::kInternal);
   EXPECT_EQ(st.message(), "2 of 4 ranks failed: rank 2 killed by SIGSEGV; rank 3 stopped by the launcher with SIGTERM");
   EXPECT_EQ(st.message().find('\n'), std::string::npos);
-}
-
-TEST(LocalMesh, RankThatNeverArrivesTimesOutTheOthers) {
-  TempDir dir;
-  constexpr int kDeadlineMs = 500;
-  std::vector<Status> results(3);
-  std::vector<Clock::duration> took(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {  // rank 3 of 4 never connects
-    threads.emplace_back([&, r] {
-      const auto start = Clock::now();
-      auto b = connectLocal(r, 4, dir.path(), Deadline::afterMs(kDeadlineMs));
-      took[static_cast<size_t>(r)] = Clock::now() - start;
-      results[static_cast<size_t>(r)] = b.status();
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[static_cast<size_t>(r)].code(), StatusCode::kTimeout)
-        << results[static_cast<size_t>(r)].toString();
-    EXPECT_NE(results[static_cast<size_t>(r)].message().find("3"), std::string::npos);
-    EXPECT_LT(took[static_cast<size_t>(r)], std::chrono::milliseconds(kDeadlineMs + 3000));
-  }
-}
-
-// Three ranks in threads of one process; returns the bootstraps by rank.
-std::vector<std::unique_ptr<Bootstrap>> connectThreads(const std::string& dir, int n) {
-  std::vector<std::unique_ptr<Bootstrap>> boots(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto b = connectLocal(r, n, dir, Deadline::afterMs(10'000));
-      EXPECT_TRUE(b.isOk()) << b.status().toString();
-      if (b.isOk()) boots[static_cast<size_t>(r)] = std::move(b).value();
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return boots;
-}
-
-TEST(LocalMesh, ClosedPeerIsNotADeath) {
-  TempDir dir;
-  auto boots = connectThreads(dir.path(), 3);
-  ASSERT_TRUE(boots[0] && boots[1] && boots[2]);
-  uint64_t v = 7;
-  PEERLAB_ASSERT_OK(boots[2]->send(0, &v, sizeof(v), Deadline::afterMs(5000)));
-  boots[2].reset();  // finishes cleanly: says goodbye
-  // What rank 2 sent before leaving still arrives; waiting for more fails at once instead of hanging.
-  uint64_t got = 0;
-  PEERLAB_ASSERT_OK(boots[0]->recv(2, &got, sizeof(got), Deadline::afterMs(5000)));
-  EXPECT_EQ(got, 7u);
-  const auto start = Clock::now();
-  Status st = boots[0]->recv(2, &got, sizeof(got), Deadline::afterMs(5000));
-  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.toString();
-  EXPECT_NE(st.message().find("rank 2 has closed"), std::string::npos) << st.toString();
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
-  // Ranks 0 and 1 carry on.
-  std::thread t([&] { PEERLAB_EXPECT_OK(boots[1]->send(0, &v, sizeof(v), Deadline::afterMs(5000))); });
-  PEERLAB_EXPECT_OK(boots[0]->recv(1, &got, sizeof(got), Deadline::afterMs(5000)));
-  t.join();
-}
-
-TEST(LocalMesh, BigSendsBothWaysDoNotDeadlock) {
-  TempDir dir;
-  auto boots = connectThreads(dir.path(), 2);
-  ASSERT_TRUE(boots[0] && boots[1]);
-  const size_t bytes = 16 << 20;  // far beyond the socket buffers
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<unsigned char> out(bytes, static_cast<unsigned char>(r + 1)), in(bytes);
-      PEERLAB_EXPECT_OK(boots[static_cast<size_t>(r)]->send(1 - r, out.data(), bytes, Deadline::afterMs(30'000)));
-      PEERLAB_EXPECT_OK(boots[static_cast<size_t>(r)]->recv(1 - r, in.data(), bytes, Deadline::afterMs(30'000)));
-      EXPECT_EQ(in.front(), 2 - r);
-      EXPECT_EQ(in.back(), 2 - r);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
 }
 
 TEST(SingleRank, IsRankZeroOfOne) {
