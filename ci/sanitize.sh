@@ -2,7 +2,7 @@
 # Runs every GPU test (ctest -L gpu) under compute-sanitizer memcheck, racecheck and synccheck, child processes
 # included (the multi-rank tests start their ranks as processes). Each test is split into --shards GoogleTest shards
 # (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX; fewer when it has fewer cases) and the (tool, test, shard) jobs run --jobs
-# at a time, each with PEERLAB_UNDER_SANITIZER set to its tool (reference/core/testing.h); repeated tests are
+# at a time, each with PEERLAB_UNDER_SANITIZER set to its tool (reference/testing/testing.h); repeated tests are
 # capped at PEERLAB_TEST_MAX_ITERATIONS iterations (default 20: 10,000 random messages become 20). Prints one
 # machine-readable line
 #   sanitizer: memcheck=N racecheck=N synccheck=N untracked=N timeouts=N tests=N
@@ -27,7 +27,7 @@ report="reports/reliability/$(date -u +%F).json"
 tools="memcheck racecheck synccheck"
 filter=""
 timeout_s=600
-# Repeated tests run at most this many iterations under the sanitizer (reference/core/testing.h).
+# Repeated tests run at most this many iterations under the sanitizer (reference/testing/testing.h).
 iterations="${PEERLAB_TEST_MAX_ITERATIONS:-20}"
 shards=4
 jobs=12

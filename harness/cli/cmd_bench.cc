@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"

@@ -10,7 +10,7 @@
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 #include "harness/report/report.h"
 
 namespace peerlab::cli {

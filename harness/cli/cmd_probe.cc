@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"

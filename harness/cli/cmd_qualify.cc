@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/process/files.h"
-#include "harness/process/process.h"
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "harness/qualify/browser.h"
 #include "harness/report/compare.h"
 #include "harness/report/html.h"

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/sysinfo.h"
 #include "harness/report/compare.h"

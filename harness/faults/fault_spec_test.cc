@@ -9,8 +9,9 @@
 #include <sstream>
 
 #include "harness/faults/inject.h"
-#include "reference/core/testing.h"
 #include "harness/watchdog/probe_cache.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::faults {
 namespace {
@@ -229,12 +230,7 @@ TEST(Inject, InterposerPathHonoursTheEnvironment) {
   std::filesystem::remove_all(dir);
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 TEST(Inject, CacheCorruptIsSeededAndChangesTheFile) {
   const std::string dir = ::testing::TempDir() + "faults-cache-" + std::to_string(getpid());

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "harness/faults/cache_fault.h"
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 
 #ifndef PEERLAB_FAULTS_BUILD_LIB
 #define PEERLAB_FAULTS_BUILD_LIB ""

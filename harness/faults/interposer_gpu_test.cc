@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "harness/faults/testing/run_process.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::faults {
 namespace {

@@ -5,14 +5,14 @@
 #include <fstream>
 #include <string>
 
-#include "harness/qualify/cli_test_util.h"
+#include "harness/testing/cli.h"
 #include "harness/report/report.h"
 
 namespace peerlab::testing {
 namespace {
 
-std::string fakeEnv(const std::string& scenario, const char* library = PEERLAB_FAKE_NVML_PATH) {
-  return std::string("PEERLAB_NVML_LIBRARY=") + library + " PEERLAB_FAKE_NVML=" + scenario;
+std::vector<std::string> fakeEnv(const std::string& scenario, const char* library = PEERLAB_FAKE_NVML_PATH) {
+  return {std::string("PEERLAB_NVML_LIBRARY=") + library, "PEERLAB_FAKE_NVML=" + scenario};
 }
 
 TEST(HealthCli, HealthyMachinePassesAndWritesHealthRows) {
@@ -56,7 +56,7 @@ TEST(HealthCli, WarningsDoNotFail) {
 }
 
 TEST(HealthCli, NoNvmlIsExit3AndBadConfigExit2) {
-  CliRun none = runPeerlab({"health", "--watch", "0"}, "PEERLAB_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1");
+  CliRun none = runPeerlab({"health", "--watch", "0"}, {"PEERLAB_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
   EXPECT_EQ(none.exit_code, 3) << none.out << none.err;
   EXPECT_NE(none.err.find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos) << none.err;
   const std::string dir = scratchDir("health-cli-config");

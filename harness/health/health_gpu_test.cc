@@ -10,7 +10,7 @@
 #include "harness/health/copy_traffic.h"
 #include "harness/health/health.h"
 #include "reference/core/driver.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::health {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::health {
 namespace {

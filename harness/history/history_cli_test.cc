@@ -10,16 +10,17 @@
 
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
-#include "harness/qualify/cli_test_util.h"
-#include "reference/core/testing.h"
+#include "harness/qualify/pipeline.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::history {
 namespace {
 
 using peerlab::testing::CliRun;
+using peerlab::testing::readFile;
 using peerlab::testing::runPeerlab;
 using peerlab::testing::scratchDir;
-using peerlab::testing::slurp;
 
 class HistoryCliTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -57,7 +58,7 @@ class HistoryCliTest : public ::testing::TestWithParam<std::string> {
 TEST_P(HistoryCliTest, TruncatedFileIsRejectedWithExitTwoAndNothingOfItStored) {
   std::mt19937_64 rng(1);
   const std::string good = writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), "good.json");
-  const std::string whole = slurp(writeRun(testing::syntheticRun(rng, 1, "node-a", "kind-x"), "whole.json"));
+  const std::string whole = readFile(writeRun(testing::syntheticRun(rng, 1, "node-a", "kind-x"), "whole.json"));
   const std::string truncated = dir_ + "/truncated.json";
   std::ofstream(truncated) << whole.substr(0, whole.size() * 2 / 3);
   CliRun r = runPeerlab({"history", "ingest", "--db", url_, good, truncated});
@@ -93,8 +94,8 @@ TEST_P(HistoryCliTest, ParallelIngestProcessesStoreEachRunOnce) {
   ASSERT_EQ(std::system(("timeout 120 sh -c " + qualify::shellQuote(script)).c_str()), 0);
   std::set<std::string> stored;
   for (int w = 0; w < writers; ++w) {
-    const std::string out = slurp(dir_ + "/w" + std::to_string(w) + ".out");
-    EXPECT_EQ(slurp(dir_ + "/w" + std::to_string(w) + ".rc"), "0\n") << out;
+    const std::string out = readFile(dir_ + "/w" + std::to_string(w) + ".out");
+    EXPECT_EQ(readFile(dir_ + "/w" + std::to_string(w) + ".rc"), "0\n") << out;
   }
   std::set<std::string> expected;
   for (int w = 0; w < writers; ++w)
@@ -146,14 +147,14 @@ TEST_P(HistoryCliTest, RegressionsExitOneWithTheWorstFirstAndZeroOnNoise) {
   // Before the change: nothing to report.
   CliRun quiet = runPeerlab({"history", "regressions", "--db", url_, "--json", dir_ + "/quiet.json"});
   EXPECT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
-  EXPECT_TRUE(nlohmann::json::parse(slurp(dir_ + "/quiet.json"))["regressions"].empty());
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir_ + "/quiet.json"))["regressions"].empty());
 
   args = {"history", "ingest", "--db", url_};
   args.insert(args.end(), files.begin() + 27, files.end());
   ASSERT_EQ(runPeerlab(args).exit_code, 0);
   CliRun r = runPeerlab({"history", "regressions", "--db", url_, "--json", dir_ + "/r.json"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  const nlohmann::json regs = nlohmann::json::parse(slurp(dir_ + "/r.json"))["regressions"];
+  const nlohmann::json regs = nlohmann::json::parse(readFile(dir_ + "/r.json"))["regressions"];
   ASSERT_EQ(regs.size(), 13u) << regs.dump(1);  // 12 latencies and one copy
   double last = 1e9;
   for (const auto& reg : regs) {
@@ -183,7 +184,7 @@ TEST_P(HistoryCliTest, FleetNamesTheBadNode) {
   ASSERT_EQ(runPeerlab(args).exit_code, 0);
   CliRun r = runPeerlab({"history", "fleet", "--db", url_, "--kind", "kind-x", "--json", dir_ + "/f.json"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  const nlohmann::json out = nlohmann::json::parse(slurp(dir_ + "/f.json"))["outliers"];
+  const nlohmann::json out = nlohmann::json::parse(readFile(dir_ + "/f.json"))["outliers"];
   ASSERT_EQ(out.size(), 13u) << out.dump(1);  // node-5's 12 latencies and its alltoallv time
   for (const auto& o : out) {
     EXPECT_EQ(o["host"], "node-5");
@@ -238,13 +239,13 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   // Regressions may or may not be there in real history; the command must answer (0 or 1) with valid JSON.
   CliRun regs = runPeerlab({"history", "regressions", "--db", db, "--json", dir + "/r.json"});
   EXPECT_TRUE(regs.exit_code == 0 || regs.exit_code == 1) << regs.err;
-  EXPECT_TRUE(nlohmann::json::parse(slurp(dir + "/r.json"))["regressions"].is_array());
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir + "/r.json"))["regressions"].is_array());
   CliRun fleet = runPeerlab({"history", "fleet", "--db", db, "--json", dir + "/f.json"});
   EXPECT_EQ(fleet.exit_code, 0) << fleet.err;  // one host per kind: no fleet
   CliRun html = runPeerlab({"history", "html", "--db", db, "--out", dir + "/site", "--model", dir + "/model.json"});
   EXPECT_EQ(html.exit_code, 0) << html.err;
   EXPECT_TRUE(std::filesystem::exists(dir + "/site/index.html")) << html.out;
-  const nlohmann::json model = nlohmann::json::parse(slurp(dir + "/model.json"));
+  const nlohmann::json model = nlohmann::json::parse(readFile(dir + "/model.json"));
   EXPECT_GE(model["kinds"].size(), 2u);
   for (const auto& k : model["kinds"]) {
     EXPECT_FALSE(k["series"].empty());

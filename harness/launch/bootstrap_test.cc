@@ -15,14 +15,17 @@
 #include <vector>
 
 #include "harness/launch/launch.h"
-#include "harness/launch/rank_test.h"
 #include "reference/core/pattern.h"
-#include "reference/core/testing.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::launch {
 namespace {
 
 constexpr int kRanks = 4;
+
+// Under mpirun every process is already a rank and takes the MPI bootstrap.
+[[maybe_unused]] const bool kMpiRanks = testing::setOutsideLauncher({launchedByMpi, bootstrapFromEnvironment});
 
 Deadline soon() {
   return Deadline::afterMs(60'000);
@@ -58,7 +61,7 @@ TEST(Bootstrap, RanksRunTheirTestUnderAnInheritedShard) {
     setenv("GTEST_TOTAL_SHARDS", "7", 1);
     setenv("GTEST_SHARD_INDEX", "6", 1);
   }
-  auto ranks = runTestAsRanks(kRanks);
+  auto ranks = testing::runTestAsRanks(kRanks);
   if (ranks.is_parent) {
     unsetenv("GTEST_TOTAL_SHARDS");
     unsetenv("GTEST_SHARD_INDEX");
@@ -335,7 +338,7 @@ TEST(Bootstrap, AbortFailsAPendingBarrier) {
 TEST(Bootstrap, RankThatExitsEarlyIsNamed) {
   PEERLAB_TEST_RANKS(kRanks, boot);
   if (isMpi(boot)) GTEST_SKIP() << "mpirun ends the whole job when a rank exits without MPI_Finalize";
-  if (boot.rank() == 3) exitRankAbruptly();  // gone without a goodbye, as if it crashed
+  if (boot.rank() == 3) testing::exitRankAbruptly();  // gone without a goodbye, as if it crashed
   const auto start = std::chrono::steady_clock::now();
   Status st = boot.barrier(Deadline::afterMs(20'000));
   EXPECT_FALSE(st.isOk());

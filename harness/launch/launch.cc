@@ -10,23 +10,16 @@
 #include <filesystem>
 #include <thread>
 
-#include "harness/launch/unix_mesh.h"
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 
 namespace peerlab::launch {
 
 namespace {
 
-std::string errnoText(int err) {
-  return std::string(strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
-
 std::vector<std::string> rankEnvironment(const LocalOptions& o, int rank, const std::string& dir) {
   std::vector<std::string> env = o.extra_env;
-  env.push_back(std::string(kEnvRank) + "=" + std::to_string(rank));
-  env.push_back(std::string(kEnvSize) + "=" + std::to_string(o.ranks));
-  env.push_back(std::string(kEnvBootstrap) + "=local:" + dir);
-  env.push_back(std::string(kEnvLauncherPid) + "=" + std::to_string(getpid()));
+  for (std::string& e : localRankEnvironment(rank, o.ranks, dir))
+    env.push_back(std::move(e));
   return env;
 }
 
@@ -35,20 +28,6 @@ bool failed(const RankExit& e) {
 }
 
 }  // namespace
-
-StatusOr<std::string> makePrivateDir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  while (base.size() > 1 && base.back() == '/')
-    base.pop_back();
-  // Sockets live in this directory: keep room for "/r<rank>" inside a Unix socket address.
-  if (base.size() + prefix.size() + 8 + 8 > detail::maxSocketPathLength()) base = "/tmp";
-  std::string templ = base + "/" + prefix + "-XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) {
-    return PEERLAB_UNAVAILABLE("cannot create a private directory under '" + base + "': " + errnoText(errno));
-  }
-  return templ;
-}
 
 StatusOr<std::vector<RankExit>> runLocal(const LocalOptions& options) {
   if (options.ranks < 1) return PEERLAB_INVALID_ARGUMENT("runLocal: ranks must be >= 1");
@@ -199,35 +178,11 @@ bool launchedAsRank() {
   return (r != nullptr && *r != '\0') || launchedByMpi();
 }
 
-namespace {
-
-StatusOr<int> intFromEnv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return PEERLAB_INVALID_ARGUMENT(std::string(name) + " is not set");
-  char* end = nullptr;
-  errno = 0;
-  long x = std::strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < 0 || x > 1'000'000) {
-    return PEERLAB_INVALID_ARGUMENT(std::string(name) + "='" + v + "' is not a rank number");
-  }
-  return static_cast<int>(x);
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<Bootstrap>> bootstrapFromEnvironment(Deadline deadline) {
   const char* b = std::getenv(kEnvBootstrap);
   if (b != nullptr && *b != '\0') {
     const std::string v(b);
-    if (v.rfind("local:", 0) == 0) {
-      PEERLAB_ASSIGN_OR_RETURN(int rank, intFromEnv(kEnvRank));
-      PEERLAB_ASSIGN_OR_RETURN(int size, intFromEnv(kEnvSize));
-      if (size < 1 || rank >= size) {
-        return PEERLAB_INVALID_ARGUMENT(std::string(kEnvRank) + "=" + std::to_string(rank) + " is not below " +
-                                        kEnvSize + "=" + std::to_string(size));
-      }
-      return connectLocal(rank, size, v.substr(6), deadline);
-    }
+    if (v.rfind("local:", 0) == 0) return connectLocalFromEnvironment(deadline);
     if (v == "mpi") return connectMpi(deadline);
     return PEERLAB_INVALID_ARGUMENT(std::string(kEnvBootstrap) + "='" + v + "' is neither local:<dir> nor mpi");
   }

@@ -1,6 +1,7 @@
 #pragma once
 /// Starting ranks and connecting them: one Bootstrap interface (reference/core/bootstrap.h), two implementations
-/// chosen at run time: local (peerlab starts N ranks on this host, Unix domain sockets) and MPI (mpirun -np N).
+/// chosen at run time: local (peerlab starts N ranks on this host, reference/core/local_bootstrap.h) and MPI
+/// (mpirun -np N).
 
 #include <chrono>
 #include <memory>
@@ -9,16 +10,10 @@
 
 #include "reference/core/bootstrap.h"
 #include "reference/core/deadline.h"
+#include "reference/core/local_bootstrap.h"
 #include "reference/core/status.h"
 
 namespace peerlab::launch {
-
-/// Environment a local rank is started with.
-inline constexpr const char* kEnvRank = "PEERLAB_RANK";
-inline constexpr const char* kEnvSize = "PEERLAB_SIZE";
-inline constexpr const char* kEnvBootstrap = "PEERLAB_BOOTSTRAP";  ///< "local:<socket directory>" or "mpi"
-/// Pid of the process that started the ranks: a local rank asks to be killed (SIGTERM) when that process dies.
-inline constexpr const char* kEnvLauncherPid = "PEERLAB_LAUNCHER_PID";
 
 struct LocalOptions {
   int ranks = 2;
@@ -59,19 +54,10 @@ bool launchedByMpi();
 /// MPI), otherwise a single-rank bootstrap (rank 0 of 1). Connecting has a deadline.
 StatusOr<std::unique_ptr<Bootstrap>> bootstrapFromEnvironment(Deadline deadline);
 
-/// Local bootstrap: rank `rank` of `size` over Unix domain sockets in `dir` (each rank listens on <dir>/r<rank>).
-/// Every call fails, naming the rank, once a peer aborted or died (EOF or reset without a goodbye).
-/// Point-to-point, fd and collective calls may come from several threads; collectives from one thread at a time.
-StatusOr<std::unique_ptr<Bootstrap>> connectLocal(int rank, int size, const std::string& dir, Deadline deadline);
-/// The bootstrap of a process that runs alone: rank 0 of 1 (kind "local"); sends to itself are queued.
-std::unique_ptr<Bootstrap> singleRankBootstrap();
 /// MPI bootstrap over a duplicate of MPI_COMM_WORLD (MPI is initialized on first use and finalized at exit).
 /// File descriptors pass between ranks of one host over side Unix sockets; across hosts `unavailable`. Sends are
 /// buffered (they return once the message is handed to MPI); every wait polls MPI_Test until its deadline.
 /// `unavailable` when peerlab was built without MPI.
 StatusOr<std::unique_ptr<Bootstrap>> connectMpi(Deadline deadline);
-
-/// A new private (0700) directory under $TMPDIR (or /tmp), named <prefix>-XXXXXX.
-StatusOr<std::string> makePrivateDir(const std::string& prefix);
 
 }  // namespace peerlab::launch

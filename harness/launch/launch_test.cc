@@ -1,5 +1,5 @@
-// runLocal (spawning, failure, timeout, interrupt, cleanup), the local mesh in one process, the single-rank
-// bootstrap, and what runTestAsRanks reports to the parent.
+// runLocal (spawning, failure, timeout, interrupt, cleanup), the single-rank bootstrap and bootstrapFromEnvironment.
+// The local mesh itself is tested in reference/core/local_bootstrap_test.cc.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,60 +18,21 @@
 #include <vector>
 
 #include "harness/launch/launch.h"
-#include "harness/launch/rank_test.h"
-#include "reference/core/testing.h"
+#include "reference/testing/guards.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::launch {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using testing::ScopedEnv;
+using testing::TempDir;
 
 std::vector<std::string> sh(const std::string& script) {
   return {"/bin/sh", "-c", script};
 }
-
-// A scratch directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    auto d = makePrivateDir("peerlab-launch-test");
-    EXPECT_TRUE(d.isOk()) << d.status().toString();
-    if (d.isOk()) path_ = *d;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// Sets an environment variable for the scope, restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(RunLocal, EveryRankGetsItsEnvironmentAndSucceeds) {
   LocalOptions o;
@@ -245,87 +206,6 @@ TEST(Summarize, NamesEveryFailedRank) {
   EXPECT_EQ(st.message().find('\n'), std::string::npos);
 }
 
-TEST(LocalMesh, RankThatNeverArrivesTimesOutTheOthers) {
-  TempDir dir;
-  constexpr int kDeadlineMs = 500;
-  std::vector<Status> results(3);
-  std::vector<Clock::duration> took(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {  // rank 3 of 4 never connects
-    threads.emplace_back([&, r] {
-      const auto start = Clock::now();
-      auto b = connectLocal(r, 4, dir.path(), Deadline::afterMs(kDeadlineMs));
-      took[static_cast<size_t>(r)] = Clock::now() - start;
-      results[static_cast<size_t>(r)] = b.status();
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[static_cast<size_t>(r)].code(), StatusCode::kTimeout)
-        << results[static_cast<size_t>(r)].toString();
-    EXPECT_NE(results[static_cast<size_t>(r)].message().find("3"), std::string::npos);
-    EXPECT_LT(took[static_cast<size_t>(r)], std::chrono::milliseconds(kDeadlineMs + 3000));
-  }
-}
-
-// Three ranks in threads of one process; returns the bootstraps by rank.
-std::vector<std::unique_ptr<Bootstrap>> connectThreads(const std::string& dir, int n) {
-  std::vector<std::unique_ptr<Bootstrap>> boots(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto b = connectLocal(r, n, dir, Deadline::afterMs(10'000));
-      EXPECT_TRUE(b.isOk()) << b.status().toString();
-      if (b.isOk()) boots[static_cast<size_t>(r)] = std::move(b).value();
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return boots;
-}
-
-TEST(LocalMesh, ClosedPeerIsNotADeath) {
-  TempDir dir;
-  auto boots = connectThreads(dir.path(), 3);
-  ASSERT_TRUE(boots[0] && boots[1] && boots[2]);
-  uint64_t v = 7;
-  PEERLAB_ASSERT_OK(boots[2]->send(0, &v, sizeof(v), Deadline::afterMs(5000)));
-  boots[2].reset();  // finishes cleanly: says goodbye
-  // What rank 2 sent before leaving still arrives; waiting for more fails at once instead of hanging.
-  uint64_t got = 0;
-  PEERLAB_ASSERT_OK(boots[0]->recv(2, &got, sizeof(got), Deadline::afterMs(5000)));
-  EXPECT_EQ(got, 7u);
-  const auto start = Clock::now();
-  Status st = boots[0]->recv(2, &got, sizeof(got), Deadline::afterMs(5000));
-  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.toString();
-  EXPECT_NE(st.message().find("rank 2 has closed"), std::string::npos) << st.toString();
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
-  // Ranks 0 and 1 carry on.
-  std::thread t([&] { PEERLAB_EXPECT_OK(boots[1]->send(0, &v, sizeof(v), Deadline::afterMs(5000))); });
-  PEERLAB_EXPECT_OK(boots[0]->recv(1, &got, sizeof(got), Deadline::afterMs(5000)));
-  t.join();
-}
-
-TEST(LocalMesh, BigSendsBothWaysDoNotDeadlock) {
-  TempDir dir;
-  auto boots = connectThreads(dir.path(), 2);
-  ASSERT_TRUE(boots[0] && boots[1]);
-  const size_t bytes = 16 << 20;  // far beyond the socket buffers
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<unsigned char> out(bytes, static_cast<unsigned char>(r + 1)), in(bytes);
-      PEERLAB_EXPECT_OK(boots[static_cast<size_t>(r)]->send(1 - r, out.data(), bytes, Deadline::afterMs(30'000)));
-      PEERLAB_EXPECT_OK(boots[static_cast<size_t>(r)]->recv(1 - r, in.data(), bytes, Deadline::afterMs(30'000)));
-      EXPECT_EQ(in.front(), 2 - r);
-      EXPECT_EQ(in.back(), 2 - r);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-}
-
 TEST(SingleRank, IsRankZeroOfOne) {
   ScopedEnv a(kEnvBootstrap, nullptr);
   ScopedEnv b(kEnvRank, nullptr);
@@ -373,44 +253,6 @@ TEST(BootstrapFromEnvironment, RejectsBadVariables) {
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(b.status().message().find("PEERLAB_RANK"), std::string::npos) << b.status().toString();
   }
-}
-
-// What the parent of runTestAsRanks sees: rank skips are reported as a skip, failures carry the rank's output.
-TEST(RankTest, SkipInsideTheRanksReachesTheParent) {
-  auto t = runTestAsRanks(2, std::chrono::seconds(60));
-  if (t.is_parent) {
-    PEERLAB_EXPECT_OK(t.status);
-    EXPECT_TRUE(t.skipped);
-    EXPECT_NE(t.skip_reason.find("no widget on this rank"), std::string::npos) << t.skip_reason;
-    return;
-  }
-  ASSERT_NE(t.bootstrap, nullptr) << t.status.toString();
-  GTEST_SKIP() << "no widget on this rank";
-}
-
-TEST(RankTest, FailedRankOutputIsInTheStatus) {
-  auto t = runTestAsRanks(2, std::chrono::seconds(60));
-  if (t.is_parent) {
-    EXPECT_FALSE(t.status.isOk());
-    EXPECT_NE(t.status.message().find("rank 1 exited with code 1"), std::string::npos) << t.status.message();
-    EXPECT_NE(t.status.message().find("marker printed by rank 1"), std::string::npos) << t.status.message();
-    EXPECT_EQ(t.status.message().find("marker printed by rank 0"), std::string::npos) << "passing rank's output";
-    return;
-  }
-  ASSERT_NE(t.bootstrap, nullptr) << t.status.toString();
-  std::cout << "marker printed by rank " << t.bootstrap->rank() << std::endl;
-  if (t.bootstrap->rank() == 1) ADD_FAILURE() << "intentional failure of rank 1";
-}
-
-TEST(RankTest, RanksShareOneBootstrap) {
-  PEERLAB_TEST_RANKS(3, boot);
-  EXPECT_EQ(boot.size(), 3);
-  int32_t me = boot.rank(), sum = 0;
-  std::vector<int32_t> all(3);
-  PEERLAB_ASSERT_OK(boot.allgather(&me, all.data(), sizeof(me), Deadline::afterMs(30'000)));
-  for (int32_t v : all)
-    sum += v;
-  EXPECT_EQ(sum, 0 + 1 + 2);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "harness/launch/launch.h"
-#include "harness/launch/unix_mesh.h"
+#include "reference/core/unix_mesh.h"
 
 namespace peerlab::launch {
 

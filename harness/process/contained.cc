@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 
 namespace peerlab::process {
 namespace {

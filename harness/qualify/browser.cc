@@ -7,31 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 
 namespace peerlab::qualify {
 
 namespace {
-
-// A throwaway profile directory so that parallel runs never share Chromium's lock files.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "peerlab-chromium-XXXXXX").string();
-    if (::mkdtemp(tmpl.data())) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::vector<std::string> baseArgs(const std::string& chromium, const std::string& profile) {
   // --no-sandbox is required as root (CI containers, the GPU host).
@@ -82,8 +63,8 @@ StatusOr<PageLoad> loadPage(const std::string& html_path, int timeout_s, int wid
   if (chromium.empty())
     return PEERLAB_UNAVAILABLE("no Chromium found (chromium, chromium-browser; or set PEERLAB_CHROMIUM)");
   if (!std::filesystem::exists(html_path)) return PEERLAB_INVALID_ARGUMENT(html_path + ": no such file");
-  TempDir profile;
-  if (profile.path().empty()) return PEERLAB_INTERNAL("cannot create a temporary Chromium profile");
+  // A throwaway profile directory so that parallel runs never share Chromium's lock files.
+  PEERLAB_ASSIGN_OR_RETURN(TempDir profile, TempDir::make("peerlab-chromium"));
   process::ProcessOptions po;
   po.argv = baseArgs(chromium, profile.path());
   po.argv.push_back("--enable-logging=stderr");
@@ -117,7 +98,7 @@ Status screenshotReport(const std::string& html_path, const std::string& png_pat
   const std::string h = htmlAttribute(load.dom, "data-peerlab-height");
   if (!h.empty()) height = std::clamp(std::atoi(h.c_str()) + 16, 200, 16000);
   const std::string chromium = findChromium();
-  TempDir profile;
+  PEERLAB_ASSIGN_OR_RETURN(TempDir profile, TempDir::make("peerlab-chromium"));
   std::error_code ec;
   const std::string png = std::filesystem::absolute(png_path, ec).string();
   std::filesystem::remove(png, ec);

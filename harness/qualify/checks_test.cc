@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

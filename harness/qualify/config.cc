@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 
 namespace peerlab::qualify {
 

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/process/files.h"
-#include "reference/core/testing.h"
+#include "reference/core/files.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

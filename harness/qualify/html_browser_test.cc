@@ -9,14 +9,14 @@
 #include <regex>
 
 #include "harness/qualify/browser.h"
-#include "harness/qualify/cli_test_util.h"
-#include "harness/process/files.h"
 #include "harness/report/chart_page.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/site.h"
 #include "harness/report/site_testing.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
+#include "reference/core/files.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {
@@ -192,7 +192,7 @@ TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
   ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
   for (const std::string page : {"index.html", "kind-nvidia-h200-x4.html", "kind-nvidia-h200-x2.html"}) {
     SCOPED_TRACE(page);
-    const std::string html = slurp(dir + "/" + page);
+    const std::string html = readFile(dir + "/" + page);
     const int promised = promisedCharts(html);
     if (page == "kind-nvidia-h200-x4.html") {
       EXPECT_EQ(promised, 5);
@@ -241,7 +241,7 @@ TEST(HtmlBrowser, ScreenshotCommandWritesPng) {
   CliRun r = runPeerlab({"report", sourcePath("reports/schema/sample-run.json"), "--html", dir + "/r.html",
                          "--screenshot", dir + "/r.png", "--width", "1200"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string png = slurp(dir + "/r.png");
+  const std::string png = readFile(dir + "/r.png");
   ASSERT_GT(png.size(), 24u);
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   auto be32 = [&](size_t at) {

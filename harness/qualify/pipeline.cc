@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
 #include "reference/host/host_copy.h"

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <map>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/qualify/cli_test_util.h"
 #include "harness/qualify/plan.h"
 #include "harness/report/report.h"
+#include "harness/testing/cli.h"
 #include "reference/core/devices.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {
@@ -86,21 +86,15 @@ std::string storedRun(const std::string& path, double ce10) {
 }
 
 std::string parseJunit(const std::string& path) {
-  const std::string cmd =
-      "python3 -c \"import sys, xml.etree.ElementTree as ET\n"
+  const std::string script =
+      "import sys, xml.etree.ElementTree as ET\n"
       "r = ET.parse(sys.argv[1]).getroot()\n"
       "cases = r.findall('./testsuite/testcase')\n"
       "fails = [c.find('failure').get('message') for c in cases if c.find('failure') is not None]\n"
       "print(len(cases), len(fails), r.get('failures'))\n"
-      "for f in fails: print(f)\" " +
-      path + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[1024];
-  while (p && fgets(buf, sizeof(buf), p))
-    out += buf;
-  if (p) pclose(p);
-  return out;
+      "for f in fails: print(f)";
+  CliRun r = runCommand({"python3", "-c", script, path});
+  return r.out + r.err;
 }
 
 TEST(QualifyCli, DryRunFromFixtures) {
@@ -203,14 +197,14 @@ TEST(QualifyCli, BundleFromStoredRun) {
     EXPECT_TRUE(std::filesystem::exists(dir + "/pass/" + f)) << f;
   }
   EXPECT_NE(r.out.find("peerlab qualify: PASS"), std::string::npos) << r.out;
-  EXPECT_EQ(slurp(dir + "/pass/summary.md").rfind("# peerlab qualify: PASS on h200-test", 0), 0u);
+  EXPECT_EQ(readFile(dir + "/pass/summary.md").rfind("# peerlab qualify: PASS on h200-test", 0), 0u);
   const std::string junit = parseJunit(dir + "/pass/junit.xml");
   EXPECT_NE(junit.find(" 0 0\n"), std::string::npos) << junit;
   auto stored = report::readRun(dir + "/pass/results.json");
   ASSERT_TRUE(stored.isOk()) << stored.status().message();
   EXPECT_EQ(stored->extra["qualify"]["verdict"], "PASS");
   EXPECT_GE(stored->extra["qualify"]["checks"].size(), 6u);
-  EXPECT_NE(slurp(dir + "/pass/report.html").find("<span class=\"badge pass\">PASS</span>"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/pass/report.html").find("<span class=\"badge pass\">PASS</span>"), std::string::npos);
 
   // 1->0 at 300 GB/s is below NV18 x 26.5625 x 0.80 = 382.5 GB/s.
   const std::string slow = storedRun(dir + "/slow.json", 300.0);
@@ -223,8 +217,8 @@ TEST(QualifyCli, BundleFromStoredRun) {
   const std::string junitFail = parseJunit(dir + "/fail/junit.xml");
   EXPECT_NE(junitFail.find(" 1 1\n"), std::string::npos) << junitFail;
   EXPECT_NE(junitFail.find("measured 300.0 GB/s"), std::string::npos) << junitFail;
-  EXPECT_NE(slurp(dir + "/fail/summary.md").find("## Failed checks"), std::string::npos);
-  EXPECT_NE(slurp(dir + "/fail/report.html").find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/fail/summary.md").find("## Failed checks"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/fail/report.html").find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
 }
 
 TEST(QualifyCli, BaselineThreshold) {
@@ -245,7 +239,7 @@ TEST(QualifyCli, BadInputs) {
   const std::string dir = scratchDir("qualify-bad");
   const std::string good = storedRun(dir + "/good.json", 393.0);
   std::ofstream(dir + "/bad.toml") << "[qualify]\nbaseline_threshold_pct = 5\nnonsense = 1\n";
-  std::ofstream(dir + "/trunc.json") << slurp(good).substr(0, 200);
+  std::ofstream(dir + "/trunc.json") << readFile(good).substr(0, 200);
   struct Case {
     std::vector<std::string> args;
     std::string needle;

@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/qualify/cli_test_util.h"
 #include "harness/report/report.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {
@@ -35,10 +35,10 @@ TEST(ReportCli, RendersHtml) {
   const std::string dir = scratchDir("report-cli-html");
   CliRun r = runPeerlab({"report", sample(), "--html", dir + "/r.html", "--summary", dir + "/s.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string html = slurp(dir + "/r.html");
+  const std::string html = readFile(dir + "/r.html");
   EXPECT_NE(html.find("class=\"plchart\""), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
-  EXPECT_NE(slurp(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
 }
 
 TEST(ReportCli, CompareExitCodes) {
@@ -65,7 +65,7 @@ TEST(ReportCli, CompareExitCodes) {
   CliRun st = runPeerlab({"report", "--compare", base, corrupt, "--compare-json", dir + "/cmp.json"});
   EXPECT_EQ(st.exit_code, 1);
   EXPECT_NE(st.out.find("STATUS REGRESSED"), std::string::npos) << st.out;
-  auto cmp = nlohmann::json::parse(slurp(dir + "/cmp.json"));
+  auto cmp = nlohmann::json::parse(readFile(dir + "/cmp.json"));
   EXPECT_EQ(cmp["regressions"].get<int>(), 1);
   EXPECT_EQ(cmp["rows"].size(), 6u);
 }
@@ -91,7 +91,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   EXPECT_NE(bad.err.find("verdict FAIL"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("the run file says PASS but its results fail"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("2->3 corrupt"), std::string::npos) << bad.err;
-  EXPECT_NE(slurp(dir + "/bad.md").find("FAIL"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/bad.md").find("FAIL"), std::string::npos);
 }
 
 // Half the results missing from the new run: listed, exit 1.
@@ -113,8 +113,8 @@ TEST(ReportCli, CompareMissingHalfExitsOne) {
 
 TEST(ReportCli, BadInputsAreOneLineErrorsWithExitTwo) {
   const std::string dir = scratchDir("report-cli-bad");
-  std::ofstream(dir + "/truncated.json") << slurp(sample()).substr(0, 300);
-  std::string v2 = slurp(sample());
+  std::ofstream(dir + "/truncated.json") << readFile(sample()).substr(0, 300);
+  std::string v2 = readFile(sample());
   v2.replace(v2.find("\"schema_version\": 1"), 19, "\"schema_version\": 2");
   std::ofstream(dir + "/v2.json") << v2;
   struct Case {

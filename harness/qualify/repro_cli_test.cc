@@ -3,9 +3,9 @@
 
 #include <filesystem>
 
-#include "harness/qualify/cli_test_util.h"
 #include "harness/report/report.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 namespace {
@@ -17,15 +17,16 @@ TEST(ReproCli, SystemStateBundle) {
   for (const char* f : {"fingerprint.json", "iommu.txt", "acs.txt", "cmdline.txt", "README.md", "topology.txt"}) {
     EXPECT_TRUE(std::filesystem::exists(dir + "/" + f)) << f;
   }
-  auto fp = nlohmann::json::parse(slurp(dir + "/fingerprint.json"));
+  auto fp = nlohmann::json::parse(readFile(dir + "/fingerprint.json"));
   for (const char* k : {"hostname", "driver", "cuda_runtime", "nccl", "gpus", "kernel", "os"}) {
     EXPECT_TRUE(fp.contains(k)) << k;
   }
   // The hwloc export of this machine (hwloc works without a GPU).
   ASSERT_TRUE(std::filesystem::exists(dir + "/topology.xml"));
-  EXPECT_NE(slurp(dir + "/topology.xml").find("<topology"), std::string::npos);
-  EXPECT_EQ(slurp(dir + "/cmdline.txt"), slurp("/proc/cmdline").substr(0, slurp("/proc/cmdline").find('\n')) + "\n");
-  const std::string readme = slurp(dir + "/README.md");
+  EXPECT_NE(readFile(dir + "/topology.xml").find("<topology"), std::string::npos);
+  EXPECT_EQ(readFile(dir + "/cmdline.txt"),
+            readFile("/proc/cmdline").substr(0, readFile("/proc/cmdline").find('\n')) + "\n");
+  const std::string readme = readFile(dir + "/README.md");
   EXPECT_NE(readme.find("## Reproduce"), std::string::npos);
   EXPECT_NE(readme.find("peerlab probe --refresh --verbose --json probe-repro.json"), std::string::npos) << readme;
 }
@@ -57,7 +58,7 @@ TEST(ReproCli, FailingCellsGiveTheCommand) {
       "peerlab probe --methods ce_write,sm_store --pairs 0-1,1-0 --sizes 4096,67108864 --refresh --verbose --json "
       "probe-repro.json";
   EXPECT_NE(r.out.find(cmd), std::string::npos) << r.out;
-  const std::string readme = slurp(dir + "/bundle/README.md");
+  const std::string readme = readFile(dir + "/bundle/README.md");
   EXPECT_NE(readme.find("```sh\n" + cmd + "\n```"), std::string::npos) << readme;
   EXPECT_NE(readme.find("| ce_write | 0 -> 1 | 4 KiB | corrupt | yes | 12 wrong 8-byte words, first bad byte at 4088"),
             std::string::npos)
@@ -78,8 +79,8 @@ TEST(ReproCli, ProbesThroughPeerlabProbe) {
   GTEST_SKIP() << "the probe's stand-in worker (watchdog_standin) is not built";
 #else
   const std::string dir = scratchDir("repro-probe");
-  const std::string env = std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH +
-                          " PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1 HOME=" + dir;
+  const std::vector<std::string> env = {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
+                                        "PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1", "HOME=" + dir};
   CliRun r = runPeerlab(
       {"repro", "--out", dir + "/bundle", "--methods", "ce_write,sm_store", "--pairs", "0-1,1-0,1-2", "--sizes", "4K"},
       env);
@@ -94,7 +95,7 @@ TEST(ReproCli, ProbesThroughPeerlabProbe) {
   for (const report::Result& x : probe->results)
     cells += x.suite == "probe" && x.src.has_value();
   EXPECT_EQ(cells, 6);  // 2 methods x 3 pairs x 1 size
-  const std::string readme = slurp(dir + "/bundle/README.md");
+  const std::string readme = readFile(dir + "/bundle/README.md");
   EXPECT_NE(readme.find("| ce_write | 0 -> 1 | 4 KiB | corrupt | yes |"), std::string::npos) << readme;
   EXPECT_NE(readme.find("This bundle's probe ran as: `peerlab probe --json"), std::string::npos) << readme;
   EXPECT_TRUE(std::filesystem::exists(dir + "/bundle/probe.log"));

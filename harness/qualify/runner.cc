@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 
 namespace peerlab::qualify {
 

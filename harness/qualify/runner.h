@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 #include "harness/qualify/suites.h"
 #include "harness/report/report.h"
 

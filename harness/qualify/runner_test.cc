@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/qualify/cli_test_util.h"
 #include "harness/qualify/pipeline.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {
@@ -113,19 +113,19 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   EXPECT_NE(failures[3].find("probe_bench not found in " + bin), std::string::npos) << failures[3];
 
   // What each process was given.
-  const std::string zArgs = testing::slurp(bin + "/zcopy_bench.args");
+  const std::string zArgs = testing::readFile(bin + "/zcopy_bench.args");
   EXPECT_NE(zArgs.find("--ranks=2"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--benchmark_filter=/bytes:(8|65536|268435456)/"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--ranks_timeout=10"), std::string::npos) << zArgs;
-  EXPECT_NE(testing::slurp(bin + "/zcopy_bench.env").find("devices=1,0 bin=/opt/peerlab"), std::string::npos);
-  EXPECT_NE(testing::slurp(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
+  EXPECT_NE(testing::readFile(bin + "/zcopy_bench.env").find("devices=1,0 bin=/opt/peerlab"), std::string::npos);
+  EXPECT_NE(testing::readFile(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
             std::string::npos);
   // Raw JSON and logs stay in --gbench-dir.
   EXPECT_TRUE(std::filesystem::exists(dir + "/gbench/1-peer_copy.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/gbench/2-zcopy-1-0.json"));
-  EXPECT_NE(testing::slurp(dir + "/gbench/1-peer_copy.log").find("done"), std::string::npos);
+  EXPECT_NE(testing::readFile(dir + "/gbench/1-peer_copy.log").find("done"), std::string::npos);
 
-  const std::string progressText = testing::slurp(progressPath);
+  const std::string progressText = testing::readFile(progressPath);
   EXPECT_NE(progressText.find("peerlab bench: 6 processes"), std::string::npos) << progressText;
   EXPECT_NE(progressText.find("[1/6] peer_copy (2 pairs) (about"), std::string::npos) << progressText;
   EXPECT_NE(progressText.find("[3/6] alltoallv x2: FAILED"), std::string::npos) << progressText;
@@ -145,7 +145,7 @@ TEST(Runner, ProgressEstimatesFromBudgets) {
   EXPECT_NEAR(p.secondsLeft(), 50, 2);
   p.tick();
   std::fclose(f);
-  const std::string text = testing::slurp(path);
+  const std::string text = testing::readFile(path);
   EXPECT_NE(text.find("\r\x1b[2K["), std::string::npos);  // a bar on a terminal
   EXPECT_NE(text.find("2/3 second"), std::string::npos);
 }

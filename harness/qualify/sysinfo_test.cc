@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/qualify/cli_test_util.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "harness/report/metric.h"
 #include "harness/report/stats.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {

@@ -11,7 +11,7 @@
 #include "harness/report/html.h"
 #include "harness/report/junit.h"
 #include "harness/report/summary.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "harness/report/chart_page.h"
 #include "harness/report/site_testing.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {

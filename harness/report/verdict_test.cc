@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {

@@ -1,8 +1,6 @@
 // `peerlab topo` as a user runs it: the built binary (PEERLAB_BINARY), its output, its one-line errors and exit codes.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,62 +9,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/testing/cli.h"
 #include "harness/topology/topology.h"
-#include "reference/core/testing.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CliRun;
+using testing::readFile;
+using testing::runPeerlab;
+using testing::TempDir;
 
 constexpr int kExitUsage = 2;  // harness/cli/command.h
 constexpr int kExitNoGpu = 3;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "peerlab_topo_cli_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s)
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-CliRun runTopo(const std::string& args) {
-  TempDir tmp;
-  std::string out = tmp.path() + "/out";
-  std::string err = tmp.path() + "/err";
-  std::string cmd = quote(PEERLAB_BINARY) + " topo " + args + " > " + quote(out) + " 2> " + quote(err) + " < /dev/null";
-  int rc = std::system(cmd.c_str());
-  CliRun r;
-  r.code = (rc != -1 && WIFEXITED(rc)) ? WEXITSTATUS(rc) : -1;
-  r.out = readFile(out);
-  r.err = readFile(err);
-  return r;
+// Runs `peerlab topo <args>`.
+CliRun runTopo(std::vector<std::string> args) {
+  args.insert(args.begin(), "topo");
+  return runPeerlab(args);
 }
 
 std::string fixture(const std::string& name) {
@@ -82,8 +45,8 @@ void expectOneErrorLine(const CliRun& r, const std::string& path, const std::str
 
 TEST(TopoCli, JsonShapeOnTheDgx2Fixture) {
   std::string path = fixture("hwloc/nvidiaDGX2.xml");
-  CliRun r = runTopo("--fixture " + quote(path) + " --json");
-  ASSERT_EQ(r.code, 0) << r.err;
+  CliRun r = runTopo({"--fixture", path, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
@@ -113,8 +76,8 @@ TEST(TopoCli, JsonShapeOnTheDgx2Fixture) {
 }
 
 TEST(TopoCli, MatrixOnTheH200Fixture) {
-  CliRun r = runTopo("--fixture " + quote(fixture("hwloc/h200x4-vm.xml")));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CliRun r = runTopo({"--fixture", fixture("hwloc/h200x4-vm.xml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* part : {"GPU3", "PHB", "NVIDIA H200", "CPU Affinity", "NUMA Affinity", "0-63", "Legend:"}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << "missing '" << part << "' in:\n" << r.out;
   }
@@ -122,8 +85,8 @@ TEST(TopoCli, MatrixOnTheH200Fixture) {
 }
 
 TEST(TopoCli, NcclFixtureJson) {
-  CliRun r = runTopo("--json --fixture " + quote(fixture("nccl/aws_p4d-24xl-topo.xml")));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CliRun r = runTopo({"--json", "--fixture", fixture("nccl/aws_p4d-24xl-topo.xml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["format"], "nccl");
@@ -134,8 +97,8 @@ TEST(TopoCli, NcclFixtureJson) {
 TEST(TopoCli, MissingFileIsAUsageError) {
   TempDir tmp;
   std::string path = tmp.path() + "/nope.xml";
-  CliRun r = runTopo("--fixture " + quote(path));
-  EXPECT_EQ(r.code, kExitUsage);
+  CliRun r = runTopo({"--fixture", path});
+  EXPECT_EQ(r.exit_code, kExitUsage);
   expectOneErrorLine(r, path, "No such file or directory");
   EXPECT_EQ(r.out, "");
 }
@@ -146,17 +109,18 @@ TEST(TopoCli, TruncatedFileIsAUsageError) {
   ASSERT_GT(full.size(), 50000u);
   std::string path = tmp.path() + "/truncated.xml";
   std::ofstream(path, std::ios::binary) << full.substr(0, full.size() / 2);
-  CliRun r = runTopo("--fixture " + quote(path));
-  EXPECT_EQ(r.code, kExitUsage);
+  CliRun r = runTopo({"--fixture", path});
+  EXPECT_EQ(r.exit_code, kExitUsage);
   expectOneErrorLine(r, path, "malformed XML: line ");
 }
 
 TEST(TopoCli, HwlocCrashInputIsAUsageError) {
   // A fuzz finding: hwloc 2.9 segfaults importing this file (a PU with cpuset but no complete_cpuset).
   std::string path = testing::sourcePath("fixtures/fuzz/topology/crash-a1a4f3c76a80c104a5f89dc732584b442dab5741");
-  for (const char* json : {"", " --json"}) {
-    CliRun r = runTopo("--fixture " + quote(path) + json);
-    EXPECT_EQ(r.code, kExitUsage) << r.err;
+  for (bool json : {false, true}) {
+    CliRun r = runTopo(json ? std::vector<std::string>{"--fixture", path, "--json"}
+                            : std::vector<std::string>{"--fixture", path});
+    EXPECT_EQ(r.exit_code, kExitUsage) << r.err;
     expectOneErrorLine(r, path,
                        ": invalid hwloc topology: line 9: <object type=\"PU\"> has cpuset but no complete_cpuset");
     EXPECT_EQ(r.out, "");
@@ -165,15 +129,15 @@ TEST(TopoCli, HwlocCrashInputIsAUsageError) {
 
 TEST(TopoCli, ControlCharactersInInputStayOnOneLine) {
   std::string path = testing::sourcePath("fixtures/fuzz/topology/crash-437d23008514f1178c8c92056596cad271c701e3");
-  CliRun r = runTopo("--fixture " + quote(path));
-  EXPECT_EQ(r.code, kExitUsage);
+  CliRun r = runTopo({"--fixture", path});
+  EXPECT_EQ(r.exit_code, kExitUsage);
   expectOneErrorLine(r, path, "malformed XML: line 1: StartTag: invalid element name");
 
   TempDir tmp;
   std::string odd = tmp.path() + "/two\nlines.xml";
   std::ofstream(odd, std::ios::binary) << "<html/>";
-  CliRun o = runTopo("--fixture " + quote(odd));
-  EXPECT_EQ(o.code, kExitUsage);
+  CliRun o = runTopo({"--fixture", odd});
+  EXPECT_EQ(o.exit_code, kExitUsage);
   expectOneErrorLine(o, tmp.path() + "/two\\nlines.xml", "the root element is <html>");
 }
 
@@ -189,9 +153,10 @@ TEST(TopoCli, OutOfRangeValuesAreUsageErrors) {
   };
   for (const auto& [name, reason] : cases) {
     const std::string path = testing::sourcePath(std::string("fixtures/fuzz/topology/") + name);
-    for (const char* json : {"", " --json"}) {
-      CliRun r = runTopo("--fixture " + quote(path) + json);
-      EXPECT_EQ(r.code, kExitUsage) << name << r.err;
+    for (bool json : {false, true}) {
+      CliRun r = runTopo(json ? std::vector<std::string>{"--fixture", path, "--json"}
+                              : std::vector<std::string>{"--fixture", path});
+      EXPECT_EQ(r.exit_code, kExitUsage) << name << r.err;
       expectOneErrorLine(r, path, reason);
       EXPECT_EQ(r.out, "");
     }
@@ -200,26 +165,26 @@ TEST(TopoCli, OutOfRangeValuesAreUsageErrors) {
 
 TEST(TopoCli, DirectoryIsAUsageError) {
   TempDir tmp;
-  CliRun r = runTopo("--fixture " + quote(tmp.path()) + " --json");
-  EXPECT_EQ(r.code, kExitUsage);
+  CliRun r = runTopo({"--fixture", tmp.path(), "--json"});
+  EXPECT_EQ(r.exit_code, kExitUsage);
   expectOneErrorLine(r, tmp.path(), "is a directory");
 }
 
 TEST(TopoCli, EmptyFixtureOptionIsAUsageError) {
-  CliRun r = runTopo("--fixture ''");
-  EXPECT_EQ(r.code, kExitUsage);
+  CliRun r = runTopo({"--fixture", ""});
+  EXPECT_EQ(r.exit_code, kExitUsage);
   EXPECT_EQ(r.err, "peerlab topo: --fixture needs a file path\n");
 }
 
 TEST(TopoCli, AmdOnlyTopologyExitsNoGpu) {
   std::string path = fixture("hwloc/eas-tioga.xml");
-  CliRun r = runTopo("--fixture " + quote(path));
-  EXPECT_EQ(r.code, kExitNoGpu);
+  CliRun r = runTopo({"--fixture", path});
+  EXPECT_EQ(r.exit_code, kExitNoGpu);
   expectOneErrorLine(r, path, ": no NVIDIA GPU in this topology (found 8 other GPUs: 8x AMD INSTINCT MI200");
   EXPECT_NE(r.out.find("4 NUMA nodes"), std::string::npos) << r.out;
 
-  CliRun j = runTopo("--json --fixture " + quote(path));
-  EXPECT_EQ(j.code, kExitNoGpu);
+  CliRun j = runTopo({"--json", "--fixture", path});
+  EXPECT_EQ(j.exit_code, kExitNoGpu);
   nlohmann::json doc = nlohmann::json::parse(j.out, nullptr, false);
   ASSERT_FALSE(doc.is_discarded()) << j.out;
   EXPECT_TRUE(doc["gpus"].empty());
@@ -229,17 +194,17 @@ TEST(TopoCli, AmdOnlyTopologyExitsNoGpu) {
 TEST(TopoCli, LiveMachineAnswersWithoutCrashing) {
   auto live = loadLive();
   PEERLAB_ASSERT_OK(live.status());
-  CliRun r = runTopo("");
+  CliRun r = runTopo({});
   if (live->gpus().empty()) {
-    EXPECT_EQ(r.code, kExitNoGpu) << r.err;
+    EXPECT_EQ(r.exit_code, kExitNoGpu) << r.err;
     EXPECT_NE(r.err.find("peerlab topo: this machine: no NVIDIA GPU"), std::string::npos) << r.err;
     EXPECT_NE(r.out.find("Machine: "), std::string::npos) << r.out;
   } else {
-    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("GPU0"), std::string::npos) << r.out;
   }
-  CliRun j = runTopo("--json");
-  EXPECT_EQ(j.code, r.code);
+  CliRun j = runTopo({"--json"});
+  EXPECT_EQ(j.exit_code, r.exit_code);
   nlohmann::json doc = nlohmann::json::parse(j.out, nullptr, false);
   ASSERT_FALSE(doc.is_discarded()) << j.out;
   EXPECT_EQ(doc["source"], "live");

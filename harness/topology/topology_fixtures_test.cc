@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/topology/topology.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {

@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,29 +9,24 @@
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/health/nvml.h"
+#include "harness/testing/cli.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {
 
 // Runs `peerlab topo <args>` and returns its exit code and stdout.
-std::pair<int, std::string> runTopo(const std::string& args) {
-  std::string cmd = std::string("'") + PEERLAB_BINARY + "' topo " + args + " 2>/dev/null";
-  std::string out;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, out};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0)
-    out.append(buf, n);
-  int rc = ::pclose(pipe);
-  return {(rc != -1 && WIFEXITED(rc)) ? WEXITSTATUS(rc) : -1, out};
+std::pair<int, std::string> runTopo(std::vector<std::string> args) {
+  args.insert(args.begin(), "topo");
+  testing::CliRun r = testing::runPeerlab(args);
+  return {r.exit_code, r.out};
 }
 
 TEST(TopologyGpu, EveryCudaDeviceIsOneTopologyGpuByBusId) {
@@ -147,7 +141,7 @@ TEST(TopologyGpu, NvlinkCountsAgreeBothWaysAndWithNvml) {
 TEST(TopologyGpu, TopoJsonParsesAndMatchesCuda) {
   PEERLAB_REQUIRE_GPUS(1);
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto devices, listDevices());
-  auto [code, out] = runTopo("--json");
+  auto [code, out] = runTopo({"--json"});
   ASSERT_EQ(code, 0) << out;
   nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -166,7 +160,7 @@ TEST(TopologyGpu, TopoJsonParsesAndMatchesCuda) {
     EXPECT_TRUE(p["p2p_reverse"].is_object()) << p.dump();
   }
   // For the record (the log shows what `peerlab topo` prints on this machine).
-  auto [matrix_code, matrix] = runTopo("");
+  auto [matrix_code, matrix] = runTopo({});
   EXPECT_EQ(matrix_code, 0);
   std::cout << matrix;
 }

@@ -21,38 +21,25 @@
 
 #include "harness/topology/topology_internal.h"
 #include "harness/topology/xml_document.h"
-#include "reference/core/testing.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::topology {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+// A scratch directory with files written into it.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "peerlab_topology_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
   std::string write(const std::string& name, const std::string& text) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << text;
+    const std::string p = file(name);
+    testing::writeFile(p, text);
     return p;
   }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::readFile;
 
 bool hasControlCharacter(const std::string& s) {
   for (char c : s) {

@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/core/testing.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {
@@ -69,23 +70,14 @@ CacheEntry entry() {
 class Cache : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/peerlab-cache-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty());
     path_ = dir_ + "/probe.json";
   }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string read() const {
-    std::ifstream f(path_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
+  std::string read() const { return testing::readFile(path_); }
   void write(const std::string& text) const { std::ofstream(path_, std::ios::trunc) << text; }
 
+  testing::TempDir tmp_{"peerlab-cache-test"};
   std::string dir_, path_;
 };
 

@@ -13,11 +13,12 @@
 #include <string>
 
 #include "harness/report/report.h"
+#include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
-#include "reference/core/testing.h"
-#include "harness/watchdog/probe_cache.h"
 #include "reference/probe/probe.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {
@@ -116,20 +117,10 @@ TEST(ProbeGpu, InjectedFaultsLandInExactlyTheirCells) {
 class ProbeGpuCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/peerlab-probe-gpu-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  static std::string read(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
+  static std::string read(const std::string& path) { return testing::readFile(path); }
   // Runs `peerlab probe ARGS`; returns its exit code (stdout and stderr in dir_/out, dir_/err).
   int cli(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
     std::string cmd = std::string("exec '") + PEERLAB_CLI_PATH + "' probe";
@@ -152,6 +143,7 @@ class ProbeGpuCli : public ::testing::Test {
     }
     return ended->exited ? ended->code : 128 + ended->signal;
   }
+  testing::TempDir tmp_{"peerlab-probe-gpu"};
   std::string dir_;
 };
 

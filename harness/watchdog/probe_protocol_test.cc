@@ -5,7 +5,7 @@
 #include <cstring>
 #include <random>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {

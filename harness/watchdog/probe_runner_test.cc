@@ -15,9 +15,10 @@
 #include <string>
 
 #include "harness/report/report.h"
-#include "harness/watchdog/watchdog.h"
-#include "reference/core/testing.h"
+#include "harness/testing/cli.h"
 #include "harness/watchdog/probe_cache.h"
+#include "harness/watchdog/watchdog.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {
@@ -306,63 +307,29 @@ TEST(ProbeRunner, RunFileHasOneResultPerCellAndTheWall) {
 }
 
 // `peerlab probe` itself, with the stand-in as its worker.
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using testing::CliRun;
+using testing::readFile;
 
 class ProbeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/peerlab-probe-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  static std::string read(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    dir_ = tmp_.path();
+    ASSERT_FALSE(dir_.empty());
   }
 
   CliRun cli(const std::vector<std::string>& args, std::vector<std::string> env = {}, bool with_standin = true) {
-    std::string cmd = std::string("exec '") + PEERLAB_CLI_PATH + "' probe";
-    for (const auto& a : args)
-      cmd += " '" + a + "'";
-    cmd += " >'" + dir_ + "/out' 2>'" + dir_ + "/err'";
     if (with_standin) {
       // Entries given by the test come last and win.
       env.insert(env.begin(), {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
                                "PEERLAB_STANDIN_GPUS=" + std::to_string(kGpus)});
     }
     env.push_back("XDG_CACHE_HOME=" + dir_ + "/xdg");
-    watchdog::SpawnOptions so;
-    so.argv = {"/bin/sh", "-c", cmd};
-    so.env = env;
-    so.channel = false;
-    CliRun run;
-    auto child = watchdog::Child::spawn(so);
-    if (!child.isOk()) {
-      ADD_FAILURE() << child.status().toString();
-      return run;
-    }
-    auto ended = child->wait(Deadline::afterMs(60'000));
-    if (!ended.isOk()) {
-      ADD_FAILURE() << "peerlab probe did not finish";
-      child->kill();
-      return run;
-    }
-    run.code = ended->exited ? ended->code : 128 + ended->signal;
-    run.out = read(dir_ + "/out");
-    run.err = read(dir_ + "/err");
-    return run;
+    std::vector<std::string> argv = {PEERLAB_CLI_PATH, "probe"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::runCommand(argv, env, std::chrono::seconds(60));
   }
 
+  testing::TempDir tmp_{"peerlab-probe-test"};
   std::string dir_;
 };
 
@@ -391,27 +358,27 @@ TEST_F(ProbeCli, UsageErrorsExitTwoWithOneLine) {
     std::string joined;
     for (const auto& a : args)
       joined += a + " ";
-    EXPECT_EQ(r.code, 2) << joined << "\n" << r.err;
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
     EXPECT_EQ(lines(r.err), 1) << joined << "\n" << r.err;
   }
   CliRun inject = cli({"--no-cache"}, {"PEERLAB_PROBE_INJECT=melt:ce_write:0:1"});
-  EXPECT_EQ(inject.code, 2) << inject.err;
+  EXPECT_EQ(inject.exit_code, 2) << inject.err;
   EXPECT_NE(inject.err.find("PEERLAB_PROBE_INJECT"), std::string::npos);
   // A pair beyond the visible GPUs is known only after the inventory; still a usage error.
   CliRun range = cli({"--no-cache", "--pairs", "0-9"});
-  EXPECT_EQ(range.code, 2) << range.err;
+  EXPECT_EQ(range.exit_code, 2) << range.err;
   expectNoChildren();
 }
 
 TEST_F(ProbeCli, NoGpuExitsThree) {
   CliRun r = cli({"--no-cache"}, {"PEERLAB_STANDIN_GPUS=0"});
-  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("no CUDA device"), std::string::npos) << r.err;
   if (::access("/dev/nvidiactl", F_OK) != 0) {
     // This machine really has no GPU: the real worker says so too.
     CliRun real = cli({"--no-cache"}, {}, /*with_standin=*/false);
-    EXPECT_EQ(real.code, 3) << real.err;
+    EXPECT_EQ(real.exit_code, 3) << real.err;
     EXPECT_EQ(lines(real.err), 1) << real.err;
   }
   expectNoChildren();
@@ -419,10 +386,10 @@ TEST_F(ProbeCli, NoGpuExitsThree) {
 
 TEST_F(ProbeCli, WorkerThatCannotStartExitsFour) {
   CliRun r = cli({"--no-cache"}, {"PEERLAB_PROBE_WORKER=/nonexistent/worker"}, false);
-  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_EQ(lines(r.err), 1) << r.err;
   CliRun import = cli({"--no-cache"}, {"PEERLAB_STANDIN_FAIL_IMPORT=1"});
-  EXPECT_EQ(import.code, 4) << import.err;
+  EXPECT_EQ(import.exit_code, 4) << import.err;
   EXPECT_EQ(lines(import.err), 1) << import.err;
   expectNoChildren();
 }
@@ -430,14 +397,14 @@ TEST_F(ProbeCli, WorkerThatCannotStartExitsFour) {
 TEST_F(ProbeCli, ExitCodesAndRunFile) {
   const std::string json = dir_ + "/run.json";
   CliRun ok = cli({"--no-cache", "--json", json, "--bytes", "1M"});
-  EXPECT_EQ(ok.code, 0) << ok.err << ok.out;
+  EXPECT_EQ(ok.exit_code, 0) << ok.err << ok.out;
   EXPECT_NE(ok.out.find("sm_store"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("0 claimed-yes failures"), std::string::npos) << ok.out;
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, report::readRun(json));
   EXPECT_EQ(run.results.size(), static_cast<size_t>(kMethodCount * 2 * kGpus * (kGpus - 1) + 1));
 
   CliRun bad = cli({"--no-cache", "--json", json, "--bytes", "1M"}, {"PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1:4096"});
-  EXPECT_EQ(bad.code, 1) << bad.err << bad.out;
+  EXPECT_EQ(bad.exit_code, 1) << bad.err << bad.out;
   EXPECT_NE(bad.out.find("LIE"), std::string::npos) << bad.out;
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run2, report::readRun(json));
   int corrupt = 0;
@@ -456,28 +423,28 @@ TEST_F(ProbeCli, ExitCodesAndRunFile) {
 TEST_F(ProbeCli, CacheIsWrittenReusedAndNeverTrustedWhenDamaged) {
   const std::string cache = dir_ + "/probe.json";
   CliRun first = cli({"--cache", cache, "--bytes", "1M"});
-  ASSERT_EQ(first.code, 0) << first.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_EQ(first.out.find("cached:"), std::string::npos);
-  ASSERT_TRUE(decodeCache(read(cache)).isOk());
+  ASSERT_TRUE(decodeCache(readFile(cache)).isOk());
 
   CliRun second = cli({"--cache", cache, "--bytes", "1M"});
-  EXPECT_EQ(second.code, 0) << second.err;
+  EXPECT_EQ(second.exit_code, 0) << second.err;
   EXPECT_NE(second.out.find("cached:"), std::string::npos) << second.out;
   EXPECT_TRUE(second.err.empty()) << second.err;
 
   // Truncated: reported in one line, ignored, probed again and rewritten.
-  const std::string text = read(cache);
+  const std::string text = readFile(cache);
   std::ofstream(cache, std::ios::trunc) << text.substr(0, text.size() / 2);
   CliRun third = cli({"--cache", cache, "--bytes", "1M"});
-  EXPECT_EQ(third.code, 0) << third.err;
+  EXPECT_EQ(third.exit_code, 0) << third.err;
   EXPECT_EQ(third.out.find("cached:"), std::string::npos);
   EXPECT_EQ(lines(third.err), 1) << third.err;
   EXPECT_NE(third.err.find("probing again"), std::string::npos) << third.err;
-  EXPECT_TRUE(decodeCache(read(cache)).isOk()) << "the cache was not rewritten";
+  EXPECT_TRUE(decodeCache(readFile(cache)).isOk()) << "the cache was not rewritten";
 
   // Another CUDA_VISIBLE_DEVICES: a mismatch, named.
   CliRun other = cli({"--cache", cache, "--bytes", "1M"}, {"CUDA_VISIBLE_DEVICES=2,1,0"});
-  EXPECT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(other.exit_code, 0) << other.err;
   EXPECT_NE(other.err.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << other.err;
   EXPECT_EQ(other.out.find("cached:"), std::string::npos);
 
@@ -487,20 +454,20 @@ TEST_F(ProbeCli, CacheIsWrittenReusedAndNeverTrustedWhenDamaged) {
   EXPECT_NE(sizes.err.find("no cached result"), std::string::npos) << sizes.err;
 
   // --refresh probes again; injected faults neither read nor write the cache.
-  const std::string before = read(cache);
+  const std::string before = readFile(cache);
   CliRun refresh = cli({"--cache", cache, "--bytes", "2M", "--refresh"}, {"CUDA_VISIBLE_DEVICES=2,1,0"});
   EXPECT_EQ(refresh.out.find("cached:"), std::string::npos);
-  const std::string kept = read(cache);
+  const std::string kept = readFile(cache);
   CliRun injected = cli({"--cache", cache, "--bytes", "2M"},
                         {"CUDA_VISIBLE_DEVICES=2,1,0", "PEERLAB_PROBE_INJECT=corrupt:atomic:0:1"});
-  EXPECT_EQ(injected.code, 1);
+  EXPECT_EQ(injected.exit_code, 1);
   EXPECT_EQ(injected.out.find("cached:"), std::string::npos);
-  EXPECT_EQ(read(cache), kept) << "a probe with injected faults wrote the cache";
+  EXPECT_EQ(readFile(cache), kept) << "a probe with injected faults wrote the cache";
   EXPECT_NE(before, kept);
 
   // The default location is under XDG_CACHE_HOME.
   CliRun fallback = cli({"--bytes", "1M"});
-  EXPECT_EQ(fallback.code, 0) << fallback.err;
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.err;
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/xdg/peerlab/probe.json"));
   expectNoChildren();
 }

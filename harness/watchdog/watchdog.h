@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 #include "reference/core/deadline.h"
 #include "reference/core/fd.h"
 #include "reference/core/status.h"

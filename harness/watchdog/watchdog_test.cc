@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::watchdog {
 namespace {

@@ -8,7 +8,6 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/alltoallv/alltoallv.h"
 #include "reference/alltoallv/symmetric_memory.h"
 #include "reference/alltoallv/traffic.h"
@@ -18,11 +17,12 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/programmatic.cuh"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
+#include "reference/ipc/ipc.h"
 #include "reference/nccl/alltoall.h"
 #include "reference/nccl/comm.h"
-#include "reference/ipc/ipc.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv {
 namespace {

@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "harness/launch/launch.h"
 #include "reference/alltoallv/alltoallv.h"
 #include "reference/core/device_time.cuh"
-#include "reference/core/testing.h"
+#include "reference/core/local_bootstrap.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv {
 namespace {
@@ -503,7 +503,7 @@ TEST(FusedProtocol, SimulatedCallDeliversEveryByteExactlyOnce) {
 }
 
 TEST(FusedProtocol, BadOptionsAreRejectedBeforeAnyDeviceWork) {
-  auto boot = launch::singleRankBootstrap();
+  auto boot = singleRankBootstrap();
   ASSERT_NE(boot, nullptr);
   Options o;
   o.elem_bytes = 4;

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv {
 namespace {

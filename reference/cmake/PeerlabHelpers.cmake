@@ -40,7 +40,7 @@ endfunction()
 #   One GoogleTest executable named after the source's stem. Every test case is its own ctest entry
 #   (`<stem>.<Suite>.<Case>`, discovered when ctest runs, so listing needs no GPU), labelled `cpu` or `gpu`; a case that
 #   calls GTEST_SKIP shows as skipped in ctest, never as passed (SKIP_REGULAR_EXPRESSION on gtest's "[  SKIPPED ]").
-#   TIMEOUT applies to each case. The test main keeps NVLink multicast off (reference/core/testing_main.cc).
+#   TIMEOUT applies to each case. The test main keeps NVLink multicast off (reference/testing/testing_main.cc).
 function(peerlab_add_test source)
   cmake_parse_arguments(ARG "" "LABEL;TIMEOUT" "DEPS;ARGS;FIXTURES_REQUIRED" ${ARGN})
   if(NOT PEERLAB_BUILD_TESTS)

@@ -1,6 +1,7 @@
 #pragma once
 /// Bootstrap: how the ranks of one job exchange bytes and file descriptors on the host. The primitives use this
-/// interface to trade IPC handles; harness/launch implements it (local Unix sockets, MPI).
+/// interface to trade IPC handles; reference/core/local_bootstrap.h implements it over Unix sockets, harness/launch
+/// over MPI.
 
 #include <cstddef>
 #include <string>

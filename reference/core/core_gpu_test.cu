@@ -21,8 +21,8 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
+#include "reference/testing/testing.h"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 #include "reference/host/host_copy.h"
 #include "reference/host/host_memory.h"
 #include "reference/host/numa.h"

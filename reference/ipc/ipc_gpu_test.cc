@@ -12,15 +12,15 @@
 #include <utility>
 #include <vector>
 
-#include "harness/launch/launch.h"
-#include "harness/launch/rank_test.h"
+#include "reference/core/local_bootstrap.h"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/ipc/handle_cache.h"
 #include "reference/ipc/ipc.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::ipc {
 namespace {
@@ -212,7 +212,7 @@ TEST_P(IpcGpu, RanksAsThreadsOfOneProcess) {
       }
     }
   }
-  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string dir, launch::makePrivateDir("peerlab-ipc-threads"));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string dir, makePrivateDir("peerlab-ipc-threads"));
   const size_t bytes = (2 << 20) + 100;
   const uint64_t salt = 400 + static_cast<uint64_t>(kind);
   const Counters before = counters();
@@ -220,7 +220,7 @@ TEST_P(IpcGpu, RanksAsThreadsOfOneProcess) {
   std::vector<PatternCheck> checks(2);
   auto rank = [&](int me) -> Status {
     const int peer = 1 - me;
-    PEERLAB_ASSIGN_OR_RETURN(auto boot, launch::connectLocal(me, 2, dir, soon()));
+    PEERLAB_ASSIGN_OR_RETURN(auto boot, connectLocal(me, 2, dir, soon()));
     PEERLAB_ASSIGN_OR_RETURN(ExportableBuffer buf, allocExportable(me, bytes, kind));
     PEERLAB_ASSIGN_OR_RETURN(Stream stream, createStream(me));
     PEERLAB_RETURN_IF_ERROR(poisonPattern(buf.get().ptr, bytes, patternSeed(kRun, peer, me, salt), stream.get()));
@@ -284,7 +284,8 @@ TEST(IpcGpuCache, ReusedAddressMapsTheNewAllocation) {
     PEERLAB_SKIP_IF_UNAVAILABLE(a.status());
     auto share = [&](const ExportAllocation& buf, void* named_address) -> Status {
       PEERLAB_ASSIGN_OR_RETURN(Descriptor d, describe(buf, 0));
-      if (named_address != nullptr) d.exporter_address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(named_address));
+      if (named_address != nullptr)
+        d.exporter_address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(named_address));
       PEERLAB_RETURN_IF_ERROR(boot.send(1, &d, sizeof(d), soon()));
       PEERLAB_ASSIGN_OR_RETURN(int fd, exportFd(buf));
       Status st = boot.sendFds(1, &fd, 1, soon());
@@ -362,7 +363,7 @@ TEST_P(IpcGpu, PeerDeathAfterExportFailsTheSurvivorInTime) {
   {
     auto sym = SymmetricMemory::create(boot, me, 1 << 20, kind, soon());
     PEERLAB_SKIP_IF_UNAVAILABLE(sym.status());
-    if (me == 1) launch::exitRankAbruptly();  // gone without teardown, like a crash
+    if (me == 1) testing::exitRankAbruptly();  // gone without teardown, like a crash
     constexpr int kDeadlineMs = 20'000;
     const auto start = std::chrono::steady_clock::now();
     Status st = sym->close(boot, Deadline::afterMs(kDeadlineMs));

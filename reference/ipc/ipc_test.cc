@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
-#include "reference/core/testing.h"
 #include "reference/ipc/handle_cache.h"
 #include "reference/ipc/ipc.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::ipc {
 namespace {

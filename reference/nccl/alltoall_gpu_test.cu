@@ -4,17 +4,17 @@
 #include <string>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/alltoallv/traffic.h"
 #include "reference/alltoallv/verify.h"
 #include "reference/core/check.h"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/nccl/alltoall.h"
 #include "reference/nccl/alltoallv_device.h"
 #include "reference/nccl/comm.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::nccl {
 namespace {

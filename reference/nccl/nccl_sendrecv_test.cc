@@ -3,14 +3,14 @@
 #include <random>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/core/check.h"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/nccl/comm.h"
 #include "reference/nccl/sendrecv.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::nccl {
 namespace {

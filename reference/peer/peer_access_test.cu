@@ -11,27 +11,17 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/peer/peer.h"
+#include "reference/testing/guards.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::peer {
 namespace {
 
 constexpr int64_t kWaitMs = 20000;
 
-// Runs a function when it goes out of scope (on every exit path of a test helper, ASSERT returns included).
-template <class F>
-class Finally {
- public:
-  explicit Finally(F fn) : fn_(std::move(fn)) {}
-  ~Finally() { fn_(); }
-  Finally(const Finally&) = delete;
-  Finally& operator=(const Finally&) = delete;
-
- private:
-  F fn_;
-};
+using testing::Finally;
 
 // Releases streams, events and memory with their own device current: a stream belongs to the context that created
 // it, and destroying it while another context is current is an error the driver reports ("CUDA Stream does not

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "reference/core/testing.h"
 #include "reference/peer/copy_plan.h"
 #include "reference/peer/peer.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::peer {
 namespace {

@@ -6,8 +6,8 @@
 #include <tuple>
 
 #include "reference/core/pattern.h"
-#include "reference/core/testing.h"
 #include "reference/probe/inject.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::probe {
 namespace {

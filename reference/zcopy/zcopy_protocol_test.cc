@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "reference/core/deadline.h"
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::zcopy {
 namespace {

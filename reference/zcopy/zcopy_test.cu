@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/core/check.h"
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 #include "reference/zcopy/semaphore_device.cuh"
 
 namespace peerlab::zcopy {
@@ -557,7 +557,7 @@ TEST(Zcopy, PeerDeathTimesOutWithinTheDeadlineAndTheSurvivorExitsCleanly) {
   if (me == 1) {
     // Rank 1 exported its page and windows and dies without a word: no destructors, no goodbye.
     watch.stage("connected both channels; exiting now without teardown");
-    launch::exitRankAbruptly();
+    testing::exitRankAbruptly();
   }
   watch.stage("connected; the peer exits now");
   PEERLAB_ASSERT_OK_AND_ASSIGN(Stream copy_stream, createStream(me));

@@ -1,27 +1,19 @@
 #pragma once
 // Test helper: runs a program with extra environment, captures stdout and stderr, and reports how it ended.
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "harness/process/files.h"
-#include "harness/process/process.h"
+#include "harness/testing/cli.h"
 
 namespace peerlab::faults::testing {
 
-struct ProcessResult {
-  int exit_code = -1;  ///< when it exited
-  int signal = 0;      ///< when a signal ended it
-  bool timed_out = false;
-  std::string out;
-  std::string err;
+/// How a program ended and what it printed.
+struct ProcessResult : ::peerlab::testing::CliRun {
   /// key=value lines of stdout.
   std::map<std::string, std::string> values() const {
     std::map<std::string, std::string> kv;
@@ -36,37 +28,10 @@ struct ProcessResult {
 };
 
 /// Runs argv with the parent's environment changed by `env` (KEY=VALUE sets, a bare KEY removes the variable), with
-/// stdout and stderr captured through files in a fresh temporary directory. Stops it after `timeout`.
+/// stdout and stderr captured. Stops it after `timeout`.
 inline ProcessResult runProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  ProcessResult result;
-  std::string dir = (std::filesystem::temp_directory_path() / "peerlab-faults-run-XXXXXX").string();
-  if (::mkdtemp(dir.data()) == nullptr) {
-    result.err = "cannot create a temporary directory";
-    return result;
-  }
-  process::ProcessOptions po;
-  po.argv = argv;
-  po.env = env;
-  po.stdout_path = dir + "/stdout";
-  po.stderr_path = dir + "/stderr";
-  po.timeout = timeout;
-  po.kill_grace = std::chrono::milliseconds(200);
-  auto ran = process::runProcess(po);
-  if (ran.isOk()) {
-    result.exit_code = ran->exit_code;
-    result.signal = ran->signal;
-    result.timed_out = ran->timed_out;
-    auto out = readTextFile(po.stdout_path);
-    auto err = readTextFile(po.stderr_path);
-    if (out.isOk()) result.out = *out;
-    if (err.isOk()) result.err = *err;
-  } else {
-    result.err = "spawn failed: " + ran.status().message();
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return result;
+  return {::peerlab::testing::runCommand(argv, env, timeout, std::chrono::milliseconds(200))};
 }
 
 /// LD_PRELOAD with `lib` appended to what is there (a sanitizer's own preload stays).

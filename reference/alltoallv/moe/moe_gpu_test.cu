@@ -7,15 +7,15 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/alltoallv/moe/moe.h"
 #include "reference/alltoallv/moe/moe_reference.h"
 #include "reference/core/check.h"
 #include "reference/core/memory.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
 #include "reference/nccl/alltoall_moe.h"
 #include "reference/nccl/comm.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv::moe {
 namespace {

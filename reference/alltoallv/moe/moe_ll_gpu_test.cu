@@ -7,14 +7,14 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/launch/rank_test.h"
 #include "reference/alltoallv/moe/low_latency.h"
 #include "reference/alltoallv/moe/moe.h"
 #include "reference/alltoallv/moe/moe_reference.h"
 #include "reference/core/check.h"
 #include "reference/core/memory.h"
-#include "reference/core/testing.h"
 #include "reference/core/wait.h"
+#include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::alltoallv::moe {
 namespace {
@@ -345,7 +345,7 @@ TEST(MoeLowLatencyFaults, DeadPeerIsATimeoutNamingIt) {
   cfg.timeout_ms = 200;
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
   PEERLAB_ASSERT_OK(boot.barrier(soon()));
-  if (me == 1) launch::exitRankAbruptly();
+  if (me == 1) testing::exitRankAbruptly();
   const auto in = makeMoeInputs(shape, {8, 8}, 5);
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[0].x));
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[0].ids));

@@ -19,7 +19,7 @@
 #include "reference/core/fd.h"
 #include "reference/core/status.h"
 
-namespace peerlab::launch::detail {
+namespace peerlab::detail {
 
 /// Independent message streams: a recv on one channel never consumes a frame of another.
 enum class Channel : uint32_t { kData = 0, kColl = 1, kFds = 2 };
@@ -105,4 +105,4 @@ std::string hostName();
 /// Longest path a Unix socket address holds.
 size_t maxSocketPathLength();
 
-}  // namespace peerlab::launch::detail
+}  // namespace peerlab::detail

@@ -1,4 +1,4 @@
-#include "harness/launch/unix_mesh.h"
+#include "reference/core/unix_mesh.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-namespace peerlab::launch::detail {
+namespace peerlab::detail {
 
 namespace {
 
@@ -713,4 +713,4 @@ size_t maxSocketPathLength() {
   return sizeof(sockaddr_un{}.sun_path) - 1;
 }
 
-}  // namespace peerlab::launch::detail
+}  // namespace peerlab::detail

@@ -1,4 +1,4 @@
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 #include "reference/core/fd.h"
 
 extern char** environ;

@@ -1,12 +1,14 @@
-#include "harness/process/files.h"
+#include "reference/core/files.h"
 
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +22,46 @@ bool isExecutable(const std::string& path) {
 }
 
 }  // namespace
+
+StatusOr<std::string> makePrivateDir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  while (base.size() > 1 && base.back() == '/')
+    base.pop_back();
+  // Keep room for a socket name ("/r<rank>") inside a Unix socket address.
+  if (base.size() + prefix.size() + 8 + 8 >= sizeof(sockaddr_un::sun_path)) base = "/tmp";
+  std::string templ = base + "/" + prefix + "-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    const int err = errno;
+    return PEERLAB_UNAVAILABLE("cannot create a private directory under '" + base + "': " + std::strerror(err) +
+                               " (errno " + std::to_string(err) + ")");
+  }
+  return templ;
+}
+
+StatusOr<TempDir> TempDir::make(const std::string& prefix) {
+  PEERLAB_ASSIGN_OR_RETURN(std::string path, makePrivateDir(prefix));
+  return TempDir(std::move(path));
+}
+
+TempDir& TempDir::operator=(TempDir&& other) noexcept {
+  if (this != &other) {
+    remove();
+    path_ = std::move(other.path_);
+    other.path_.clear();
+  }
+  return *this;
+}
+
+TempDir::~TempDir() {
+  remove();
+}
+
+void TempDir::remove() noexcept {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  path_.clear();
+}
 
 StatusOr<std::string> readTextFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

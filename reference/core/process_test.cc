@@ -1,4 +1,4 @@
-#include "harness/process/process.h"
+#include "reference/core/process.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "harness/process/files.h"
 #include "reference/core/fd.h"
-#include "reference/core/testing.h"
+#include "reference/core/files.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::process {
 namespace {

@@ -1,4 +1,4 @@
-#include "reference/core/testing.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::testing {
 

@@ -1,5 +1,4 @@
-// The local bootstrap (ranks of one host over a mesh of Unix sockets) and the single-rank bootstrap.
-
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -11,11 +10,12 @@
 #include <deque>
 #include <mutex>
 
-#include "harness/launch/launch.h"
-#include "harness/launch/unix_mesh.h"
-#include "reference/core/fd.h"
+#include "reference/core/local_bootstrap.h"
 
-namespace peerlab::launch {
+#include "reference/core/fd.h"
+#include "reference/core/unix_mesh.h"
+
+namespace peerlab {
 
 namespace {
 
@@ -225,4 +225,45 @@ std::unique_ptr<Bootstrap> singleRankBootstrap() {
   return std::make_unique<SingleRankBootstrap>();
 }
 
-}  // namespace peerlab::launch
+std::vector<std::string> localRankEnvironment(int rank, int size, const std::string& dir) {
+  return {std::string(kEnvRank) + "=" + std::to_string(rank), std::string(kEnvSize) + "=" + std::to_string(size),
+          std::string(kEnvBootstrap) + "=local:" + dir, std::string(kEnvLauncherPid) + "=" + std::to_string(getpid())};
+}
+
+bool localBootstrapRequested() {
+  const char* b = std::getenv(kEnvBootstrap);
+  return b != nullptr && *b != '\0';
+}
+
+namespace {
+
+StatusOr<int> intFromEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return PEERLAB_INVALID_ARGUMENT(std::string(name) + " is not set");
+  char* end = nullptr;
+  errno = 0;
+  long x = std::strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < 0 || x > 1'000'000) {
+    return PEERLAB_INVALID_ARGUMENT(std::string(name) + "='" + v + "' is not a rank number");
+  }
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Bootstrap>> connectLocalFromEnvironment(Deadline deadline) {
+  const char* b = std::getenv(kEnvBootstrap);
+  const std::string v = b != nullptr ? b : "";
+  if (v.rfind("local:", 0) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(std::string(kEnvBootstrap) + "='" + v + "' is not local:<dir>");
+  }
+  PEERLAB_ASSIGN_OR_RETURN(int rank, intFromEnv(kEnvRank));
+  PEERLAB_ASSIGN_OR_RETURN(int size, intFromEnv(kEnvSize));
+  if (size < 1 || rank >= size) {
+    return PEERLAB_INVALID_ARGUMENT(std::string(kEnvRank) + "=" + std::to_string(rank) + " is not below " + kEnvSize +
+                                    "=" + std::to_string(size));
+  }
+  return connectLocal(rank, size, v.substr(6), deadline);
+}
+
+}  // namespace peerlab

@@ -1,5 +1,7 @@
 #pragma once
-/// Test helpers shared by peerlab's GoogleTest suites (tests only; the libraries never include this).
+/// What peerlab's GoogleTest suites share (tests only; the libraries never include this): status
+/// assertions, GPU requirements, source paths. Scope guards, temporary directories and files, and multi-rank tests are
+/// in guards.h, temp_dir.h and rank_test.h beside this file.
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,48 @@
+#pragma once
+/// Small file utilities: private temporary directories, whole text files, the tail of a log, the running executable,
+/// a program in PATH.
+
+#include <string>
+#include <utility>
+
+#include "reference/core/status.h"
+
+namespace peerlab {
+
+/// A new private (0700) directory under $TMPDIR (or /tmp), named <prefix>-XXXXXX. /tmp is taken instead when $TMPDIR
+/// is too long for Unix socket addresses inside the directory.
+StatusOr<std::string> makePrivateDir(const std::string& prefix);
+
+/// Owner of a private temporary directory: removes it with everything in it when destroyed.
+class TempDir {
+ public:
+  static StatusOr<TempDir> make(const std::string& prefix);
+  TempDir() = default;
+  TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  TempDir& operator=(TempDir&& other) noexcept;
+  ~TempDir();
+
+  const std::string& path() const { return path_; }  ///< "" for an empty owner
+  /// path() + "/" + name.
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  void remove() noexcept;
+  std::string path_;
+};
+
+/// Whole file as a string; `invalid_argument` names the file when it cannot be read.
+StatusOr<std::string> readTextFile(const std::string& path);
+/// Writes a file (truncating); `invalid_argument` names the file when it cannot be written.
+Status writeTextFile(const std::string& path, const std::string& text);
+/// The last `lines` lines of a text file ("" when unreadable).
+std::string tailOfFile(const std::string& path, int lines);
+/// Path of the running executable, "" when unknown.
+std::string selfExecutable();
+/// Directory of the running executable (readlink /proc/self/exe), "" when unknown.
+std::string selfExecutableDir();
+/// `name` itself when it holds a '/' and is executable, else the first executable `name` in PATH; "" when none.
+std::string findInPath(const std::string& name);
+
+}  // namespace peerlab
