@@ -178,6 +178,10 @@ TEST(ReleaseWhenIdle, DestroysAfterTheStreamDrainedWithoutBlockingTheCaller) {
   EXPECT_TRUE(flags->drained_first.load());
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(kHoldMs));
   EXPECT_NE(flags->by, std::this_thread::get_id());
+  // The owner counts as held until the releasing thread has finished with it, a moment after its destructor ran.
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (heldForRelease() != 0 && std::chrono::steady_clock::now() < settle)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(heldForRelease(), 0u);
   EXPECT_EQ(*currentContext(), before);
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
