@@ -210,7 +210,17 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
     row.test = "threshold";
     row.significant = true;
   }
-  const bool beyond = std::fabs(change) > options.threshold_pct;
+  // The change must also exceed the spread either run shows on its own (p90 - p10 over the median, in time): two
+  // processes of one build differ by about that much, and one process per side cannot tell such a step from noise.
+  double noise_pct = 0;
+  const auto spread = [](const std::optional<double>& lo, const std::optional<double>& hi,
+                         const std::optional<double>& mid) -> double {
+    if (!lo || !hi || !mid || *mid <= 0 || *hi < *lo) return 0;
+    return (*hi - *lo) / *mid * 100.0;
+  };
+  noise_pct = std::max(spread(b10, b90, base.time_us), spread(n10, n90, fresh.time_us));
+  row.noise_pct = noise_pct;
+  const bool beyond = std::fabs(change) > std::max(options.threshold_pct, noise_pct);
   if (!beyond || !row.significant) {
     row.verdict = Verdict::kSame;
   } else if ((change > 0) == metric->higher_is_better) {

@@ -66,6 +66,27 @@ TEST(Compare, BandwidthHigherIsBetter) {
   EXPECT_EQ(rep.regressions(), 1);
 }
 
+// Two processes of one build (a host-copy row measured on one H100 twice): the second process ran 5.3% slower with a
+// 9.4% spread of its own. Apart p10..p90 ranges alone would call that a regression; a step smaller than a run's own
+// spread is not. A step beyond both the threshold and the spread still is.
+TEST(Compare, StepWithinARunsOwnSpreadIsNotARegression) {
+  auto cell = [](const std::string& impl, double time_us, double p10, double p90) {
+    Result r = bw("host_copy", impl, 0, -1, 268435456.0, 268435456.0 / time_us / 1e3);
+    r.dst.reset();
+    r.extra["p10_us"] = p10;
+    r.extra["p90_us"] = p90;
+    return r;
+  };
+  report::Run base, fresh;
+  base.results = {cell("within", 4871.0, 4866.6, 4880.0), cell("beyond", 4871.0, 4866.6, 4880.0)};
+  fresh.results = {cell("within", 5144.4, 4971.6, 5455.4), cell("beyond", 5844.4, 5771.6, 5955.4)};
+  CompareReport rep = compareRuns(base, fresh);
+  EXPECT_EQ(rowFor(rep, "within").verdict, Verdict::kSame) << rowFor(rep, "within").noise_pct;
+  EXPECT_NEAR(rowFor(rep, "within").noise_pct, 9.4, 0.1);
+  EXPECT_EQ(rowFor(rep, "beyond").verdict, Verdict::kRegressed);
+  EXPECT_EQ(rep.regressions(), 1);
+}
+
 TEST(Compare, TimeLowerIsBetterWhenNoBandwidth) {
   report::Run base, fresh;
   base.results = {lat("fast", 10), lat("slow", 10), lat("noise", 10)};
