@@ -43,7 +43,7 @@ requirements=(
 missing=()
 for r in "${requirements[@]}"; do
   IFS='|' read -r check package required <<<"$r"
-  eval "$check" || missing+=("$package")
+  eval "$check" >/dev/null 2>&1 || missing+=("$package")
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -63,7 +63,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 for r in "${requirements[@]}"; do
   IFS='|' read -r check package required <<<"$r"
-  if [ "$required" = yes ] && ! eval "$check"; then
+  if [ "$required" = yes ] && ! eval "$check" >/dev/null 2>&1; then
     echo "ci/test.sh: required and missing: $package ($check)" >&2
     exit 1
   fi
