@@ -24,7 +24,7 @@ struct SeriesPoint {
 
 /// One series: (machine, suite, impl, name, src, dst, ranks, bytes) and its metric, oldest point first.
 struct Series {
-  std::string id;       ///< "nvidia-h200-x4/peer_copy/peerlab.ce/uni/0->1/r1/268435456"
+  std::string id;       ///< "h200-x4-nvswitch/peer_copy/peerlab.ce/uni/0->1/r1/268435456"
   std::string machine;  ///< kind, or host (runs without a kind, or --by host)
   std::string suite, impl, name;
   std::optional<int> src, dst;

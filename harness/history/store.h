@@ -21,7 +21,7 @@ struct RunInfo {
   std::int64_t id = 0;
   std::string content_hash;
   std::string host;
-  std::string kind;  ///< machine kind ("nvidia-h200-x4"): the run file's `kind`, or --kind at ingest; may be empty
+  std::string kind;  ///< machine kind ("h200-x4-nvswitch"): the run file's `kind`, or --kind at ingest; may be empty
   std::string git_sha;
   std::string timestamp;
   std::string tool;
