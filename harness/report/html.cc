@@ -1,6 +1,7 @@
 #include "harness/report/html.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -175,20 +176,29 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   // Verdict and checks: counts per category, the failures, then every check folded away.
   if (haveChecks) {
     section("checks", "Checks");
-    body << "<p>" << checks.size() - failed << " of " << checks.size() << " checks passed";
-    if (failed) body << ", <strong>" << failed << " failed</strong>";
-    body << ".</p>";
+    // Warnings and unsupported checks are counted apart: a check that could not run is never shown as passed.
     std::vector<std::string> categories;
-    std::map<std::string, std::pair<int, int>> counts;  // passed, failed
+    std::map<std::string, std::array<int, 4>> counts;  // passed, warnings, unsupported, failed
+    std::array<int, 4> total{};
     for (const Check& c : checks) {
       if (!counts.count(c.category)) categories.push_back(c.category);
-      (c.pass ? counts[c.category].first : counts[c.category].second)++;
+      const std::string v = checkVerdict(c);
+      const size_t k = v == "fail" ? 3 : v == "unsupported" ? 2 : v == "warn" ? 1 : 0;
+      counts[c.category][k]++;
+      total[k]++;
     }
-    body << "<table><tr><th>category</th><th>passed</th><th>failed</th></tr>";
+    body << "<p>" << total[0] << " of " << checks.size() << " checks passed";
+    if (total[1]) body << ", " << total[1] << " warnings";
+    if (total[2]) body << ", " << total[2] << " not checked (unsupported here)";
+    if (failed) body << ", <strong>" << failed << " failed</strong>";
+    body << ".</p>";
+    body << "<table><tr><th>category</th><th>passed</th><th>warnings</th><th>unsupported</th><th>failed</th></tr>";
     for (const std::string& cat : categories) {
-      body << "<tr" << (counts[cat].second ? " class=\"bad\"" : "") << "><td>" << htmlEscape(cat)
-           << "</td><td class=\"num\">" << counts[cat].first << "</td><td class=\"num\">" << counts[cat].second
-           << "</td></tr>";
+      const auto& n = counts[cat];
+      body << "<tr" << (n[3] ? " class=\"bad\"" : "") << "><td>" << htmlEscape(cat) << "</td>";
+      for (int v : n)
+        body << "<td class=\"num\">" << v << "</td>";
+      body << "</tr>";
     }
     body << "</table>";
     auto checkRows = [&](bool onlyFailed) {

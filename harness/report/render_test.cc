@@ -357,6 +357,17 @@ TEST(Html, ChecksShowVerdictAndEscape) {
   EXPECT_NE(renderHtml(run).find("1 of 2 checks passed"), std::string::npos);
 }
 
+TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
+  report::Run run = syntheticRun(1);
+  HtmlOptions opts;
+  opts.checks = std::vector<Check>{{"health", "nvlink_state GPU 0", true, "unsupported", "up", "not supported", {}, {}},
+                                   {"health", "ecc GPU 0", true, "warn", "no past errors", "1 in the past", {}, {}},
+                                   {"health", "xid GPU 0", true, "ok", "none", "none", {}, {}}};
+  const std::string html = renderHtml(run, opts);
+  EXPECT_NE(html.find("1 of 3 checks passed, 1 warnings, 1 not checked (unsupported here)."), std::string::npos);
+  EXPECT_EQ(html.find("3 of 3 checks passed"), std::string::npos);
+}
+
 TEST(Aggregate, SeriesPairGridsAndProbe) {
   report::Run run = syntheticRun(4);
   auto series = bandwidthSeries(run, "peer_copy");
