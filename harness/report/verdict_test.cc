@@ -23,6 +23,15 @@ report::Run committedRun() {
   return run.isOk() ? *run : report::Run{};
 }
 
+// A one-GPU qualify: the plan notes the pair suites as not applicable; only its jobs' suites must have results.
+TEST(Verdict, OneGpuQualifyRecomputesToPass) {
+  auto run = readRun(peerlab::testing::sourcePath("reports/runs/2026-11-25-nvidia-h100-x1-a99f8ae.json"));
+  ASSERT_TRUE(run.isOk()) << run.status().toString();
+  const RunVerdict v = recomputeVerdict(*run);
+  EXPECT_TRUE(v.pass) << failures(v);
+  EXPECT_FALSE(v.storedPassContradicted());
+}
+
 TEST(Verdict, CommittedPassingRunRecomputesToPass) {
   const report::Run run = committedRun();
   const RunVerdict v = recomputeVerdict(run);
