@@ -169,8 +169,8 @@ TEST(Child, InheritedDescriptorAndKillAfterGrace) {
   Fd read_end(p[0]), write_end(p[1]);
   {
     SpawnOptions so;
-    // Writes to descriptor 5, then ignores SIGTERM: only the SIGKILL after the grace period ends it.
-    so.argv = {"sh", "-c", "echo ready >&5; trap '' TERM; while :; do sleep 0.05; done"};
+    // Ignores SIGTERM, then says so on descriptor 5: only the SIGKILL after the grace period ends it.
+    so.argv = {"sh", "-c", "trap '' TERM; echo ready >&5; while :; do sleep 0.05; done"};
     so.inherit_fds = {{write_end.get(), 5}};
     PEERLAB_ASSERT_OK_AND_ASSIGN(Child child, Child::spawn(so));
     write_end.reset();
