@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "reference/core/files.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
 #include "harness/report/report.h"
+#include "reference/core/files.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::cli {

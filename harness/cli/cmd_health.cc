@@ -10,8 +10,8 @@
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
-#include "reference/core/process.h"
 #include "harness/report/report.h"
+#include "reference/core/process.h"
 
 namespace peerlab::cli {
 namespace {

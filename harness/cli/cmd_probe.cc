@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "reference/core/files.h"
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
+#include "reference/core/files.h"
 #include "reference/probe/inject.h"
 #include "reference/probe/probe.h"
 

@@ -16,8 +16,6 @@
 #include "harness/cli/command.h"
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
-#include "reference/core/files.h"
-#include "reference/core/process.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
@@ -28,6 +26,8 @@
 #include "harness/report/junit.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::cli {

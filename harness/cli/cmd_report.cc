@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "reference/core/files.h"
 #include "harness/qualify/browser.h"
 #include "harness/report/compare.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
 #include "harness/report/verdict.h"
+#include "reference/core/files.h"
 
 namespace peerlab::cli {
 namespace {

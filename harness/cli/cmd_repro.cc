@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "harness/cli/command.h"
-#include "reference/core/files.h"
-#include "reference/core/process.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/sysinfo.h"
 #include "harness/report/compare.h"
 #include "harness/report/report.h"
 #include "harness/topology/topology.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 
 namespace peerlab::cli {
 namespace {

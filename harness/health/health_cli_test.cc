@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include "harness/testing/cli.h"
 #include "harness/report/report.h"
+#include "harness/testing/cli.h"
 
 namespace peerlab::testing {
 namespace {

@@ -28,7 +28,7 @@ using report::Result;
     const char* skip = std::getenv("PEERLAB_SKIP_BROWSER_TEST");                                               \
     if (skip && std::string(skip) == "1") GTEST_SKIP() << "PEERLAB_SKIP_BROWSER_TEST=1: browser test skipped"; \
     if (qualify::findChromium().empty())                                                                       \
-      GTEST_SKIP() << "no Chromium (chromium or chromium-browser) in PATH: install Debian's chromium package";  \
+      GTEST_SKIP() << "no Chromium (chromium or chromium-browser) in PATH: install Debian's chromium package"; \
   } while (0)
 
 #define PEERLAB_REQUIRE_CHARTJS()                                                                  \

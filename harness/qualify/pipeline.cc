@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "reference/core/files.h"
-#include "reference/core/process.h"
 #include "harness/topology/topology.h"
 #include "reference/core/devices.h"
+#include "reference/core/files.h"
+#include "reference/core/process.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::qualify {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "reference/core/process.h"
 #include "harness/qualify/suites.h"
 #include "harness/report/report.h"
+#include "reference/core/process.h"
 
 namespace peerlab::qualify {
 

@@ -61,9 +61,9 @@ struct CompareRow {
   std::optional<double> new_value;
   std::optional<double> change_pct;  ///< (new - base) / base x 100, raw: the verdict says whether that is better
   double noise_pct = 0;  ///< the larger spread within one run (p90 - p10 over the median) of the two sides, percent
-  std::string test;                  ///< how significance was judged: "u-test", "p10/p90" or "threshold"
-  std::optional<double> p_value;     ///< Mann-Whitney U two-sided p-value, when the samples allowed the test
-  bool significant = false;          ///< the change is beyond the noise (by `test`)
+  std::string test;      ///< how significance was judged: "u-test", "p10/p90" or "threshold"
+  std::optional<double> p_value;  ///< Mann-Whitney U two-sided p-value, when the samples allowed the test
+  bool significant = false;       ///< the change is beyond the noise (by `test`)
   Verdict verdict = Verdict::kSame;
   std::string note;  ///< why, for status rows ("ok -> failed: ...")
 };

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "reference/core/process.h"
 #include "reference/core/deadline.h"
 #include "reference/core/fd.h"
+#include "reference/core/process.h"
 #include "reference/core/status.h"
 
 namespace peerlab::watchdog {

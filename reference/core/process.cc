@@ -14,8 +14,8 @@
 #include <mutex>
 #include <thread>
 
-#include "reference/core/files.h"
 #include "reference/core/fd.h"
+#include "reference/core/files.h"
 
 extern char** environ;
 

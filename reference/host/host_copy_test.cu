@@ -11,11 +11,11 @@
 #include "reference/core/memory.h"
 #include "reference/core/pattern.h"
 #include "reference/core/scoped.h"
-#include "reference/testing/testing.h"
 #include "reference/core/wait.h"
 #include "reference/host/host_copy.h"
 #include "reference/host/host_memory.h"
 #include "reference/host/numa.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::host {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "reference/testing/testing.h"
 #include "reference/host/host_copy.h"
 #include "reference/host/host_memory.h"
 #include "reference/host/numa.h"
+#include "reference/testing/testing.h"
 
 namespace peerlab::host {
 namespace {

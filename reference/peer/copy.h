@@ -46,7 +46,7 @@ struct PeerCopierOptions {
   SmCopyConfig sm;                       ///< launch configuration of the SM copy kernels
   size_t staging_chunk_bytes = 8 << 20;  ///< size of each of the two bounce buffers of an ordered pair
   bool check_pointers = true;            ///< check on every copy that src/dst are memory of the named devices and
-                                         ///< that [p, p + bytes) stays inside its allocation (a pointer-attribute query per copy)
+                               ///< that [p, p + bytes) stays inside its allocation (a pointer-attribute query per copy)
 };
 
 class PeerCopier {
