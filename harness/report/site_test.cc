@@ -5,13 +5,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "harness/report/chart_page.h"
 #include "harness/report/site_testing.h"
+#include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
@@ -19,12 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using peerlab::testing::readFile;
 
 size_t countOf(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -48,7 +42,7 @@ class SiteTest : public ::testing::Test {
 
 TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string index = readFile(dir_ / "index.html");
+  const std::string index = readFile((dir_ / "index.html").string());
   ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x4.html"));
   ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x2.html"));
   EXPECT_NE(index.find("href=\"kind-nvidia-h200-x4.html\""), std::string::npos);
@@ -60,7 +54,7 @@ TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
 
 TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(12, 2, 10), dir_.string()));
-  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   // 2 groups of 10 series -> 2 plots each, plus the latency group: 5 plots.
   EXPECT_EQ(countOf(page, "class=\"plchart\""), 5u);
   std::regex series("data-series=\"([0-9]+)\"");
@@ -83,7 +77,7 @@ TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
 
 TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   EXPECT_NE(page.find("\"label\":\"change point\""), std::string::npos);
   EXPECT_NE(page.find("-5.0%, p=0.001"), std::string::npos);
   EXPECT_NE(page.find("driver 580.159.04 -> 590.10.01"), std::string::npos);
@@ -94,19 +88,19 @@ TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
 
 TEST_F(SiteTest, RegressionsAndFleetListed) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   EXPECT_NE(page.find("peer_copy uni peerlab.ce 0-&gt;1 256 MiB"), std::string::npos);
   EXPECT_NE(page.find("<td class=\"cell-fail\">-5.0%</td>"), std::string::npos);
   EXPECT_NE(page.find("driver 580.159.04 -&gt; 590.10.01"), std::string::npos);
   EXPECT_NE(page.find("node-q"), std::string::npos);
   EXPECT_NE(page.find("-44.9"), std::string::npos);
-  const std::string small = readFile(dir_ / "kind-nvidia-h200-x2.html");
+  const std::string small = readFile((dir_ / "kind-nvidia-h200-x2.html").string());
   EXPECT_NE(small.find("No series' latest change point is a worsening"), std::string::npos);
 }
 
 TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   // Bandwidth as % of expected: the 1->2 link at 50% is red, the others (99.3%) green.
   EXPECT_NE(page.find("background:hsl(0, 70%, 75%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" "
                       "data-fraction=\"0.500\">50.0%"),
@@ -130,13 +124,13 @@ TEST_F(SiteTest, MalformedModelNamesThePart) {
 TEST_F(SiteTest, ChartJsInlinedOrPageSaysUnavailable) {
   if (chartJsSource().empty()) GTEST_SKIP() << "Chart.js (libjs-chart.js) not installed: nothing to inline";
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   EXPECT_NE(page.find("Chart.js v3"), std::string::npos);
   EXPECT_EQ(page.find("<script src"), std::string::npos) << "the page must not load anything";
   ::setenv("PEERLAB_CHARTJS", "", 1);
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   ::unsetenv("PEERLAB_CHARTJS");
-  const std::string bare = readFile(dir_ / "kind-nvidia-h200-x4.html");
+  const std::string bare = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   EXPECT_EQ(bare.find("Chart.js v3"), std::string::npos);
   EXPECT_NE(bare.find("Charts are unavailable"), std::string::npos);
 }
