@@ -11,8 +11,9 @@
 // CUDA graph is replayed. Suite "moe": peerlab.dispatch, peerlab.combine (default protocol), peerlab.dispatch_twophase,
 // peerlab.combine_twophase, nccl.dispatch, nccl.combine, and the low-latency mode (T <= 128):
 // peerlab.dispatch_ll / peerlab.combine_ll (bf16), peerlab.dispatch_ll_fp8 (fp8 e4m3, per-128 scales); name "T=<n>".
-// MoE bandwidths: busbw_gbps counts the payload of every (token, valid top-k selection), the local rank included
-// (DeepEP / pplx); the counter nvlink_gbps only what crosses to another GPU, once per (token, destination rank).
+// MoE bandwidths: algbw_gbps counts the payload of every (token, valid top-k selection), the local rank included
+// (DeepEP / pplx), over the time; busbw_gbps is that x (n-1)/n as for every alltoallv (nccl-tests); the counter
+// nvlink_gbps counts only what crosses to another GPU, once per (token, destination rank).
 // Every benchmark checks its data once (wrong > 0 fails the row) and reports the slowest rank's median.
 //
 // Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
@@ -390,15 +391,15 @@ void addTrace(Record& rec, const DeviceBuffer& trace, cudaStream_t s) {
   rec.extra["trace_calls"] = static_cast<double>(calls.size());
 }
 
-// `nvlink_bytes` >= 0 (suite moe): busbw_gbps is the logical rate (rec.bytes counts every selection, the local rank
-// included) and the counter nvlink_gbps the rate of `nvlink_bytes`, what crosses to other GPUs.
+// `nvlink_bytes` >= 0 (suite moe): rec.bytes counts every selection, the local rank included, so algbw_gbps is the
+// logical rate; the counter nvlink_gbps is the rate of `nvlink_bytes`, what crosses to other GPUs.
 void publishTimed(benchmark::State& state, Env& e, Record rec, const std::vector<double>& us,
                   double nvlink_bytes = -1) {
   auto worst = slowest(e, median(us));
   if (!worst.isOk()) return fail(state, rec, worst.status());
   rec.time_us = *worst;
   rec.algbw_gbps = rec.bytes / rec.time_us / 1e3;
-  rec.busbw_gbps = nvlink_bytes >= 0 ? rec.algbw_gbps : rec.algbw_gbps * (e.n - 1) / e.n;
+  rec.busbw_gbps = rec.algbw_gbps * (e.n - 1) / e.n;
   if (nvlink_bytes >= 0) rec.extra["nvlink_gbps"] = nvlink_bytes / rec.time_us / 1e3;
   rec.extra["p10_us"] = percentile(us, 10);
   rec.extra["p90_us"] = percentile(us, 90);

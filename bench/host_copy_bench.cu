@@ -325,6 +325,8 @@ Status measureHost(benchmark::State& state, const HostSpec& spec, Record& rec) {
   const int numa = lanes.front().numa;
   const bool same = std::all_of(lanes.begin(), lanes.end(), [&](const Lane& l) { return l.numa == numa; });
   if (numa >= 0 && same) rec.extra["numa"] = numa;
+  // Which placement the row measures: the GPU's own node (1) or another (0); pages label the row by it.
+  if (spec.gpu >= 0) rec.extra["numa_local"] = spec.remote ? 0.0 : 1.0;
   const auto key = std::make_tuple(spec.name, spec.gpu, spec.bytes);
   if (spec.impl == Impl::kPlain) e->plain[key] = rec.busbw_gbps;
   if (spec.impl == Impl::kCe && !spec.remote) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -16,12 +17,12 @@
 #include "harness/cli/command.h"
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
-#include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
 #include "harness/report/compare.h"
+#include "harness/report/evaluate.h"
 #include "harness/report/html.h"
 #include "harness/report/junit.h"
 #include "harness/report/report.h"
@@ -29,6 +30,7 @@
 #include "reference/core/files.h"
 #include "reference/core/process.h"
 #include "reference/host/host_copy.h"
+#include "reference/probe/probe.h"
 
 namespace peerlab::cli {
 namespace {
@@ -77,25 +79,16 @@ std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& 
   return rows;
 }
 
-// The qualify config's text, for its [health] section (read with toml++).
-StatusOr<std::string> configText(const std::string& path) {
-  if (path.empty()) return qualify::defaultConfigText();
-  std::ifstream f(path);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 int writeBundle(const std::string& dir, report::Run& run, const std::vector<report::Check>& checks,
                 const QualifyArgs& a, double wall_s, std::vector<std::string> notes) {
-  const int failed = report::failedChecks(checks);
+  const report::CheckCounts counts = report::countChecks(checks);
   std::string command;
   for (const std::string& s : a.argv)
     command += (command.empty() ? "" : " ") + qualify::shellQuote(s);
-  run.extra["qualify"] = {{"verdict", failed ? "FAIL" : "PASS"},
+  run.extra["qualify"] = {{"verdict", report::verdictWord(counts)},
+                          {"summary", report::toJson(counts)},
                           {"checks", report::toJson(checks)},
-                          {"failed", failed},
+                          {"failed", counts.failed},
                           {"command", command},
                           {"baseline", a.baseline},
                           {"wall_s", wall_s}};
@@ -125,16 +118,56 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   return kExitOk;
 }
 
+// The plan of a stored run, as qualify::Plan (for plan.txt and re-planning with another config).
+qualify::Plan planOf(const report::RunPlan& stored) {
+  qualify::Plan plan;
+  if (stored.topology) plan.topology = *stored.topology;
+  plan.options.mode = stored.mode;
+  plan.options.pairs = stored.pairs;
+  plan.options.probe = stored.probe;
+  plan.options.probe_methods = stored.probe_methods;
+  for (const report::PlanJob& j : stored.jobs) {
+    if (std::find(plan.options.suites.begin(), plan.options.suites.end(), j.suite) == plan.options.suites.end())
+      plan.options.suites.push_back(j.suite);
+  }
+  plan.jobs = stored.jobs;
+  plan.expectations = stored.expectations;
+  plan.latency = stored.latency;
+  plan.notes = stored.notes;
+  plan.disabled_rules = stored.disabled_rules;
+  plan.require_link_info = stored.require_link_info;
+  plan.fail_unclaimed = stored.fail_unclaimed;
+  plan.budget_s = stored.budget_s;
+  return plan;
+}
+
+// Prints what the checks say, as `peerlab report` does: every check that did not pass with its reason, then the
+// counts; a FAIL also gets one line on stderr.
+int printVerdict(const std::vector<report::Check>& checks, const std::string& dir) {
+  const report::CheckCounts counts = report::countChecks(checks);
+  std::fputs(report::formatCheckLines(checks).c_str(), stdout);
+  std::printf("peerlab qualify: %s: %s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
+              report::verdictWord(counts), report::formatCounts(counts).c_str(), dir.c_str());
+  if (!counts.pass()) {
+    fail(kCmd, kExitCheckFailed, std::string("FAIL: ") + report::firstFailure(checks) + " (" +
+                                     std::to_string(counts.failed) + " of " + std::to_string(counts.total) +
+                                     " checks failed; bundle " + dir + ")");
+    return kExitCheckFailed;
+  }
+  return kExitOk;
+}
+
 int runQualify(const QualifyArgs& a) {
   const auto started = std::chrono::steady_clock::now();
   // Inputs first: config, baseline, stored results; each bad one is a one-line error naming it.
+  if (a.json && !a.dry_run) return fail(kCmd, kExitUsage, "--json prints the plan: use it with --dry-run");
+  if (a.json && !a.out.empty()) {
+    return fail(kCmd, kExitUsage, "--out names a bundle directory; --dry-run --json prints the plan to stdout only");
+  }
   StatusOr<qualify::QualifyConfig> config = a.config.empty() ? qualify::defaultConfig() : qualify::loadConfig(a.config);
-  if (!config.isOk()) return fail(kCmd, kExitUsage, config.status().message());
-  StatusOr<std::string> config_text = configText(a.config);
-  if (!config_text.isOk()) return fail(kCmd, kExitUsage, config_text.status().message());
-  StatusOr<health::Thresholds> health_thresholds =
-      health::parseThresholds(*config_text, a.config.empty() ? "built-in reports/qualify.toml" : a.config);
-  if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, health_thresholds.status().message());
+  if (!config.isOk()) return fail(kCmd, kExitUsage, "--config " + config.status().message());
+  StatusOr<health::Thresholds> health_thresholds = qualify::loadHealthThresholds(a.config);
+  if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, "--config " + health_thresholds.status().message());
   double threshold = config->baseline_threshold_pct;
   if (!a.threshold.empty()) {
     auto t = report::parseThresholdPct(a.threshold);
@@ -144,18 +177,22 @@ int runQualify(const QualifyArgs& a) {
   std::optional<report::Run> baseline;
   if (!a.baseline.empty()) {
     auto b = report::readRun(a.baseline);
-    if (!b.isOk()) return fail(kCmd, kExitUsage, b.status().message());
+    if (!b.isOk()) return fail(kCmd, kExitUsage, "--baseline " + b.status().message());
     baseline = std::move(*b);
   }
   std::optional<report::Run> stored;
   if (!a.results.empty()) {
     auto r = report::readRun(a.results);
-    if (!r.isOk()) return fail(kCmd, kExitUsage, r.status().message());
+    if (!r.isOk()) return fail(kCmd, kExitUsage, "--results " + r.status().message());
     stored = std::move(*r);
   }
-  if (a.json && !a.dry_run) return fail(kCmd, kExitUsage, "--json prints the plan: use it with --dry-run");
   if (!a.fixture.empty() && !a.dry_run && !stored) {
     return fail(kCmd, kExitUsage, "--fixture plans for another machine: use it with --dry-run (or --results RUN.json)");
+  }
+  if (!a.probe_methods.empty()) {
+    if (auto m = probe::parseMethods(a.probe_methods); !m.isOk()) {
+      return fail(kCmd, kExitUsage, "--probe-methods: " + m.status().message());
+    }
   }
 
   qualify::PlanOptions po;
@@ -168,7 +205,7 @@ int runQualify(const QualifyArgs& a) {
     }
   }
   // The probe's speed is a benchmark, not a health figure: qualify runs the probe itself, not probe_bench.
-  if (po.suites.empty()) po.suites = {"peer_copy", "zcopy", "alltoallv", "host_copy"};
+  if (po.suites.empty()) po.suites = qualify::defaultQualifySuites();
   if (a.skip_bench) po.suites = {};
   if (!a.pairs.empty()) {
     auto pairs = qualify::parsePairs(a.pairs);
@@ -177,53 +214,68 @@ int runQualify(const QualifyArgs& a) {
   }
   if (!a.probe_methods.empty()) po.probe_methods = qualify::splitList({a.probe_methods});
 
-  // Topology: a fixture, the stored run's own, or this machine.
+  // A stored run is checked against its own plan (the same verdict `peerlab report` gives); a --config re-plans its
+  // expectations from the stored topology; a run without a plan is checked against a fixture's plan, or none.
+  const bool storedPlan = stored && stored->plan && a.fixture.empty();
   StatusOr<qualify::PlanTopology> topo = PEERLAB_INTERNAL("no topology");
-  if (a.fixture.empty() && stored && stored->extra.contains("plan") && stored->extra["plan"].contains("topology")) {
-    topo = qualify::planTopologyFromJson(stored->extra["plan"]["topology"]);
-  } else {
+  if (storedPlan && stored->plan->topology) {
+    topo = *stored->plan->topology;
+  } else if (!stored || !a.fixture.empty()) {
     topo = qualify::loadPlanTopology(a.fixture);
   }
-  if (!topo.isOk()) {
+  std::optional<qualify::Plan> plan;
+  if (storedPlan && (a.config.empty() || !stored->plan->topology)) {
+    plan = planOf(*stored->plan);
+  } else if (topo.isOk()) {
+    if (storedPlan) {
+      // Same suites, pairs, probe and mode as the run; expectations from the new config.
+      po = planOf(*stored->plan).options;
+    }
+    auto made = qualify::makePlan(*topo, *config, po);
+    if (!made.isOk()) return fail(kCmd, kExitUsage, made.status().message());
+    plan = std::move(*made);
+    if (a.skip_bench) plan->jobs.clear();
+    // One GPU: no pair to probe; the host paths and the device-local copy qualify it.
+    if (plan->options.probe && plan->options.pairs.empty() && !topo->gpus.empty()) {
+      plan->options.probe = false;
+      plan->notes.push_back("probe: skipped, the topology has no GPU pair");
+    }
+  } else if (!stored) {
     return fail(kCmd, topo.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime,
                 topo.status().message());
   }
-  auto plan = qualify::makePlan(*topo, *config, po);
-  if (!plan.isOk()) return fail(kCmd, kExitUsage, plan.status().message());
-  if (a.skip_bench) plan->jobs.clear();
-  // One GPU: no pair to probe; the host paths and the device-local copy qualify it.
-  if (po.probe && plan->options.pairs.empty() && !topo->gpus.empty()) {
-    po.probe = false;
-    plan->options.probe = false;
-    plan->notes.push_back("probe: skipped, the topology has no GPU pair");
-  }
-  // The plan as JSON: the same objects (expectations included) the run file carries under "plan".
-  auto printJson = [&] {
-    nlohmann::json doc = qualify::toJson(*plan);
-    doc["config"] = config->source;
-    std::puts(doc.dump(2).c_str());
-  };
-  if (topo->gpus.empty()) {
-    if (a.json) {
-      printJson();
-    } else {
-      std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
+
+  if (plan && (a.dry_run || !stored)) {
+    // The plan as JSON: the same objects (expectations included) the run file carries under "plan".
+    auto printJson = [&] {
+      nlohmann::json doc = qualify::toJson(*plan);
+      doc["config"] = config->source;
+      std::puts(doc.dump(2).c_str());
+    };
+    if (plan->topology.gpus.empty()) {
+      if (a.json) {
+        printJson();
+      } else {
+        std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
+      }
+      std::string why = plan->topology.no_gpu_message.empty() ? "no NVIDIA GPU in the topology"
+                                                              : plan->topology.no_gpu_message;
+      return fail(kCmd, kExitNoGpu, why);
     }
-    std::string why = topo->no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : topo->no_gpu_message;
-    if (stored && a.fixture.empty()) why += " (the run file has no stored topology: pass --fixture for its machine)";
-    return fail(kCmd, kExitNoGpu, why);
-  }
-  if (a.dry_run && a.json) {
-    printJson();
-    return kExitOk;
-  }
-  if (a.dry_run) {
-    std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
-    std::printf("config: %s\n", config->source.c_str());
-    if (baseline)
-      std::printf("baseline: %s (%zu results, threshold %g%%)\n", a.baseline.c_str(), baseline->results.size(),
-                  threshold);
-    return kExitOk;
+    if (a.dry_run && a.json) {
+      printJson();
+      return kExitOk;
+    }
+    if (a.dry_run) {
+      std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
+      std::printf("config: %s\n", config->source.c_str());
+      if (baseline)
+        std::printf("baseline: %s (%zu results, threshold %g%%)\n", a.baseline.c_str(), baseline->results.size(),
+                    threshold);
+      return kExitOk;
+    }
+  } else if (a.dry_run) {
+    return fail(kCmd, kExitUsage, "--dry-run: the run file has no plan and no --fixture was given to plan for");
   }
   if (!stored) {
     if (Status st = qualify::cudaGpusVisible(); !st.isOk()) {
@@ -233,7 +285,7 @@ int runQualify(const QualifyArgs& a) {
     }
     // Before anything runs: binaries without a kernel image for a GPU present would fail every GPU check.
     std::vector<int> ordinals;
-    for (const qualify::PlanGpu& g : topo->gpus)
+    for (const qualify::PlanGpu& g : plan->topology.gpus)
       ordinals.push_back(g.index);
     if (Status st = host::checkKernelImagesAndRelease(ordinals); !st.isOk())
       return fail(kCmd, kExitRuntime, st.message());
@@ -245,13 +297,17 @@ int runQualify(const QualifyArgs& a) {
   if (ec || !std::filesystem::is_directory(dir)) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
-  if (Status st = writeTextFile(dir + "/plan.txt", qualify::formatPlan(*plan)); !st.isOk()) {
+  const std::string planText =
+      plan ? qualify::formatPlan(*plan) : "no plan: the run file carries none; its probe, health and data are checked\n";
+  if (Status st = writeTextFile(dir + "/plan.txt", planText); !st.isOk()) {
     return fail(kCmd, kExitUsage, st.message());
   }
 
   report::Run run;
   if (stored) {
     run = *stored;
+    // A re-plan (--config, or a fixture for a run without a plan) is what the bundle's checks are made against.
+    if (plan && !(storedPlan && a.config.empty())) run.extra["plan"] = qualify::toJson(*plan);
   } else {
     run = report::newRun();
     run.fingerprint = report::collectFingerprint();
@@ -261,12 +317,12 @@ int runQualify(const QualifyArgs& a) {
     std::optional<health::Stage> health;
     if (!a.skip_health) {
       // The watch ends by itself after every process's deadline has passed.
-      double max_s = 600 + a.health_watch_s + (po.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
+      double max_s = 600 + a.health_watch_s + (plan->options.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
       for (const qualify::BenchJob& j : plan->jobs)
         max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.budget_s);
       health = health::Stage::begin(*health_thresholds, run.fingerprint, max_s, stdout);
     }
-    if (po.probe) {
+    if (plan->options.probe) {
       auto rows = runProbe(a, *plan, dir);
       run.results.insert(run.results.end(), rows.begin(), rows.end());
     }
@@ -296,46 +352,29 @@ int runQualify(const QualifyArgs& a) {
     if (!kind.empty()) run.extra["kind"] = kind;
     run.extra["plan"] = qualify::toJson(*plan);
   }
+  // The checks read the plan as the run file stores it: the same path `peerlab report` takes.
+  if (Status st = report::attachPlan(run); !st.isOk()) {
+    return fail(kCmd, kExitRuntime, "the plan does not read back: " + st.message());
+  }
 
-  qualify::CheckInputs in;
-  in.plan = &*plan;
-  in.config = &*config;
-  in.run = &run;
-  in.baseline = baseline ? &*baseline : nullptr;
-  in.baseline_threshold_pct = threshold;
-  in.probe_expected = po.probe;
-  std::vector<report::Check> checks = qualify::evaluateChecks(in);
+  report::EvaluateOptions eo;
+  eo.baseline = baseline ? &*baseline : nullptr;
+  eo.baseline_threshold_pct = threshold;
+  std::vector<report::Check> checks = report::evaluateChecks(run, run.plan ? &*run.plan : nullptr, eo);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<std::string> notes = {"config: " + config->source};
   if (baseline)
     notes.push_back("baseline: " + a.baseline + " (threshold " + std::to_string(threshold).substr(0, 4) + "%)");
-  for (const std::string& n : plan->notes)
-    notes.push_back("note: " + n);
+  if (plan) {
+    for (const std::string& r : plan->disabled_rules)
+      notes.push_back("disabled by the config: " + r);
+    for (const std::string& n : plan->notes)
+      notes.push_back("note: " + n);
+  }
   if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
-
-  const int failed = report::failedChecks(checks);
-  int warned = 0, unsupported = 0;
-  for (const report::Check& c : checks) {
-    if (!c.pass) {
-      std::printf("FAIL %s: %s: measured %s, expected %s: %s\n", c.category.c_str(), c.name.c_str(), c.measured.c_str(),
-                  c.expected.c_str(), c.reason.c_str());
-    } else if (qualify::healthLevel(c) == "warn") {
-      ++warned;
-      std::printf("WARN %s: %s: %s\n", c.category.c_str(), c.name.c_str(), c.reason.c_str());
-    } else if (qualify::healthLevel(c) == "unsupported") {
-      ++unsupported;
-    }
-  }
-  if (unsupported) {
-    std::printf("not checked: %d checks unsupported here (the driver or GPU cannot say; see results.json)\n",
-                unsupported);
-  }
-  std::printf(
-      "peerlab qualify: %s: %zu checks, %d failed, %d warnings, %d unsupported; bundle %s (report.html, summary.md, "
-      "junit.xml, results.json)\n",
-      failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported, dir.c_str());
+  const int rc = printVerdict(checks, dir);
   if (process::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
-  return failed ? kExitCheckFailed : kExitOk;
+  return rc;
 }
 
 std::function<int()> setup(CLI::App& sub) {
@@ -350,7 +389,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--dry-run", a->dry_run, "Print the plan (pairs, tests, expected figures) and exit");
   sub.add_flag("--json", a->json, "With --dry-run: print the plan as JSON (the run file's \"plan\" object)");
   sub.add_option("--bench-dir", a->bench_dir, "Where the bench binaries are (default: beside peerlab)");
-  sub.add_option("--suite", a->suites, "Benchmark suites (default peer_copy,zcopy,alltoallv)");
+  sub.add_option("--suite", a->suites,
+                 "Benchmark suites (default " + qualify::joinedDefaultSuites() + "; moe runs within alltoallv)");
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to qualify, e.g. 0-1,1-0 (default: every pair)");
   sub.add_option("--probe-methods", a->probe_methods, "Probe methods, e.g. ce_write,sm_store (default all)");
   sub.add_flag("--full", a->full, "Run the full benchmark sweeps instead of the quick ones");
@@ -364,7 +404,14 @@ std::function<int()> setup(CLI::App& sub) {
                  "Check an existing run file instead of measuring (re-check with another "
                  "config or baseline)");
   sub.add_option("--timeout", a->timeout_s, "Deadline per process in seconds (default: 4x its budget, >= 180)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double s = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end || !(s > 0) || s > 86400 * 7) return "must be seconds above 0 (at most a week)";
+            return "";
+          },
+          "SECONDS"));
   sub.add_option("--kind", a->kind, "Machine kind recorded in the run file (default $PEERLAB_KIND)");
   return [a, &sub]() {
     a->argv = {"peerlab", "qualify"};

@@ -1,4 +1,6 @@
 // peerlab report: render a run file (HTML, PNG screenshot, Markdown summary) or compare two runs for regressions.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -11,7 +13,7 @@
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
-#include "harness/report/verdict.h"
+#include "harness/report/evaluate.h"
 #include "reference/core/files.h"
 
 namespace peerlab::cli {
@@ -30,6 +32,7 @@ struct ReportArgs {
   std::string threshold = "5";
   bool only_changes = false;
   std::string compare_json;
+  bool threshold_set = false;
 };
 
 std::string describeRun(const std::string& path, const report::Run& run) {
@@ -45,11 +48,14 @@ int runCompare(const ReportArgs& a) {
   auto fresh = report::readRun(a.compare[1]);
   if (!fresh.isOk()) return fail(kCmd, kExitUsage, fresh.status().message());
   report::CompareReport rep = report::compareRuns(*base, *fresh, {*threshold});
-  std::printf(
-      "base: %s\nnew:  %s\nminimum effect: %g%%, significance: Mann-Whitney U p < %g on samples, else p10-p90 "
-      "apart\n\n",
-      describeRun(a.compare[0], *base).c_str(), describeRun(a.compare[1], *fresh).c_str(), *threshold, rep.alpha);
-  std::fputs(report::formatCompare(rep, a.only_changes).c_str(), stdout);
+  // With --compare-json -, stdout carries the JSON document alone; the table goes to stderr.
+  std::FILE* table = a.compare_json == "-" ? stderr : stdout;
+  std::fprintf(table,
+               "base: %s\nnew:  %s\nminimum effect: %g%%, significance: Mann-Whitney U p < %g on samples, else "
+               "p10-p90 apart\n\n",
+               describeRun(a.compare[0], *base).c_str(), describeRun(a.compare[1], *fresh).c_str(), *threshold,
+               rep.alpha);
+  std::fputs(report::formatCompare(rep, a.only_changes).c_str(), table);
   if (!a.compare_json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const report::CompareRow& r : rep.rows) {
@@ -66,6 +72,7 @@ int runCompare(const ReportArgs& a) {
                           {"note", r.note}};
       j["src"] = id.src ? nlohmann::json(*id.src) : nlohmann::json(nullptr);
       j["dst"] = id.dst ? nlohmann::json(*id.dst) : nlohmann::json(nullptr);
+      j["numa"] = id.numa ? nlohmann::json(*id.numa) : nlohmann::json(nullptr);
       j["bytes"] = id.bytes ? nlohmann::json(*id.bytes) : nlohmann::json(nullptr);
       j["base"] = r.base_value ? nlohmann::json(*r.base_value) : nlohmann::json(nullptr);
       j["new"] = r.new_value ? nlohmann::json(*r.new_value) : nlohmann::json(nullptr);
@@ -81,14 +88,17 @@ int runCompare(const ReportArgs& a) {
                           {"regressions", rep.regressions()},
                           {"missing", rep.missing()},
                           {"rows", rows}};
-    Status st = writeTextFile(a.compare_json, doc.dump(2) + "\n");
-    if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
+    if (a.compare_json == "-") {
+      std::fputs((doc.dump(2) + "\n").c_str(), stdout);
+    } else if (Status st = writeTextFile(a.compare_json, doc.dump(2) + "\n"); !st.isOk()) {
+      return fail(kCmd, kExitUsage, "--compare-json " + st.message());
+    }
   }
   if (rep.regressions() > 0 || rep.missing() > 0) {
-    std::fprintf(stderr, "peerlab report: %d regression%s beyond %g%%, %d result%s missing from the new run\n",
-                 rep.regressions(), rep.regressions() == 1 ? "" : "s", *threshold, rep.missing(),
-                 rep.missing() == 1 ? "" : "s");
-    return kExitCheckFailed;
+    return fail(kCmd, kExitCheckFailed,
+                std::to_string(rep.regressions()) + (rep.regressions() == 1 ? " regression" : " regressions") +
+                    " beyond " + report::formatThreshold(*threshold) + ", " + std::to_string(rep.missing()) +
+                    (rep.missing() == 1 ? " result" : " results") + " missing from the new run");
   }
   return kExitOk;
 }
@@ -96,63 +106,66 @@ int runCompare(const ReportArgs& a) {
 int runRender(const ReportArgs& a) {
   auto run = report::readRun(a.run);
   if (!run.isOk()) return fail(kCmd, kExitUsage, run.status().message());
-  // The verdict comes from the results, never from what the file says.
-  const report::RunVerdict verdict = report::recomputeVerdict(*run);
+  // The verdict comes from the results and the stored plan, by the one checks engine, never from what the file says.
+  const report::RunVerdict verdict = report::verdictOf(*run);
+  const bool summaryToStdout = a.summary == "-" || (a.summary.empty() && a.html.empty() && a.screenshot.empty());
   report::HtmlOptions opts;
   opts.title = a.title;
   opts.checks = verdict.checks;
-  std::string htmlPath = a.html;
-  std::unique_ptr<std::string, void (*)(std::string*)> tempHtml(nullptr, [](std::string* p) {
-    std::error_code ec;
-    std::filesystem::remove(*p, ec);
-    delete p;
-  });
-  if (htmlPath.empty() && !a.screenshot.empty()) {
-    // A screenshot without --html renders into a temporary file next to the PNG.
-    htmlPath = a.screenshot + ".html";
-    tempHtml.reset(new std::string(htmlPath));
-  }
-  if (!htmlPath.empty()) {
-    Status st = writeTextFile(htmlPath, report::renderHtml(*run, opts));
-    if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
-    if (!a.html.empty()) std::printf("wrote %s\n", a.html.c_str());
+  if (!a.html.empty()) {
+    Status st = writeTextFile(a.html, report::renderHtml(*run, opts));
+    if (!st.isOk()) return fail(kCmd, kExitUsage, "--html " + st.message());
+    std::fprintf(stderr, "peerlab report: wrote %s\n", a.html.c_str());
   }
   if (!a.screenshot.empty()) {
+    // Without --html the page is rendered into a private temporary directory, removed afterwards.
+    std::string htmlPath = a.html;
+    std::string tmpDir;
+    if (htmlPath.empty()) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "peerlab-report-XXXXXX").string();
+      if (!::mkdtemp(tmpl.data())) return fail(kCmd, kExitRuntime, "--screenshot: cannot make a temporary directory");
+      tmpDir = tmpl;
+      htmlPath = tmpDir + "/report.html";
+      if (Status st = writeTextFile(htmlPath, report::renderHtml(*run, opts)); !st.isOk()) {
+        std::error_code ec;
+        std::filesystem::remove_all(tmpDir, ec);
+        return fail(kCmd, kExitRuntime, "--screenshot: " + st.message());
+      }
+    }
     Status st = qualify::screenshotReport(htmlPath, a.screenshot, a.width);
-    if (st.code() == StatusCode::kUnavailable) return fail(kCmd, kExitRuntime, "--screenshot: " + st.message());
-    if (!st.isOk()) return fail(kCmd, kExitRuntime, "--screenshot: " + st.message());
-    std::printf("wrote %s\n", a.screenshot.c_str());
+    if (!tmpDir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmpDir, ec);
+    }
+    if (!st.isOk()) return fail(kCmd, kExitRuntime, "--screenshot " + a.screenshot + ": " + st.message());
+    std::fprintf(stderr, "peerlab report: wrote %s\n", a.screenshot.c_str());
   }
-  if (!a.summary.empty() || (a.html.empty() && a.screenshot.empty())) {
+  if (!a.summary.empty() || summaryToStdout) {
     report::SummaryOptions so;
     so.title = "peerlab report";
     so.verdict = true;
     const std::string md = report::renderSummary(*run, verdict.checks, so);
-    if (a.summary.empty() || a.summary == "-") {
+    if (summaryToStdout) {
       std::fputs(md.c_str(), stdout);
     } else {
       Status st = writeTextFile(a.summary, md);
-      if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
-      std::printf("wrote %s\n", a.summary.c_str());
+      if (!st.isOk()) return fail(kCmd, kExitUsage, "--summary " + st.message());
+      std::fprintf(stderr, "peerlab report: wrote %s\n", a.summary.c_str());
     }
   }
-  const int failed = report::failedChecks(verdict.checks);
+  // What qualify prints, on stdout unless stdout carries the Markdown.
+  std::FILE* console = summaryToStdout ? stderr : stdout;
+  std::fputs(report::formatCheckLines(verdict.checks).c_str(), console);
   const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
-  std::fprintf(stderr, "peerlab report: verdict %s, recomputed from %zu results (%zu checks, %d failed; stored %s)\n",
-               verdict.pass ? "PASS" : "FAIL", run->results.size(), verdict.checks.size(), failed, stored.c_str());
+  const std::string line = std::string(report::verdictWord(verdict.counts)) + ": " +
+                           report::formatCounts(verdict.counts) + " (recomputed from " +
+                           std::to_string(run->results.size()) + " results; the file states " + stored + ")";
   if (verdict.storedPassContradicted()) {
-    std::fprintf(stderr, "peerlab report: the run file says PASS but its results fail:\n");
+    return fail(kCmd, kExitCheckFailed,
+                line + "; the run file says PASS but its results fail: " + report::firstFailure(verdict.checks));
   }
-  if (!verdict.pass) {
-    int shown = 0;
-    for (const report::Check& c : verdict.checks) {
-      if (c.pass) continue;
-      if (++shown > 10) break;
-      std::fprintf(stderr, "  FAIL %s: %s (%s)\n", c.name.c_str(), c.reason.c_str(), c.measured.c_str());
-    }
-    if (failed > 10) std::fprintf(stderr, "  ... %d failed checks in all\n", failed);
-    return kExitCheckFailed;
-  }
+  if (!verdict.pass()) return fail(kCmd, kExitCheckFailed, line + "; first: " + report::firstFailure(verdict.checks));
+  std::fprintf(console, "peerlab report: %s\n", line.c_str());
   return kExitOk;
 }
 
@@ -162,16 +175,19 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--html", a->html, "Write the self-contained HTML report here");
   sub.add_option("--screenshot", a->screenshot, "Write a PNG of the HTML report here (headless Chromium)");
   sub.add_option("--summary", a->summary,
-                 "Write the Markdown summary here (\"-\": stdout; the default with no output)");
+                 "Write the Markdown summary here (\"-\": stdout, the default with no other output; messages then go "
+                 "to stderr)");
   sub.add_option("--title", a->title, "Report title (default: peerlab report: <host>)");
   sub.add_option("--width", a->width, "Screenshot width in pixels")->check(CLI::Range(480, 4096));
   sub.add_option("--compare", a->compare,
                  "Compare two run files: BASE.json NEW.json; exit 1 on a regression or a missing result")
       ->expected(2);
   sub.add_option("--threshold", a->threshold,
-                 "Minimum effect for --compare in percent (default 5); smaller changes are noise");
+                 "Minimum effect for --compare in percent (default 5); smaller changes are noise")
+      ->each([a](const std::string&) { a->threshold_set = true; });
   sub.add_flag("--only-changes", a->only_changes, "With --compare: leave out rows within the noise");
-  sub.add_option("--compare-json", a->compare_json, "With --compare: also write the table as JSON here");
+  sub.add_option("--compare-json", a->compare_json,
+                 "With --compare: also write the table as JSON here (\"-\": stdout, the table then goes to stderr)");
   sub.footer(
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
@@ -180,11 +196,16 @@ std::function<int()> setup(CLI::App& sub) {
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");
-      if (!a->html.empty() || !a->screenshot.empty()) {
-        return fail(kCmd, kExitUsage, "--html/--screenshot render one run; --compare takes two");
+      if (!a->html.empty() || !a->screenshot.empty() || !a->summary.empty()) {
+        return fail(kCmd, kExitUsage, "--html/--screenshot/--summary render one run; --compare takes two");
       }
       return runCompare(*a);
     }
+    if (a->only_changes || !a->compare_json.empty()) {
+      return fail(kCmd, kExitUsage, std::string(a->only_changes ? "--only-changes" : "--compare-json") +
+                                        " goes with --compare BASE NEW");
+    }
+    if (a->threshold_set) return fail(kCmd, kExitUsage, "--threshold goes with --compare BASE NEW");
     if (a->run.empty()) return fail(kCmd, kExitUsage, "no run file given (peerlab report RUN.json --html OUT.html)");
     return runRender(*a);
   };

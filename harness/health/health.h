@@ -47,7 +47,8 @@ struct Thresholds {
 
 /// The [health] section of a qualify config (TOML, read with toml++). Unknown keys and values out of range are
 /// `invalid_argument` naming the file, the key and the line; no [health] section gives the defaults.
-StatusOr<Thresholds> parseThresholds(const std::string& toml_text, const std::string& name);
+StatusOr<Thresholds> parseThresholds(const std::string& toml_text, const std::string& name,
+                                     const Thresholds& base = Thresholds{});
 
 /// A value NVML gave, or why not.
 template <class T>

@@ -16,8 +16,8 @@ std::string where(const std::string& name, const toml::node& n) {
 
 }  // namespace
 
-StatusOr<Thresholds> parseThresholds(const std::string& toml_text, const std::string& name) {
-  Thresholds t;
+StatusOr<Thresholds> parseThresholds(const std::string& toml_text, const std::string& name, const Thresholds& base) {
+  Thresholds t = base;
   toml::table doc;
   try {
     doc = toml::parse(toml_text, name);

@@ -1,9 +1,10 @@
 #include "harness/qualify/config.h"
 
-#include <fnmatch.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "reference/core/files.h"
@@ -95,12 +96,18 @@ Status readLinks(const toml::table& t, Reader& r, QualifyConfig& cfg) {
   return Status::ok();
 }
 
-StatusOr<BandwidthRule> readExpect(const std::string& id, const toml::table& t, Reader& r) {
-  BandwidthRule rule;
+// A rule table read over `base` (the built-in rule of that id, when an override names one): only the keys the table
+// names change. `enabled = false` sets *disabled.
+StatusOr<BandwidthRule> readExpect(const std::string& id, const toml::table& t, Reader& r, const BandwidthRule* base,
+                                   bool* disabled) {
+  BandwidthRule rule = base ? *base : BandwidthRule{};
   rule.id = id;
-  bool have_pcie = false;
+  bool have_pcie = base != nullptr;
   for (const auto& [k, v] : t) {
-    if (k == "suite") {
+    if (k == "enabled") {
+      PEERLAB_ASSIGN_OR_RETURN(bool enabled, r.boolean(k, v));
+      *disabled = !enabled;
+    } else if (k == "suite") {
       PEERLAB_ASSIGN_OR_RETURN(rule.suite, r.string(k, v));
     } else if (k == "impl") {
       PEERLAB_ASSIGN_OR_RETURN(rule.impl, r.string(k, v));
@@ -127,17 +134,21 @@ StatusOr<BandwidthRule> readExpect(const std::string& id, const toml::table& t, 
       return r.unknown(k);
     }
   }
-  if (rule.suite.empty()) return r.error(t.source(), "[expect." + id + "] needs suite = \"...\"");
+  if (rule.suite.empty() && !*disabled) return r.error(t.source(), "[expect." + id + "] needs suite = \"...\"");
   if (!have_pcie) rule.pcie_efficiency = rule.efficiency;
   return rule;
 }
 
-StatusOr<LatencyRule> readLatency(const std::string& id, const toml::table& t, Reader& r) {
-  LatencyRule rule;
+StatusOr<LatencyRule> readLatency(const std::string& id, const toml::table& t, Reader& r, const LatencyRule* base,
+                                  bool* disabled) {
+  LatencyRule rule = base ? *base : LatencyRule{};
   rule.id = id;
-  bool have_max = false;
+  bool have_max = base != nullptr;
   for (const auto& [k, v] : t) {
-    if (k == "suite") {
+    if (k == "enabled") {
+      PEERLAB_ASSIGN_OR_RETURN(bool enabled, r.boolean(k, v));
+      *disabled = !enabled;
+    } else if (k == "suite") {
       PEERLAB_ASSIGN_OR_RETURN(rule.suite, r.string(k, v));
     } else if (k == "impl") {
       PEERLAB_ASSIGN_OR_RETURN(rule.impl, r.string(k, v));
@@ -154,15 +165,16 @@ StatusOr<LatencyRule> readLatency(const std::string& id, const toml::table& t, R
       return r.unknown(k);
     }
   }
-  if (rule.suite.empty()) return r.error(t.source(), "[latency." + id + "] needs suite = \"...\"");
-  if (!have_max) return r.error(t.source(), "[latency." + id + "] needs max_us = <microseconds>");
+  if (rule.suite.empty() && !*disabled) return r.error(t.source(), "[latency." + id + "] needs suite = \"...\"");
+  if (!have_max && !*disabled) return r.error(t.source(), "[latency." + id + "] needs max_us = <microseconds>");
   return rule;
 }
 
-// [expect.<id>] and [latency.<id>]: a table of rule tables.
-template <typename Rule, typename ReadRule>
+// [expect.<id>] and [latency.<id>]: a table of rule tables, each applied over the rule of that id in `out` (or
+// added); a rule with enabled = false leaves `out` and is listed in `disabled` as "<group>.<id>".
+template <typename Rule, typename ReadRule, typename IdOf>
 Status readRules(const std::string& name, const toml::key& group, const toml::node& node, std::vector<Rule>& out,
-                 ReadRule read) {
+                 std::vector<std::string>& disabled, ReadRule read, IdOf idOf) {
   Reader top(name, std::string(group.str()));
   const toml::table* rules = node.as_table();
   if (!rules) {
@@ -174,35 +186,44 @@ Status readRules(const std::string& name, const toml::key& group, const toml::no
     const toml::table* t = rule.as_table();
     if (!t) return top.error(id.source(), table + " must be a table [" + table + "]");
     Reader r(name, table);
-    PEERLAB_ASSIGN_OR_RETURN(Rule parsed, read(std::string(id.str()), *t, r));
-    out.push_back(std::move(parsed));
+    auto existing = std::find_if(out.begin(), out.end(), [&](const Rule& x) { return idOf(x) == id.str(); });
+    bool off = false;
+    PEERLAB_ASSIGN_OR_RETURN(Rule parsed,
+                             read(std::string(id.str()), *t, r, existing == out.end() ? nullptr : &*existing, &off));
+    if (off) {
+      if (existing == out.end()) {
+        return r.error(t->source(), "[" + table + "] enabled = false names no rule of " +
+                                        (out.empty() ? std::string("the config") : "the config it applies to"));
+      }
+      out.erase(existing);
+      if (std::find(disabled.begin(), disabled.end(), table) == disabled.end()) disabled.push_back(table);
+    } else if (existing != out.end()) {
+      *existing = std::move(parsed);
+    } else {
+      out.push_back(std::move(parsed));
+    }
   }
   return Status::ok();
 }
 
-}  // namespace
-
-bool globMatch(const std::string& pattern, const std::string& text) {
-  return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
-}
-
-StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& name) {
+// Applies one TOML document over `cfg`, table by table and key by key.
+StatusOr<QualifyConfig> applyConfig(QualifyConfig cfg, const std::string& text, const std::string& name) {
   toml::table doc;
   try {
     doc = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
     return PEERLAB_INVALID_ARGUMENT(name + ":" + std::to_string(e.source().begin.line) + ": " +
-                                    std::string(e.description()));
+                                    std::string(e.description()) + " (not a TOML file?)");
   }
-  QualifyConfig cfg;
-  cfg.source = name;
   for (const auto& [k, v] : doc) {
     Reader r(name, std::string(k.str()));
     const toml::table* t = v.as_table();
     if (k == "expect") {
-      PEERLAB_RETURN_IF_ERROR(readRules(name, k, v, cfg.bandwidth, readExpect));
+      PEERLAB_RETURN_IF_ERROR(readRules(name, k, v, cfg.bandwidth, cfg.disabled_rules, readExpect,
+                                        [](const BandwidthRule& x) { return x.id; }));
     } else if (k == "latency") {
-      PEERLAB_RETURN_IF_ERROR(readRules(name, k, v, cfg.latency, readLatency));
+      PEERLAB_RETURN_IF_ERROR(readRules(name, k, v, cfg.latency, cfg.disabled_rules, readLatency,
+                                        [](const LatencyRule& x) { return x.id; }));
     } else if (k == "health") {
       // The health checks' thresholds: read by their own module.
       if (!t) return r.error(k.source(), "health must be a table [health]");
@@ -219,9 +240,41 @@ StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& 
   return cfg;
 }
 
-StatusOr<QualifyConfig> loadConfig(const std::string& path) {
+}  // namespace
+
+StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& name) {
+  QualifyConfig empty;
+  empty.source = name;
+  return applyConfig(std::move(empty), text, name);
+}
+
+StatusOr<QualifyConfig> overrideConfig(const QualifyConfig& base, const std::string& text, const std::string& name) {
+  PEERLAB_ASSIGN_OR_RETURN(QualifyConfig cfg, applyConfig(base, text, name));
+  cfg.source = base.source + " + " + name;
+  return cfg;
+}
+
+StatusOr<std::string> readConfigText(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": is a directory, not a TOML file");
+  if (!std::filesystem::exists(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": no such file");
   PEERLAB_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
-  return parseConfig(text, path);
+  if (text.size() > (size_t{1} << 20)) return PEERLAB_INVALID_ARGUMENT(path + ": larger than the 1 MiB a config may be");
+  return text;
+}
+
+StatusOr<QualifyConfig> loadConfig(const std::string& path) {
+  PEERLAB_ASSIGN_OR_RETURN(QualifyConfig base, defaultConfig());
+  PEERLAB_ASSIGN_OR_RETURN(std::string text, readConfigText(path));
+  return overrideConfig(base, text, path);
+}
+
+StatusOr<health::Thresholds> loadHealthThresholds(const std::string& path) {
+  PEERLAB_ASSIGN_OR_RETURN(health::Thresholds base,
+                           health::parseThresholds(defaultConfigText(), "built-in reports/qualify.toml"));
+  if (path.empty()) return base;
+  PEERLAB_ASSIGN_OR_RETURN(std::string text, readConfigText(path));
+  return health::parseThresholds(text, path, base);
 }
 
 const std::string& defaultConfigText() {

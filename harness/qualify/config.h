@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/health/health.h"
+#include "harness/report/evaluate.h"
+#include "harness/report/plan_record.h"
 #include "reference/core/status.h"
 
 namespace peerlab::qualify {
@@ -32,16 +35,7 @@ struct BandwidthRule {
   std::string note;          ///< shown with the expected figure
 };
 
-/// A latency bound: results matching suite/impl/name at sizes <= max_bytes must take at most max_us (each pair).
-struct LatencyRule {
-  std::string id;  ///< the table name after "latency."
-  std::string suite;
-  std::string impl = "*";
-  std::string name = "*";
-  double max_bytes = 8;
-  double max_us = 0;
-  std::string note;
-};
+using report::LatencyRule;
 
 struct QualifyConfig {
   std::string source;                 ///< file path, or "built-in reports/qualify.toml"
@@ -55,20 +49,30 @@ struct QualifyConfig {
   double sys_factor = 0.5;
   std::vector<BandwidthRule> bandwidth;
   std::vector<LatencyRule> latency;
+  /// Rules switched off by `enabled = false` ("expect.<id>", "latency.<id>"): the plan lists them as disabled.
+  std::vector<std::string> disabled_rules;
 };
 
-/// Parses and checks a config: unknown tables or keys are errors naming the key and its line, so that a typo never
-/// goes unnoticed; [health] belongs to the health checks and is not read here. `invalid_argument` is
+/// Parses and checks a whole config: unknown tables or keys are errors naming the key and its line, so that a typo
+/// never goes unnoticed; [health] belongs to the health checks and is not read here. `invalid_argument` is
 /// "<name>:<line>: <why>".
 StatusOr<QualifyConfig> parseConfig(const std::string& text, const std::string& name);
-/// Reads a config file; missing or malformed files give `invalid_argument` naming the file.
+/// Applies a config document over `base`, table by table and key by key: what it does not mention keeps its value,
+/// a rule table changes only the keys it names (or adds a rule), `enabled = false` removes a rule and lists it in
+/// disabled_rules. Errors as parseConfig's.
+StatusOr<QualifyConfig> overrideConfig(const QualifyConfig& base, const std::string& text, const std::string& name);
+/// The text of a config file: a directory, a missing or unreadable file, or one over 1 MiB give `invalid_argument`
+/// naming it.
+StatusOr<std::string> readConfigText(const std::string& path);
+/// The built-in default with the file at `path` applied over it (what `--config FILE` means).
 StatusOr<QualifyConfig> loadConfig(const std::string& path);
 /// The built-in default (the text of reports/qualify.toml at build time; config_test keeps it valid).
 StatusOr<QualifyConfig> defaultConfig();
+/// The [health] thresholds of the built-in default with `path` (when not empty) applied over them, key by key.
+StatusOr<health::Thresholds> loadHealthThresholds(const std::string& path);
 /// The built-in default's text.
 const std::string& defaultConfigText();
 
-/// Shell-style glob through fnmatch(3): '*' any run of characters, '?' one character, [...] a set.
-bool globMatch(const std::string& pattern, const std::string& text);
+using report::globMatch;
 
 }  // namespace peerlab::qualify

@@ -146,13 +146,6 @@ Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule,
   return e;
 }
 
-const PlanPair* PlanTopology::pair(int src, int dst) const {
-  for (const PlanPair& p : pairs) {
-    if (p.src == src && p.dst == dst) return &p;
-  }
-  return nullptr;
-}
-
 PlanTopology fromTopology(const topology::Topology& topo) {
   PlanTopology out;
   out.source = topo.source();
@@ -199,87 +192,6 @@ Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const
   }
   return PEERLAB_INVALID_ARGUMENT("GPU" + std::to_string(gpu) + " is not in the topology (" +
                                   std::to_string(topo.gpus.size()) + " GPUs)");
-}
-
-nlohmann::json toJson(const PlanTopology& topo) {
-  nlohmann::json gpus = nlohmann::json::array();
-  for (const PlanGpu& g : topo.gpus) {
-    nlohmann::json j = {{"index", g.index}, {"bus_id", g.bus_id}, {"model", g.model}, {"uuid", g.uuid}};
-    j["nvlinks"] = g.nvlinks ? nlohmann::json(*g.nvlinks) : nlohmann::json(nullptr);
-    j["nvlink_link_gbps"] = g.nvlink_link_gbps ? nlohmann::json(*g.nvlink_link_gbps) : nlohmann::json(nullptr);
-    if (auto m = topo.memory_peak_gbps.find(g.index); m != topo.memory_peak_gbps.end())
-      j["memory_peak_gbps"] = m->second;
-    j["pcie"] = nullptr;
-    if (g.pcie) {
-      j["pcie"] = {{"gbps", g.pcie->gbps}, {"source", g.pcie->source}};
-      j["pcie"]["generation"] = g.pcie->generation ? nlohmann::json(*g.pcie->generation) : nlohmann::json(nullptr);
-      j["pcie"]["width"] = g.pcie->width ? nlohmann::json(*g.pcie->width) : nlohmann::json(nullptr);
-    }
-    gpus.push_back(j);
-  }
-  nlohmann::json pairs = nlohmann::json::array();
-  for (const PlanPair& p : topo.pairs) {
-    nlohmann::json j = {{"src", p.src}, {"dst", p.dst}, {"pci", p.pci}, {"nvswitch", p.nvswitch}};
-    j["nvlinks"] = p.nvlinks ? nlohmann::json(*p.nvlinks) : nlohmann::json(nullptr);
-    j["nvlink_gbps"] = p.nvlink_gbps ? nlohmann::json(*p.nvlink_gbps) : nlohmann::json(nullptr);
-    pairs.push_back(j);
-  }
-  return {{"source", topo.source},    {"format", topo.format},         {"gpus", gpus},
-          {"pairs", pairs},           {"nvswitches", topo.nvswitches}, {"nvlink_source", topo.nvlink_source},
-          {"warnings", topo.warnings}};
-}
-
-StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc) {
-  try {
-    PlanTopology t;
-    t.source = doc.value("source", "");
-    t.format = doc.value("format", "");
-    t.nvswitches = doc.value("nvswitches", 0);
-    t.nvlink_source = doc.value("nvlink_source", "");
-    for (const auto& g : doc.at("gpus")) {
-      PlanGpu pg;
-      pg.index = g.at("index").get<int>();
-      pg.bus_id = g.value("bus_id", "");
-      pg.model = g.value("model", "");
-      pg.uuid = g.value("uuid", "");
-      if (g.contains("nvlinks") && g["nvlinks"].is_number_integer()) pg.nvlinks = g["nvlinks"].get<int>();
-      if (g.contains("nvlink_link_gbps") && g["nvlink_link_gbps"].is_number()) {
-        pg.nvlink_link_gbps = g["nvlink_link_gbps"].get<double>();
-      }
-      if (g.contains("memory_peak_gbps") && g["memory_peak_gbps"].is_number()) {
-        t.memory_peak_gbps[pg.index] = g["memory_peak_gbps"].get<double>();
-      }
-      if (g.contains("pcie") && g["pcie"].is_object() && g["pcie"].contains("gbps") && g["pcie"]["gbps"].is_number()) {
-        const nlohmann::json& l = g["pcie"];
-        topology::PcieLink link;
-        link.gbps = l["gbps"].get<double>();
-        link.source = l.value("source", "");
-        if (l.contains("generation") && l["generation"].is_number_integer())
-          link.generation = l["generation"].get<int>();
-        if (l.contains("width") && l["width"].is_number_integer()) link.width = l["width"].get<int>();
-        if (link.gbps > 0 && link.gbps <= topology::kMaxPcieGbps) pg.pcie = link;
-      }
-      t.gpus.push_back(pg);
-    }
-    for (const auto& p : doc.at("pairs")) {
-      PlanPair pp;
-      pp.src = p.at("src").get<int>();
-      pp.dst = p.at("dst").get<int>();
-      pp.pci = p.value("pci", "");
-      pp.nvswitch = p.value("nvswitch", false);
-      if (p.contains("nvlinks") && p["nvlinks"].is_number_integer()) pp.nvlinks = p["nvlinks"].get<int>();
-      if (p.contains("nvlink_gbps") && p["nvlink_gbps"].is_number()) pp.nvlink_gbps = p["nvlink_gbps"].get<double>();
-      t.pairs.push_back(pp);
-    }
-    if (doc.contains("warnings") && doc["warnings"].is_array()) {
-      for (const auto& w : doc["warnings"]) {
-        if (w.is_string()) t.warnings.push_back(w.get<std::string>());
-      }
-    }
-    return t;
-  } catch (const nlohmann::json::exception& e) {
-    return PEERLAB_INVALID_ARGUMENT(std::string("stored topology: ") + e.what());
-  }
 }
 
 StatusOr<std::vector<std::pair<int, int>>> parsePairs(const std::string& text) {
@@ -446,6 +358,9 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   }
 
   plan.latency = config.latency;
+  plan.disabled_rules = config.disabled_rules;
+  plan.require_link_info = config.require_link_info;
+  plan.fail_unclaimed = config.fail_unclaimed;
   return plan;
 }
 
@@ -591,32 +506,24 @@ std::string formatPlan(const Plan& plan) {
 
 nlohmann::json toJson(const Plan& plan) {
   nlohmann::json jobs = nlohmann::json::array();
-  for (const BenchJob& j : plan.jobs) {
-    nlohmann::json x = {{"suite", j.suite}, {"binary", j.binary},     {"args", j.args},
-                        {"ranks", j.ranks}, {"budget_s", j.budget_s}, {"label", j.label}};
-    x["src"] = j.src ? nlohmann::json(*j.src) : nlohmann::json(nullptr);
-    x["dst"] = j.dst ? nlohmann::json(*j.dst) : nlohmann::json(nullptr);
-    jobs.push_back(x);
-  }
+  for (const BenchJob& j : plan.jobs)
+    jobs.push_back(report::toJson(j));
   nlohmann::json exp = nlohmann::json::array();
   for (const Expectation& e : plan.expectations)
-    exp.push_back(toJson(e));
+    exp.push_back(report::toJson(e));
   nlohmann::json lat = nlohmann::json::array();
-  for (const LatencyRule& l : plan.latency) {
-    lat.push_back({{"rule", l.id},
-                   {"suite", l.suite},
-                   {"impl", l.impl},
-                   {"name", l.name},
-                   {"max_bytes", l.max_bytes},
-                   {"max_us", l.max_us}});
-  }
+  for (const LatencyRule& l : plan.latency)
+    lat.push_back(report::toJson(l));
   nlohmann::json pairs = nlohmann::json::array();
   for (const auto& [s, d] : plan.options.pairs)
     pairs.push_back({s, d});
   return {{"mode", plan.options.mode},
-          {"topology", toJson(plan.topology)},
+          {"topology", report::toJson(plan.topology)},
           {"pairs", pairs},
           {"probe", plan.options.probe},
+          {"probe_methods", plan.options.probe_methods},
+          {"disabled_rules", plan.disabled_rules},
+          {"checks", {{"require_link_info", plan.require_link_info}, {"fail_unclaimed", plan.fail_unclaimed}}},
           {"jobs", jobs},
           {"expectations", exp},
           {"latency", lat},
@@ -631,22 +538,6 @@ nlohmann::json toJson(const Plan& plan) {
                           fmtNum(kProbePerPairS) +
                           " s per ordered pair); deadlines are several times "
                           "longer and are not added"}}}};
-}
-
-nlohmann::json toJson(const Expectation& e) {
-  nlohmann::json x = {{"rule", e.rule},
-                      {"suite", e.suite},
-                      {"impl", e.impl},
-                      {"name", e.name},
-                      {"metric", e.metric},
-                      {"scope", e.scope},
-                      {"link", e.link.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.link)},
-                      {"min_bytes", e.min_bytes},
-                      {"basis", e.basis}};
-  x["gbps"] = e.gbps ? nlohmann::json(*e.gbps) : nlohmann::json(nullptr);
-  x["src"] = e.src ? nlohmann::json(*e.src) : nlohmann::json(nullptr);
-  x["dst"] = e.dst ? nlohmann::json(*e.dst) : nlohmann::json(nullptr);
-  return x;
 }
 
 }  // namespace peerlab::qualify

@@ -12,72 +12,23 @@
 
 #include "harness/qualify/config.h"
 #include "harness/qualify/suites.h"
+#include "harness/report/plan_record.h"
 #include "harness/report/report.h"
 #include "harness/topology/topology.h"
 #include "reference/core/status.h"
 
 namespace peerlab::qualify {
 
-/// One ordered pair as the plan sees it.
-struct PlanPair {
-  int src = -1;
-  int dst = -1;
-  std::string pci;                    ///< "PIX", "SYS", ... as nvidia-smi names the PCIe path
-  std::optional<int> nvlinks;         ///< NVLinks between them; 0: none; nullopt: the topology cannot tell
-  std::optional<double> nvlink_gbps;  ///< NVLink bandwidth per direction when the topology gives it
-  bool nvswitch = false;
-};
-
-struct PlanGpu {
-  int index = -1;
-  std::string bus_id;
-  std::string model;
-  std::string uuid;
-  std::optional<int> nvlinks;              ///< active NVLinks of the GPU to other GPUs
-  std::optional<double> nvlink_link_gbps;  ///< rate of one link
-  /// The GPU's PCIe link: from the topology, or fed in from a live reading (NVML's maximum generation and width
-  /// through topology::pcieLinkFromGenWidth) before makePlan; nullopt when unknown.
-  std::optional<topology::PcieLink> pcie = std::nullopt;
-};
-
-/// The topology reduced to what planning needs (built from harness/topology, or by hand in tests).
-struct PlanTopology {
-  std::string source;  ///< "live" or the XML path
-  std::string format;  ///< live, hwloc, nccl
-  std::vector<PlanGpu> gpus;
-  std::vector<PlanPair> pairs;  ///< every ordered pair (src != dst)
-  int nvswitches = 0;
-  std::string nvlink_source;  ///< nvml, hwloc, nccl or ""
-  std::string no_gpu_message;
-  std::vector<std::string> warnings;
-  std::map<int, double> memory_peak_gbps;  ///< by GPU index: DRAM peak, bus width x clock x 2 (live GPUs only)
-  const PlanPair* pair(int src, int dst) const;
-};
+using report::Expectation;
+using report::PlanGpu;
+using report::PlanPair;
+using report::PlanTopology;
+using report::planTopologyFromJson;
 
 PlanTopology fromTopology(const topology::Topology& topo);
 /// Feeds in a live reading of GPU `gpu`'s PCIe link (e.g. NVML's maximum generation and width), replacing what the
 /// topology said. `invalid_argument` names a GPU outside the topology or a generation or width outside PCIe's.
 Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const std::string& source);
-nlohmann::json toJson(const PlanTopology& topo);
-/// Reads what toJson wrote (a run's "plan"."topology"), so that a stored run can be checked again elsewhere.
-StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc);
-
-/// An expected figure for one rule and one ordered pair (scope pair), one GPU (scope host) or the whole machine
-/// (scopes gpu and gpu_pcie). A figure the topology cannot give is `unknown`: gbps is nullopt and basis says why.
-struct Expectation {
-  std::string rule;  ///< BandwidthRule::id
-  std::string suite;
-  std::string impl;  ///< glob
-  std::string name;  ///< glob
-  std::string metric;
-  std::optional<int> src;
-  std::optional<int> dst;
-  double min_bytes = 0;
-  std::optional<double> gbps;  ///< the floor; nullopt: unknown
-  std::string basis;           ///< "NV18 x 26.5625 GB/s x 0.80", or why the figure is unknown
-  std::string scope = "pair";  ///< the rule's scope
-  std::string link;            ///< "nvlink", "pcie", or "" when unknown
-};
 
 /// The pair-scope figure of `rule` for src -> dst: NVLink links x rate x efficiency x directions, or, without
 /// NVLink, the slower GPU link x pcie_efficiency x path factor (config.sys_factor across sockets) x directions.
@@ -102,6 +53,9 @@ struct Plan {
   std::vector<Expectation> expectations;
   std::vector<LatencyRule> latency;
   std::vector<std::string> notes;  ///< what cannot be expected and why
+  std::vector<std::string> disabled_rules;  ///< rules the config switched off (enabled = false), by id
+  bool require_link_info = true;            ///< from the config: the checks honour it as stored with the plan
+  bool fail_unclaimed = false;
   /// Estimated wall time: processes_s + overhead_s (not the deadlines, which are several times each budget).
   double budget_s = 0;
   double processes_s = 0;  ///< the benchmark processes' quick or full budgets, added
@@ -122,7 +76,6 @@ std::string formatPlan(const Plan& plan);
 /// The plan as `qualify --dry-run --json` prints it and the run file carries it ("plan"): mode, topology, pairs,
 /// probe, jobs, expectations (each with rule, scope, link, gbps or null, basis), latency, notes, budget.
 nlohmann::json toJson(const Plan& plan);
-nlohmann::json toJson(const Expectation& e);
 
 /// Expectations that apply to a result (same suite, matching impl/name globs and metric, pair or machine scope).
 std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::Result& result);

@@ -78,9 +78,16 @@ std::string storedRun(const std::string& path, double ce10) {
     z.wrong = 0;
     run.results.push_back(z);
   }
-  qualify::Plan plan;
-  plan.topology = twoGpus();
-  run.extra["plan"] = {{"topology", qualify::toJson(plan.topology)}};
+  // The plan qualify would store for this machine: peer copies and zero-copy, no probe of its own.
+  auto config = qualify::defaultConfig();
+  EXPECT_TRUE(config.isOk());
+  qualify::PlanOptions o;
+  o.suites = {"peer_copy", "zcopy"};
+  o.probe = false;
+  auto plan = qualify::makePlan(twoGpus(), *config, o);
+  EXPECT_TRUE(plan.isOk());
+  plan->jobs.clear();
+  run.extra["plan"] = qualify::toJson(*plan);
   EXPECT_TRUE(report::writeRun(run, path).isOk());
   return path;
 }
@@ -211,13 +218,15 @@ TEST(QualifyCli, BundleFromStoredRun) {
   CliRun f = runPeerlab({"qualify", "--results", slow, "--out", dir + "/fail", "--skip-bench"});
   EXPECT_EQ(f.exit_code, 1) << f.out << f.err;
   EXPECT_NE(f.out.find("FAIL bandwidth: peer_copy peerlab.ce uni 1->0: measured 300.0 GB/s algbw at 256 MiB, expected "
-                       ">= 382.5 GB/s (NV18 x 26.5625 GB/s x 0.80)"),
+                       ">= 382.5 GB/s (NV18 x 26.5625 GB/s x 0.80 [rule peer_copy_ce_uni, scope pair]): 78.4% of the "
+                       "expected figure"),
             std::string::npos)
       << f.out;
   const std::string junitFail = parseJunit(dir + "/fail/junit.xml");
   EXPECT_NE(junitFail.find(" 1 1\n"), std::string::npos) << junitFail;
   EXPECT_NE(junitFail.find("measured 300.0 GB/s"), std::string::npos) << junitFail;
-  EXPECT_NE(readFile(dir + "/fail/summary.md").find("## Failed checks"), std::string::npos);
+  EXPECT_NE(readFile(dir + "/fail/summary.md").find("## Checks that did not pass"), std::string::npos);
+  EXPECT_NE(f.err.find("peerlab qualify: FAIL: bandwidth peer_copy peerlab.ce uni 1->0"), std::string::npos) << f.err;
   EXPECT_NE(readFile(dir + "/fail/report.html").find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
 }
 

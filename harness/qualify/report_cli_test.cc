@@ -36,7 +36,7 @@ TEST(ReportCli, RendersHtml) {
   CliRun r = runPeerlab({"report", sample(), "--html", dir + "/r.html", "--summary", dir + "/s.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = readFile(dir + "/r.html");
-  EXPECT_NE(html.find("class=\"plchart\""), std::string::npos);
+  EXPECT_NE(html.find("<table class=\"series\">"), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
   EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
 }
@@ -76,7 +76,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   const std::string good = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json");
   CliRun ok = runPeerlab({"report", good, "--summary", dir + "/ok.md"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  EXPECT_NE(ok.err.find("verdict PASS"), std::string::npos) << ok.err;
+  EXPECT_NE(ok.out.find("peerlab report: PASS: 291 checks: 291 passed, 0 failed"), std::string::npos) << ok.out;
   auto run = report::readRun(good);
   ASSERT_TRUE(run.isOk());
   for (report::Result& r : run->results) {
@@ -88,7 +88,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   ASSERT_TRUE(report::writeRun(*run, dir + "/corrupt.json").isOk());
   CliRun bad = runPeerlab({"report", dir + "/corrupt.json", "--summary", dir + "/bad.md"});
   EXPECT_EQ(bad.exit_code, 1) << bad.err;
-  EXPECT_NE(bad.err.find("verdict FAIL"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("peerlab report: FAIL: 291 checks: 290 passed, 1 failed"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("the run file says PASS but its results fail"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("2->3 corrupt"), std::string::npos) << bad.err;
   EXPECT_NE(readFile(dir + "/bad.md").find("FAIL"), std::string::npos);

@@ -109,6 +109,21 @@ std::string suiteNames() {
   return out;
 }
 
+std::vector<std::string> defaultQualifySuites() {
+  std::vector<std::string> out;
+  for (const SuiteSpec& s : suiteSpecs()) {
+    if (s.in_all && s.name != "probe") out.push_back(s.name);
+  }
+  return out;
+}
+
+std::string joinedDefaultSuites() {
+  std::string out;
+  for (const std::string& s : defaultQualifySuites())
+    out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
 std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, int gpus,
                               const std::vector<std::pair<int, int>>& pairs, bool all_pairs) {
   std::vector<std::string> common;

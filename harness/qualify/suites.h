@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/report/plan_record.h"
+
 namespace peerlab::qualify {
 
 /// How a suite covers the GPUs.
@@ -38,19 +40,13 @@ const std::vector<SuiteSpec>& suiteSpecs();
 const SuiteSpec* findSuite(const std::string& name);
 /// "peer_copy, zcopy, alltoallv, moe, probe"
 std::string suiteNames();
+/// The suites `peerlab qualify` runs when none is named (the probe runs as the probe itself, not probe_bench).
+std::vector<std::string> defaultQualifySuites();
+/// "peer_copy,zcopy,alltoallv,host_copy"
+std::string joinedDefaultSuites();
 
-/// One benchmark process.
-struct BenchJob {
-  std::string suite;
-  std::string binary;
-  std::vector<std::string> args;  ///< without --benchmark_out (added when run)
-  std::vector<std::string> env;   ///< KEY=VALUE for this process (PEERLAB_ZCOPY_DEVICES=0,1)
-  std::optional<int> src;
-  std::optional<int> dst;
-  int ranks = 1;
-  double budget_s = 60;
-  std::string label;  ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
-};
+/// One benchmark process (stored with the plan in a run file).
+using BenchJob = report::PlanJob;
 
 /// The regex alternatives naming ordered pairs the way the benchmarks do: "0->1" one way, "0<->1" both ways
 /// ("[0-9]+<?->[0-9]+" when every pair is covered).

@@ -20,8 +20,9 @@ bool pairResult(const Result& r) {
   return r.src && r.dst;
 }
 
-// Severity of a probe verdict: the worst over sizes is shown.
-int verdictSeverity(const std::string& v) {
+}  // namespace
+
+int probeSeverity(const std::string& v) {
   if (v.empty()) return -1;
   if (v == "ok") return 0;
   if (v.rfind("unsupported", 0) == 0 || v.rfind("skipped", 0) == 0) return 1;
@@ -30,13 +31,15 @@ int verdictSeverity(const std::string& v) {
   return 2;
 }
 
+namespace {
+
 using SeriesKey = std::tuple<std::string, std::string, int>;  // impl, name, ranks
 
 std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool time) {
   std::map<SeriesKey, std::map<double, std::vector<double>>> groups;
   std::vector<SeriesKey> order;
   std::string metric = time ? "time_us" : "algbw_gbps";
-  if (!time && isCollectiveSuite(suite)) {
+  if (!time && comparedOnBusbw(suite)) {
     // Collectives are compared on bus bandwidth (nccl-tests' definition) when the suite reports it.
     bool haveBus = false;
     for (const Result& r : run.results) {
@@ -81,6 +84,10 @@ std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool tim
 
 bool isCollectiveSuite(const std::string& suite) {
   return suite == "alltoallv" || suite == "moe";
+}
+
+bool comparedOnBusbw(const std::string& suite) {
+  return suite == "alltoallv";
 }
 
 bool isBaselineImpl(const std::string& impl) {
@@ -179,74 +186,79 @@ std::vector<LatencyRow> latencyRows(const Run& run, double max_bytes) {
   return out;
 }
 
-std::vector<PairGrid> pairGrids(const Run& run) {
+std::vector<PairGrid> pairGrids(const Run& run, size_t max_cells, int* omitted) {
   const int n = gpuCount(run);
   using Key = std::tuple<std::string, std::string, std::string, int>;
-  std::map<Key, double> largest;
+  std::map<Key, std::vector<const Result*>> members;
   std::vector<Key> order;
   for (const Result& r : run.results) {
-    if (r.suite == "probe" || !pairResult(r)) continue;
+    if (r.suite == "probe" || !pairResult(r) || *r.src < 0 || *r.dst < 0 || *r.src >= n || *r.dst >= n) continue;
     Key key{r.suite, r.impl, r.name, r.ranks};
-    if (!largest.count(key)) {
-      order.push_back(key);
-      largest[key] = 0;
-    }
-    // The grid shows the largest size that was measured successfully; failures at any size still show.
-    if (isOk(r) && r.algbw_gbps && r.bytes) largest[key] = std::max(largest[key], *r.bytes);
+    auto [it, inserted] = members.try_emplace(key);
+    if (inserted) order.push_back(key);
+    it->second.push_back(&r);
   }
   std::vector<PairGrid> out;
+  size_t cells = 0;
+  if (omitted) *omitted = 0;
+  const size_t perGrid = static_cast<size_t>(n) * static_cast<size_t>(n);
   for (const Key& key : order) {
+    const auto& rs = members[key];
     PairGrid g;
     std::tie(g.suite, g.impl, g.name, g.ranks) = key;
-    g.bytes = largest[key];
-    g.gpus = n;
-    g.value.assign(static_cast<size_t>(n * n), std::nullopt);
-    g.status.assign(static_cast<size_t>(n * n), "");
+    // The grid shows the largest size that was measured successfully; failures at any size still show.
+    for (const Result* r : rs) {
+      if (isOk(*r) && r->algbw_gbps && r->bytes) g.bytes = std::max(g.bytes, *r->bytes);
+    }
     bool any = false;
-    for (const Result& r : run.results) {
-      if (r.suite != g.suite || r.impl != g.impl || r.name != g.name || r.ranks != g.ranks || !pairResult(r)) continue;
-      if (*r.src < 0 || *r.dst < 0 || *r.src >= n || *r.dst >= n) continue;
-      const size_t idx = static_cast<size_t>(*r.src * n + *r.dst);
-      if (isOk(r)) {
-        if (r.bytes && *r.bytes == g.bytes && r.algbw_gbps) {
-          g.value[idx] = *r.algbw_gbps;
+    for (const Result* r : rs) {
+      if (isOk(*r) ? (r->bytes && *r->bytes == g.bytes && r->algbw_gbps) : probeSeverity(r->status) > 0) any = true;
+    }
+    if (!any) continue;
+    if (cells + perGrid > max_cells) {
+      if (omitted) ++*omitted;
+      continue;
+    }
+    cells += perGrid;
+    g.gpus = n;
+    g.value.assign(perGrid, std::nullopt);
+    g.status.assign(perGrid, "");
+    for (const Result* r : rs) {
+      const size_t idx = static_cast<size_t>(*r->src * n + *r->dst);
+      if (isOk(*r)) {
+        if (r->bytes && *r->bytes == g.bytes && r->algbw_gbps) {
+          g.value[idx] = *r->algbw_gbps;
           if (g.status[idx].empty()) g.status[idx] = "ok";
-          any = true;
         }
-      } else if (verdictSeverity(r.status) > verdictSeverity(g.status[idx])) {
-        g.status[idx] = r.status;
-        any = true;
+      } else if (probeSeverity(r->status) > probeSeverity(g.status[idx])) {
+        g.status[idx] = r->status;
       }
     }
-    if (any) out.push_back(std::move(g));
+    out.push_back(std::move(g));
   }
   return out;
 }
 
-std::vector<ProbeGrid> probeGrids(const Run& run) {
-  const int n = gpuCount(run);
-  std::vector<ProbeGrid> out;
-  std::map<std::string, size_t> index;
+std::vector<ProbeCell> probeCells(const Run& run) {
+  std::vector<ProbeCell> out;
+  std::map<std::tuple<std::string, int, int>, size_t> index;
   for (const Result& r : run.results) {
     if (r.suite != "probe" || !pairResult(r)) continue;
-    if (*r.src < 0 || *r.dst < 0 || *r.src >= n || *r.dst >= n) continue;
     const std::string method = r.name.substr(0, r.name.find('/'));
-    if (!index.count(method)) {
-      index[method] = out.size();
-      ProbeGrid g;
-      g.method = method;
-      g.gpus = n;
-      g.verdict.assign(static_cast<size_t>(n * n), "");
-      g.claimed.assign(static_cast<size_t>(n * n), std::nullopt);
-      g.detail.assign(static_cast<size_t>(n * n), "");
-      out.push_back(std::move(g));
+    const auto key = std::make_tuple(method, *r.src, *r.dst);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      it = index.emplace(key, out.size()).first;
+      ProbeCell c;
+      c.method = method;
+      c.src = *r.src;
+      c.dst = *r.dst;
+      out.push_back(std::move(c));
     }
-    ProbeGrid& g = out[index[method]];
-    const size_t idx = static_cast<size_t>(*r.src * n + *r.dst);
-    if (verdictSeverity(r.status) > verdictSeverity(g.verdict[idx])) g.verdict[idx] = r.status;
+    ProbeCell& c = out[it->second];
+    if (probeSeverity(r.status) > probeSeverity(c.verdict)) c.verdict = r.status;
     if (r.extra.contains("claimed") && r.extra["claimed"].is_boolean()) {
-      const bool c = r.extra["claimed"].get<bool>();
-      g.claimed[idx] = g.claimed[idx].value_or(false) || c;
+      c.claimed = c.claimed.value_or(false) || r.extra["claimed"].get<bool>();
     }
     std::string d = r.name + ": " + r.status;
     if (r.time_us) {
@@ -254,39 +266,73 @@ std::vector<ProbeGrid> probeGrids(const Run& run) {
       std::snprintf(buf, sizeof(buf), " (%.1f us)", *r.time_us);
       d += buf;
     }
-    if (r.extra.contains("first_bad") && !r.extra["first_bad"].is_null())
+    if (r.extra.contains("first_bad") && r.extra["first_bad"].is_number())
       d += ", first bad " + r.extra["first_bad"].dump();
     if (r.wrong && *r.wrong > 0) d += ", " + std::to_string(static_cast<long long>(*r.wrong)) + " wrong";
-    g.detail[idx] += (g.detail[idx].empty() ? "" : "; ") + d;
+    c.detail += (c.detail.empty() ? "" : "; ") + d;
+  }
+  // Methods in first-seen order, pairs in order within a method.
+  std::vector<std::string> methods;
+  for (const ProbeCell& c : out) {
+    if (std::find(methods.begin(), methods.end(), c.method) == methods.end()) methods.push_back(c.method);
+  }
+  std::stable_sort(out.begin(), out.end(), [&](const ProbeCell& a, const ProbeCell& b) {
+    const auto ia = std::find(methods.begin(), methods.end(), a.method) - methods.begin();
+    const auto ib = std::find(methods.begin(), methods.end(), b.method) - methods.begin();
+    return std::tie(ia, a.src, a.dst) < std::tie(ib, b.src, b.dst);
+  });
+  return out;
+}
+
+std::vector<ProbeGrid> probeGrids(const Run& run) {
+  const int n = gpuCount(run);
+  std::vector<ProbeGrid> out;
+  std::map<std::string, size_t> index;
+  for (const ProbeCell& c : probeCells(run)) {
+    if (c.src >= n || c.dst >= n) continue;
+    if (!index.count(c.method)) {
+      index[c.method] = out.size();
+      ProbeGrid g;
+      g.method = c.method;
+      g.gpus = n;
+      g.verdict.assign(static_cast<size_t>(n * n), "");
+      g.claimed.assign(static_cast<size_t>(n * n), std::nullopt);
+      g.detail.assign(static_cast<size_t>(n * n), "");
+      out.push_back(std::move(g));
+    }
+    ProbeGrid& g = out[index[c.method]];
+    const size_t idx = static_cast<size_t>(c.src * n + c.dst);
+    g.verdict[idx] = c.verdict;
+    g.claimed[idx] = c.claimed;
+    g.detail[idx] = c.detail;
   }
   return out;
 }
 
 ProbeSummary summarizeProbe(const Run& run) {
   ProbeSummary s;
-  for (const ProbeGrid& g : probeGrids(run)) {
-    for (int i = 0; i < g.gpus; ++i) {
-      for (int j = 0; j < g.gpus; ++j) {
-        const size_t idx = static_cast<size_t>(i * g.gpus + j);
-        const std::string& v = g.verdict[idx];
-        if (v.empty()) continue;
-        ++s.cells;
-        const int sev = verdictSeverity(v);
-        const std::string cell = g.method + " " + std::to_string(i) + "->" + std::to_string(j);
-        const bool claimed = g.claimed[idx].value_or(false);
-        if (sev == 0) {
-          ++s.ok;
-          if (g.claimed[idx].has_value() && !claimed) s.works_unclaimed.push_back(cell);
-        } else if (sev == 1) {
-          ++s.unsupported;
-          if (claimed) s.claimed_but_failed.push_back(cell + ": " + v);
-        } else {
-          ++s.failed;
-          if (claimed) s.claimed_but_failed.push_back(cell + ": " + v);
-        }
-      }
+  std::set<std::string> methods;
+  std::set<std::pair<int, int>> pairs;
+  for (const ProbeCell& c : probeCells(run)) {
+    ++s.cells;
+    methods.insert(c.method);
+    pairs.insert({c.src, c.dst});
+    const int sev = probeSeverity(c.verdict);
+    const std::string cell = c.method + " " + std::to_string(c.src) + "->" + std::to_string(c.dst);
+    const bool claimed = c.claimed.value_or(false);
+    if (sev == 0) {
+      ++s.ok;
+      if (c.claimed.has_value() && !claimed) s.works_unclaimed.push_back(cell);
+    } else if (sev == 1) {
+      ++s.unsupported;
+      if (claimed) s.claimed_but_failed.push_back(cell + ": " + c.verdict);
+    } else {
+      ++s.failed;
+      if (claimed) s.claimed_but_failed.push_back(cell + ": " + c.verdict);
     }
   }
+  s.methods = static_cast<int>(methods.size());
+  s.pairs = static_cast<int>(pairs.size());
   return s;
 }
 

@@ -12,6 +12,9 @@ namespace peerlab::report {
 
 /// Suites whose rows are collectives over all ranks (busbw is their figure) rather than pair transfers.
 bool isCollectiveSuite(const std::string& suite);
+/// Suites whose bandwidth is compared and drawn as bus bandwidth (nccl-tests' busbw): alltoallv. MoE dispatch and
+/// combine are compared on algbw (logical bytes per selection over time), a figure whose definition never changed.
+bool comparedOnBusbw(const std::string& suite);
 /// Implementations that are baselines drawn beside peerlab's own (nccl.*, torch.*, nvshmem.*, cuda.*).
 bool isBaselineImpl(const std::string& impl);
 
@@ -73,7 +76,26 @@ struct PairGrid {
   std::vector<std::string> status;           ///< gpus x gpus; "" where there is no result
   std::string label() const;
 };
-std::vector<PairGrid> pairGrids(const Run& run);
+/// Most grid cells (GPUs x GPUs per grid) the pages draw for one run; grids beyond are counted, not drawn.
+inline constexpr size_t kMaxGridCells = size_t{1} << 18;
+/// Pair grids in first-seen order, at most `max_cells` cells in all; `omitted` counts the grids left out.
+std::vector<PairGrid> pairGrids(const Run& run, size_t max_cells = kMaxGridCells, int* omitted = nullptr);
+
+/// One probe cell: an ordered pair and a method, the worst verdict over the sizes probed. Probe cells are counted this
+/// way (ordered pair x method) by every output.
+struct ProbeCell {
+  std::string method;  ///< "ce_write" from "ce_write/4096"
+  int src = 0;
+  int dst = 0;
+  std::string verdict;
+  std::optional<bool> claimed;  ///< what the driver claimed, when the run says
+  std::string detail;           ///< sizes and times
+};
+/// Cells in first-seen order of method, then pair.
+std::vector<ProbeCell> probeCells(const Run& run);
+/// Severity of a probe verdict, to pick the worst over sizes: -1 none, 0 ok, 1 unsupported/skipped, 2 error, 3 hang,
+/// 4 corrupt.
+int probeSeverity(const std::string& verdict);
 
 /// The probe matrix of one method: the worst verdict over sizes per ordered pair, and what the driver claimed.
 struct ProbeGrid {
@@ -85,9 +107,12 @@ struct ProbeGrid {
 };
 std::vector<ProbeGrid> probeGrids(const Run& run);
 
-/// Probe verdict counts over cells: claimed-but-failed and verified-but-unclaimed are the mismatches.
+/// Probe verdict counts over cells (ordered pair x method): claimed-but-failed and verified-but-unclaimed are the
+/// mismatches.
 struct ProbeSummary {
   int cells = 0;
+  int methods = 0;
+  int pairs = 0;  ///< ordered pairs probed
   int ok = 0;
   int unsupported = 0;
   int failed = 0;                               ///< corrupt, hang, error or anything else not ok/unsupported

@@ -206,8 +206,10 @@ json chartConfig(const LineChart& chart) {
   } else {
     x["type"] = chart.x_log && !chart.x_bytes ? "logarithmic" : "linear";
   }
-  json y = {{"type", chart.y_log ? "logarithmic" : "linear"}, {"title", {{"display", true}, {"text", chart.y_label}}}};
-  if (!chart.y_log) y["beginAtZero"] = false;
+  // A linear axis starts at 0 unless the chart asks to zoom in, and then its title says so.
+  const std::string y_title = chart.y_label + (!chart.y_log && chart.y_autoscale ? " (axis zoomed to the data)" : "");
+  json y = {{"type", chart.y_log ? "logarithmic" : "linear"}, {"title", {{"display", true}, {"text", y_title}}}};
+  if (!chart.y_log) y["beginAtZero"] = !chart.y_autoscale;
   json cfg = {{"type", "line"},
               {"data", {{"datasets", datasets}}},
               {"options",
@@ -221,11 +223,27 @@ json chartConfig(const LineChart& chart) {
   return cfg;
 }
 
+std::string scriptJson(const json& doc) {
+  const std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  // Inside a string these escapes mean the same characters; outside strings JSON has none of them.
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string chartBlock(const LineChart& chart) {
-  std::string cfg = chartConfig(chart).dump();
-  // Keep the JSON from closing its <script> element.
-  for (size_t p = 0; (p = cfg.find("</", p)) != std::string::npos; p += 3)
-    cfg.replace(p, 2, "<\\/");
+  const std::string cfg = scriptJson(chartConfig(chart));
   std::string s = "<div class=\"plchart\" data-series=\"" + std::to_string(chart.series.size()) + "\"";
   if (chart.x_bytes) s += " data-x-bytes=\"1\"";
   s += " title=\"" + htmlEscape(chart.title) + "\"><canvas role=\"img\" aria-label=\"" + htmlEscape(chart.title) +
@@ -248,7 +266,8 @@ std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_grou
 
 std::string fractionColour(double fraction) {
   if (!std::isfinite(fraction)) return "#eeeeee";
-  // Hue 0 (red) at 0.7 and below, 40 (amber) at 0.85, 120 (green) at 0.95 and above.
+  // Hue rises with the fraction and never falls: 0 (red) at 0.7 and below, 40 (amber) at 0.85, 120 (green) at 0.95
+  // and above; one lightness, so no cell looks greener than a better one.
   double hue = 0;
   if (fraction >= 0.95) {
     hue = 120;
@@ -258,7 +277,7 @@ std::string fractionColour(double fraction) {
     hue = (fraction - 0.7) / 0.15 * 40;
   }
   char buf[48];
-  std::snprintf(buf, sizeof(buf), "hsl(%.0f, 70%%, %s)", hue, fraction >= 0.95 ? "88%" : "75%");
+  std::snprintf(buf, sizeof(buf), "hsl(%.0f, 65%%, 80%%)", hue);
   return buf;
 }
 

@@ -56,6 +56,7 @@ struct LineChart {
   std::string y_label;  ///< with its unit: "algbw (GB/s)", "time (us)"
   bool x_log = false;
   bool y_log = false;
+  bool y_autoscale = false;  ///< a linear y axis zooms to the data instead of starting at 0 (its title says so)
   bool x_bytes = false;  ///< x values are log2(bytes) on a linear axis, ticks labelled as sizes (4 KiB, 256 MiB)
   std::vector<std::string> x_labels;  ///< category axis when not empty (points then use these labels as x)
   std::vector<ChartSeries> series;    ///< at most kMaxSeriesPerChart; coloured from chartPalette() in order
@@ -64,6 +65,9 @@ struct LineChart {
 
 /// The Chart.js config of a chart (exposed for tests).
 nlohmann::json chartConfig(const LineChart& chart);
+/// JSON for a <script> element: <, > and & written as \u003c, \u003e, \u0026, so that no value can end the element
+/// or open a comment ("</script>", "<!--").
+std::string scriptJson(const nlohmann::json& doc);
 /// A chart block: a canvas and its config; drawn by pageEnd()'s script.
 std::string chartBlock(const LineChart& chart);
 

@@ -1,14 +1,88 @@
 #include "harness/report/checks.h"
 
-#include <algorithm>
+#include <cctype>
+
+#include "harness/report/json_in.h"
 
 namespace peerlab::report {
 
 using nlohmann::json;
 
+const char* checkStatusName(CheckStatus s) {
+  switch (s) {
+    case CheckStatus::kPass:
+      return "pass";
+    case CheckStatus::kWarn:
+      return "warn";
+    case CheckStatus::kUnsupported:
+      return "unsupported";
+    case CheckStatus::kSkipped:
+      return "skipped";
+    case CheckStatus::kFail:
+      return "fail";
+  }
+  return "fail";
+}
+
+std::string checkStatusLabel(CheckStatus s) {
+  std::string l = checkStatusName(s);
+  for (char& c : l)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return l;
+}
+
+std::optional<CheckStatus> checkStatusFromName(const std::string& name) {
+  for (CheckStatus s : {CheckStatus::kPass, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped,
+                        CheckStatus::kFail}) {
+    if (name == checkStatusName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+CheckCounts countChecks(const std::vector<Check>& checks) {
+  CheckCounts n;
+  for (const Check& c : checks) {
+    ++n.total;
+    switch (c.status) {
+      case CheckStatus::kPass:
+        ++n.passed;
+        break;
+      case CheckStatus::kWarn:
+        ++n.warnings;
+        break;
+      case CheckStatus::kUnsupported:
+        ++n.unsupported;
+        break;
+      case CheckStatus::kSkipped:
+        ++n.skipped;
+        break;
+      case CheckStatus::kFail:
+        ++n.failed;
+        break;
+    }
+  }
+  return n;
+}
+
+const char* verdictWord(const CheckCounts& counts) {
+  return counts.pass() ? "PASS" : "FAIL";
+}
+
+std::string formatCounts(const CheckCounts& n) {
+  return std::to_string(n.total) + " checks: " + std::to_string(n.passed) + " passed, " + std::to_string(n.failed) +
+         " failed, " + std::to_string(n.warnings) + (n.warnings == 1 ? " warning, " : " warnings, ") +
+         std::to_string(n.unsupported) + " unsupported, " + std::to_string(n.skipped) + " skipped";
+}
+
+json toJson(const CheckCounts& n) {
+  return {{"verdict", verdictWord(n)}, {"total", n.total},     {"passed", n.passed},  {"failed", n.failed},
+          {"warnings", n.warnings},    {"unsupported", n.unsupported}, {"skipped", n.skipped}};
+}
+
 json toJson(const Check& c) {
-  json j = {{"category", c.category}, {"name", c.name},         {"pass", c.pass},
-            {"measured", c.measured}, {"expected", c.expected}, {"reason", c.reason}};
+  json j = {{"category", c.category}, {"name", c.name},         {"status", checkStatusName(c.status)},
+            {"pass", !c.failed()},    {"measured", c.measured}, {"expected", c.expected},
+            {"basis", c.basis},       {"reason", c.reason}};
   j["measured_value"] = c.measured_value ? json(*c.measured_value) : json(nullptr);
   j["expected_value"] = c.expected_value ? json(*c.expected_value) : json(nullptr);
   return j;
@@ -21,44 +95,38 @@ json toJson(const std::vector<Check>& checks) {
   return a;
 }
 
-StatusOr<std::vector<Check>> checksFromJson(const json& doc) {
-  if (!doc.is_array()) return PEERLAB_INVALID_ARGUMENT("checks: must be an array");
-  std::vector<Check> out;
-  for (size_t i = 0; i < doc.size(); ++i) {
-    const json& j = doc[i];
-    const std::string where = "checks[" + std::to_string(i) + "]";
-    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !j.contains("pass") ||
-        !j["pass"].is_boolean()) {
-      return PEERLAB_INVALID_ARGUMENT(where + ": needs a string \"name\" and a boolean \"pass\"");
+StatusOr<std::vector<Check>> checksFromJson(const json& doc, const std::string& where) {
+  return readJson([&] {
+    const In a(doc, where);
+    if (a.size() > 1000000) a.fail("holds more checks than the 1000000 allowed");
+    std::vector<Check> out;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const In j = a.item(i);
+      Check c;
+      c.name = j.at("name").str();
+      c.category = j.str("category", "", kMaxNameBytes);
+      c.measured = j.str("measured", "");
+      c.expected = j.str("expected", "");
+      c.basis = j.str("basis", "");
+      c.reason = j.str("reason", "");
+      c.measured_value = j.num("measured_value", -1e300, 1e300);
+      c.expected_value = j.num("expected_value", -1e300, 1e300);
+      if (auto s = j.opt("status")) {
+        auto status = checkStatusFromName(s->str(kMaxNameBytes));
+        if (!status) s->fail("\"" + s->str() + "\" is not one of pass, warn, unsupported, skipped, fail");
+        c.status = *status;
+      } else {
+        // Written before statuses: a health check that passed kept its verdict in "measured".
+        const bool pass = j.at("pass").boolean();
+        c.status = !pass                                                    ? CheckStatus::kFail
+                   : c.category == "health" && c.measured == "warn"        ? CheckStatus::kWarn
+                   : c.category == "health" && c.measured == "unsupported" ? CheckStatus::kUnsupported
+                                                                            : CheckStatus::kPass;
+      }
+      out.push_back(std::move(c));
     }
-    Check c;
-    c.name = j["name"].get<std::string>();
-    c.pass = j["pass"].get<bool>();
-    auto str = [&](const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : ""; };
-    auto opt = [&](const char* k) -> std::optional<double> {
-      if (j.contains(k) && j[k].is_number()) return j[k].get<double>();
-      return std::nullopt;
-    };
-    c.category = str("category");
-    c.measured = str("measured");
-    c.expected = str("expected");
-    c.reason = str("reason");
-    c.measured_value = opt("measured_value");
-    c.expected_value = opt("expected_value");
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-std::string checkVerdict(const Check& check) {
-  if (!check.pass) return "fail";
-  if (check.category == "health" && (check.measured == "warn" || check.measured == "unsupported"))
-    return check.measured;
-  return "pass";
-}
-
-int failedChecks(const std::vector<Check>& checks) {
-  return static_cast<int>(std::count_if(checks.begin(), checks.end(), [](const Check& c) { return !c.pass; }));
+    return out;
+  });
 }
 
 }  // namespace peerlab::report

@@ -102,6 +102,8 @@ std::string resultKey(const Result& r) {
   k += (r.dst ? std::to_string(*r.dst) : std::string("-")) + "|";
   k += (r.bytes ? num(*r.bytes) : std::string("-")) + "|";
   k += std::to_string(r.ranks);
+  // Host memory on another NUMA node is another measurement of the same copy.
+  if (r.numa) k += "|numa" + std::to_string(*r.numa);
   return k;
 }
 
@@ -124,12 +126,21 @@ std::string formatBytes(double bytes) {
 
 std::string describeResult(const Result& r) {
   std::string d = r.suite + " " + r.name + " " + r.impl;
-  if (r.src || r.dst) {
-    d += " " + (r.src ? std::to_string(*r.src) : std::string("?")) + "->" +
-         (r.dst ? std::to_string(*r.dst) : std::string("?"));
-  }
+  d += describeWhere(r);
   if (r.bytes) d += " " + formatBytes(*r.bytes);
   if (r.ranks > 1) d += " x" + std::to_string(r.ranks);
+  return d;
+}
+
+std::string describeWhere(const Result& r) {
+  std::string d;
+  if (r.src && r.dst && *r.src != *r.dst) {
+    d = " " + std::to_string(*r.src) + "->" + std::to_string(*r.dst);
+  } else if (r.src || r.dst) {
+    // One GPU's own figure (host copies, device-local copies, health).
+    d = " gpu " + std::to_string(r.src ? *r.src : *r.dst);
+  }
+  if (r.numa) d += " host numa " + std::to_string(*r.numa);
   return d;
 }
 
@@ -392,6 +403,12 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
       << thr << ", " << report.count(Verdict::kUnchangedStatus) << " not measured on either side, "
       << report.count(Verdict::kOnlyBase) << " only in base, " << report.count(Verdict::kOnlyNew) << " only in new\n";
   return out.str();
+}
+
+std::string formatThreshold(double pct) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g%%", pct);
+  return buf;
 }
 
 StatusOr<double> parseThresholdPct(const std::string& text) {

@@ -32,10 +32,13 @@ bool isRegression(Verdict v);
 /// corrupt, hang...).
 int statusRank(const std::string& status);
 
-/// Identity of a result: suite, name, impl, pair (src,dst), size (bytes) and ranks.
+/// Identity of a result: suite, name, impl, pair (src,dst), size (bytes), ranks and the host memory's NUMA node.
+/// Payload types and modes are part of impl and name (peerlab.dispatch_ll_fp8, graph/T=128).
 std::string resultKey(const Result& r);
-/// The identity for people: "peer_copy uni peerlab.ce 0->1 256 MiB".
+/// The identity for people: "peer_copy uni peerlab.ce 0->1 256 MiB", "host_copy h2d peerlab.ce gpu 0 host numa 1".
 std::string describeResult(const Result& r);
+/// " 0->1" for a pair, " gpu 0" for one GPU's own figure, plus " host numa N" when the host memory's node is known.
+std::string describeWhere(const Result& r);
 /// "4 KiB", "256 MiB", "1.5 GiB", "24 B".
 std::string formatBytes(double bytes);
 
@@ -92,5 +95,7 @@ std::string formatCompare(const CompareReport& report, bool only_changes = false
 
 /// Parses a threshold given as "5", "5%" or "2.5" (percent). `invalid_argument` names the text.
 StatusOr<double> parseThresholdPct(const std::string& text);
+/// "5%", "2.5%".
+std::string formatThreshold(double pct);
 
 }  // namespace peerlab::report

@@ -13,7 +13,7 @@
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
 #include "harness/report/metric.h"
-#include "harness/report/verdict.h"
+#include "harness/report/evaluate.h"
 
 namespace peerlab::report {
 
@@ -149,23 +149,18 @@ table.heatmap td{text-align:right;min-width:52px}
 
 }  // namespace
 
-std::vector<Check> checksInRun(const Run& run) {
-  if (!run.extra.contains("qualify") || !run.extra["qualify"].is_object()) return {};
-  const auto& q = run.extra["qualify"];
-  if (!q.contains("checks")) return {};
-  auto checks = checksFromJson(q["checks"]);
-  return checks.isOk() ? *checks : std::vector<Check>{};
-}
 
 std::string renderHtml(const Run& run, const HtmlOptions& options) {
   int charts = 0;
-  const std::vector<Check> checks = options.checks ? *options.checks : checksInRun(run);
-  const bool haveChecks = options.checks.has_value() || !checks.empty();
-  const int failed = failedChecks(checks);
+  // The checks are the engine's: given by the caller, else made from the run and its stored plan.
+  const std::vector<Check> checks = options.checks ? *options.checks : verdictOf(run).checks;
+  const CheckCounts counts = countChecks(checks);
+  const bool drawCharts = !chartJsSource().empty();
   const std::string host = run.fingerprint.hostname.empty() ? "unknown host" : run.fingerprint.hostname;
   const std::string title = options.title.empty() ? "peerlab report: " + host : options.title;
   const std::vector<std::string> suites = suitesIn(run);
   const int gpus = gpuCount(run);
+  const std::optional<RunPlan> plan = planOfRun(run);
 
   std::ostringstream nav, body;
   auto section = [&](const std::string& id, const std::string& heading) {
@@ -173,57 +168,52 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     body << "<section id=\"" << id << "\"><h2>" << htmlEscape(heading) << "</h2>";
   };
 
-  // Verdict and checks: counts per category, the failures, then every check folded away.
-  if (haveChecks) {
+  // Verdict and checks: the counts, counts per category, every check that did not pass with its reason, then every
+  // check folded away.
+  {
     section("checks", "Checks");
-    // Warnings and unsupported checks are counted apart: a check that could not run is never shown as passed.
+    body << "<p class=\"counts\" data-total=\"" << counts.total << "\" data-passed=\"" << counts.passed
+         << "\" data-failed=\"" << counts.failed << "\" data-warnings=\"" << counts.warnings
+         << "\" data-unsupported=\"" << counts.unsupported << "\" data-skipped=\"" << counts.skipped << "\"><strong>"
+         << verdictWord(counts) << "</strong>: " << htmlEscape(formatCounts(counts)) << ".</p>";
     std::vector<std::string> categories;
-    std::map<std::string, std::array<int, 4>> counts;  // passed, warnings, unsupported, failed
-    std::array<int, 4> total{};
+    std::map<std::string, std::vector<Check>> byCategory;
     for (const Check& c : checks) {
-      if (!counts.count(c.category)) categories.push_back(c.category);
-      const std::string v = checkVerdict(c);
-      const size_t k = v == "fail" ? 3 : v == "unsupported" ? 2 : v == "warn" ? 1 : 0;
-      counts[c.category][k]++;
-      total[k]++;
+      if (!byCategory.count(c.category)) categories.push_back(c.category);
+      byCategory[c.category].push_back(c);
     }
-    body << "<p>" << total[0] << " of " << checks.size() << " checks passed";
-    if (total[1]) body << ", " << total[1] << " warnings";
-    if (total[2]) body << ", " << total[2] << " not checked (unsupported here)";
-    if (failed) body << ", <strong>" << failed << " failed</strong>";
-    body << ".</p>";
-    body << "<table><tr><th>category</th><th>passed</th><th>warnings</th><th>unsupported</th><th>failed</th></tr>";
+    body << "<table><tr><th>category</th><th>checks</th><th>passed</th><th>failed</th><th>warnings</th>"
+            "<th>unsupported</th><th>skipped</th></tr>";
     for (const std::string& cat : categories) {
-      const auto& n = counts[cat];
-      body << "<tr" << (n[3] ? " class=\"bad\"" : "") << "><td>" << htmlEscape(cat) << "</td>";
-      for (int v : n)
+      const CheckCounts n = countChecks(byCategory[cat]);
+      body << "<tr" << (n.failed ? " class=\"bad\"" : "") << "><td>" << htmlEscape(cat) << "</td>";
+      for (int v : {n.total, n.passed, n.failed, n.warnings, n.unsupported, n.skipped})
         body << "<td class=\"num\">" << v << "</td>";
       body << "</tr>";
     }
     body << "</table>";
-    auto checkRows = [&](bool onlyFailed) {
+    auto checkRows = [&](bool onlyNotPassed) {
       std::ostringstream t;
-      t << "<table><tr><th>result</th><th>category</th><th>check</th><th>measured</th><th>expected</th>"
-           "<th>reason</th></tr>";
-      for (const Check& c : checks) {
-        if (onlyFailed && c.pass) continue;
-        const std::string v = checkVerdict(c);
-        std::string label = v;
-        for (char& ch : label)
-          ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        t << "<tr" << (c.pass ? "" : " class=\"bad\"") << "><td><span class=\"pill "
-          << (v == "fail"   ? "fail"
-              : v == "pass" ? "pass"
-                            : "other")
-          << "\">" << label << "</span></td><td>" << htmlEscape(c.category) << "</td><td>" << htmlEscape(c.name)
-          << "</td><td>" << htmlEscape(c.measured) << "</td><td>" << htmlEscape(c.expected) << "</td><td>"
-          << htmlEscape(c.reason) << "</td></tr>";
+      t << "<table><tr><th>status</th><th>category</th><th>check</th><th>measured</th><th>expected</th>"
+           "<th>basis</th><th>reason</th></tr>";
+      for (CheckStatus want :
+           {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped, CheckStatus::kPass}) {
+        if (onlyNotPassed && want == CheckStatus::kPass) continue;
+        for (const Check& c : checks) {
+          if (c.status != want) continue;
+          const char* pill = c.failed() ? "fail" : c.status == CheckStatus::kPass ? "pass" : "other";
+          t << "<tr class=\"check-" << checkStatusName(c.status) << (c.failed() ? " bad" : "")
+            << "\"><td><span class=\"pill " << pill << "\">" << checkStatusLabel(c.status) << "</span></td><td>"
+            << htmlEscape(c.category) << "</td><td>" << htmlEscape(c.name) << "</td><td>" << htmlEscape(c.measured)
+            << "</td><td>" << htmlEscape(c.expected) << "</td><td>" << htmlEscape(c.basis) << "</td><td>"
+            << htmlEscape(c.reason) << "</td></tr>";
+        }
       }
       t << "</table>";
       return t.str();
     };
-    if (failed) body << "<h3>Failed checks</h3>" << checkRows(true);
-    body << "<details><summary>All " << checks.size() << " checks</summary>" << checkRows(false)
+    if (counts.passed != counts.total) body << "<h3>Checks that did not pass</h3>" << checkRows(true);
+    body << "<details><summary>All " << counts.total << " checks</summary>" << checkRows(false)
          << "</details></section>";
   }
 
@@ -253,16 +243,45 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         while (end < series.size() && series[end].name == series[begin].name &&
                series[end].ranks == series[begin].ranks)
           ++end;
+        std::set<double> sizes;
+        for (size_t k = begin; k < end; ++k) {
+          for (const SeriesPoint& pt : series[k].points)
+            sizes.insert(pt.bytes);
+        }
+        const Series& head = series[begin];
+        const std::string caseTitle = suite + " " + head.name + (head.ranks > 1 ? " x" + std::to_string(head.ranks) : "") +
+                                      ": " + (time ? std::string("time (us)") : metricLabel(head.metric));
+        // One size, or no Chart.js: a table (a line over one size is a stack of dots; a missing chart an empty box).
+        if (sizes.size() < 2 || !drawCharts) {
+          bw << "<table class=\"series\"><caption>" << htmlEscape(caseTitle) << "</caption><tr><th>implementation</th>";
+          for (double b : sizes)
+            bw << "<th>" << formatBytes(b) << "</th>";
+          bw << "</tr>";
+          for (size_t k = begin; k < end; ++k) {
+            bw << "<tr><td>" << htmlEscape(series[k].impl) << "</td>";
+            for (double b : sizes) {
+              auto pt = std::find_if(series[k].points.begin(), series[k].points.end(),
+                                     [&](const SeriesPoint& p) { return p.bytes == b; });
+              bw << "<td class=\"num\""
+                 << (pt != series[k].points.end() && pt->n > 1
+                         ? " title=\"median of " + std::to_string(pt->n) + " pairs, " + figure(pt->min) + " to " +
+                               figure(pt->max) + "\""
+                         : std::string())
+                 << ">" << (pt == series[k].points.end() ? std::string("-") : figure(pt->median)) << "</td>";
+            }
+            bw << "</tr>";
+          }
+          bw << "</table>";
+          begin = end;
+          continue;
+        }
         const auto parts = splitEvenly(end - begin, kMaxSeriesPerChart);
         for (size_t part = 0; part < parts.size(); ++part) {
           LineChart c;
-          const Series& first = series[begin + parts[part].first];
-          c.title =
-              suite + " " + first.name + (first.ranks > 1 ? " x" + std::to_string(first.ranks) : "") + ": " +
-              (time ? "time" : metricLabel(first.metric)) +
-              (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
+          c.title = caseTitle +
+                    (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
           c.x_label = "message size (bytes, log2 scale)";
-          c.y_label = time ? "time (us, log scale)" : metricLabel(first.metric);
+          c.y_label = time ? "time (us, log scale)" : metricLabel(head.metric);
           c.x_log = true;
           c.x_bytes = true;
           c.y_log = time;
@@ -291,17 +310,25 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   }
   if (anyPlot) {
     section("bandwidth", "Bandwidth and time against size");
-    body << "<p class=\"note\">Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Medians of each benchmark's "
-            "samples, then the median over pairs (hover a point for the spread over pairs).</p>"
+    body << "<p class=\"note\">"
+         << (drawCharts ? "Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Bandwidth axes start at 0, times are "
+                          "on a log scale. "
+                        : "Charts are not drawn: Chart.js (Debian package libjs-chart.js) was not found when peerlab was "
+                          "built; the tables hold the same figures. ")
+         << "Medians of each benchmark's samples, then the median over pairs (hover for the spread over pairs); a case "
+            "measured at one size is a table.</p>"
          << bw.str() << "</section>";
   }
 
   // Pair matrices: bandwidth at the largest size as % of the plan's expected figure (or against the row's best);
   // latency-size results in microseconds.
-  auto grids = pairGrids(run);
-  std::map<std::string, const Result*> byKey;
-  for (const Result& r : run.results)
-    byKey.emplace(resultKey(r), &r);
+  int omittedGrids = 0;
+  auto grids = pairGrids(run, kMaxGridCells, &omittedGrids);
+  // Each grid's results, found once.
+  std::map<std::tuple<std::string, std::string, std::string, int>, std::vector<const Result*>> gridMembers;
+  for (const Result& r : run.results) {
+    if (r.suite != "probe" && r.src && r.dst) gridMembers[{r.suite, r.impl, r.name, r.ranks}].push_back(&r);
+  }
   std::ostringstream pairs;
   int pairTables = 0;
   for (const PairGrid& g : grids) {
@@ -312,9 +339,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     std::string metricName = latencyGrid ? "time_us" : "algbw_gbps";
     std::vector<double> smallest(cells.size(), 0);
     bool any = false;
-    for (const Result& r : run.results) {
-      if (r.suite != g.suite || r.impl != g.impl || r.name != g.name || r.ranks != g.ranks || !r.src || !r.dst)
-        continue;
+    for (const Result* rp : gridMembers[{g.suite, g.impl, g.name, g.ranks}]) {
+      const Result& r = *rp;
       if (*r.src < 0 || *r.dst < 0 || *r.src >= g.gpus || *r.dst >= g.gpus) continue;
       HeatCell& cell = cells[static_cast<size_t>(*r.src) * static_cast<size_t>(g.gpus) + static_cast<size_t>(*r.dst)];
       if (r.status != "ok") {
@@ -333,7 +359,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         continue;
       }
       if (!r.bytes || *r.bytes != g.bytes) continue;
-      const std::optional<ExpectedFigure> e = expectedFigure(run, r);
+      const std::optional<ExpectedFigure> e = plan ? expectedFigure(*plan, r) : std::nullopt;
       const std::string field = e ? e->metric : std::string("algbw_gbps");
       const std::optional<double> v = field == "busbw_gbps" ? r.busbw_gbps : r.algbw_gbps;
       if (!v || *v <= 0) continue;
@@ -353,8 +379,12 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     section("pairs", "Pair matrices");
     body << "<p class=\"note\">Rows: source GPU, columns: destination GPU. Bandwidth cells show the percentage of the "
             "figure the qualify plan expects (else the value, coloured against the row's best pair), latency cells "
-            "microseconds coloured against the row's fastest pair: a weak link turns amber or red.</p>"
-         << "<div class=\"tiles\">" << pairs.str() << "</div></section>";
+            "microseconds coloured against the row's fastest pair: a weak link turns amber or red.</p>";
+    if (omittedGrids) {
+      body << "<p class=\"note\">" << omittedGrids << " more pair matrices are not drawn: the run holds more pair "
+           << "results than one page shows (" << kMaxGridCells << " cells); they are in the tables below.</p>";
+    }
+    body << "<div class=\"tiles\">" << pairs.str() << "</div></section>";
   }
 
   // Probe: verified verdicts against the driver's claims.
@@ -365,23 +395,31 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (!probes.empty() || probeRows) {
     section("probe", "Probe: claimed against verified");
     ProbeSummary ps = summarizeProbe(run);
-    body << "<p>" << ps.cells << " cells: " << ps.ok << " verified ok, " << ps.unsupported << " unsupported, "
-         << ps.failed << " failed; " << ps.claimed_but_failed.size() << " claimed by the driver but not verified, "
-         << ps.works_unclaimed.size() << " verified but not claimed.";
+    std::string wall;
     for (const Result& r : run.results) {
-      if (r.suite == "probe" && r.name == "matrix_wall" && r.time_us) {
-        body << " Whole matrix: " << figure(*r.time_us / 1e6) << " s.";
+      if (r.suite == "probe" && r.name == "matrix_wall" && r.time_us) wall = " Whole matrix: " + figure(*r.time_us / 1e6) + " s.";
+    }
+    if (ps.cells == 0) {
+      std::string why = "the run holds no probe cell";
+      for (const Check& c : checks) {
+        if (c.category == "probe") why = c.reason;
       }
+      body << "<p>Not run: " << htmlEscape(why) << "." << wall << "</p>";
+    } else {
+      body << "<p>" << ps.cells << " cells (" << ps.pairs << " ordered pairs x " << ps.methods << " methods): " << ps.ok
+           << " verified ok, " << ps.unsupported << " unsupported, " << ps.failed << " failed; "
+           << ps.claimed_but_failed.size() << " claimed by the driver but not verified, " << ps.works_unclaimed.size()
+           << " verified but not claimed." << wall << "</p>";
+      body << "<p class=\"key\"><span style=\"background:#59a14f\"></span>ok<span style=\"background:#d9d9d9\">"
+              "</span>unsupported<span style=\"background:#d62728\"></span>C corrupt<span style=\"background:#8c2d04\">"
+              "</span>H hang<span style=\"background:#f28e2b\"></span>E error &nbsp; &#9698; claimed by "
+              "cudaDeviceCanAccessPeer / the driver &nbsp; thick black border: claimed but failed &nbsp; dashed blue "
+              "border: works but not claimed</p><div class=\"tiles\">";
+      for (const ProbeGrid& g : probes) {
+        body << "<figure><figcaption>" << htmlEscape(g.method) << "</figcaption>" << probeMatrix(g) << "</figure>";
+      }
+      body << "</div>";
     }
-    body << "</p><p class=\"key\"><span style=\"background:#59a14f\"></span>ok<span style=\"background:#d9d9d9\">"
-            "</span>unsupported<span style=\"background:#d62728\"></span>C corrupt<span style=\"background:#8c2d04\">"
-            "</span>H hang<span style=\"background:#f28e2b\"></span>E error &nbsp; &#9698; claimed by "
-            "cudaDeviceCanAccessPeer / the driver &nbsp; thick black border: claimed but failed &nbsp; dashed blue "
-            "border: works but not claimed</p><div class=\"tiles\">";
-    for (const ProbeGrid& g : probes) {
-      body << "<figure><figcaption>" << htmlEscape(g.method) << "</figcaption>" << probeMatrix(g) << "</figure>";
-    }
-    body << "</div>";
     if (!ps.claimed_but_failed.empty()) {
       body << "<h3>Claimed but not verified</h3><ul>";
       for (const auto& c : ps.claimed_but_failed)
@@ -432,10 +470,18 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     for (const Result& r : run.results) {
       if (r.suite != "host_copy") continue;
       const int gpu = r.src.value_or(r.dst.value_or(-1));
-      const std::string col = r.impl + " " + r.name;
+      // Memory on another NUMA node than the GPU's is another measurement: its own column.
+      const bool remote = r.extra.contains("numa_local") && r.extra["numa_local"].is_number() &&
+                          r.extra["numa_local"].get<double>() == 0;
+      const std::string col = r.impl + " " + r.name + (remote ? " (remote node)" : "");
       if (std::find(columns.begin(), columns.end(), col) == columns.end()) columns.push_back(col);
-      if (r.extra.is_object() && r.extra.contains("numa") && !r.extra["numa"].is_null()) {
-        numa[gpu] = r.extra["numa"].is_string() ? r.extra["numa"].get<std::string>() : r.extra["numa"].dump();
+      if (r.numa) {
+        const std::string node = std::to_string(*r.numa);
+        if (!numa.count(gpu)) {
+          numa[gpu] = node;
+        } else if (numa[gpu].find(node) == std::string::npos) {
+          numa[gpu] += ", " + node;
+        }
       }
       if (r.status != "ok" || (r.wrong && *r.wrong > 0)) {
         failures[gpu].push_back(col + ": " + (r.status != "ok" ? r.status : "wrong elements"));
@@ -473,7 +519,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         }
       }
       for (int g : gpuRows) {
-        body << "<tr" << (failures.count(g) ? " class=\"bad\"" : "") << "><td>" << g << "</td><td>"
+        body << "<tr" << (failures.count(g) ? " class=\"bad\"" : "") << "><td>"
+             << (g < 0 ? std::string("all GPUs") : std::to_string(g)) << "</td><td>"
              << htmlEscape(numa.count(g) ? numa[g] : "?") << "</td>";
         for (const std::string& col : columns) {
           auto it = cells[g].find(col);
@@ -520,9 +567,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
             continue;
           }
           const Result& r = *it->second;
-          const std::string detail = r.extra.is_object() && r.extra.contains("detail") && r.extra["detail"].is_string()
-                                         ? r.extra["detail"].get<std::string>()
-                                         : "";
+          const std::string& detail = r.detail;
           std::string cls = "cell-ok";
           if (r.status == "fail" || r.status.rfind("failed", 0) == 0) {
             cls = "cell-fail";
@@ -668,10 +713,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
 
   std::string html = pageBegin(title, kStyle);
   html += "<main>\n<header><h1>" + htmlEscape(title) + "</h1>";
-  if (haveChecks) {
-    html += std::string("<span class=\"badge ") + (failed ? "fail" : "pass") + "\">" + (failed ? "FAIL" : "PASS") +
-            "</span>";
-  }
+  html += std::string("<span class=\"badge ") + (counts.failed ? "fail" : "pass") + "\">" + verdictWord(counts) +
+          "</span>";
   std::ostringstream meta;
   meta << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
        << (gpus == 1 ? "" : "s");
@@ -688,7 +731,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       meta << (i ? ", " : "") << htmlEscape(absent[i]);
     meta << ".</p>\n";
   }
-  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0);
+  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0 && drawCharts);
   return html;
 }
 

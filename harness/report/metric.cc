@@ -9,7 +9,7 @@ namespace peerlab::report {
 std::optional<SeriesMetric> seriesMetric(const Result& r) {
   if (r.suite == "test" || r.suite == "probe" || r.suite == "health") return std::nullopt;
   if (!r.bytes || *r.bytes < kLatencyMaxBytes) return SeriesMetric{"time_us", "us", false};
-  if (isCollectiveSuite(r.suite)) return SeriesMetric{"busbw_gbps", "GB/s", true};
+  if (comparedOnBusbw(r.suite)) return SeriesMetric{"busbw_gbps", "GB/s", true};
   return SeriesMetric{"algbw_gbps", "GB/s", true};
 }
 

@@ -22,7 +22,8 @@ struct SeriesMetric {
 /// happens to carry, so every run of one series uses the same metric:
 /// - suites `test` (ctest wall times), `probe` and `health` (verdicts): none;
 /// - no size, or fewer than kLatencyMaxBytes bytes (latency suites carry 0): `time_us`, lower is better;
-/// - otherwise bandwidth, higher is better: `busbw_gbps` for collective suites (alltoallv, moe), `algbw_gbps` else.
+/// - otherwise bandwidth, higher is better: `busbw_gbps` for alltoallv, `algbw_gbps` else (MoE too:
+///   its busbw_gbps meant algbw in runs of some versions, so it is never compared).
 std::optional<SeriesMetric> seriesMetric(const Result& r);
 
 /// The result's value of `metric` (nullopt when absent, not finite, or not positive).

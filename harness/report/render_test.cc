@@ -118,20 +118,19 @@ TEST(Html, SampleRunIsSelfContained) {
     EXPECT_EQ(html.find(banned), std::string::npos) << banned;
   }
   EXPECT_EQ(full.find("<script src"), std::string::npos);
-  if (chartJsSource().empty()) {
-    EXPECT_EQ(countOf(html, "<script>"), 1u);  // the boot script, which then says charts are unavailable
-  } else {
-    EXPECT_EQ(countOf(html, "<script>"), 2u);  // Chart.js and the boot script
-    EXPECT_NE(full.find("Chart.js v3"), std::string::npos);
-  }
+  // Every case of the sample was measured at one size: tables, no charts, so Chart.js is not inlined either.
+  EXPECT_EQ(countOf(html, "<script>"), 1u);  // the boot script
+  EXPECT_EQ(full.find("Chart.js v3"), std::string::npos);
+  EXPECT_TRUE(chartSeries(html).empty());
+  EXPECT_NE(html.find("<table class=\"series\"><caption>peer_copy uni: bandwidth (GB/s)</caption>"),
+            std::string::npos);
   // The fingerprint is shown, GPUs with UUID and bus id.
   EXPECT_NE(html.find("GPU-52a9f1d6-eb48-d3af-68b0-09f060076b98"), std::string::npos);
   EXPECT_NE(html.find("0000:00:07.0"), std::string::npos);
   EXPECT_NE(html.find("580.159.04"), std::string::npos);
   // The sample run's skipped torch row is listed with its reason.
   EXPECT_NE(html.find("skipped: torch is not importable"), std::string::npos);
-  // Line charts, a pair matrix and the probe matrix.
-  EXPECT_GE(chartSeries(html).size(), 1u);
+  // A pair matrix and the probe matrix.
   EXPECT_NE(html.find("<table class=\"probe\""), std::string::npos);
   EXPECT_NE(html.find("<table class=\"heatmap\""), std::string::npos);
 }
@@ -218,7 +217,7 @@ TEST(Html, LatencySuitesShowMicrosecondMatrices) {
   EXPECT_EQ(html.find("0 B"), std::string::npos) << html.substr(html.find("0 B") - 300, 400);
   EXPECT_NE(html.find("<h3>peer_latency peerlab.flag one_way (latency)</h3>"), std::string::npos);
   EXPECT_NE(html.find("title=\"2-&gt;3: 2.10 us\" data-fraction=\"0.333\">2.10</td>"), std::string::npos);
-  EXPECT_NE(html.find("background:hsl(0, 70%, 75%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
+  EXPECT_NE(html.find("background:hsl(0, 65%, 80%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
 }
 
 // With the plan's expectations in the run, bandwidth cells show % of the expected figure; a weak link is red.
@@ -273,7 +272,7 @@ TEST(Html, HostCopyAndHealthTables) {
         r.algbw_gbps = lat ? 0.001 : (g == 1 ? 27.0 : 54.0);
         r.busbw_gbps = r.algbw_gbps;
         r.time_us = lat ? 2.5 : *r.bytes / *r.algbw_gbps / 1e3;
-        r.extra["numa"] = g;
+        r.numa = g;
         r.wrong = 0;
         run.results.push_back(r);
       }
@@ -285,14 +284,14 @@ TEST(Html, HostCopyAndHealthTables) {
       h.name = check;
       h.src = g;
       h.status = "ok";
-      h.extra["detail"] = "fine";
+      h.detail = "fine";
       if (g == 1 && std::string(check) == "pcie_link") {
         h.status = "fail";
-        h.extra["detail"] = "Gen4 x8, expected Gen5 x16";
+        h.detail = "Gen4 x8, expected Gen5 x16";
       }
       if (g == 0 && std::string(check) == "ecc") {
         h.status = "warn";
-        h.extra["detail"] = "12 corrected errors";
+        h.detail = "12 corrected errors";
       }
       if (std::string(check) == "fabric") h.status = "unsupported";
       run.results.push_back(h);
@@ -303,7 +302,7 @@ TEST(Html, HostCopyAndHealthTables) {
   EXPECT_NE(html.find("<th>peerlab.ce h2d</th>"), std::string::npos);
   EXPECT_NE(html.find("<th>cuda.pageable latency</th>"), std::string::npos);
   // GPU 1 at half the bandwidth of GPU 0: red.
-  EXPECT_NE(html.find("style=\"background:hsl(0, 70%, 75%)\" title=\"27.0 GB/s\""), std::string::npos)
+  EXPECT_NE(html.find("style=\"background:hsl(0, 65%, 80%)\" title=\"27.0 GB/s\""), std::string::npos)
       << html.substr(html.find("id=\"host_copy\""), 1500);
   EXPECT_NE(html.find("<td>1</td><td>1</td>"), std::string::npos);  // GPU 1, NUMA node 1
   EXPECT_NE(html.find("id=\"health\""), std::string::npos);
@@ -341,31 +340,46 @@ TEST(Html, RunWithoutResultsStillRenders) {
   EXPECT_NE(html.find("Not in this run: probe, peer_copy, zcopy, alltoallv, moe"), std::string::npos);
 }
 
+Check check(const std::string& category, const std::string& name, CheckStatus status, const std::string& measured,
+            const std::string& expected, const std::string& reason, std::optional<double> mv = std::nullopt,
+            std::optional<double> ev = std::nullopt) {
+  Check c;
+  c.category = category;
+  c.name = name;
+  c.status = status;
+  c.measured = measured;
+  c.expected = expected;
+  c.reason = reason;
+  c.measured_value = mv;
+  c.expected_value = ev;
+  return c;
+}
+
 TEST(Html, ChecksShowVerdictAndEscape) {
   report::Run run = syntheticRun(2);
   std::vector<Check> checks = {
-      {"bandwidth", "peer_copy <ce> 0->1", false, "300 GB/s", ">= 382 GB/s", "below", 300, 382},
-      {"probe", "claimed cells verify", true, "ok", "ok", "fine", {}, {}}};
+      check("bandwidth", "peer_copy <ce> 0->1", CheckStatus::kFail, "300 GB/s", ">= 382 GB/s", "below", 300, 382),
+      check("probe", "claimed cells verify", CheckStatus::kPass, "ok", "ok", "fine")};
   HtmlOptions opts;
   opts.checks = checks;
   const std::string html = renderHtml(run, opts);
   EXPECT_NE(html.find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
   EXPECT_NE(html.find("peer_copy &lt;ce&gt; 0-&gt;1"), std::string::npos);
   EXPECT_EQ(html.find("<ce>"), std::string::npos);
-  // Checks stored in the run are picked up without options.
-  run.extra["qualify"] = {{"checks", toJson(checks)}};
-  EXPECT_NE(renderHtml(run).find("1 of 2 checks passed"), std::string::npos);
+  EXPECT_NE(html.find("2 checks: 1 passed, 1 failed, 0 warnings, 0 unsupported, 0 skipped"), std::string::npos);
 }
 
 TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
   report::Run run = syntheticRun(1);
   HtmlOptions opts;
-  opts.checks = std::vector<Check>{{"health", "nvlink_state GPU 0", true, "unsupported", "up", "not supported", {}, {}},
-                                   {"health", "ecc GPU 0", true, "warn", "no past errors", "1 in the past", {}, {}},
-                                   {"health", "xid GPU 0", true, "ok", "none", "none", {}, {}}};
+  opts.checks = std::vector<Check>{
+      check("health", "nvlink_state GPU 0", CheckStatus::kUnsupported, "unsupported", "up", "not supported"),
+      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "no past errors", "1 in the past"),
+      check("health", "xid GPU 0", CheckStatus::kPass, "ok", "none", "none")};
   const std::string html = renderHtml(run, opts);
-  EXPECT_NE(html.find("1 of 3 checks passed, 1 warnings, 1 not checked (unsupported here)."), std::string::npos);
-  EXPECT_EQ(html.find("3 of 3 checks passed"), std::string::npos);
+  EXPECT_NE(html.find("3 checks: 1 passed, 0 failed, 1 warning, 1 unsupported, 0 skipped"), std::string::npos);
+  // The reasons are visible text, not only tooltips.
+  EXPECT_NE(html.find("<td>1 in the past</td>"), std::string::npos);
 }
 
 TEST(Aggregate, SeriesPairGridsAndProbe) {
@@ -411,10 +425,12 @@ std::string tempFile(const std::string& name, const std::string& content) {
 
 TEST(Junit, WellFormedAndParsesBack) {
   std::vector<Check> checks = {
-      {"bandwidth", "peer_copy peerlab.ce uni 0->1", false, "300.0 GB/s at 256 MiB",
-       ">= 382.5 GB/s (NV18 x 26.5625 x 0.80)", "78% of the expected figure & below \"the\" <floor>", 300, 382.5},
-      {"bandwidth", "peer_copy peerlab.ce uni 1->0", true, "390 GB/s", ">= 382.5 GB/s", "ok", 390, 382.5},
-      {"probe", std::string("claimed cells verify \x01 ctrl"), true, "12 of 12", "12 of 12", "all verified", {}, {}}};
+      check("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail, "300.0 GB/s at 256 MiB",
+            ">= 382.5 GB/s (NV18 x 26.5625 x 0.80)", "78% of the expected figure & below \"the\" <floor>", 300, 382.5),
+      check("bandwidth", "peer_copy peerlab.ce uni 1->0", CheckStatus::kPass, "390 GB/s", ">= 382.5 GB/s", "ok", 390,
+            382.5),
+      check("probe", std::string("claimed cells verify \x01 ctrl"), CheckStatus::kPass, "12 of 12", "12 of 12",
+            "all verified")};
   JunitOptions opts;
   opts.hostname = "h200-box";
   opts.timestamp = "2026-11-21T09:00:00Z";
@@ -449,19 +465,20 @@ TEST(Junit, WellFormedAndParsesBack) {
 
 TEST(Summary, FailedChecksFirstWithNumbers) {
   report::Run run = syntheticRun(4);
-  std::vector<Check> checks = {{"probe", "claimed cells verify", true, "11 of 12", "12 of 12", "ok", {}, {}},
-                               {"bandwidth", "peer_copy peerlab.ce uni 0->1", false, "300.0 GB/s", ">= 382.5 GB/s",
-                                "below | expected", 300, 382.5}};
+  std::vector<Check> checks = {check("probe", "claimed cells verify", CheckStatus::kPass, "11 of 12", "12 of 12", "ok"),
+                               check("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail, "300.0 GB/s",
+                                     ">= 382.5 GB/s", "below | expected", 300, 382.5)};
   SummaryOptions opts;
   opts.command = "peerlab qualify --out x";
   opts.files = {"results.json", "report.html"};
   const std::string md = renderSummary(run, checks, opts);
   EXPECT_EQ(md.rfind("# peerlab qualify: FAIL on synthetic-4", 0), 0u) << md;
-  EXPECT_NE(md.find("1 passed, 1 failed, 2 in all"), std::string::npos);
-  const size_t failedAt = md.find("## Failed checks");
+  EXPECT_NE(md.find("2 checks: 1 passed, 1 failed, 0 warnings, 0 unsupported, 0 skipped"), std::string::npos);
+  const size_t failedAt = md.find("## Checks that did not pass");
   ASSERT_NE(failedAt, std::string::npos);
   EXPECT_LT(failedAt, md.find("## All checks"));
-  EXPECT_NE(md.find("| bandwidth: peer_copy peerlab.ce uni 0->1 | 300.0 GB/s | >= 382.5 GB/s | below \\| expected |"),
+  EXPECT_NE(md.find("| **FAIL** | bandwidth: peer_copy peerlab.ce uni 0->1 | 300.0 GB/s | >= 382.5 GB/s | below \\| "
+                    "expected |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("Claimed by the driver but not verified:\n- ce_write 0->1: corrupt"), std::string::npos) << md;
@@ -471,33 +488,36 @@ TEST(Summary, FailedChecksFirstWithNumbers) {
   EXPECT_NE(md.find("alltoallv uniform peerlab.alltoallv x4: failed: device error word"), std::string::npos) << md;
   EXPECT_NE(md.find("- report.html"), std::string::npos);
   // All pass: the title says so.
-  checks[1].pass = true;
+  checks[1].status = CheckStatus::kPass;
   EXPECT_EQ(renderSummary(run, checks).rfind("# peerlab qualify: PASS", 0), 0u);
 }
 
 TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   report::Run run = syntheticRun(2);
   std::vector<Check> checks = {
-      {"health", "ecc GPU 0", true, "warn", "ok", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)", {}, {}},
-      {"health", "fabric GPU 0", true, "unsupported", "ok", "fabric state: not supported", {}, {}},
-      {"health", "xid GPU 0", true, "ok", "ok", "no XID in 60.0 s watched", {}, {}},
-      {"health", "pcie_link GPU 0", false, "fail", "ok", "Gen3 x8 of Gen5 x16", {}, {}}};
-  EXPECT_EQ(checkVerdict(checks[0]), "warn");
-  EXPECT_EQ(checkVerdict(checks[1]), "unsupported");
-  EXPECT_EQ(checkVerdict(checks[2]), "pass");
-  EXPECT_EQ(checkVerdict(checks[3]), "fail");
+      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "ok", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
+      check("health", "fabric GPU 0", CheckStatus::kUnsupported, "unsupported", "ok", "fabric state: not supported"),
+      check("health", "xid GPU 0", CheckStatus::kPass, "ok", "ok", "no XID in 60.0 s watched"),
+      check("health", "pcie_link GPU 0", CheckStatus::kFail, "fail", "ok", "Gen3 x8 of Gen5 x16")};
   const std::string md = renderSummary(run, checks);
-  EXPECT_NE(md.find("| WARN | health: ecc GPU 0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| WARN | health: ecc GPU 0 | warn | ok | past uncorrected errors: 1 (SRAM 1 parity in SM 1) |"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("| UNSUPPORTED | health: fabric GPU 0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| PASS | health: xid GPU 0 |"), std::string::npos) << md;
   const std::string xml = renderJunit(checks);
-  EXPECT_NE(xml.find("skipped=\"1\""), std::string::npos) << xml;
-  EXPECT_NE(xml.find("<skipped message=\"fabric state: not supported\"/>"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("skipped=\"1\" passed=\"1\" warnings=\"1\" unsupported=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<skipped message=\"UNSUPPORTED: fabric state: not supported\"/>"), std::string::npos) << xml;
   HtmlOptions ho;
   ho.checks = checks;
   const std::string html = renderHtml(run, ho);
   EXPECT_NE(html.find("<span class=\"pill other\">UNSUPPORTED</span>"), std::string::npos);
   EXPECT_NE(html.find("<span class=\"pill other\">WARN</span>"), std::string::npos);
+  const std::string console = formatCheckLines(checks);
+  EXPECT_EQ(console.rfind("FAIL health: pcie_link GPU 0: measured fail, expected ok: Gen3 x8 of Gen5 x16\n", 0), 0u)
+      << console;
+  EXPECT_NE(console.find("WARN health: ecc GPU 0"), std::string::npos);
+  EXPECT_EQ(console.find("xid GPU 0"), std::string::npos);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -13,6 +15,8 @@
 #include <set>
 #include <sstream>
 
+#include "harness/report/checks.h"
+#include "harness/report/json_in.h"
 #include "reference/core/devices.h"
 #include "reference/nccl/comm.h"
 
@@ -33,38 +37,13 @@ Status bad(const std::string& path, const std::string& why) {
   return PEERLAB_INVALID_ARGUMENT(path + ": " + why);
 }
 
-Status requireString(const json& obj, const char* key, const std::string& where, bool nonEmpty = false) {
-  if (!obj.contains(key)) return bad(where, std::string("missing key \"") + key + "\"");
-  if (!obj[key].is_string()) return bad(where + "." + key, "must be a string");
-  if (nonEmpty && obj[key].get_ref<const std::string&>().empty()) return bad(where + "." + key, "must not be empty");
-  return Status::ok();
-}
 
-Status requireNumberOrNull(const json& obj, const char* key, const std::string& where) {
-  if (!obj.contains(key)) return bad(where, std::string("missing key \"") + key + "\"");
-  if (!obj[key].is_null() && !obj[key].is_number()) return bad(where + "." + key, "must be a number or null");
-  return Status::ok();
-}
 
-Status requireIntOrNull(const json& obj, const char* key, const std::string& where) {
-  if (!obj.contains(key)) return bad(where, std::string("missing key \"") + key + "\"");
-  if (!obj[key].is_null() && !obj[key].is_number_integer()) return bad(where + "." + key, "must be an integer or null");
-  return Status::ok();
-}
 
-std::optional<double> getOptNum(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<double>();
-}
-std::optional<int> getOptInt(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<int>();
-}
 
 const char* kResultKeys[] = {"suite",   "name",       "impl",       "src",   "dst",    "ranks",  "bytes",
                              "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "detail", "numa"};
 const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
-const char* kFingerprintKeys[] = {"hostname", "driver", "cuda_runtime", "nccl", "gpus"};
 
 bool isKnown(const char* const* keys, size_t n, const std::string& k) {
   for (size_t i = 0; i < n; ++i)
@@ -119,110 +98,337 @@ json toJson(const Run& run) {
   return j;
 }
 
-Status validate(const json& doc) {
-  if (!doc.is_object()) return bad("$", "a run file is a JSON object");
-  if (!doc.contains("schema_version")) return bad("$", "missing key \"schema_version\"");
-  if (!doc["schema_version"].is_number_integer()) return bad("$.schema_version", "must be an integer");
-  const int version = doc["schema_version"].get<int>();
-  if (version != kSchemaVersion) {
-    return bad("$.schema_version", "unsupported schema version " + std::to_string(version) + " (this peerlab reads " +
-                                       std::to_string(kSchemaVersion) + ")");
-  }
-  PEERLAB_RETURN_IF_ERROR(requireString(doc, "tool", "$", true));
-  PEERLAB_RETURN_IF_ERROR(requireString(doc, "git_sha", "$"));
-  PEERLAB_RETURN_IF_ERROR(requireString(doc, "timestamp", "$", true));
-  if (!doc.contains("fingerprint")) return bad("$", "missing key \"fingerprint\"");
-  const json& fp = doc["fingerprint"];
-  if (!fp.is_object()) return bad("$.fingerprint", "must be an object");
-  for (const char* k : {"hostname", "driver", "cuda_runtime", "nccl"}) {
-    PEERLAB_RETURN_IF_ERROR(requireString(fp, k, "$.fingerprint"));
-  }
-  if (!fp.contains("gpus")) return bad("$.fingerprint", "missing key \"gpus\"");
-  if (!fp["gpus"].is_array()) return bad("$.fingerprint.gpus", "must be an array");
-  for (size_t i = 0; i < fp["gpus"].size(); ++i) {
-    const json& g = fp["gpus"][i];
-    const std::string where = "$.fingerprint.gpus[" + std::to_string(i) + "]";
-    if (!g.is_object()) return bad(where, "must be an object");
-    if (!g.contains("ordinal") || !g["ordinal"].is_number_integer())
-      return bad(where + ".ordinal", "must be an integer");
-    for (const char* k : {"uuid", "bus_id", "name"})
-      PEERLAB_RETURN_IF_ERROR(requireString(g, k, where));
-  }
-  if (!doc.contains("results")) return bad("$", "missing key \"results\"");
-  if (!doc["results"].is_array()) return bad("$.results", "must be an array");
-  for (size_t i = 0; i < doc["results"].size(); ++i) {
-    const json& r = doc["results"][i];
-    const std::string where = "$.results[" + std::to_string(i) + "]";
-    if (!r.is_object()) return bad(where, "must be an object");
-    for (const char* k : {"suite", "name", "impl", "status"})
-      PEERLAB_RETURN_IF_ERROR(requireString(r, k, where, true));
-    PEERLAB_RETURN_IF_ERROR(requireIntOrNull(r, "src", where));
-    PEERLAB_RETURN_IF_ERROR(requireIntOrNull(r, "dst", where));
-    if (!r.contains("ranks") || !r["ranks"].is_number_integer() || r["ranks"].get<int>() < 1) {
-      return bad(where + ".ranks", "must be an integer >= 1");
+namespace {
+
+// Nesting depth of JSON text, counted without parsing (strings skipped), so that a document nested deeper than any
+// run file is refused before a recursive parser or printer could overflow the stack.
+int nestingDepth(const std::string& text, int stop_at) {
+  int depth = 0, most = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        inString = false;
+      }
+      continue;
     }
-    for (const char* k : {"bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}) {
-      PEERLAB_RETURN_IF_ERROR(requireNumberOrNull(r, k, where));
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+      if (most > stop_at) return most;
+    } else if (c == ']' || c == '}') {
+      --depth;
     }
-    if (r.contains("numa")) PEERLAB_RETURN_IF_ERROR(requireIntOrNull(r, "numa", where));
   }
-  return Status::ok();
+  return most;
 }
 
-StatusOr<Run> fromJson(const json& doc) {
-  PEERLAB_RETURN_IF_ERROR(validate(doc));
-  Run run;
-  run.schema_version = doc["schema_version"].get<int>();
-  run.tool = doc["tool"].get<std::string>();
-  run.git_sha = doc["git_sha"].get<std::string>();
-  run.timestamp = doc["timestamp"].get<std::string>();
-  const json& fp = doc["fingerprint"];
-  run.fingerprint.hostname = fp["hostname"].get<std::string>();
-  run.fingerprint.driver = fp["driver"].get<std::string>();
-  run.fingerprint.cuda_runtime = fp["cuda_runtime"].get<std::string>();
-  run.fingerprint.nccl = fp["nccl"].get<std::string>();
-  for (const json& g : fp["gpus"]) {
-    run.fingerprint.gpus.push_back({g["ordinal"].get<int>(), g["uuid"].get<std::string>(),
-                                    g["bus_id"].get<std::string>(), g["name"].get<std::string>()});
+// Depth of a parsed document, looking no deeper than one level past `limit`.
+int jsonDepth(const json& j, int limit) {
+  if (!j.is_array() && !j.is_object()) return 0;
+  if (limit < 0) return 1;
+  int most = 0;
+  for (const json& v : j)
+    most = std::max(most, jsonDepth(v, limit - 1));
+  return most + 1;
+}
+
+// Every string of the document loses its control characters (the walk is bounded by kMaxJsonDepth).
+void stripControlIn(json& j) {
+  if (j.is_string()) {
+    std::string& s = j.get_ref<std::string&>();
+    bool any = false;
+    for (unsigned char c : s)
+      any |= c < 0x20 || c == 0x7f || c == 0xc2;
+    if (any) s = stripControl(s);
+  } else if (j.is_array() || j.is_object()) {
+    for (json& v : j)
+      stripControlIn(v);
   }
-  for (const json& r : doc["results"]) {
+}
+
+std::vector<std::string> readStrings(const In& a, size_t max_items, size_t max_bytes = kMaxTextBytes) {
+  std::vector<std::string> out;
+  if (a.size() > max_items) a.fail("holds more than the " + std::to_string(max_items) + " entries allowed");
+  for (size_t i = 0; i < a.size(); ++i)
+    out.push_back(a.item(i).str(max_bytes));
+  return out;
+}
+
+// Largest sensible figures: 100 TB/s of bandwidth, a petabyte, eleven days in microseconds, 2^53 elements.
+constexpr double kMaxGbps = 1e5;
+constexpr double kMaxBytes = 1e15;
+constexpr double kMaxTimeUs = 1e12;
+constexpr double kMaxCount = 9007199254740992.0;
+
+// Result keys beyond the fixed ones that peerlab reads, with their types.
+void readResultExtra(const In& r) {
+  for (const char* k : {"claimed", "lie", "cached"})
+    r.boolean(k, false);
+  for (const char* k : {"method", "path", "error", "log", "benchmark"})
+    r.str(k, "", kMaxTextBytes);
+  for (const char* k : {"first_bad", "words", "samples", "p10_us", "p90_us", "nvlink_gbps", "cells", "workers",
+                        "failed_claims", "kernel_us", "numa_local"}) {
+    r.num(k, 0, kMaxTimeUs * 1e3);
+  }
+  if (auto t = r.opt("throttled")) readStrings(*t, 64, kMaxNameBytes);
+  if (auto s = r.opt("samples_us")) {
+    if (s->size() > 1000000) s->fail("holds more than the 1000000 samples allowed");
+    for (size_t i = 0; i < s->size(); ++i)
+      s->item(i).num(0, kMaxTimeUs);
+  }
+}
+
+// Top-level keys beyond the fixed ones that peerlab reads.
+void readRunExtra(const In& doc, Run& run) {
+  doc.str("kind", "", 128);
+  if (auto p = doc.opt("plan")) {
+    auto plan = runPlanFromJson(p->json(), p->path());
+    if (!plan.isOk()) throw BadJson{"", plan.status().message()};
+    run.plan = std::move(*plan);
+  }
+  if (auto q = doc.opt("qualify")) {
+    q->requireObject();
+    if (auto v = q->opt("verdict")) {
+      const std::string w = v->str(kMaxNameBytes);
+      if (w != "PASS" && w != "FAIL") v->fail("\"" + w + "\" is not PASS or FAIL");
+    }
+    if (auto c = q->opt("checks")) {
+      auto checks = checksFromJson(c->json(), c->path());
+      if (!checks.isOk()) throw BadJson{"", checks.status().message()};
+    }
+    q->integer("failed", 0, 1LL << 40);
+    q->str("command", "");
+    q->str("baseline", "");
+    q->num("wall_s", 0, 1e9);
+    if (auto s = q->opt("summary")) s->requireObject();
+  }
+  if (auto b = doc.opt("bench")) {
+    b->requireObject();
+    b->str("mode", "", kMaxNameBytes);
+    b->boolean("interrupted", false);
+    if (auto jobs = b->opt("jobs")) {
+      if (jobs->size() > 100000) jobs->fail("holds more than the 100000 jobs allowed");
+      for (size_t i = 0; i < jobs->size(); ++i) {
+        const In j = jobs->item(i);
+        j.requireObject();
+        j.str("label", "", kMaxNameBytes);
+        j.str("binary", "", kMaxNameBytes);
+        j.str("exit", "");
+        j.str("gbench_json", "");
+        j.integer("results", 0, 1LL << 40);
+        j.num("wall_s", 0, 1e9);
+        if (auto a = j.opt("args")) readStrings(*a, 256);
+        if (auto e = j.opt("env")) readStrings(*e, 64);
+      }
+    }
+  }
+  if (auto h = doc.opt("health")) h->requireObject();
+  if (auto p = doc.opt("probe")) p->requireObject();
+  if (auto s = doc.opt("sources")) readStrings(*s, 10000);
+}
+
+Run readRunDocument(const json& j) {
+  const In doc(j, "$");
+  doc.requireObject();
+  const int version = doc.at("schema_version").integer(0, 1 << 20);
+  if (version != kSchemaVersion) {
+    doc.at("schema_version")
+        .fail("unsupported schema version " + std::to_string(version) + " (this peerlab reads " +
+              std::to_string(kSchemaVersion) + ")");
+  }
+  Run run;
+  run.schema_version = version;
+  run.tool = doc.at("tool").str(kMaxNameBytes);
+  if (run.tool.empty()) doc.at("tool").fail("must not be empty");
+  run.git_sha = doc.at("git_sha").str(kMaxNameBytes);
+  const In ts = doc.at("timestamp");
+  run.timestamp = ts.str(kMaxNameBytes);
+  const auto when = parseIsoTimestamp(run.timestamp);
+  if (!when) ts.fail("\"" + run.timestamp + "\" is not an ISO 8601 time (2026-11-21T08:12:33Z)");
+  if (*when > static_cast<long long>(std::time(nullptr)) + kTimestampSkewS) {
+    ts.fail("\"" + run.timestamp + "\" lies in the future");
+  }
+  const In fp = doc.at("fingerprint");
+  fp.requireObject();
+  run.fingerprint.hostname = fp.at("hostname").str(kMaxNameBytes);
+  run.fingerprint.driver = fp.at("driver").str(kMaxNameBytes);
+  run.fingerprint.cuda_runtime = fp.at("cuda_runtime").str(kMaxNameBytes);
+  run.fingerprint.nccl = fp.at("nccl").str(kMaxNameBytes);
+  const In gpus = fp.at("gpus");
+  if (gpus.size() > static_cast<size_t>(kMaxGpus)) {
+    gpus.fail("lists " + std::to_string(gpus.size()) + " GPUs, more than the " + std::to_string(kMaxGpus) +
+              " a run may hold");
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const In g = gpus.item(i);
+    g.requireObject();
+    run.fingerprint.gpus.push_back({g.at("ordinal").integer(0, kMaxGpus - 1), g.at("uuid").str(kMaxNameBytes),
+                                    g.at("bus_id").str(kMaxNameBytes), g.at("name").str(kMaxNameBytes)});
+  }
+  readRunExtra(doc, run);
+  // GPU indices name GPUs of this run: those its fingerprint lists, else those of its plan's topology.
+  int gpuLimit = kMaxGpus;
+  std::string limitWhy = "the most a run may hold";
+  if (!run.fingerprint.gpus.empty()) {
+    gpuLimit = 0;
+    for (const GpuFingerprint& g : run.fingerprint.gpus)
+      gpuLimit = std::max(gpuLimit, g.ordinal + 1);
+    limitWhy = "the fingerprint lists " + std::to_string(run.fingerprint.gpus.size()) + " GPUs";
+  } else if (run.plan && run.plan->topology && !run.plan->topology->gpus.empty()) {
+    gpuLimit = static_cast<int>(run.plan->topology->gpus.size());
+    limitWhy = "the plan's topology has " + std::to_string(gpuLimit) + " GPUs";
+  }
+  const In results = doc.at("results");
+  if (results.size() > kMaxResults) results.fail("holds more than the " + std::to_string(kMaxResults) + " results allowed");
+  run.results.reserve(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const In r = results.item(i);
+    r.requireObject();
     Result out;
-    out.suite = r["suite"].get<std::string>();
-    out.name = r["name"].get<std::string>();
-    out.impl = r["impl"].get<std::string>();
-    out.src = getOptInt(r["src"]);
-    out.dst = getOptInt(r["dst"]);
-    out.ranks = r["ranks"].get<int>();
-    out.bytes = getOptNum(r["bytes"]);
-    out.time_us = getOptNum(r["time_us"]);
-    out.algbw_gbps = getOptNum(r["algbw_gbps"]);
-    out.busbw_gbps = getOptNum(r["busbw_gbps"]);
-    out.wrong = getOptNum(r["wrong"]);
-    out.status = r["status"].get<std::string>();
-    if (r.contains("numa")) out.numa = getOptInt(r["numa"]);
-    if (r.contains("detail") && r["detail"].is_string()) out.detail = r["detail"].get<std::string>();
-    for (auto it = r.begin(); it != r.end(); ++it) {
+    out.suite = r.at("suite").str(kMaxNameBytes);
+    out.name = r.at("name").str(kMaxNameBytes);
+    out.impl = r.at("impl").str(kMaxNameBytes);
+    out.status = r.at("status").str(4096);
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"suite", &out.suite},
+                                     {"name", &out.name}, {"impl", &out.impl}, {"status", &out.status}}) {
+      if (value->empty()) r.at(key).fail("must not be empty");
+    }
+    auto gpuIndex = [&](const char* key) -> std::optional<int> {
+      const In v = r.at(key);
+      if (v.json().is_null()) return std::nullopt;
+      if (!v.json().is_number_integer()) v.fail("must be an integer or null (got " + shortValue(v.json()) + ")");
+      const long long g = v.json().is_number_unsigned() ? static_cast<long long>(std::min<unsigned long long>(
+                                                              v.json().get<unsigned long long>(), 1ULL << 40))
+                                                        : v.json().get<long long>();
+      if (g < 0 || g >= gpuLimit) {
+        v.fail(std::to_string(g) + " is not a GPU of this run (0.." + std::to_string(gpuLimit - 1) + ": " + limitWhy +
+               ")");
+      }
+      return static_cast<int>(g);
+    };
+    out.src = gpuIndex("src");
+    out.dst = gpuIndex("dst");
+    out.ranks = r.at("ranks").integer(1, 4096);
+    auto number = [&](const char* key, double lo, double hi) -> std::optional<double> {
+      const In v = r.at(key);
+      if (v.json().is_null()) return std::nullopt;
+      return v.num(lo, hi);
+    };
+    out.bytes = number("bytes", 0, kMaxBytes);
+    out.time_us = number("time_us", 0, kMaxTimeUs);
+    if (out.time_us && *out.time_us == 0) r.at("time_us").fail("0 is not a time: a measured time is positive");
+    out.algbw_gbps = number("algbw_gbps", 0, kMaxGbps);
+    out.busbw_gbps = number("busbw_gbps", 0, kMaxGbps);
+    out.wrong = number("wrong", 0, kMaxCount);
+    if (out.wrong && *out.wrong != std::floor(*out.wrong)) r.at("wrong").fail("must be a whole number of elements");
+    out.numa = r.integer("numa", 0, 65535);
+    out.detail = r.str("detail", "");
+    readResultExtra(r);
+    for (auto it = r.json().begin(); it != r.json().end(); ++it) {
       if (!isKnown(kResultKeys, std::size(kResultKeys), it.key())) out.extra[it.key()] = it.value();
     }
     run.results.push_back(std::move(out));
   }
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
     if (!isKnown(kRunKeys, std::size(kRunKeys), it.key())) run.extra[it.key()] = it.value();
   }
-  (void)kFingerprintKeys;
   return run;
 }
 
-StatusOr<Run> readRun(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return bad(path, "no such file");
-  if (std::filesystem::is_directory(path, ec)) return bad(path, "is a directory, not a run file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return bad(path, std::string("cannot read: ") + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return bad(path, "empty file");
+}  // namespace
+
+std::string stripControl(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) continue;
+    // C1 controls (U+0080..U+009F) are 0xC2 0x80..0x9F in UTF-8; CSI (U+009B) drives terminals like ESC [.
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      ++i;
+      continue;
+    }
+    out += static_cast<char>(c);
+  }
+  return out;
+}
+
+std::optional<long long> parseIsoTimestamp(const std::string& t) {
+  // YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)
+  auto digits = [&](size_t pos, size_t n, int& out) {
+    if (pos + n > t.size()) return false;
+    out = 0;
+    for (size_t i = pos; i < pos + n; ++i) {
+      if (t[i] < '0' || t[i] > '9') return false;
+      out = out * 10 + (t[i] - '0');
+    }
+    return true;
+  };
+  int y, mo, d, h, mi, s;
+  if (t.size() < 20 || !digits(0, 4, y) || t[4] != '-' || !digits(5, 2, mo) || t[7] != '-' || !digits(8, 2, d) ||
+      (t[10] != 'T' && t[10] != ' ') || !digits(11, 2, h) || t[13] != ':' || !digits(14, 2, mi) || t[16] != ':' ||
+      !digits(17, 2, s)) {
+    return std::nullopt;
+  }
+  size_t p = 19;
+  if (p < t.size() && t[p] == '.') {
+    ++p;
+    const size_t begin = p;
+    while (p < t.size() && t[p] >= '0' && t[p] <= '9')
+      ++p;
+    if (p == begin || p - begin > 9) return std::nullopt;
+  }
+  long long offset = 0;
+  if (p < t.size() && t[p] == 'Z') {
+    ++p;
+  } else if (p < t.size() && (t[p] == '+' || t[p] == '-')) {
+    int oh, om;
+    if (!digits(p + 1, 2, oh) || p + 3 >= t.size() || t[p + 3] != ':' || !digits(p + 4, 2, om) || oh > 23 || om > 59)
+      return std::nullopt;
+    offset = (t[p] == '+' ? 1 : -1) * (oh * 3600LL + om * 60LL);
+    p += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (p != t.size()) return std::nullopt;
+  static const int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > kDays[mo - 1] || h > 23 || mi > 59 || s > 60) return std::nullopt;
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (mo == 2 && d == 29 && !leap) return std::nullopt;
+  // Days from civil (Howard Hinnant's algorithm).
+  const int yy = y - (mo <= 2);
+  const int era = yy / 400;
+  const int yoe = yy - era * 400;
+  const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const long long days = era * 146097LL + doe - 719468;
+  return days * 86400 + h * 3600LL + mi * 60LL + s - offset;
+}
+
+Status validate(const json& doc) {
+  return fromJson(doc).status();
+}
+
+StatusOr<Run> fromJson(json doc) {
+  if (jsonDepth(doc, kMaxJsonDepth) > kMaxJsonDepth) {
+    return PEERLAB_INVALID_ARGUMENT("$: nested deeper than the " + std::to_string(kMaxJsonDepth) + " levels allowed");
+  }
+  stripControlIn(doc);
+  return readJson([&] { return readRunDocument(doc); });
+}
+
+StatusOr<Run> runFromText(const std::string& text) {
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return PEERLAB_INVALID_ARGUMENT("empty file");
+  if (nestingDepth(text, kMaxJsonDepth) > kMaxJsonDepth) {
+    return PEERLAB_INVALID_ARGUMENT("JSON nested deeper than the " + std::to_string(kMaxJsonDepth) +
+                                    " levels a run file may have");
+  }
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
     // Find where parsing stops, for a useful one-line reason.
@@ -235,13 +441,37 @@ StatusOr<Run> readRun(const std::string& path) {
       if (what.rfind("[json.exception.", 0) == 0) {
         if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
       }
-      return bad(path, "malformed JSON (" + what + ")");
+      return PEERLAB_INVALID_ARGUMENT("malformed JSON (" + stripControl(what) + ")");
     }
-    return bad(path, "malformed JSON");
+    return PEERLAB_INVALID_ARGUMENT("malformed JSON");
   }
-  auto run = fromJson(doc);
+  stripControlIn(doc);
+  return readJson([&] { return readRunDocument(doc); });
+}
+
+StatusOr<Run> readRun(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return bad(path, "no such file");
+  if (std::filesystem::is_directory(path, ec)) return bad(path, "is a directory, not a run file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxRunFileBytes) {
+    return bad(path, std::to_string(size) + " bytes, larger than the " + std::to_string(kMaxRunFileBytes >> 20) +
+                         " MiB a run file may have");
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return bad(path, std::string("cannot read: ") + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto run = runFromText(ss.str());
   if (!run.isOk()) return bad(path, run.status().message());
   return run;
+}
+
+Status attachPlan(Run& run) {
+  run.plan.reset();
+  if (!run.extra.is_object() || !run.extra.contains("plan") || run.extra["plan"].is_null()) return Status::ok();
+  PEERLAB_ASSIGN_OR_RETURN(run.plan, runPlanFromJson(run.extra["plan"]));
+  return Status::ok();
 }
 
 Status writeRun(const Run& run, const std::string& path) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/report/plan_record.h"
 #include "reference/core/status.h"
 
 namespace peerlab::report {
@@ -54,23 +55,46 @@ struct Run {
   std::string timestamp;  ///< ISO 8601 UTC
   Fingerprint fingerprint;
   std::vector<Result> results;
-  nlohmann::json extra = nlohmann::json::object();  ///< more top-level keys (kind, topology, probe matrix...)
+  nlohmann::json extra = nlohmann::json::object();  ///< more top-level keys (kind, plan, qualify, bench, ...)
+  /// The validated view of extra["plan"] (fromJson fills it; a run assembled in memory calls attachPlan()).
+  std::optional<RunPlan> plan;
 };
 
 nlohmann::json toJson(const Run& run);
 nlohmann::json toJson(const Result& result);
 nlohmann::json toJson(const Fingerprint& fp);
 
-/// Checks a parsed document against schema version 1; the message names the first offending path.
-Status validate(const nlohmann::json& doc);
-/// Parses and validates; `invalid_argument` names what is wrong (schema version, missing key, type).
-StatusOr<Run> fromJson(const nlohmann::json& doc);
+/// Limits of what a run file may hold; beyond them it is refused, never half read.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kMaxRunFileBytes = size_t{512} << 20;
+inline constexpr size_t kMaxResults = 500'000;
+/// A run's timestamp may lie this far in the future (clocks of a fleet disagree a little), no further.
+inline constexpr int kTimestampSkewS = 3600;
 
-/// Reads a run file: missing file, unreadable file, truncated or malformed JSON, wrong schema version each give
-/// `invalid_argument` with one line naming the file and the reason.
+/// The one reader of run files (and of what probe and bench write): every key any part of peerlab reads is checked
+/// for its type and range, optional keys too; GPU indices must lie within the GPUs the run lists (and kMaxGpus);
+/// times, sizes and bandwidths must be finite and not negative (a time not zero); the timestamp must be ISO 8601 and
+/// not in the future; strings are bounded and their control characters removed. `invalid_argument` names the JSON
+/// path, what is wrong and the value. Keys peerlab does not read are kept as they are.
+StatusOr<Run> fromJson(nlohmann::json doc);
+/// fromJson's checks without keeping the run.
+Status validate(const nlohmann::json& doc);
+/// fromJson on text: also refuses nesting deeper than kMaxJsonDepth before parsing and names where JSON breaks.
+StatusOr<Run> runFromText(const std::string& text);
+
+/// Reads a run file: missing file, unreadable file, truncated or malformed JSON, wrong schema version and every
+/// refusal of fromJson give `invalid_argument` with one line naming the file, the JSON path and the value.
 StatusOr<Run> readRun(const std::string& path);
 /// Writes the run file atomically (temporary file + rename).
 Status writeRun(const Run& run, const std::string& path);
+/// Sets run.plan from run.extra["plan"] (validated), or clears it when there is none.
+Status attachPlan(Run& run);
+
+/// Seconds since the epoch of an ISO 8601 timestamp ("2026-11-21T08:12:33Z", fractions and +hh:mm allowed);
+/// nullopt when it is not one.
+std::optional<long long> parseIsoTimestamp(const std::string& text);
+/// Removes control characters (C0, DEL and C1) so that text from a run file never drives a terminal.
+std::string stripControl(const std::string& text);
 
 /// The commit this binary was built from, stamped at build time ("unknown" outside a git work tree).
 const char* buildGitSha();

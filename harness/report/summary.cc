@@ -39,13 +39,12 @@ std::string figure(double v) {
 
 std::string renderSummary(const Run& run, const std::vector<Check>& checks, const SummaryOptions& options) {
   std::ostringstream md;
-  const int failed = failedChecks(checks);
+  const CheckCounts counts = countChecks(checks);
   const int gpus = gpuCount(run);
   const std::string host = run.fingerprint.hostname.empty() ? "unknown host" : run.fingerprint.hostname;
   if (options.verdict) {
-    md << "# " << options.title << ": " << (failed ? "FAIL" : "PASS") << " on " << host << "\n\n";
-    md << "- checks: " << checks.size() - failed << " passed, " << failed << " failed, " << checks.size()
-       << " in all\n";
+    md << "# " << options.title << ": " << verdictWord(counts) << " on " << cell(host) << "\n\n";
+    md << "- " << formatCounts(counts) << "\n";
   } else {
     md << "# " << options.title << ": " << host << "\n\n";
   }
@@ -60,24 +59,26 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     md << "- " << n << "\n";
   md << "\n";
 
-  if (failed) {
-    md << "## Failed checks\n\n| check | measured | expected | reason |\n|---|---|---|---|\n";
-    for (const Check& c : checks) {
-      if (c.pass) continue;
-      md << "| " << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected) << " | "
-         << cell(c.reason) << " |\n";
+  // Every check that did not pass, with the numbers behind it: failures first, then warnings, unsupported, skipped.
+  if (counts.passed != counts.total) {
+    md << "## Checks that did not pass\n\n| status | check | measured | expected | reason |\n|---|---|---|---|---|\n";
+    for (CheckStatus want :
+         {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped}) {
+      for (const Check& c : checks) {
+        if (c.status != want) continue;
+        md << "| " << (want == CheckStatus::kFail ? "**FAIL**" : checkStatusLabel(want)) << " | "
+           << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected) << " | "
+           << cell(c.reason) << " |\n";
+      }
     }
     md << "\n";
   }
 
-  bool probe = false;
-  for (const Result& r : run.results)
-    probe |= r.suite == "probe";
-  if (probe) {
-    ProbeSummary ps = summarizeProbe(run);
+  const ProbeSummary ps = summarizeProbe(run);
+  if (ps.cells > 0) {
     md << "## Probe\n\n"
-       << ps.cells << " cells: " << ps.ok << " verified ok, " << ps.unsupported << " unsupported, " << ps.failed
-       << " failed.\n";
+       << ps.cells << " cells (" << ps.pairs << " ordered pairs x " << ps.methods << " methods): " << ps.ok
+       << " verified ok, " << ps.unsupported << " unsupported, " << ps.failed << " failed.\n";
     if (!ps.claimed_but_failed.empty()) {
       md << "\nClaimed by the driver but not verified:\n";
       for (const auto& c : ps.claimed_but_failed)
@@ -138,16 +139,11 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (problems) md << "## Failed results\n\n" << bad.str() << "\n";
 
   if (!checks.empty()) {
-    md << "## All checks\n\n| | check | measured | expected |\n|---|---|---|---|\n";
+    md << "## All checks\n\n| status | check | measured | expected | basis | reason |\n|---|---|---|---|---|---|\n";
     for (const Check& c : checks) {
-      const std::string v = checkVerdict(c);
-      md << "| "
-         << (v == "pass"   ? "PASS"
-             : v == "fail" ? "**FAIL**"
-             : v == "warn" ? "WARN"
-                           : "UNSUPPORTED")
-         << " | " << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected)
-         << " |\n";
+      md << "| " << (c.failed() ? "**FAIL**" : checkStatusLabel(c.status)) << " | " << cell(c.category + ": " + c.name)
+         << " | " << cell(c.measured) << " | " << cell(c.expected) << " | " << cell(c.basis) << " | "
+         << cell(c.reason) << " |\n";
     }
     md << "\n";
   }
@@ -157,6 +153,30 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
       md << "- " << f << "\n";
   }
   return md.str();
+}
+
+std::string formatCheckLines(const std::vector<Check>& checks) {
+  std::string out;
+  for (CheckStatus want : {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped}) {
+    for (const Check& c : checks) {
+      if (c.status != want) continue;
+      out += checkStatusLabel(c.status) + " " + c.category + ": " + c.name + ": measured " +
+             (c.measured.empty() ? std::string("-") : c.measured) + ", expected " +
+             (c.expected.empty() ? std::string("-") : c.expected) + (c.basis.empty() ? "" : " (" + c.basis + ")") +
+             ": " + c.reason + "\n";
+    }
+  }
+  return out;
+}
+
+std::string firstFailure(const std::vector<Check>& checks) {
+  for (const Check& c : checks) {
+    if (c.failed()) {
+      return c.category + " " + c.name + ": " + c.reason + " (measured " + c.measured + ", expected " + c.expected +
+             ")";
+    }
+  }
+  return "";
 }
 
 }  // namespace peerlab::report

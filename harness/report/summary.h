@@ -19,4 +19,10 @@ struct SummaryOptions {
 
 std::string renderSummary(const Run& run, const std::vector<Check>& checks, const SummaryOptions& options = {});
 
+/// The console's view of checks (`peerlab qualify` and `peerlab report` print it): one line per check that did not
+/// pass, failures first, "FAIL category: name: measured M, expected E (basis): reason".
+std::string formatCheckLines(const std::vector<Check>& checks);
+/// "category name: reason (measured M, expected E)" of the first failed check, "" when none failed.
+std::string firstFailure(const std::vector<Check>& checks);
+
 }  // namespace peerlab::report

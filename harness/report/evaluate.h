@@ -1,0 +1,59 @@
+#pragma once
+/// The one checks engine: (plan, results, thresholds) -> checks. `peerlab qualify` (live and --results), `peerlab
+/// report`, the history store and the scorecard all take their verdict from here, so the same run gets the same
+/// verdict and the same counts whichever command or page shows it.
+///
+/// Checks, in this order: topology (the plan's topology against what CUDA saw), health (one per GPU and health
+/// result, and benchmarks taken at held-down clocks), probe (claimed cells must verify; "not run" when the plan did
+/// not run it), data (every suite's results ran and verified), bandwidth (every expected figure of every scope: pair,
+/// host, device, gpu, gpu_pcie), latency (every bound), coverage (every suite the plan ran has results; every rule
+/// whose implementations ran reached the sizes it needs), baseline (against a baseline run, or as stored).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/report/checks.h"
+#include "harness/report/plan_record.h"
+#include "harness/report/report.h"
+
+namespace peerlab::report {
+
+struct EvaluateOptions {
+  const Run* baseline = nullptr;  ///< compare every result against it; without it, stored baseline checks are kept
+  double baseline_threshold_pct = 5;
+};
+
+/// The checks of `run` against `plan` (nullptr: a run without a plan gets its probe, health and data checks).
+std::vector<Check> evaluateChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& options = {});
+
+struct RunVerdict {
+  std::vector<Check> checks;
+  CheckCounts counts;
+  std::optional<bool> stored_pass;  ///< the verdict the run file states ("qualify"."verdict"), when it states one
+  bool pass() const { return counts.pass(); }
+  /// The run file says PASS but its results fail.
+  bool storedPassContradicted() const { return stored_pass.value_or(false) && !pass(); }
+};
+
+/// The run's plan: run.plan, else extra["plan"] read now (a run assembled in memory); nullopt when it has none or
+/// the stored plan does not read.
+std::optional<RunPlan> planOfRun(const Run& run);
+
+/// The verdict of a run against its own stored plan (planOfRun): what `report`, `qualify --results` without a new
+/// config, and the history store compute.
+RunVerdict verdictOf(const Run& run, const EvaluateOptions& options = {});
+
+/// The bandwidth a result should reach by `plan` (the first matching expectation), for pages that show a figure as
+/// a percentage of what was expected.
+struct ExpectedFigure {
+  std::string metric;  ///< algbw_gbps or busbw_gbps
+  double gbps = 0;
+  std::string basis;
+};
+std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const Result& r);
+
+/// Shell-style glob through fnmatch(3), as the plan's impl and name patterns are matched.
+bool globMatch(const std::string& pattern, const std::string& text);
+
+}  // namespace peerlab::report

@@ -1,0 +1,255 @@
+// The checks engine on committed run files and on runs edited from them: the verdict comes from the results and the
+// stored plan, every expectation scope counts, a plan's "not run" is shown as skipped, reasons carry the numbers.
+#include "harness/report/evaluate.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "reference/testing/testing.h"
+
+namespace peerlab::report {
+namespace {
+
+std::string failures(const RunVerdict& v) {
+  std::string s;
+  for (const Check& c : v.checks) {
+    if (c.failed()) s += c.category + " | " + c.name + " | " + c.reason + "\n";
+  }
+  return s;
+}
+
+report::Run committed(const std::string& name) {
+  auto run = readRun(peerlab::testing::sourcePath("reports/runs/" + name));
+  EXPECT_TRUE(run.isOk()) << run.status().toString();
+  return run.isOk() ? *run : report::Run{};
+}
+
+report::Run x4() {
+  return committed("2026-11-21-nvidia-h200-x4-db99ff9.json");
+}
+report::Run h100() {
+  return committed("2026-11-25-nvidia-h100-x1-a99f8ae.json");
+}
+
+const Check* named(const std::vector<Check>& checks, const std::string& name) {
+  for (const Check& c : checks) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+// A one-GPU qualify: pair suites are notes, not jobs; the probe did not run and says so.
+TEST(Evaluate, OneGpuQualifyIsPassWithTheProbeNotRun) {
+  const RunVerdict v = verdictOf(h100());
+  EXPECT_TRUE(v.pass()) << failures(v);
+  EXPECT_FALSE(v.storedPassContradicted());
+  const Check* probe = named(v.checks, "verified probe");
+  ASSERT_NE(probe, nullptr);
+  EXPECT_EQ(probe->status, CheckStatus::kSkipped);
+  EXPECT_NE(probe->reason.find("not run: the topology has no GPU pair"), std::string::npos) << probe->reason;
+  EXPECT_EQ(v.counts.skipped, 1);
+  EXPECT_EQ(v.counts.unsupported, 4);
+  EXPECT_EQ(v.counts.passed + v.counts.unsupported + v.counts.skipped, v.counts.total);
+}
+
+TEST(Evaluate, CommittedPassingRunIsPassInEveryCategory) {
+  const RunVerdict v = verdictOf(x4());
+  ASSERT_TRUE(v.stored_pass.has_value());
+  EXPECT_TRUE(*v.stored_pass);
+  EXPECT_TRUE(v.pass()) << failures(v);
+  std::map<std::string, int> byCategory;
+  for (const Check& c : v.checks)
+    ++byCategory[c.category];
+  EXPECT_GE(byCategory["topology"], 3);
+  EXPECT_GE(byCategory["probe"], 1);
+  EXPECT_GE(byCategory["data"], 5);
+  EXPECT_GE(byCategory["bandwidth"], 60);
+  EXPECT_GE(byCategory["latency"], 10);
+  EXPECT_GE(byCategory["coverage"], 3);
+}
+
+// Host-scope expectations (one per GPU, results without a destination) are checked: a slow host copy fails.
+TEST(Evaluate, HostScopeExpectationsAreChecked) {
+  report::Run run = h100();
+  int edited = 0;
+  for (Result& r : run.results) {
+    if (r.suite == "host_copy" && r.impl == "peerlab.ce" && (r.name == "h2d" || r.name == "d2h") && r.bytes &&
+        *r.bytes >= (64 << 20) && r.status == "ok") {
+      r.algbw_gbps = 5;
+      r.busbw_gbps = 5;
+      ++edited;
+    }
+  }
+  ASSERT_GT(edited, 0);
+  const RunVerdict v = verdictOf(run);
+  EXPECT_FALSE(v.pass());
+  EXPECT_TRUE(v.storedPassContradicted());
+  const Check* h2d = named(v.checks, "host_copy peerlab.ce h2d gpu 0 host numa 0");
+  ASSERT_NE(h2d, nullptr) << failures(v);
+  EXPECT_TRUE(h2d->failed());
+  EXPECT_EQ(h2d->measured, "5.0 GB/s algbw at 256 MiB");
+  EXPECT_EQ(h2d->expected, ">= 50.4 GB/s");
+  EXPECT_NE(h2d->basis.find("scope host"), std::string::npos) << h2d->basis;
+  EXPECT_NE(h2d->reason.find("9.9% of the expected figure"), std::string::npos) << h2d->reason;
+  EXPECT_EQ(v.counts.failed, 2) << failures(v);
+}
+
+TEST(Evaluate, ClaimedCorruptCellFailsOnceAsOneCell) {
+  report::Run run = x4();
+  int edited = 0;
+  for (Result& r : run.results) {
+    if (r.suite == "probe" && r.extra.value("claimed", false) && r.src == 1 && r.dst == 2 &&
+        r.name.rfind("ce_write/", 0) == 0) {
+      r.status = "corrupt";
+      r.wrong = 12;
+      ++edited;
+    }
+  }
+  ASSERT_GE(edited, 1);
+  const RunVerdict v = verdictOf(run);
+  EXPECT_FALSE(v.pass());
+  EXPECT_TRUE(v.storedPassContradicted());
+  const Check* ce = named(v.checks, "probe ce_write: claimed cells verify");
+  ASSERT_NE(ce, nullptr);
+  // A cell is an ordered pair and a method, whatever the number of sizes probed.
+  EXPECT_EQ(ce->measured, "11 of 12 claimed cells verified (12 cells)");
+  EXPECT_NE(ce->reason.find("1->2 corrupt"), std::string::npos) << ce->reason;
+}
+
+TEST(Evaluate, MissingSuiteAndProcessFailureRecordsFail) {
+  report::Run run = x4();
+  std::erase_if(run.results, [](const Result& r) { return r.suite == "zcopy"; });
+  Result failed;
+  failed.suite = "zcopy";
+  failed.name = "process";
+  failed.impl = "zcopy_bench";
+  failed.status = "failed: zcopy_bench not found";
+  run.results.push_back(failed);
+  const RunVerdict v = verdictOf(run);
+  EXPECT_FALSE(v.pass());
+  const Check* coverage = named(v.checks, "suite zcopy has results");
+  ASSERT_NE(coverage, nullptr);
+  EXPECT_TRUE(coverage->failed());
+  EXPECT_EQ(coverage->measured, "0 results (+1 process failures)");
+  EXPECT_NE(coverage->reason.find("zcopy_bench not found"), std::string::npos) << coverage->reason;
+}
+
+TEST(Evaluate, WrongElementsAndSlowPairsFail) {
+  report::Run run = x4();
+  for (Result& r : run.results) {
+    if (r.suite == "alltoallv" && r.impl == "peerlab.alltoallv") {
+      r.wrong = 3;
+      break;
+    }
+  }
+  for (Result& r : run.results) {
+    if (r.suite == "peer_copy" && r.impl == "peerlab.ce" && r.name == "uni" && r.src == 0 && r.dst == 1 && r.bytes &&
+        *r.bytes >= 64 << 20) {
+      r.algbw_gbps = *r.algbw_gbps * 0.5;
+      r.busbw_gbps = *r.busbw_gbps * 0.5;
+    }
+  }
+  const RunVerdict v = verdictOf(run);
+  EXPECT_FALSE(v.pass());
+  const std::string f = failures(v);
+  EXPECT_NE(f.find("data | alltoallv: results ran and verified"), std::string::npos) << f;
+  EXPECT_NE(f.find("3 wrong elements"), std::string::npos) << f;
+  EXPECT_NE(f.find("bandwidth | peer_copy peerlab.ce uni 0->1"), std::string::npos) << f;
+}
+
+TEST(Evaluate, HealthReasonsTravelAndStatusesCountApart) {
+  report::Run run = h100();
+  for (Result& r : run.results) {
+    if (r.suite == "health" && r.name == "xid") {
+      r.status = "fail";
+      r.detail = "XID 79 (GPU has fallen off the bus) at 12.3 s";
+    }
+    if (r.suite == "health" && r.name == "pcie_errors") {
+      r.status = "warn";
+      r.detail = "154 correctable errors/s (2131 in 13.8 s)";
+    }
+  }
+  const RunVerdict v = verdictOf(run);
+  const Check* xid = named(v.checks, "xid GPU 0");
+  ASSERT_NE(xid, nullptr);
+  EXPECT_TRUE(xid->failed());
+  EXPECT_EQ(xid->reason, "XID 79 (GPU has fallen off the bus) at 12.3 s");
+  const Check* pcie = named(v.checks, "pcie_errors GPU 0");
+  ASSERT_NE(pcie, nullptr);
+  EXPECT_EQ(pcie->status, CheckStatus::kWarn);
+  EXPECT_EQ(v.counts.warnings, 1);
+  EXPECT_EQ(v.counts.failed, 1);
+}
+
+// A run without a plan: its probe cells, health and data are checked, and nothing else is invented.
+TEST(Evaluate, RunWithoutPlanGetsProbeHealthAndDataChecks) {
+  report::Run run;
+  Result r;
+  r.suite = "peer_copy";
+  r.name = "uni";
+  r.impl = "peerlab.ce";
+  r.wrong = 0;
+  run.results.push_back(r);
+  RunVerdict v = verdictOf(run);
+  EXPECT_TRUE(v.pass());
+  EXPECT_FALSE(v.stored_pass.has_value());
+  EXPECT_EQ(v.counts.total, 1);
+  run.results[0].status = "failed: timeout";
+  EXPECT_FALSE(verdictOf(run).pass());
+  run.results[0].status = "ok";
+  Result h;
+  h.suite = "health";
+  h.impl = "nvml";
+  h.name = "ecc";
+  h.src = 0;
+  h.status = "warn";
+  run.results.push_back(h);
+  v = verdictOf(run);
+  EXPECT_TRUE(v.pass());
+  EXPECT_EQ(v.counts.warnings, 1);
+  run.results.back().status = "fail";
+  EXPECT_FALSE(verdictOf(run).pass());
+}
+
+// Stored baseline checks are kept (and say so) when the baseline run is not given again.
+TEST(Evaluate, StoredBaselineChecksAreKept) {
+  report::Run run = x4();
+  Check b;
+  b.category = "baseline";
+  b.name = "peer_copy uni peerlab.ce 0->1 256 MiB";
+  b.status = CheckStatus::kFail;
+  b.reason = "REGRESSED (-12.0%)";
+  run.extra["qualify"]["checks"].push_back(toJson(b));
+  const RunVerdict v = verdictOf(run);
+  const Check* kept = named(v.checks, b.name);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_TRUE(kept->failed());
+  EXPECT_NE(kept->reason.find("as stored"), std::string::npos) << kept->reason;
+  EXPECT_FALSE(v.pass());
+}
+
+TEST(Evaluate, CountsAreFormattedOneWay) {
+  std::vector<Check> checks(6);
+  checks[1].status = CheckStatus::kFail;
+  checks[2].status = CheckStatus::kWarn;
+  checks[3].status = CheckStatus::kUnsupported;
+  checks[4].status = CheckStatus::kSkipped;
+  checks[5].status = CheckStatus::kUnsupported;
+  const CheckCounts n = countChecks(checks);
+  EXPECT_EQ(formatCounts(n), "6 checks: 1 passed, 1 failed, 1 warning, 2 unsupported, 1 skipped");
+  EXPECT_STREQ(verdictWord(n), "FAIL");
+  // Statuses survive the run file; checks written before statuses read as they were meant.
+  auto back = checksFromJson(toJson(checks));
+  ASSERT_TRUE(back.isOk());
+  EXPECT_EQ(countChecks(*back).unsupported, 2);
+  nlohmann::json old = {{{"category", "health"}, {"name", "ecc GPU 0"}, {"pass", true}, {"measured", "warn"}},
+                        {{"category", "bandwidth"}, {"name", "x"}, {"pass", false}}};
+  auto legacy = checksFromJson(old);
+  ASSERT_TRUE(legacy.isOk());
+  EXPECT_EQ((*legacy)[0].status, CheckStatus::kWarn);
+  EXPECT_EQ((*legacy)[1].status, CheckStatus::kFail);
+}
+
+}  // namespace
+}  // namespace peerlab::report

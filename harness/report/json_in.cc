@@ -1,0 +1,118 @@
+#include "harness/report/json_in.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace peerlab::report {
+
+using nlohmann::json;
+
+std::string shortValue(const json& v) {
+  std::string s;
+  if (v.is_array()) {
+    s = "an array of " + std::to_string(v.size());
+  } else if (v.is_object()) {
+    s = "an object";
+  } else {
+    s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+void In::fail(const std::string& why) const {
+  throw BadJson{path_, why};
+}
+
+In In::at(const char* key) const {
+  requireObject();
+  auto it = j_->find(key);
+  if (it == j_->end()) fail(std::string("missing key \"") + key + "\"");
+  return In(*it, path_ + "." + key);
+}
+
+std::optional<In> In::opt(const char* key) const {
+  requireObject();
+  auto it = j_->find(key);
+  if (it == j_->end() || it->is_null()) return std::nullopt;
+  return In(*it, path_ + "." + key);
+}
+
+void In::requireObject() const {
+  if (!j_->is_object()) fail("must be an object (got " + shortValue(*j_) + ")");
+}
+
+void In::requireArray() const {
+  if (!j_->is_array()) fail("must be an array (got " + shortValue(*j_) + ")");
+}
+
+size_t In::size() const {
+  requireArray();
+  return j_->size();
+}
+
+In In::item(size_t i) const {
+  requireArray();
+  return In((*j_)[i], path_ + "[" + std::to_string(i) + "]");
+}
+
+std::string In::str(size_t max_bytes) const {
+  if (!j_->is_string()) fail("must be a string (got " + shortValue(*j_) + ")");
+  const std::string& s = j_->get_ref<const std::string&>();
+  if (s.size() > max_bytes) {
+    fail("a string of " + std::to_string(s.size()) + " bytes is longer than the " + std::to_string(max_bytes) +
+         " allowed");
+  }
+  return s;
+}
+
+double In::num(double lo, double hi) const {
+  if (!j_->is_number()) fail("must be a number (got " + shortValue(*j_) + ")");
+  const double v = j_->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "%.17g .. %.17g", lo, hi);
+    fail(shortValue(*j_) + " is outside " + range);
+  }
+  return v;
+}
+
+int In::integer(long long lo, long long hi) const {
+  if (!j_->is_number_integer()) fail("must be an integer (got " + shortValue(*j_) + ")");
+  // Unsigned values beyond int64 read as negative through get<long long>: compare in the type they came in.
+  if (j_->is_number_unsigned() && j_->get<unsigned long long>() > static_cast<unsigned long long>(hi)) {
+    fail(shortValue(*j_) + " is outside " + std::to_string(lo) + " .. " + std::to_string(hi));
+  }
+  const long long v = j_->get<long long>();
+  if (v < lo || v > hi) fail(shortValue(*j_) + " is outside " + std::to_string(lo) + " .. " + std::to_string(hi));
+  return static_cast<int>(v);
+}
+
+bool In::boolean() const {
+  if (!j_->is_boolean()) fail("must be true or false (got " + shortValue(*j_) + ")");
+  return j_->get<bool>();
+}
+
+std::string In::str(const char* key, const std::string& fallback, size_t max_bytes) const {
+  auto v = opt(key);
+  return v ? v->str(max_bytes) : fallback;
+}
+
+std::optional<double> In::num(const char* key, double lo, double hi) const {
+  auto v = opt(key);
+  if (!v) return std::nullopt;
+  return v->num(lo, hi);
+}
+
+std::optional<int> In::integer(const char* key, long long lo, long long hi) const {
+  auto v = opt(key);
+  if (!v) return std::nullopt;
+  return v->integer(lo, hi);
+}
+
+bool In::boolean(const char* key, bool fallback) const {
+  auto v = opt(key);
+  return v ? v->boolean() : fallback;
+}
+
+}  // namespace peerlab::report

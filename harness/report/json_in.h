@@ -1,0 +1,77 @@
+#pragma once
+/// Typed, bounded reads of untrusted JSON (run files and what they carry): every read names its JSON path, and a
+/// value of the wrong type, out of its range or too long is refused with the path, the reason and the value.
+///
+///   return readJson<Thing>([&] { In doc(j, "$"); Thing t; t.name = doc.at("name").str(); ...; return t; });
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "reference/core/status.h"
+
+namespace peerlab::report {
+
+/// Longest string a run file may hold in a field peerlab reads; names and kinds are shorter.
+inline constexpr size_t kMaxTextBytes = 16384;
+inline constexpr size_t kMaxNameBytes = 256;
+
+/// Refused input: the JSON path and why. Thrown inside readJson() only, never across an API.
+struct BadJson {
+  std::string path;
+  std::string why;
+};
+
+/// "12", "\"abc\"", "[...]" (at most ~40 characters) for messages.
+std::string shortValue(const nlohmann::json& v);
+
+class In {
+ public:
+  In(const nlohmann::json& j, std::string path) : j_(&j), path_(std::move(path)) {}
+
+  const nlohmann::json& json() const { return *j_; }
+  const std::string& path() const { return path_; }
+
+  /// The member `key` (required: absent is an error); null counts as present.
+  In at(const char* key) const;
+  /// The member `key` when present and not null.
+  std::optional<In> opt(const char* key) const;
+  bool has(const char* key) const { return opt(key).has_value(); }
+
+  void requireObject() const;
+  void requireArray() const;
+  size_t size() const;  ///< array length (requires an array)
+  In item(size_t i) const;
+
+  std::string str(size_t max_bytes = kMaxTextBytes) const;
+  double num(double lo, double hi) const;  ///< finite, within [lo, hi]
+  int integer(long long lo, long long hi) const;
+  bool boolean() const;
+
+  /// Optional members with a default.
+  std::string str(const char* key, const std::string& fallback, size_t max_bytes = kMaxTextBytes) const;
+  std::optional<double> num(const char* key, double lo, double hi) const;
+  std::optional<int> integer(const char* key, long long lo, long long hi) const;
+  bool boolean(const char* key, bool fallback) const;
+
+  [[noreturn]] void fail(const std::string& why) const;
+
+ private:
+  const nlohmann::json* j_;
+  std::string path_;
+};
+
+/// Runs `read` and turns a refusal into `invalid_argument` "<path>: <why>".
+template <typename F>
+auto readJson(F&& read) -> StatusOr<decltype(read())> {
+  try {
+    return read();
+  } catch (const BadJson& e) {
+    return PEERLAB_INVALID_ARGUMENT(e.path.empty() ? e.why : e.path + ": " + e.why);
+  }
+}
+
+}  // namespace peerlab::report
