@@ -28,7 +28,9 @@
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
 //   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
 //   PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES=33554432  large sends below this total split statically instead of queued
-// and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above).
+// and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above);
+// PEERLAB_MOE_LL_TIMEOUT_MS=2000 bounds the low-latency kernels' device waits (default 10000; shorter under a profiler
+// that replays kernels, so a replayed kernel whose peer has moved on gives up soon).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -587,6 +589,7 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
       alltoallv::moe::MoeConfig ll = cfg;
       ll.ll_max_tokens = tokens;
       ll.ll_payload = payload;
+      ll.ll_timeout_ms = static_cast<int64_t>(envOr("PEERLAB_MOE_LL_TIMEOUT_MS", ll.ll_timeout_ms));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =

@@ -676,7 +676,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
     ap.add_argument("--out", default=None, help="report file (default reports/reliability/<date>.json)")
-    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label matches")
+    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label or target matches")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = ap.parse_args()
 
@@ -685,7 +685,7 @@ def main():
     tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
     all_scenarios = scenarios(tools)
     if args.only:
-        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"])]
+        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"]) or re.search(args.only, sc["target"])]
         # Health faults are judged against the clean health run: keep it.
         if any(sc["target"] == "health" for sc in picked) and not any(
                 sc["target"] == "health" and sc["spec"] == "none" for sc in picked):
