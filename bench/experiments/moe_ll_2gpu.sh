@@ -99,7 +99,9 @@ if command -v ncu >/dev/null; then
   for m in gpu__time_duration.sum launch__grid_size launch__registers_per_thread sm__cycles_active.avg \
            dram__bytes_read.sum dram__bytes_write.sum lts__t_bytes.sum nvltx__bytes.sum nvlrx__bytes.sum; do
     base=${m%%.*}
-    if [[ $m == launch__* ]] || grep -qE "^${base}[[:space:]]" "$work/ncu/query.txt"; then metrics+="${metrics:+,}$m"; fi
+    if [[ $m == launch__* || $m == gpu__time_duration.sum ]] || grep -qE "^${base}[[:space:]]" "$work/ncu/query.txt"; then
+      metrics+="${metrics:+,}$m"
+    fi
   done
   log "ncu metrics: $metrics"
   for phase in dispatch combine; do

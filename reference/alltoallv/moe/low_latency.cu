@@ -106,7 +106,9 @@ static_assert(std::is_trivially_copyable_v<DispatchArgs>);
 
 // Shared state of the dispatch kernel.
 struct DispatchShared {
-  int hist[kLlMaxExperts];  // pairs per expert among the pairs counted so far
+  // Sending: pairs per expert among the pairs counted so far. Receiving: [source][local expert] kept pairs from each
+  // source's count block.
+  int hist[kLlMaxExperts];
   // The token being sent: per top-k slot its entry, its rank (-1: not kept) and its index in that rank's row.
   LlPairEntry entry[kMaxTopK];
   int dest[kMaxTopK];
@@ -162,6 +164,7 @@ __device__ void routeToken(const DispatchArgs& a, int t, int parity, DispatchSha
   const int k = L.top_k;
   const bool slot = lane < k;
   const int e = slot ? __ldg(a.ids + static_cast<int64_t>(t) * k + lane) : -1;
+  const float weight = slot ? __ldg(a.weights + static_cast<int64_t>(t) * k + lane) : 0.f;  // with the id, not after
   const bool valid = slot && e >= 0 && e < L.experts;
   // Earlier slots of this token with the same expert come before this one.
   const unsigned same = __match_any_sync(kAll, valid ? e : -1 - lane);
@@ -173,8 +176,7 @@ __device__ void routeToken(const DispatchArgs& a, int t, int parity, DispatchSha
   if (slot) {
     sh.dest[lane] = d;
     sh.index[lane] = __popc(with_d & lanesBelow(lane));
-    sh.entry[lane] = LlPairEntry{kept ? e - d * L.local_experts : -1, lane, position,
-                                 kept ? __ldg(a.weights + static_cast<int64_t>(t) * k + lane) : 0.f};
+    sh.entry[lane] = LlPairEntry{kept ? e - d * L.local_experts : -1, lane, position, kept ? weight : 0.f};
   }
   uint32_t mask = 0;
   int nrows = 0;
@@ -310,13 +312,12 @@ __device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int pari
 }
 
 // Kept pairs of local expert `le` that source `s` sends this call (0 when its count block never came).
-__device__ __forceinline__ int keptFrom(const DispatchArgs& a, const DispatchShared& sh, int parity, int s, int le) {
-  if (!sh.ok[s]) return 0;
-  const int c = __ldcg(a.region.at<const int32_t>(a.rank, a.layout.countOf(parity, s, le)));
-  return min(max(c, 0), a.layout.capacity);
+__device__ __forceinline__ int keptFrom(const LlLayout& L, const DispatchShared& sh, int s, int le) {
+  return sh.hist[s * L.local_experts + le];
 }
 
-// One CTA takes received row (s, t): its flag, its pairs' places in the packed layout, then the payload fanned out.
+// One CTA takes received row (s, t): its flag, its pairs' places in the packed layout (the payload's first batch in
+// flight meanwhile), then the payload fanned out.
 template <bool kFp8>
 __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity, DispatchShared& sh) {
   const LlLayout& L = a.layout;
@@ -338,6 +339,17 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
   __syncthreads();
   const int m = sh.m;
   const uint8_t* row = a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, s, t));
+  const auto* from = reinterpret_cast<const uint4*>(row);
+  const int vecs = static_cast<int>(L.payload_bytes / 16);
+  constexpr int kStep = kLlThreads * kLlBatch;
+  uint4 v[kLlBatch];
+  if (m > 0) {
+#pragma unroll
+    for (int b = 0; b < kLlBatch; ++b) {
+      const int c = b * kLlThreads + tid;
+      v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+    }
+  }
   const uint64_t slot = static_cast<uint64_t>(s) * L.max_tokens + t;
   if (tid < k) {
     int out = -1;
@@ -347,11 +359,10 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
       const int le = raw.x;
       w = __int_as_float(raw.w);
       // A pair must land inside its source's share of the expert's rows: anything else is a malformed row.
-      if (le >= 0 && le < L.local_experts && raw.y >= 0 && raw.y < k && raw.z >= 0 &&
-          raw.z < keptFrom(a, sh, parity, s, le)) {
+      if (le >= 0 && le < L.local_experts && raw.y >= 0 && raw.y < k && raw.z >= 0 && raw.z < keptFrom(L, sh, s, le)) {
         int base = 0;
         for (int q = 0; q < s; ++q)
-          base += keptFrom(a, sh, parity, q, le);
+          base += keptFrom(L, sh, q, le);
         out = static_cast<int>(static_cast<uint64_t>(le) * L.expertStride()) + base + raw.z;
         a.row_source[out] = make_int4(s, t, raw.y, 0);
         a.row_weight[out] = w;
@@ -365,15 +376,7 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
   if (tid == 0) a.recv_pairs[slot] = m;
   __syncthreads();
   if (m > 0) {
-    const auto* from = reinterpret_cast<const uint4*>(row);
-    const int vecs = static_cast<int>(L.payload_bytes / 16);
-    for (int base = 0; base < vecs; base += kLlThreads * kLlBatch) {
-      uint4 v[kLlBatch];
-#pragma unroll
-      for (int b = 0; b < kLlBatch; ++b) {
-        const int c = base + b * kLlThreads + tid;
-        v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
-      }
+    for (int base = 0;;) {
       for (int j = 0; j < m; ++j) {
         const int o = sh.out[j];
         if (o < 0) continue;
@@ -383,6 +386,13 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
           const int c = base + b * kLlThreads + tid;
           if (c < vecs) to[c] = v[b];
         }
+      }
+      base += kStep;
+      if (base >= vecs) break;
+#pragma unroll
+      for (int b = 0; b < kLlBatch; ++b) {
+        const int c = base + b * kLlThreads + tid;
+        v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
       }
     }
     if constexpr (kFp8) {
@@ -431,11 +441,18 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
     sh.tokens[tid] = ok ? static_cast<int>(min(llFlagValue(w), static_cast<uint32_t>(L.max_tokens))) : 0;
   }
   __syncthreads();
+  // Every source's kept pairs per local expert, once (the sends are done with hist).
+  for (int x = tid; x < n * L.local_experts; x += kLlThreads) {
+    const int s = x / L.local_experts;
+    const int c = sh.ok[s] ? __ldcg(a.region.at<const int32_t>(a.rank, L.countOf(parity, s, x % L.local_experts))) : 0;
+    sh.hist[x] = min(max(c, 0), L.capacity);
+  }
+  __syncthreads();
   if (blockIdx.x == 0) {
     for (int le = tid; le < L.local_experts; le += kLlThreads) {
       int64_t rows = 0;
       for (int s = 0; s < n; ++s)
-        rows += keptFrom(a, sh, parity, s, le);
+        rows += keptFrom(L, sh, s, le);
       a.expert_counts[le] = rows;
     }
     if (tid < n) a.recv_tokens[tid] = sh.tokens[tid];

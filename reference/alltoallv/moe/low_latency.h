@@ -89,7 +89,8 @@ enum class LlFault : uint32_t {
 
 class LowLatencyExchange {
  public:
-  /// Collective over `boot` (same config on every rank): maps the symmetric slabs, allocates the packed output.
+  /// Collective over `boot` (same config on every rank): maps the symmetric rows and flags, allocates the packed
+  /// output.
   static StatusOr<LowLatencyExchange> create(Bootstrap& boot, int device, const LlConfig& config, Deadline deadline);
 
   LowLatencyExchange(LowLatencyExchange&&) noexcept = default;

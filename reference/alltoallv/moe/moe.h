@@ -138,7 +138,7 @@ class MoeExchange {
   /// Reads and clears the device status of both transports, of the layout (pair capacity overflow) and of the LL
   /// kernels (dropped pairs, missing signals).
   Status checkStatus(cudaStream_t stream, Deadline deadline);
-  /// Collective teardown of both transports and of the LL slabs.
+  /// Collective teardown of both transports and of the LL buffers.
   Status close(Bootstrap& boot, Deadline deadline);
 
   DispatchOutput output() const;

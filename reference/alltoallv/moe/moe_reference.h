@@ -123,7 +123,7 @@ std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int
                                                       const std::vector<RankInput>& in,
                                                       const std::vector<LlRankDispatch>& dispatched,
                                                       const std::vector<std::vector<uint16_t>>& expert_out);
-/// Routing with hot experts: every token's slot 0 picks expert `hot` (the rest distinct random), to overflow slabs.
+/// Routing with hot experts: every token's slot 0 picks expert `hot` (the rest distinct random), past its capacity.
 std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed, int hot);
 /// A deterministic "expert": out = bf16(x * (1 + e / 64) + e / 256) for local expert e of rank r (global id).
 uint16_t expertFunction(uint16_t x, int global_expert);
