@@ -40,6 +40,8 @@ mkdir -p "$work/ncu" "$work/sanitize"
 started=$(date +%s)
 failed=()
 log() { echo "[moe_ll_2gpu $(date +%T) +$(( $(date +%s) - started ))s] $*" | tee -a "$work/stages.log"; }
+# Seconds left before `limit` (the run must print its table within the 10 minutes a device command may take).
+left() { echo $(( $1 - ($(date +%s) - started) )); }
 stage_rc() {  # name rc
   if [ "$2" -ne 0 ]; then failed+=("$1 (exit $2)"); log "$1: exit $2"; else log "$1: ok"; fi
 }
@@ -81,13 +83,13 @@ log "CPU tests of the LL layout and reference"
 ( "$bin/ll_layout_test" && "$bin/ll_reference_test" ) >"$work/cpu_test.log" 2>&1
 stage_rc cpu_tests $?
 log "moe_ll_gpu_test"
-timeout 300 "$bin/moe_ll_gpu_test" --gtest_output="json:$out/gpu_test.json" >"$work/gpu_test.log" 2>&1
+timeout 200 "$bin/moe_ll_gpu_test" --gtest_output="json:$out/gpu_test.json" >"$work/gpu_test.log" 2>&1
 stage_rc gpu_tests $?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$work/gpu_test.log" | tail -30 | tee -a "$work/stages.log"
 
 # 2. Benchmark (nothing else on the GPUs meanwhile).
 log "alltoallv_bench moe/"
-timeout 600 "$bin/alltoallv_bench" --ranks=2 --benchmark_filter='moe/' --benchmark_out="$out/bench.json" \
+timeout 300 "$bin/alltoallv_bench" --ranks=2 --benchmark_filter='moe/' --benchmark_out="$out/bench.json" \
   --benchmark_out_format=json >"$work/bench.log" 2>&1
 stage_rc bench $?
 
@@ -108,8 +110,12 @@ if command -v ncu >/dev/null; then
     kernel=llDispatchKernel
     [ "$phase" = combine ] && kernel=llCombineKernel
     for T in 1 128; do
+      if [ "$(left 400)" -lt 60 ]; then
+        failed+=("ncu ${phase} T=$T (no time left)")
+        continue
+      fi
       # The row's check makes one dispatch and one combine, then 10 warm-up calls: the 3 profiled are timed calls.
-      PEERLAB_MOE_LL_TIMEOUT_MS=2000 timeout 120 ncu --target-processes all --kernel-name "regex:$kernel" \
+      PEERLAB_MOE_LL_TIMEOUT_MS=2000 timeout 90 ncu --target-processes all --kernel-name "regex:$kernel" \
         --launch-skip 11 --launch-count 3 --metrics "$metrics" --clock-control none --cache-control none \
         --csv --page raw --print-units base --log-file "$work/ncu/${phase}_T$T.csv" \
         "$bin/alltoallv_bench" --ranks=2 --benchmark_filter="moe/peerlab\\.${phase}_ll/T=$T/" \
@@ -145,19 +151,31 @@ else
 fi
 
 # 4. compute-sanitizer over moe_ll_gpu_test (the 4-rank cases skip on 2 GPUs and are left out).
-log "compute-sanitizer memcheck racecheck synccheck"
-OUT="$work/sanitize" timeout 420 ci/sanitize.sh --build "$build" --report "$out/sanitize.json" \
-  --filter '^moe_ll_gpu_test\.(?!.*(4ranks|FourRanks))' --shards 1 --jobs 16 --timeout 240 \
-  >"$work/sanitize.log" 2>&1
-stage_rc sanitizer $?
-grep -E "^sanitizer:" "$work/sanitize.log" | tee -a "$work/stages.log"
+san_s=$(left 500)
+[ "$san_s" -gt 200 ] && san_s=200
+if [ "$san_s" -gt 30 ]; then
+  log "compute-sanitizer memcheck racecheck synccheck (at most $san_s s)"
+  OUT="$work/sanitize" timeout "$san_s" ci/sanitize.sh --build "$build" --report "$out/sanitize.json" \
+    --filter '^moe_ll_gpu_test\.(?!.*(4ranks|FourRanks))' --shards 1 --jobs 16 --timeout 170 \
+    >"$work/sanitize.log" 2>&1
+  stage_rc sanitizer $?
+else
+  failed+=("sanitizer (no time left)")
+fi
+grep -E "^sanitizer:" "$work/sanitize.log" 2>/dev/null | tee -a "$work/stages.log"
 
 # 5. The scorecard's moe_ll classes.
-log "scorecard moe_ll classes"
-timeout 420 python3 harness/faults/scorecard.py --build "$build" --only moe_ll --out "$out/reliability.json" \
-  >"$work/scorecard.log" 2>&1
-stage_rc scorecard $?
-grep -E "moe_ll|^scorecard:" "$work/scorecard.log" | tail -12 | tee -a "$work/stages.log"
+sc_s=$(left 570)
+[ "$sc_s" -gt 150 ] && sc_s=150
+if [ "$sc_s" -gt 30 ]; then
+  log "scorecard moe_ll classes (at most $sc_s s)"
+  timeout "$sc_s" python3 harness/faults/scorecard.py --build "$build" --only moe_ll --out "$out/reliability.json" \
+    >"$work/scorecard.log" 2>&1
+  stage_rc scorecard $?
+else
+  failed+=("scorecard (no time left)")
+fi
+grep -E "moe_ll|^scorecard:" "$work/scorecard.log" 2>/dev/null | tail -12 | tee -a "$work/stages.log"
 
 # Summary table (last).
 python3 - "$out" "$auto_max" "${failed[@]+"${failed[@]}"}" >"$out/summary.txt" <<'EOF'
