@@ -1,6 +1,7 @@
 // alltoallv and MoE dispatch/combine, peerlab's GPU-initiated alltoallv against the NCCL baselines in the same run.
 //
 //   alltoallv_bench --ranks=4                      full sweep: 4 KB .. 1 GB per rank, uniform and skewed, MoE T=1..4096
+//   alltoallv_bench --ranks=2 --benchmark_filter=moe/   MoE only, T = 1, 8, 32, 64, 128, 256, 4096
 //   alltoallv_bench --ranks=4 --benchmark_filter='bytes:(4096|65536|134217728)/|T=128/'   quick look
 //   alltoallv_bench --ranks=4 --benchmark_filter='alltoallv/(peerlab[^/]*|nccl.alltoall)/(graph/)?uniform/bytes:4096/'
 //
@@ -9,11 +10,14 @@
 // two-phase protocol, push), peerlab.alltoallv_pull (two-phase, pull), nccl.alltoall (uniform only),
 // nccl.device_alltoallv, nccl.alltoallv_hostcounts; names "uniform" / "skewed", "graph/" prefixed when a captured
 // CUDA graph is replayed. Suite "moe": peerlab.dispatch, peerlab.combine (default protocol), peerlab.dispatch_twophase,
-// peerlab.combine_twophase, nccl.dispatch, nccl.combine, and the low-latency mode (T <= 128):
+// peerlab.combine_twophase, nccl.dispatch, nccl.combine, and the low-latency mode (T <= 256):
 // peerlab.dispatch_ll / peerlab.combine_ll (bf16), peerlab.dispatch_ll_fp8 (fp8 e4m3, per-128 scales); name "T=<n>".
 // MoE bandwidths: algbw_gbps counts the payload of every (token, valid top-k selection), the local rank included
 // (DeepEP / pplx), over the time; busbw_gbps is that x (n-1)/n as for every alltoallv (nccl-tests); the counter
-// nvlink_gbps counts only what crosses to another GPU, once per (token, destination rank).
+// nvlink_gbps counts only what crosses to another GPU, once per (token, destination rank) (nvlink_bytes of them).
+// Low-latency rows also carry kernel_us: the kernel alone, from its first CTA's start of work to its last CTA's end by
+// %globaltimer (LlKernelTimes), median over the last timed calls of the slowest rank, to compare with published kernel
+// times; time_us is the whole call as replayed or enqueued.
 // Every benchmark checks its data once (wrong > 0 fails the row) and reports the slowest rank's median.
 //
 // Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
@@ -25,7 +29,9 @@
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
 //   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
 //   PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES=33554432  large sends below this total split statically instead of queued
-// and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above).
+// and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above);
+// PEERLAB_MOE_LL_TIMEOUT_MS=2000 bounds the low-latency kernels' device waits (default 10000; shorter under a profiler
+// that replays kernels, so a replayed kernel whose peer has moved on gives up soon).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -64,7 +70,7 @@ using alltoallv::Transfer;
 constexpr size_t kElem = 4;  // 4-byte elements; skewed counts start segments at every 4-byte alignment
 const std::vector<uint64_t> kSizes = {4096,     16384,    65536,     262144,    1 << 20, 4 << 20,
                                       16 << 20, 64 << 20, 128 << 20, 256 << 20, 1 << 30};
-const std::vector<int> kMoeTokens = {1, 128, 4096};
+const std::vector<int> kMoeTokens = {1, 8, 32, 64, 128, 256, 4096};
 
 Deadline soon() {
   return Deadline::afterMs(120'000);
@@ -525,8 +531,9 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
 // MoE: DeepSeek-V3 shape (H 7168, top-8 of 256 experts, bf16), T tokens per rank, identity experts, weights
 // normalized per token, so combine gives the tokens back (checked within bf16 rounding).
 enum class MoePath { kPeerlab, kPeerlabTwoPhase, kNccl, kPeerlabLowLatency, kPeerlabLowLatencyFp8 };
-// The low-latency mode's slabs hold this many tokens per rank (above, the auto choice takes the normal mode).
-constexpr int kMoeLlMaxTokens = 128;
+// Low-latency rows up to this many tokens per rank (its packed expert layout grows with T x T: at T=256 and the
+// DeepSeek shape, 940 MB per rank in bf16).
+constexpr int kMoeLlMaxTokens = 256;
 const char* moeImpl(MoePath p, bool combine) {
   switch (p) {
     case MoePath::kPeerlab:
@@ -583,6 +590,7 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
       alltoallv::moe::MoeConfig ll = cfg;
       ll.ll_max_tokens = tokens;
       ll.ll_payload = payload;
+      ll.ll_timeout_ms = static_cast<int64_t>(envOr("PEERLAB_MOE_LL_TIMEOUT_MS", ll.ll_timeout_ms));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
@@ -672,6 +680,26 @@ StatusOr<uint64_t> checkLlFp8Dispatch(Env& e, MoeInstance& m, alltoallv::moe::Mo
   return wrong + static_cast<uint64_t>(std::llabs(mine - want_mine));
 }
 
+// A cleared LlKernelTimes on this rank's GPU, set on `ll` (its next kernels stamp their spans into it).
+StatusOr<DeviceBuffer> startKernelTimes(Env& e, alltoallv::moe::LowLatencyExchange& ll) {
+  alltoallv::moe::LlKernelTimes cleared{};
+  alltoallv::moe::llClearTimes(&cleared);
+  PEERLAB_ASSIGN_OR_RETURN(auto b, allocDevice(e.rank, sizeof(cleared)));
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(b->ptr, &cleared, sizeof(cleared), cudaMemcpyHostToDevice)));
+  ll.setKernelTimes(b->as<alltoallv::moe::LlKernelTimes>());
+  return b;
+}
+
+// This rank's median kernel span (us) of the dispatch or combine calls stamped into `times`.
+StatusOr<double> kernelMedianUs(Env& e, const DeviceBuffer& times, bool combine) {
+  PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "ll kernel times"));
+  alltoallv::moe::LlKernelTimes t{};
+  PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(&t, times->ptr, sizeof(t), cudaMemcpyDeviceToHost)));
+  const std::vector<double> spans = alltoallv::moe::llKernelSpansUs(t, combine);
+  if (spans.empty()) return PEERLAB_INTERNAL("no low-latency kernel stamped its span");
+  return median(spans);
+}
+
 void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int tokens) {
   Record rec;
   rec.suite = "moe";
@@ -749,12 +777,28 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
         }
       }
     }
+    // Low-latency rows: the kernels stamp their spans (the ring keeps the last kLlTimeSlots calls: timed ones).
+    DeviceBuffer ll_times;
+    if (ll) {
+      auto t = startKernelTimes(e, *moe.lowLatency());
+      if (!agree(e, t.isOk())) return fail(state, rec, t.isOk() ? PEERLAB_INTERNAL("a peer failed") : t.status());
+      ll_times = std::move(t).value();
+    }
     auto us = combine ? timeSamples(e, plan, graph, combineCall) : timeSamples(e, plan, graph, dispatch);
     if (traced != nullptr) traced->setTrace(nullptr);
+    if (ll_times) moe.lowLatency()->setKernelTimes(nullptr);
     if (!agree(e, us.isOk())) return fail(state, rec, us.isOk() ? PEERLAB_INTERNAL("a peer failed") : us.status());
     Status after = moe.checkStatus(s, soon());
     if (!agree(e, after.isOk())) return fail(state, rec, after.isOk() ? PEERLAB_INTERNAL("a peer failed") : after);
     if (traced != nullptr) addTrace(rec, trace, s);
+    if (ll_times) {
+      auto k = kernelMedianUs(e, ll_times, combine);
+      if (!agree(e, k.isOk())) return fail(state, rec, k.isOk() ? PEERLAB_INTERNAL("a peer failed") : k.status());
+      auto worst = slowest(e, *k);
+      if (!worst.isOk()) return fail(state, rec, worst.status());
+      rec.extra["kernel_us"] = *worst;
+    }
+    rec.extra["nvlink_bytes"] = static_cast<double>(traffic.nvlink);
     publishTimed(state, e, rec, *us, static_cast<double>(traffic.nvlink));
   }
 }

@@ -5,6 +5,12 @@
 //
 //   fault_drill zcopy [--protocol get|put|sm_signal] [--kind legacy|vmm] [--bytes N] [--deadline-ms D]
 //   fault_drill alltoallv [--ranks N] [--transfer push|pull] [--elements E] [--calls C] [--deadline-ms D]
+//   fault_drill moe_ll [--ranks N] [--tokens T] [--calls C] [--deadline-ms D]
+//                      [--withhold dispatch|combine --fault-rank R] [--die-rank R]
+// moe_ll runs MoE low-latency dispatch + combine rounds, each checked against the CPU reference. Two faults it injects
+// itself, as the kernels' test hooks or the process can: --withhold makes rank R send its rows but never their flags
+// (from its first call on), --die-rank makes rank R exit right after setup; the injecting rank prints
+// "fault_drill_inject {json}" (rank, what, t_ns) just before.
 // Exit code: 0 every rank saw ok, 1 a rank reported a failure, 2 usage, 4 ranks could not be started.
 
 #include <cuda_runtime_api.h>
@@ -26,6 +32,8 @@
 
 #include "harness/launch/launch.h"
 #include "reference/alltoallv/alltoallv.h"
+#include "reference/alltoallv/moe/low_latency.h"
+#include "reference/alltoallv/moe/moe_reference.h"
 #include "reference/alltoallv/traffic.h"
 #include "reference/alltoallv/verify.h"
 #include "reference/core/check.h"
@@ -52,6 +60,10 @@ struct Args {
   uint64_t elements = 4096;
   int calls = 4;
   int ranks = 2;
+  int tokens = 16;
+  std::string withhold = "none";
+  int fault_rank = -1;
+  int die_rank = -1;
   int64_t deadline_ms = 2000;
 };
 
@@ -248,15 +260,112 @@ Outcome alltoallvRank(const Args& a, Bootstrap& boot) {
   return out;
 }
 
+// The drill's own injection, stamped when it happens (the scorecard times the verdict from it).
+void printInjection(int rank, const std::string& what) {
+  const nlohmann::ordered_json line = {{"rank", rank}, {"what", what}, {"t_ns", realtimeNs()}};
+  std::printf("fault_drill_inject %s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
+
+// `calls` rounds of MoE low-latency dispatch and combine (identity experts: the dispatch output goes back as the
+// expert output), every rank's combined tokens checked against the CPU reference.
+Outcome moeLlRank(const Args& a, Bootstrap& boot) {
+  namespace moe = alltoallv::moe;
+  const int me = boot.rank();
+  const int n = boot.size();
+  if (Status st = PEERLAB_CUDA(cudaSetDevice(me)); !st.isOk()) return fromStatus(st, 0);
+  auto stream = createStream(me);
+  if (!stream.isOk()) return fromStatus(stream.status(), 0);
+  cudaStream_t s = stream->get();
+  const moe::MoeShape shape{n, 512, 4, 8 * n};
+  const int cap = a.tokens;
+  const auto in = moe::makeMoeInputs(shape, std::vector<int>(n, a.tokens), 0xD2, /*drop=*/true);
+  const auto ref = moe::llDispatchReference(shape, cap, moe::LlPayload::kBf16, in);
+  std::vector<std::vector<uint16_t>> identity(n);
+  for (int r = 0; r < n; ++r)
+    identity[r] = ref[r].rows;
+  const auto want = moe::llCombineReference(shape, cap, in, ref, identity)[me];
+  const moe::RankInput& mine = in[me];
+  auto upload = [&](const void* p, size_t bytes) -> StatusOr<DeviceBuffer> {
+    PEERLAB_ASSIGN_OR_RETURN(auto b, allocDevice(me, std::max<size_t>(bytes, 16)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(b->ptr, p, bytes, cudaMemcpyHostToDevice)));
+    return b;
+  };
+  auto x = upload(mine.x.data(), mine.x.size() * 2);
+  if (!x.isOk()) return fromStatus(x.status(), 0);
+  auto ids = upload(mine.ids.data(), mine.ids.size() * 4);
+  if (!ids.isOk()) return fromStatus(ids.status(), 0);
+  auto w = upload(mine.weights.data(), mine.weights.size() * 4);
+  if (!w.isOk()) return fromStatus(w.status(), 0);
+  auto out = allocDevice(me, std::max<size_t>(mine.x.size() * 2, 16));
+  if (!out.isOk()) return fromStatus(out.status(), 0);
+  // Every rank past CUDA initialization; from here on every wait has the drill's deadline.
+  if (Status st = boot.barrier(Deadline::afterMs(kInitMs)); !st.isOk()) return fromStatus(st, 0);
+  moe::LlConfig cfg;
+  cfg.hidden = shape.hidden;
+  cfg.top_k = shape.top_k;
+  cfg.experts = shape.experts;
+  cfg.max_tokens = a.tokens;
+  cfg.capacity = cap;
+  cfg.timeout_ms = a.deadline_ms;
+  auto ll = moe::LowLatencyExchange::create(boot, me, cfg, Deadline::afterMs(a.deadline_ms));
+  if (!ll.isOk()) return fromStatus(ll.status(), 0);
+  if (Status st = boot.barrier(Deadline::afterMs(a.deadline_ms)); !st.isOk()) return fromStatus(st, 0);
+  if (me == a.die_rank) {
+    printInjection(me, "exit after setup");
+    std::_Exit(0);
+  }
+  const auto* expert_rows = reinterpret_cast<const __nv_bfloat16*>(ll->output().rows);
+  std::vector<uint16_t> got(mine.x.size());
+  Outcome o;
+  double waited = 0;
+  for (int call = 0; call < a.calls; ++call) {
+    if (call == 0 && me == a.fault_rank && a.withhold != "none") {
+      ll->setFault(a.withhold == "dispatch" ? moe::LlFault::kSkipDispatchSignals : moe::LlFault::kSkipCombineSignals);
+      printInjection(me, "withhold " + a.withhold + " flags");
+    }
+    Status st = ll->dispatch(x->get().as<__nv_bfloat16>(), ids->get().as<int32_t>(), w->get().as<float>(), a.tokens, s);
+    if (st.isOk()) st = PEERLAB_CUDA(cudaMemsetAsync(out->get().ptr, 0xFF, out->get().bytes, s));
+    if (st.isOk()) st = ll->combine(expert_rows, out->get().as<__nv_bfloat16>(), s);
+    if (!st.isOk()) return fromStatus(st, waited);
+    const auto t0 = Clock::now();
+    st = ll->checkStatus(s, Deadline::afterMs(a.deadline_ms + 1000));
+    waited = std::max(waited, msSince(t0));
+    if (!st.isOk()) return fromStatus(st, waited);
+    st = PEERLAB_CUDA(cudaMemcpy(got.data(), out->get().ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+    if (!st.isOk()) return fromStatus(st, waited);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] == want[i]) continue;
+      o.first_bad = std::min<uint64_t>(o.first_bad, 2 * (static_cast<uint64_t>(call) * got.size() + i));
+      ++o.wrong;
+    }
+  }
+  o.wait_ms = waited;
+  if (o.wrong > 0) {
+    o.verdict = "corrupt";
+    o.verdict_ns = realtimeNs();
+    o.detail = std::to_string(o.wrong) + " wrong combined elements over " + std::to_string(a.calls) +
+               " calls, first bad byte at " + std::to_string(o.first_bad);
+  }
+  // Every call completed (right or wrong): tear down together.
+  const Deadline teardown = Deadline::afterMs(a.deadline_ms);
+  Status st2 = boot.barrier(teardown);
+  if (st2.isOk()) st2 = ll->close(boot, teardown);
+  if (!st2.isOk() && o.verdict == "ok") return fromStatus(st2, waited);
+  return o;
+}
+
 int usage(const std::string& why) {
   std::fprintf(stderr, "fault_drill: %s\n", why.c_str());
   return 2;
 }
 
 int parse(int argc, char** argv, Args* a) {
-  if (argc < 2) return usage("usage: fault_drill zcopy|alltoallv [options]");
+  if (argc < 2) return usage("usage: fault_drill zcopy|alltoallv|moe_ll [options]");
   a->target = argv[1];
-  if (a->target != "zcopy" && a->target != "alltoallv") return usage("unknown target '" + a->target + "'");
+  if (a->target != "zcopy" && a->target != "alltoallv" && a->target != "moe_ll") {
+    return usage("unknown target '" + a->target + "'");
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
     if (i + 1 >= argc) return usage(key + " needs a value");
@@ -280,11 +389,24 @@ int parse(int argc, char** argv, Args* a) {
       a->ranks = static_cast<int>(number);
     } else if (key == "--deadline-ms" && numeric) {
       a->deadline_ms = number;
+    } else if (key == "--tokens" && numeric && number <= 4096) {
+      a->tokens = static_cast<int>(number);
+    } else if (key == "--withhold" && (value == "dispatch" || value == "combine")) {
+      a->withhold = value;
+    } else if (key == "--fault-rank" && end != nullptr && *end == '\0' && number >= 0 && number < 8) {
+      a->fault_rank = static_cast<int>(number);
+    } else if (key == "--die-rank" && end != nullptr && *end == '\0' && number >= 0 && number < 8) {
+      a->die_rank = static_cast<int>(number);
     } else {
       return usage("bad option " + key + " " + value);
     }
   }
   if (a->target == "zcopy") a->ranks = 2;
+  if ((a->withhold != "none") != (a->fault_rank >= 0)) return usage("--withhold and --fault-rank go together");
+  if (a->fault_rank >= a->ranks || a->die_rank >= a->ranks) return usage("the fault rank must be one of the ranks");
+  if (a->target != "moe_ll" && (a->withhold != "none" || a->die_rank >= 0)) {
+    return usage("--withhold and --die-rank are moe_ll options");
+  }
   return 0;
 }
 
@@ -297,7 +419,9 @@ int rankMain(const Args& a) {
     print(a, -1, fromStatus(boot.status(), 0));
     return 1;
   }
-  const Outcome o = a.target == "zcopy" ? zcopyRank(a, **boot) : alltoallvRank(a, **boot);
+  const Outcome o = a.target == "zcopy"       ? zcopyRank(a, **boot)
+                    : a.target == "alltoallv" ? alltoallvRank(a, **boot)
+                                              : moeLlRank(a, **boot);
   print(a, (*boot)->rank(), o);
   if (o.verdict != "ok") (*boot)->abort(a.target + " rank " + std::to_string((*boot)->rank()) + ": " + o.verdict);
   return o.verdict == "ok" ? 0 : 1;

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""peerlab reliability scorecard: runs the probe, zero-copy and alltoallv under every fault (peerlab inject) and checks
-that peerlab names each fault correctly, within its deadline, and cleans up after itself.
+"""peerlab reliability scorecard: runs the probe, zero-copy, alltoallv and the MoE low-latency mode under every fault
+(peerlab inject) and checks that peerlab names each fault correctly, within its deadline, and cleans up after itself.
+The MoE low-latency classes (moe_ll:*) also take faults the drill injects itself (a rank that withholds its flags, a
+rank that dies after setup): those count as injected when the drill says it injected them (fault_drill_inject lines),
+and their verdict time runs from there.
 
 Machine-health faults (pcie_downtrain, pcie_replays, nvlink_down, nvlink_crc, ecc_dbe, row_remap_pending, xid,
 thermal, fabric_incomplete) run `peerlab qualify --skip-probe --skip-bench --health-watch 2` with NVML replaced by
@@ -164,6 +167,18 @@ def drill_lines(stdout):
             except ValueError:
                 pass
     return ranks, exits
+
+
+def drill_injections(stdout):
+    """The drill's own injections: [{"rank", "what", "t_ns"}] from its fault_drill_inject lines."""
+    found = []
+    for line in stdout.splitlines():
+        if line.startswith("fault_drill_inject {"):
+            try:
+                found.append(json.loads(line[len("fault_drill_inject "):]))
+            except ValueError:
+                pass
+    return found
 
 
 def health_rows(out_dir):
@@ -354,9 +369,9 @@ def scenarios(tools):
         s.append({"label": label, "spec": spec, "target": "probe", "methods": methods, "pairs": pairs,
                   "check": check, "timed": timed, "pre": pre, "cache": cache})
 
-    def drill(label, spec, target, args, check, timed=False, deadline_checked=True):
+    def drill(label, spec, target, args, check, timed=False, deadline_checked=True, self_injected=False):
         s.append({"label": label, "spec": spec, "target": target, "args": args, "check": check, "timed": timed,
-                  "deadline_checked": deadline_checked})
+                  "deadline_checked": deadline_checked, "self_injected": self_injected})
 
     # The probe: every cell names its verdict; pair 0-1, 4 KiB cells.
     probe("none", "none", "all", expect_probe_clean, pairs="0-1,1-0")
@@ -430,6 +445,23 @@ def scenarios(tools):
     drill("ipc_open_fail:vmm", "ipc_open_fail:ipc=vmm", "alltoallv", a("push"), expect_drill(("error", "timeout")))
     drill("kill_after_export", "kill_after_export:rank=1", "alltoallv", a("push"),
           expect_drill(("timeout", "error"), rank=0), timed=True)
+
+    # The MoE low-latency mode, 2 ranks: the alltoallv classes against its kernels (dropped writes, a peer dead at
+    # setup), a peer that dies after setup (the kernels' waits must name it), and flags withheld by one rank in dispatch
+    # or in combine (the kernels' test hook). Every device wait is bounded by DEADLINE_MS.
+    m = lambda *extra: ["--ranks", "2", "--tokens", "16", "--calls", "3",  # noqa: E731
+                        "--deadline-ms", str(DEADLINE_MS)] + list(extra)
+    names_rank = lambda r: (lambda d: f"from rank {r}" in d["detail"])  # noqa: E731
+    drill("none", "none", "moe_ll", m(), expect_drill_clean)
+    drill("moe_ll:drop_writes", "drop_writes", "moe_ll", m(), expect_drill(("corrupt", "timeout")), timed=True)
+    drill("moe_ll:kill_after_export", "kill_after_export:rank=1", "moe_ll", m(),
+          expect_drill(("timeout", "error"), rank=0), timed=True)
+    drill("moe_ll:dead_peer", "none", "moe_ll", m("--die-rank", "1"),
+          expect_drill(("timeout",), rank=0, predicate=names_rank(1)), timed=True, self_injected=True)
+    for phase in ("dispatch", "combine"):
+        drill("moe_ll:signal_withhold", "none", "moe_ll", m("--withhold", phase, "--fault-rank", "1"),
+              expect_drill(("timeout",), rank=0, predicate=lambda d, p=phase: f"{p} on rank 0: no signal from rank 1"
+                           in d["detail"]), timed=True, self_injected=True)
 
     # Machine health through the stand-in NVML wrapping the real one; the clean run comes first (its verdicts are
     # the baseline the fault runs are compared with).
@@ -516,6 +548,21 @@ def run_health(tools, sc, index):
             "stderr_tail": run["stderr"].strip()[-400:] if outcome not in ("ok", "detected") else ""}
 
 
+def injection_of(sc, actions, run):
+    """(injected, when the first injection happened in ns): the interposer's actions (a cache fault is applied before
+    the command starts), or for a scenario whose drill injects the fault itself the drill's fault_drill_inject lines.
+    A `none` run injects nothing."""
+    if sc.get("self_injected"):
+        marks = drill_injections(run["stdout"])
+        return bool(marks), min((m["t_ns"] for m in marks), default=None)
+    if sc["spec"] == "none":
+        return False, None
+    is_cache = sc["spec"].startswith("cache_")
+    injected = bool(actions) or (is_cache and run["rc"] != 2)
+    inject_ns = min((a["t_ns"] for a in actions), default=None) if actions else (run["start"] * 1e9 if is_cache else None)
+    return injected, inject_ns
+
+
 def run_scenario(tools, sc, index):
     if sc["target"] == "health":
         return run_health(tools, sc, index)
@@ -541,9 +588,7 @@ def run_scenario(tools, sc, index):
     leftovers, leaked = wait_cleanup(marker, before)
 
     actions = [a for a in read_stats(stats) if a.get("action") not in ("loaded", "interposer")]
-    is_cache = sc["spec"].startswith("cache_")
-    injected = bool(actions) or (is_cache and run["rc"] != 2)
-    inject_ns = min((a["t_ns"] for a in actions), default=None) if actions else (run["start"] * 1e9 if is_cache else None)
+    injected, inject_ns = injection_of(sc, actions, run)
 
     if sc["target"] == "probe":
         cells, fingerprint = probe_cells(json_path)
@@ -551,8 +596,6 @@ def run_scenario(tools, sc, index):
     else:
         fingerprint = None
         outcome, detail, t_ns = sc["check"](run, drill_lines(run["stdout"]))
-    if sc["spec"] == "none":
-        injected = False
     verdict_ms = None
     if outcome == "detected" and inject_ns is not None:
         end_ns = t_ns if t_ns else run["end"] * 1e9
@@ -561,9 +604,10 @@ def run_scenario(tools, sc, index):
                 verdict_ms > DEADLINE_MS + SLACK_MS)
     if run["timed_out"]:
         outcome, detail = "misclassified", "the run did not finish in 180 s: " + detail
-    if not injected and sc["spec"] != "none" and outcome == "detected":
+    wants_fault = sc["spec"] != "none" or sc.get("self_injected", False)
+    if not injected and wants_fault and outcome == "detected":
         outcome, detail = "misclassified", "a failure without an injection: " + detail
-    if not injected and sc["spec"] != "none" and outcome != "detected":
+    if not injected and wants_fault and outcome != "detected":
         outcome = "not_injected"
     return {"label": sc["label"], "spec": sc["spec"], "target": sc["target"], "argv": " ".join(target_argv),
             "exit_code": run["rc"], "wall_ms": round(run["wall_ms"], 1), "injected": injected,
@@ -632,7 +676,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
     ap.add_argument("--out", default=None, help="report file (default reports/reliability/<date>.json)")
-    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label matches")
+    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label or target matches")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = ap.parse_args()
 
@@ -641,7 +685,7 @@ def main():
     tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
     all_scenarios = scenarios(tools)
     if args.only:
-        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"])]
+        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"]) or re.search(args.only, sc["target"])]
         # Health faults are judged against the clean health run: keep it.
         if any(sc["target"] == "health" for sc in picked) and not any(
                 sc["target"] == "health" and sc["spec"] == "none" for sc in picked):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""CPU test of the scorecard's judgement: which probe, zcopy and alltoallv outcomes count as detected, missed or
-misclassified, how runs add up per fault, and that the scenario table is well formed."""
+"""CPU test of the scorecard's judgement: which probe, zcopy, alltoallv and MoE low-latency outcomes count as detected,
+missed or misclassified, how runs add up per fault, and that the scenario table is well formed."""
 
 import json
 import os
@@ -119,6 +119,47 @@ class DrillJudgement(unittest.TestCase):
         self.assertEqual(check(run(rc=1), sc.drill_lines(failed))[0], "misclassified")
 
 
+class SelfInjected(unittest.TestCase):
+    """moe_ll faults the drill injects itself: injected when the drill says so, timed from its line."""
+
+    def scenario(self, label):
+        return next(s for s in sc.scenarios(sc.Tools("/nonexistent")) if s["label"] == label)
+
+    def test_the_drills_own_line_is_the_injection(self):
+        sc_dead = self.scenario("moe_ll:dead_peer")
+        self.assertTrue(sc_dead["self_injected"])
+        self.assertIn("--die-rank", sc_dead["args"])
+        said = 'fault_drill_inject {"rank": 1, "what": "exit after setup", "t_ns": 4000000000}\n'
+        out = said + drill_out((0, "timeout", "moe low-latency dispatch on rank 0: no signal from rank 1 within 2000 ms",
+                                {"t_ns": 6_100_000_000}))
+        self.assertEqual(sc.drill_injections(out), [{"rank": 1, "what": "exit after setup", "t_ns": 4000000000}])
+        self.assertEqual(sc.injection_of(sc_dead, [], run(rc=1, stdout=out)), (True, 4000000000))
+        outcome, _, t_ns = sc_dead["check"](run(rc=1, stdout=out), sc.drill_lines(out))
+        self.assertEqual((outcome, t_ns), ("detected", 6_100_000_000))
+        # The drill never said it injected: nothing was, whatever the interposer logged.
+        self.assertEqual(sc.injection_of(sc_dead, [{"t_ns": 1}], run(stdout="")), (False, None))
+
+    def test_withheld_flags_must_be_named_in_their_phase_and_rank(self):
+        runs = [s for s in sc.scenarios(sc.Tools("/nonexistent")) if s["label"] == "moe_ll:signal_withhold"]
+        self.assertEqual(sorted(r["args"][r["args"].index("--withhold") + 1] for r in runs), ["combine", "dispatch"])
+        combine = next(r for r in runs if "combine" in r["args"])
+        right = drill_out((0, "timeout", "moe low-latency combine on rank 0: no signal from rank 1 within 2000 ms", {}))
+        wrong_phase = drill_out((0, "timeout", "moe low-latency dispatch on rank 0: no signal from rank 1", {}))
+        wrong_rank = drill_out((0, "timeout", "moe low-latency combine on rank 0: no signal from rank 0", {}))
+        self.assertEqual(combine["check"](run(rc=1), sc.drill_lines(right))[0], "detected")
+        self.assertEqual(combine["check"](run(rc=1), sc.drill_lines(wrong_phase))[0], "misclassified")
+        self.assertEqual(combine["check"](run(rc=1), sc.drill_lines(wrong_rank))[0], "misclassified")
+
+    def test_interposer_runs_and_none_are_judged_as_before(self):
+        drop = self.scenario("moe_ll:drop_writes")
+        self.assertFalse(drop["self_injected"])
+        self.assertEqual(sc.injection_of(drop, [{"t_ns": 7}], run()), (True, 7))
+        self.assertEqual(sc.injection_of(drop, [], run()), (False, None))
+        clean = next(s for s in sc.scenarios(sc.Tools("/nonexistent")) if s["target"] == "moe_ll" and s["spec"] == "none"
+                     and not s["self_injected"])
+        self.assertEqual(sc.injection_of(clean, [], run()), (False, None))
+
+
 class Summary(unittest.TestCase):
     def test_counts_per_fault_and_false_positives(self):
         runs = [
@@ -152,8 +193,12 @@ class Summary(unittest.TestCase):
                       "signal_withhold", "signal_late", "kill_after_export", "cache_corrupt", "cache_stale"):
             self.assertIn(fault, names)
         for s in scenarios:
-            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv", "health"))
+            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv", "moe_ll", "health"))
             self.assertTrue(callable(s["check"]))
+        labels = {s["label"] for s in scenarios if s["target"] == "moe_ll"}
+        for label in ("none", "moe_ll:drop_writes", "moe_ll:kill_after_export", "moe_ll:dead_peer",
+                      "moe_ll:signal_withhold"):
+            self.assertIn(label, labels)
         for fault in ("pcie_downtrain", "pcie_replays", "nvlink_down", "nvlink_crc", "ecc_dbe", "row_remap_pending",
                       "xid", "thermal", "fabric_incomplete"):
             self.assertIn(fault, {s["spec"] for s in scenarios if s["target"] == "health"})

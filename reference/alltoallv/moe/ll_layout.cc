@@ -10,7 +10,12 @@ std::string llShapeError(const LlShape& s) {
     return "ll: " + std::to_string(s.experts) + " experts do not split evenly over " + std::to_string(s.ranks) +
            " ranks";
   }
-  if (s.top_k < 1) return "ll: top_k " + std::to_string(s.top_k) + " must be positive";
+  if (s.experts > kLlMaxExperts) {
+    return "ll: " + std::to_string(s.experts) + " experts, at most " + std::to_string(kLlMaxExperts);
+  }
+  if (s.top_k < 1 || s.top_k > kMaxTopK) {
+    return "ll: top_k " + std::to_string(s.top_k) + " outside [1, " + std::to_string(kMaxTopK) + "]";
+  }
   if (s.max_tokens < 1) return "ll: max tokens " + std::to_string(s.max_tokens) + " must be positive";
   if (s.capacity < 1) return "ll: expert capacity " + std::to_string(s.capacity) + " must be positive";
   const int multiple = s.payload == LlPayload::kFp8 ? kFp8Group : 8;
@@ -36,6 +41,22 @@ MoeTrafficBytes moeTrafficBytes(const int32_t* ids, int tokens, int top_k, int e
     b.nvlink += static_cast<uint64_t>(__builtin_popcount(remote)) * row_bytes;
   }
   return b;
+}
+
+void llClearTimes(LlKernelTimes* t) {
+  for (int i = 0; i < kLlTimeSlots; ++i) {
+    t->dispatch[i][0] = t->combine[i][0] = UINT64_MAX;
+    t->dispatch[i][1] = t->combine[i][1] = 0;
+  }
+}
+
+std::vector<double> llKernelSpansUs(const LlKernelTimes& t, bool combine) {
+  std::vector<double> us;
+  for (int i = 0; i < kLlTimeSlots; ++i) {
+    const uint64_t* s = combine ? t.combine[i] : t.dispatch[i];
+    if (s[0] != UINT64_MAX && s[1] >= s[0]) us.push_back(static_cast<double>(s[1] - s[0]) / 1e3);
+  }
+  return us;
 }
 
 }  // namespace peerlab::alltoallv::moe

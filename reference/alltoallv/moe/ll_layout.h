@@ -1,24 +1,29 @@
 #pragma once
 /// Layout and host rules of the MoE low-latency (LL) mode, shared by the kernels and the CPU tests.
 ///
-/// Every rank's symmetric region holds, each but the last twice (calls alternate between two parities, so a sender
-/// never overwrites what a receiver may still read from the call before):
-///   dispatch slab     [source rank][local expert][slot] rows: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32
-///                     scales), LlRowMeta in the row's last 16 bytes; `capacity` slots per (source rank, local expert)
-///   dispatch signals  uint64 [source rank][local expert]: (call epoch << 32) | rows written
-///   combine rows      bf16 [token][top-k slot][H]: expert outputs sent back to the token's rank
-///   combine signals   uint64 [global expert]: call epoch, written once that expert's outputs for this rank are sent
-///   combine done      uint64 [rank]: the last combine rank r finished reading (r pushes it to every rank); a
-///                     combine writes into r's rows of a parity only once r is done with that parity's previous call
-/// The slot of a (token, expert) pair is its rank among the sender's (token, slot) pairs of that expert, in token
-/// then slot order: deterministic, with no count exchange first. Pairs at slot >= capacity are dropped (counted,
-/// never written).
+/// A (token, top-k slot) pair is kept when its position, its rank among the sender's pairs of the same expert in
+/// token then slot order, is below the capacity; the rest are dropped (counted, never sent). Dispatch sends each token
+/// ONCE to every rank that holds one of its kept pairs, with the list of those pairs (LlPairEntry, in slot order); the
+/// receiver fans the row out to its local experts. Combine sends one partial sum per (token, expert rank) back.
+///
+/// Every rank's symmetric region holds, each but the marks twice (calls alternate between two parities; a rank
+/// writes into a parity only once every peer has finished the call two before, see low_latency.h):
+///   count blocks    [parity][source rank]: a flag word (epoch << 32 | tokens the source routes this call), then the
+///                   source's kept pairs per local expert of this rank (int32, at most the capacity)
+///   dispatch flags  uint64 [parity][source rank][token]: epoch << 32 | that token's kept pairs here (0: nothing
+///                   was sent), written after the row
+///   dispatch rows   [parity][source rank][token]: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32 scales), then one
+///                   LlPairEntry per kept pair here
+///   combine flags   uint64 [parity][expert rank][token]: the epoch, written after the row
+///   combine rows    bf16 [parity][expert rank][token][H]: that rank's partial sum for the token (fp32, rounded once)
+///   combine marks   uint64 [rank]: the last combine rank r has started (so it has finished the one before)
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace peerlab::alltoallv::moe {
 
@@ -34,23 +39,25 @@ inline constexpr int kFp8Group = 128;
 inline constexpr float kFp8E4m3Max = 448.f;
 /// Groups whose largest magnitude is below this are scaled as if it were this (no division by zero).
 inline constexpr float kFp8MinAmax = 1e-4f;
+/// Most experts in LL mode: every CTA keeps a per-expert pair count in shared memory.
+inline constexpr int kLlMaxExperts = 4096;
 
-/// Routing metadata at the end of every slab row.
-struct LlRowMeta {
-  int32_t token;  ///< the token's index on its source rank
-  int32_t slot;   ///< its top-k slot
-  float weight;   ///< its routing weight
-  int32_t pad;
+/// One kept (token, expert) pair in a dispatched row (one 16-byte store).
+struct alignas(16) LlPairEntry {
+  int32_t local_expert;  ///< on the receiving rank
+  int32_t slot;          ///< the token's top-k slot
+  int32_t position;      ///< among the source's pairs of this expert (< capacity)
+  float weight;          ///< the routing weight
 };
-static_assert(sizeof(LlRowMeta) == 16);
+static_assert(sizeof(LlPairEntry) == 16);
 
 struct LlShape {
   int ranks = 1;
   int hidden = 128;  ///< H (fp8: a multiple of 128; bf16: of 8)
   int top_k = 1;
   int experts = 1;     ///< E, a multiple of ranks
-  int max_tokens = 1;  ///< tokens per rank per LL call at most (sizes the combine rows)
-  int capacity = 1;    ///< slots per (source rank, local expert)
+  int max_tokens = 1;  ///< tokens per rank per LL call at most (sizes the dispatch and combine rows)
+  int capacity = 1;    ///< kept pairs per (source rank, expert) at most
   LlPayload payload = LlPayload::kBf16;
 };
 
@@ -64,40 +71,45 @@ struct LlLayout {
   int capacity;
   int max_tokens;
   uint32_t payload;
-  uint64_t payload_bytes;  ///< 2H or H
-  uint64_t scale_bytes;    ///< fp8: 4 H / 128
-  uint64_t row_bytes;      ///< payload + scales + meta, rounded up to 16
-  uint64_t slab_offset;
-  uint64_t slab_parity_bytes;
-  uint64_t dispatch_signal_offset;
-  uint64_t combine_offset;
-  uint64_t combine_parity_bytes;
-  uint64_t combine_signal_offset;
-  uint64_t combine_done_offset;
+  uint64_t payload_bytes;      ///< 2H or H
+  uint64_t scale_bytes;        ///< fp8: 4 H / 128
+  uint64_t meta_offset;        ///< the pair entries, 16-byte aligned after payload and scales
+  uint64_t row_bytes;          ///< a dispatch row: meta_offset + 16 k
+  uint64_t count_block_bytes;  ///< 16 + 4 E / n, rounded up to 16
+  uint64_t count_offset;
+  uint64_t dispatch_flag_offset;
+  uint64_t dispatch_row_offset;
+  uint64_t combine_flag_offset;
+  uint64_t combine_row_offset;
+  uint64_t combine_mark_offset;
   uint64_t total_bytes;
 
-  /// LlRowMeta sits in the row's last 16 bytes (16-byte aligned; fp8 scales end on a 4-byte boundary).
-  __host__ __device__ uint64_t metaOffset() const { return row_bytes - sizeof(LlRowMeta); }
-  /// Row `slot` of (source `src`, local expert `le`) in the dispatch slab of `parity`.
-  __host__ __device__ uint64_t slabRow(int parity, int src, int le, int slot) const {
-    return slab_offset + static_cast<uint64_t>(parity) * slab_parity_bytes +
-           ((static_cast<uint64_t>(src) * local_experts + le) * capacity + slot) * row_bytes;
+  /// [parity][source] count block; its first word is the flag.
+  __host__ __device__ uint64_t countBlock(int parity, int src) const {
+    return count_offset + (static_cast<uint64_t>(parity) * ranks + src) * count_block_bytes;
   }
-  __host__ __device__ uint64_t dispatchSignal(int parity, int src, int le) const {
-    return dispatch_signal_offset + ((static_cast<uint64_t>(parity) * ranks + src) * local_experts + le) * 8;
+  /// int32 kept pairs of local expert `le` in a count block.
+  __host__ __device__ uint64_t countOf(int parity, int src, int le) const {
+    return countBlock(parity, src) + 16 + 4ull * le;
   }
-  /// bf16 row of (token, top-k slot) among the combine rows of `parity`.
-  __host__ __device__ uint64_t combineRow(int parity, int token, int slot) const {
-    return combine_offset + static_cast<uint64_t>(parity) * combine_parity_bytes +
-           (static_cast<uint64_t>(token) * top_k + slot) * 2ull * hidden;
+  __host__ __device__ uint64_t dispatchFlag(int parity, int src, int token) const {
+    return dispatch_flag_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * 8;
   }
-  __host__ __device__ uint64_t combineSignal(int parity, int global_expert) const {
-    return combine_signal_offset + (static_cast<uint64_t>(parity) * experts + global_expert) * 8;
+  __host__ __device__ uint64_t dispatchRow(int parity, int src, int token) const {
+    return dispatch_row_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * row_bytes;
   }
-  __host__ __device__ uint64_t combineDone(int rank) const {
-    return combine_done_offset + static_cast<uint64_t>(rank) * 8;
+  /// Flag of the partial sum rank `from` sends back for `token`.
+  __host__ __device__ uint64_t combineFlag(int parity, int from, int token) const {
+    return combine_flag_offset + ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * 8;
   }
-  /// Rows of one local expert in the packed dispatch output (every source's slots).
+  __host__ __device__ uint64_t combineRow(int parity, int from, int token) const {
+    return combine_row_offset +
+           ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * 2ull * static_cast<uint64_t>(hidden);
+  }
+  __host__ __device__ uint64_t combineMark(int rank) const {
+    return combine_mark_offset + static_cast<uint64_t>(rank) * 8;
+  }
+  /// Rows of one local expert in the packed dispatch output (every source's kept pairs).
   __host__ __device__ uint64_t expertStride() const { return static_cast<uint64_t>(ranks) * capacity; }
 };
 static_assert(std::is_trivially_copyable_v<LlLayout>);
@@ -118,45 +130,48 @@ inline LlLayout makeLlLayout(const LlShape& s) {
   l.max_tokens = s.max_tokens;
   l.payload = static_cast<uint32_t>(s.payload);
   const uint64_t h = static_cast<uint64_t>(s.hidden);
+  const uint64_t n = static_cast<uint64_t>(s.ranks);
+  const uint64_t rows = 2 * n * static_cast<uint64_t>(s.max_tokens);  // both parities, every source
   l.payload_bytes = s.payload == LlPayload::kFp8 ? h : 2 * h;
   l.scale_bytes = s.payload == LlPayload::kFp8 ? 4 * (h / kFp8Group) : 0;
-  l.row_bytes = llAlign(l.payload_bytes + l.scale_bytes + sizeof(LlRowMeta), 16);
-  l.slab_offset = 0;
-  l.slab_parity_bytes = static_cast<uint64_t>(s.experts) * static_cast<uint64_t>(s.capacity) * l.row_bytes;
-  l.dispatch_signal_offset = l.slab_offset + 2 * l.slab_parity_bytes;
-  l.combine_offset = llAlign(l.dispatch_signal_offset + 2ull * s.experts * 8, 256);
-  l.combine_parity_bytes = static_cast<uint64_t>(s.max_tokens) * static_cast<uint64_t>(s.top_k) * 2 * h;
-  l.combine_signal_offset = l.combine_offset + 2 * l.combine_parity_bytes;
-  l.combine_done_offset = l.combine_signal_offset + 2ull * s.experts * 8;
-  l.total_bytes = llAlign(l.combine_done_offset + 8ull * s.ranks, 4096);
+  l.meta_offset = llAlign(l.payload_bytes + l.scale_bytes, 16);
+  l.row_bytes = l.meta_offset + sizeof(LlPairEntry) * static_cast<uint64_t>(s.top_k);
+  l.count_block_bytes = llAlign(16 + 4ull * static_cast<uint64_t>(l.local_experts), 16);
+  l.count_offset = 0;
+  l.dispatch_flag_offset = llAlign(l.count_offset + 2 * n * l.count_block_bytes, 256);
+  l.dispatch_row_offset = llAlign(l.dispatch_flag_offset + rows * 8, 256);
+  l.combine_flag_offset = llAlign(l.dispatch_row_offset + rows * l.row_bytes, 256);
+  l.combine_row_offset = llAlign(l.combine_flag_offset + rows * 8, 256);
+  l.combine_mark_offset = llAlign(l.combine_row_offset + rows * 2 * h, 256);
+  l.total_bytes = llAlign(l.combine_mark_offset + 8 * n, 4096);
   return l;
 }
 
 /// Empty when `s` is a valid LL shape, else the reason (one line, naming the value).
 std::string llShapeError(const LlShape& s);
 
-/// Signal word of a dispatch (source, local expert): the call's epoch and the rows it wrote.
-__host__ __device__ inline uint64_t llSignalWord(uint32_t epoch, uint32_t rows) {
-  return (static_cast<uint64_t>(epoch) << 32) | rows;
+/// Flag words: the call's epoch and a small value (kept pairs, tokens).
+__host__ __device__ inline uint64_t llFlagWord(uint32_t epoch, uint32_t value) {
+  return (static_cast<uint64_t>(epoch) << 32) | value;
 }
-__host__ __device__ inline uint32_t llSignalEpoch(uint64_t w) {
+__host__ __device__ inline uint32_t llFlagEpoch(uint64_t w) {
   return static_cast<uint32_t>(w >> 32);
 }
-__host__ __device__ inline uint32_t llSignalRows(uint64_t w) {
+__host__ __device__ inline uint32_t llFlagValue(uint64_t w) {
   return static_cast<uint32_t>(w & 0xffffffffu);
 }
 /// Whether epoch `a` is at or past `b` (wrap-safe).
 __host__ __device__ inline bool llEpochReached(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) >= 0;
 }
-/// Epoch 1 is the first call; parity picks the slab and signal copy.
+/// Epoch 1 is the first call; parity picks the copy of the count blocks, flags and rows.
 __host__ __device__ inline int llParity(uint32_t epoch) {
   return static_cast<int>(epoch & 1u);
 }
 
-/// Overflow rule: a pair whose slot reaches the capacity is dropped; the rows written are min(pairs, capacity).
-__host__ __device__ inline bool llKept(int64_t slot, int capacity) {
-  return slot < capacity;
+/// Overflow rule: a pair whose position reaches the capacity is dropped; the pairs kept are min(pairs, capacity).
+__host__ __device__ inline bool llKept(int64_t position, int capacity) {
+  return position < capacity;
 }
 __host__ __device__ inline int64_t llDropped(int64_t pairs, int capacity) {
   return pairs > capacity ? pairs - capacity : 0;
@@ -164,17 +179,18 @@ __host__ __device__ inline int64_t llDropped(int64_t pairs, int capacity) {
 
 /// Which path a call takes.
 enum class MoeMode : uint32_t {
-  kAuto = 0,        ///< low latency when the exchange has it and the call fits (llFits), else normal
+  kAuto = 0,        ///< low latency when the exchange has it and the call is within the LL limit, else normal
   kNormal = 1,      ///< route, pack, alltoallv, count, place, fan-out (any token count up to max_tokens)
-  kLowLatency = 2,  ///< one kernel per phase into the fixed slabs
+  kLowLatency = 2,  ///< one kernel per phase, no count exchange
 };
 
-/// The auto rule. The LL combine rows hold `ll_max_tokens` tokens per rank, so a call with more tokens cannot take
-/// LL; a call within it always can (a pair beyond an expert's capacity is dropped and counted, not an error of the
-/// mode). Every rank must take the same mode in one call (ranks that step the same batch bound do): a rank in the
-/// other mode looks like a dead peer to the LL kernels, which then report a timeout.
-inline MoeMode chooseMoeMode(MoeMode requested, int ll_max_tokens, int num_tokens) {
-  const bool fits = ll_max_tokens > 0 && num_tokens <= ll_max_tokens;
+/// The auto rule: LL for calls of at most `ll_limit` tokens (the LL rows hold MoeConfig::ll_max_tokens, and
+/// MoeConfig::ll_auto_max_tokens may set the crossover lower), else normal; 0 means no LL. A pair beyond an expert's
+/// capacity is dropped and counted, not an error of the mode. Every rank must take the same mode in one call (ranks
+/// that step the same batch bound do): a rank in the other mode looks like a dead peer to the LL kernels, which then
+/// report a timeout.
+inline MoeMode chooseMoeMode(MoeMode requested, int ll_limit, int num_tokens) {
+  const bool fits = ll_limit > 0 && num_tokens <= ll_limit;
   if (requested == MoeMode::kAuto) return fits ? MoeMode::kLowLatency : MoeMode::kNormal;
   return requested;
 }
@@ -187,5 +203,19 @@ struct MoeTrafficBytes {
 /// `ids` [tokens, top_k] of rank `rank`; `row_bytes` the bytes of one token row (2H for bf16).
 MoeTrafficBytes moeTrafficBytes(const int32_t* ids, int tokens, int top_k, int experts, int ranks, int rank,
                                 uint64_t row_bytes);
+
+/// Calls whose kernel spans LlKernelTimes keeps (a ring indexed by the call's epoch).
+inline constexpr int kLlTimeSlots = 64;
+/// %globaltimer stamps of recent LL kernels: per call, the first CTA's start of work (after the kernel before it in
+/// the stream has finished) and the last CTA's end. Start words begin at UINT64_MAX, end words at 0 (llClearTimes).
+struct LlKernelTimes {
+  uint64_t dispatch[kLlTimeSlots][2];
+  uint64_t combine[kLlTimeSlots][2];
+};
+static_assert(std::is_trivially_copyable_v<LlKernelTimes>);
+/// Every slot empty.
+void llClearTimes(LlKernelTimes* t);
+/// The spans (us) of the slots that hold a whole call, in slot order.
+std::vector<double> llKernelSpansUs(const LlKernelTimes& t, bool combine);
 
 }  // namespace peerlab::alltoallv::moe

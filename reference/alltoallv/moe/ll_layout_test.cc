@@ -9,52 +9,50 @@
 namespace peerlab::alltoallv::moe {
 namespace {
 
-TEST(LlLayout, Fp8RowsCarryScalesAndMetaAndStayVectorAligned) {
+TEST(LlLayout, Fp8RowsCarryScalesAndPairsAndStayVectorAligned) {
   LlShape s{2, 256, 4, 8, 16, 8, LlPayload::kFp8};
   const LlLayout l = makeLlLayout(s);
   EXPECT_EQ(l.payload_bytes, 256u);
   EXPECT_EQ(l.scale_bytes, 8u);
-  EXPECT_EQ(l.row_bytes, 288u);     // 256 + 8 + 16 = 280, rounded up to 16
-  EXPECT_EQ(l.metaOffset(), 272u);  // the last 16 bytes, vector-aligned for one int4 store
-  EXPECT_GE(l.metaOffset(), l.payload_bytes + l.scale_bytes);
+  EXPECT_EQ(l.meta_offset, 272u);  // 256 + 8, rounded up to 16: one 16-byte store per pair entry
+  EXPECT_EQ(l.row_bytes, 272u + 4 * 16);
   LlShape small = s;
-  small.hidden = 128;  // 128 + 4 bytes of payload and scales: the meta must not follow them unaligned
-  EXPECT_EQ(makeLlLayout(small).metaOffset() % 16, 0u);
-  EXPECT_EQ(makeLlLayout(small).row_bytes, 160u);
+  small.hidden = 128;  // 128 + 4 bytes of payload and scales: the entries must not follow them unaligned
+  EXPECT_EQ(makeLlLayout(small).meta_offset, 144u);
   s.payload = LlPayload::kBf16;
   s.hidden = 7168;
+  s.top_k = 8;
   const LlLayout b = makeLlLayout(s);
-  EXPECT_EQ(b.row_bytes, 14336u + 16u);
+  EXPECT_EQ(b.meta_offset, 14336u);
+  EXPECT_EQ(b.row_bytes, 14336u + 8 * 16);
   EXPECT_EQ(b.scale_bytes, 0u);
+  EXPECT_EQ(b.count_block_bytes, 16u + 16u);  // flag word, then 4 local experts' counts
 }
 
-// Every slab row, signal and combine row of both parities is distinct, inside the region and 16-byte aligned.
+// Every count block, flag, row and mark of both parities is distinct, inside the region and aligned (16 bytes for
+// rows and blocks, 8 for flag words).
 TEST(LlLayout, RegionsAreDisjointAndInside) {
   for (LlPayload p : {LlPayload::kBf16, LlPayload::kFp8}) {
     LlShape s{3, 128, 3, 6, 5, 4, p};
     const LlLayout l = makeLlLayout(s);
     std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end)
-    for (int par = 0; par < 2; ++par) {
-      for (int src = 0; src < s.ranks; ++src)
-        for (int le = 0; le < s.experts / s.ranks; ++le) {
-          for (int slot = 0; slot < s.capacity; ++slot) {
-            const uint64_t o = l.slabRow(par, src, le, slot);
-            EXPECT_EQ(o % 16, 0u);
-            spans.emplace_back(o, o + l.row_bytes);
-          }
-          spans.emplace_back(l.dispatchSignal(par, src, le), l.dispatchSignal(par, src, le) + 8);
+    auto add = [&](uint64_t o, uint64_t bytes, uint64_t align) {
+      EXPECT_EQ(o % align, 0u) << "offset " << o;
+      spans.emplace_back(o, o + bytes);
+    };
+    for (int par = 0; par < 2; ++par)
+      for (int src = 0; src < s.ranks; ++src) {
+        add(l.countBlock(par, src), l.count_block_bytes, 16);
+        EXPECT_EQ(l.countOf(par, src, s.experts / s.ranks - 1) + 4, l.countBlock(par, src) + 16 + 4 * 2);
+        for (int t = 0; t < s.max_tokens; ++t) {
+          add(l.dispatchFlag(par, src, t), 8, 8);
+          add(l.dispatchRow(par, src, t), l.row_bytes, 16);
+          add(l.combineFlag(par, src, t), 8, 8);
+          add(l.combineRow(par, src, t), 2ull * s.hidden, 16);
         }
-      for (int t = 0; t < s.max_tokens; ++t)
-        for (int j = 0; j < s.top_k; ++j) {
-          const uint64_t o = l.combineRow(par, t, j);
-          EXPECT_EQ(o % 16, 0u);
-          spans.emplace_back(o, o + 2ull * s.hidden);
-        }
-      for (int e = 0; e < s.experts; ++e)
-        spans.emplace_back(l.combineSignal(par, e), l.combineSignal(par, e) + 8);
-    }
+      }
     for (int r = 0; r < s.ranks; ++r)
-      spans.emplace_back(l.combineDone(r), l.combineDone(r) + 8);
+      add(l.combineMark(r), 8, 8);
     std::sort(spans.begin(), spans.end());
     for (size_t i = 0; i < spans.size(); ++i) {
       EXPECT_LE(spans[i].second, l.total_bytes);
@@ -67,17 +65,18 @@ TEST(LlLayout, RegionsAreDisjointAndInside) {
   }
 }
 
-// DeepSeek-V3 decode shape on 4 ranks, 128 tokens per rank: what one rank's region holds.
+// DeepSeek-V3 decode shape on 2 ranks, 128 tokens per rank: the region holds a row per (source, token) and parity,
+// not a slab per expert.
 TEST(LlLayout, CapacityMathAtTheDeepSeekShape) {
-  const LlShape s{4, 7168, 8, 256, 128, 128, LlPayload::kBf16};
+  const LlShape s{2, 7168, 8, 256, 128, 128, LlPayload::kBf16};
   const LlLayout l = makeLlLayout(s);
-  EXPECT_EQ(l.row_bytes, 14352u);
-  EXPECT_EQ(l.slab_parity_bytes, 256ull * 128 * 14352);  // every (source, local expert) pair of slabs = E x capacity
-  EXPECT_EQ(l.combine_parity_bytes, 128ull * 8 * 14336);
-  EXPECT_GE(l.total_bytes, 2 * (l.slab_parity_bytes + l.combine_parity_bytes));
-  EXPECT_LT(l.total_bytes, 2 * (l.slab_parity_bytes + l.combine_parity_bytes) + (1 << 20));
-  const LlLayout f = makeLlLayout(LlShape{4, 7168, 8, 256, 128, 128, LlPayload::kFp8});
-  EXPECT_EQ(f.row_bytes, 7168u + 224u + 16u);  // fp8 rows: about half of bf16
+  EXPECT_EQ(l.row_bytes, 14336u + 128u);
+  const uint64_t rows = 2ull * 2 * 128;  // parities x sources x tokens
+  EXPECT_GE(l.total_bytes, rows * (l.row_bytes + 14336 + 16));
+  EXPECT_LT(l.total_bytes, rows * (l.row_bytes + 14336 + 16) + (1 << 16));
+  EXPECT_LT(l.total_bytes, 16u << 20);  // under 16 MiB per rank
+  const LlLayout f = makeLlLayout(LlShape{2, 7168, 8, 256, 128, 128, LlPayload::kFp8});
+  EXPECT_EQ(f.row_bytes, 7168u + 224u + 128u);  // fp8 rows: about half of bf16
 }
 
 TEST(LlLayout, ShapeErrorsNameTheValue) {
@@ -88,14 +87,16 @@ TEST(LlLayout, ShapeErrorsNameTheValue) {
   EXPECT_NE(llShapeError(LlShape{2, 256, 8, 16, 4, 0, LlPayload::kBf16}).find("capacity 0"), std::string::npos);
   EXPECT_NE(llShapeError(LlShape{2, 256, 8, 16, 0, 4, LlPayload::kBf16}).find("max tokens 0"), std::string::npos);
   EXPECT_NE(llShapeError(LlShape{9, 256, 8, 18, 4, 4, LlPayload::kBf16}).find("9"), std::string::npos);
+  EXPECT_NE(llShapeError(LlShape{2, 256, 17, 16, 4, 4, LlPayload::kBf16}).find("top_k 17"), std::string::npos);
+  EXPECT_NE(llShapeError(LlShape{2, 256, 8, 8192, 4, 4, LlPayload::kBf16}).find("8192 experts"), std::string::npos);
 }
 
-TEST(LlLayout, SignalWordsCarryEpochAndRows) {
-  const uint64_t w = llSignalWord(0x89abcdefu, 12345);
-  EXPECT_EQ(llSignalEpoch(w), 0x89abcdefu);
-  EXPECT_EQ(llSignalRows(w), 12345u);
+TEST(LlLayout, FlagWordsCarryEpochAndValue) {
+  const uint64_t w = llFlagWord(0x89abcdefu, 12345);
+  EXPECT_EQ(llFlagEpoch(w), 0x89abcdefu);
+  EXPECT_EQ(llFlagValue(w), 12345u);
   // A zeroed region never matches a call: epochs start at 1.
-  EXPECT_NE(llSignalEpoch(0), 1u);
+  EXPECT_NE(llFlagEpoch(0), 1u);
   EXPECT_EQ(llParity(1), 1);
   EXPECT_EQ(llParity(2), 0);
   EXPECT_TRUE(llEpochReached(5, 5));
@@ -113,7 +114,7 @@ TEST(LlLayout, OverflowKeepsTheFirstCapacitySlots) {
   EXPECT_EQ(llDropped(9, 4), 5);
 }
 
-TEST(LlLayout, AutoTakesLowLatencyOnlyWhenTheCallFits) {
+TEST(LlLayout, AutoTakesLowLatencyUpToTheLimit) {
   EXPECT_EQ(chooseMoeMode(MoeMode::kAuto, 128, 1), MoeMode::kLowLatency);
   EXPECT_EQ(chooseMoeMode(MoeMode::kAuto, 128, 128), MoeMode::kLowLatency);
   EXPECT_EQ(chooseMoeMode(MoeMode::kAuto, 128, 129), MoeMode::kNormal);
@@ -136,6 +137,21 @@ TEST(LlLayout, TrafficCountsSelectionsAndRemoteRanksOnce) {
   const MoeTrafficBytes r1 = moeTrafficBytes(ids.data(), 3, 3, 4, 2, 1, 10);
   EXPECT_EQ(r1.logical, 70u);
   EXPECT_EQ(r1.nvlink, 20u);  // tokens 0 and 2 reach rank 0
+}
+
+// Kernel spans: slots that hold a start and an end count, empty or half-written ones do not.
+TEST(LlLayout, KernelSpansSkipEmptySlots) {
+  LlKernelTimes t{};
+  llClearTimes(&t);
+  EXPECT_TRUE(llKernelSpansUs(t, false).empty());
+  EXPECT_TRUE(llKernelSpansUs(t, true).empty());
+  t.dispatch[3][0] = 1'000'000;
+  t.dispatch[3][1] = 1'012'500;
+  t.dispatch[4][0] = 2'000'000;  // started, never ended: the end word is still 0
+  t.combine[0][0] = 5'000;
+  t.combine[0][1] = 13'000;
+  EXPECT_EQ(llKernelSpansUs(t, false), std::vector<double>{12.5});
+  EXPECT_EQ(llKernelSpansUs(t, true), std::vector<double>{8.0});
 }
 
 }  // namespace

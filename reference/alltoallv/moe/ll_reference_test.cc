@@ -204,7 +204,8 @@ TEST(LlReference, HotExpertOverflowsAndDropsAreCounted) {
   EXPECT_GE(ll[0].dropped_from_me, 7);
   EXPECT_GE(ll[1].dropped_from_me, 4);
   EXPECT_EQ(kept + dropped, valid);
-  // Identity experts, unit weights: a token gets back (number of kept slots) x itself.
+  // Identity experts, unit weights: a token gets back, per rank, (its kept slots there) x itself rounded to bf16,
+  // summed over the ranks in rank order.
   for (auto& r : in)
     for (auto& w : r.weights)
       w = 1.f;
@@ -213,20 +214,134 @@ TEST(LlReference, HotExpertOverflowsAndDropsAreCounted) {
   for (int r = 0; r < s.ranks; ++r)
     eo[r] = ll[r].rows;
   auto out = llCombineReference(s, cap, in, ll, eo);
+  int multi_slot = 0;
   for (int r = 0; r < s.ranks; ++r) {
     std::vector<int> seen(s.experts, 0);
     for (int t = 0; t < in[r].tokens; ++t) {
-      int kept_slots = 0;
+      std::vector<int> kept_on(s.ranks, 0);
       for (int j = 0; j < s.top_k; ++j) {
         const int e = in[r].ids[t * s.top_k + j];
-        if (e >= 0 && e < s.experts) kept_slots += seen[e]++ < cap ? 1 : 0;
+        if (e >= 0 && e < s.experts && seen[e]++ < cap) kept_on[e / per]++;
       }
+      for (int q = 0; q < s.ranks; ++q)
+        multi_slot += kept_on[q] > 1 ? 1 : 0;
       for (int h = 0; h < s.hidden; ++h) {
-        const float want = bf16ToFloat(floatToBf16(kept_slots * bf16ToFloat(in[r].x[t * s.hidden + h])));
-        ASSERT_EQ(bf16ToFloat(out[r][t * s.hidden + h]), want) << "rank " << r << " token " << t;
+        const float x = bf16ToFloat(in[r].x[t * s.hidden + h]);
+        float total = 0.f;
+        for (int q = 0; q < s.ranks; ++q)
+          if (kept_on[q] > 0) total += bf16ToFloat(floatToBf16(static_cast<float>(kept_on[q]) * x));
+        ASSERT_EQ(out[r][t * s.hidden + h], floatToBf16(total)) << "rank " << r << " token " << t;
       }
     }
   }
+  EXPECT_GT(multi_slot, 0) << "some token must have several kept slots on one rank";
+}
+
+// The GPU's two steps (each token once per rank with its kept pairs, then the fan-out by the earlier sources' kept
+// counts) give exactly the definition, drops and hot experts included.
+TEST(LlReference, SendOncePerRankThenFanOutIsTheDefinition) {
+  struct Case {
+    MoeShape shape;
+    int capacity;
+    LlPayload payload;
+    bool hot;
+  };
+  for (const Case& c :
+       {Case{{2, 16, 4, 8}, 40, LlPayload::kBf16, false}, Case{{2, 16, 4, 8}, 3, LlPayload::kBf16, true},
+        Case{{4, 128, 8, 64}, 2, LlPayload::kFp8, false}, Case{{3, 8, 3, 9}, 5, LlPayload::kBf16, true},
+        Case{{1, 128, 8, 32}, 4, LlPayload::kFp8, true}, Case{{8, 8, 8, 64}, 1, LlPayload::kBf16, false}}) {
+    SCOPED_TRACE("ranks " + std::to_string(c.shape.ranks) + " capacity " + std::to_string(c.capacity));
+    std::vector<int> tokens(c.shape.ranks);
+    for (int r = 0; r < c.shape.ranks; ++r)
+      tokens[r] = r == 1 ? 0 : 9 + 4 * r;
+    const auto in = c.hot ? makeHotMoeInputs(c.shape, tokens, 77, c.shape.experts - 1)
+                          : makeMoeInputs(c.shape, tokens, 78, /*drop=*/true);
+    const auto got = llDispatchReference(c.shape, c.capacity, c.payload, in);
+    const auto want = llDispatchNaive(c.shape, c.capacity, c.payload, in);
+    int64_t dropped = 0;
+    for (int r = 0; r < c.shape.ranks; ++r) {
+      EXPECT_TRUE(got[r] == want[r]) << "rank " << r;
+      dropped += want[r].dropped_from_me;
+    }
+    if (c.hot || c.capacity <= 2) {
+      EXPECT_GT(dropped, 0) << "this case must drop pairs";
+    }
+  }
+}
+
+// Each token goes once to each rank that holds one of its kept pairs, carrying exactly those pairs in slot order;
+// without drops the bytes to other ranks are moeTrafficBytes' nvlink count.
+TEST(LlReference, SentRowsCarryEachTokenOncePerRank) {
+  const MoeShape s{4, 16, 8, 64};
+  const int per = s.experts / s.ranks;
+  for (int cap : {64, 2}) {
+    const auto in = makeMoeInputs(s, {20, 20, 20, 20}, 5 + cap, /*drop=*/true);
+    for (int src = 0; src < s.ranks; ++src) {
+      const auto sent = llSentRows(s, cap, in[src]);
+      const auto position = llPositions(s, in[src]);
+      uint64_t other_rows = 0;
+      for (int d = 0; d < s.ranks; ++d) {
+        int last = -1;
+        for (const LlSentRow& r : sent[d]) {
+          ASSERT_GT(r.token, last) << "tokens in order, each once";
+          last = r.token;
+          std::vector<LlPairEntry> want;
+          for (int j = 0; j < s.top_k; ++j) {
+            const size_t i = static_cast<size_t>(r.token) * s.top_k + j;
+            const int e = in[src].ids[i];
+            if (position[i] >= 0 && llKept(position[i], cap) && e / per == d) {
+              want.push_back(LlPairEntry{e % per, j, static_cast<int32_t>(position[i]), in[src].weights[i]});
+            }
+          }
+          ASSERT_FALSE(r.pairs.empty());
+          ASSERT_EQ(r.pairs.size(), want.size());
+          for (size_t p = 0; p < want.size(); ++p) {
+            EXPECT_EQ(r.pairs[p].local_expert, want[p].local_expert);
+            EXPECT_EQ(r.pairs[p].slot, want[p].slot);
+            EXPECT_EQ(r.pairs[p].position, want[p].position);
+            EXPECT_EQ(r.pairs[p].weight, want[p].weight);
+            EXPECT_LT(r.pairs[p].position, cap);
+          }
+        }
+        if (d != src) other_rows += sent[d].size();
+      }
+      const MoeTrafficBytes b =
+          moeTrafficBytes(in[src].ids.data(), in[src].tokens, s.top_k, s.experts, s.ranks, src, 1);
+      if (cap == 64) {
+        EXPECT_EQ(other_rows, b.nvlink) << "source " << src;
+      } else {
+        EXPECT_LT(other_rows, b.nvlink) << "source " << src << ": dropped pairs send less";
+      }
+    }
+  }
+}
+
+// Partial sums are rounded per rank before they are added: 1 + 2^-8 on rank 0 rounds to 1 (ties to even), and
+// 1 + 2^-8 again at the end; one fp32 chain over all three slots would give 1 + 2^-7.
+TEST(LlReference, CombineRoundsEachRanksPartialSumOnce) {
+  const MoeShape s{2, 8, 3, 4};
+  const int cap = 4;
+  std::vector<RankInput> in(2);
+  in[0].tokens = 1;
+  in[0].x.assign(8, floatToBf16(1.f));
+  in[0].ids = {0, 1, 2};  // experts 0 and 1 on rank 0, expert 2 on rank 1
+  in[0].weights = {1.f, 1.f, 1.f};
+  const auto ll = llDispatchReference(s, cap, LlPayload::kBf16, in);
+  const size_t stride = 2 * cap;
+  std::vector<std::vector<uint16_t>> eo = {std::vector<uint16_t>(2 * stride * 8, 0),
+                                           std::vector<uint16_t>(2 * stride * 8, 0)};
+  const uint16_t tiny = floatToBf16(std::ldexp(1.f, -8));
+  for (int h = 0; h < 8; ++h) {
+    eo[0][h] = floatToBf16(1.f);   // rank 0, local expert 0, row 0
+    eo[0][stride * 8 + h] = tiny;  // rank 0, local expert 1, row 0
+    eo[1][h] = tiny;               // rank 1, local expert 0, row 0
+  }
+  ASSERT_EQ(ll[0].expert_counts, (std::vector<int64_t>{1, 1}));
+  ASSERT_EQ(ll[1].expert_counts, (std::vector<int64_t>{1, 0}));
+  const auto out = llCombineReference(s, cap, in, ll, eo);
+  for (int h = 0; h < 8; ++h)
+    EXPECT_EQ(bf16ToFloat(out[0][h]), 1.f);
+  EXPECT_TRUE(out[1].empty());
 }
 
 TEST(LlReference, Fp8DispatchCarriesTheQuantizedRows) {

@@ -1,23 +1,28 @@
 #pragma once
-/// MoE low-latency (LL) dispatch and combine: one kernel per phase over fixed per-expert slabs in symmetric memory
-/// (layout and rules in ll_layout.h), no count exchange first and no host sync, so both are graph-capturable.
+/// MoE low-latency (LL) dispatch and combine: one kernel per phase over fixed buffers in symmetric memory (layout and
+/// rules in ll_layout.h), no count exchange first and no host sync, so both are graph-capturable.
 ///
-/// Dispatch: in the send phase the CTAs take the global experts in turn; the CTA holding expert g ranks this rank's
-/// (token, slot) pairs of g in token order, writes each kept pair's row (bf16, or fp8 quantized per 128 elements on the
-/// way) straight into slot [this rank][local expert][pair's rank] of the expert's rank's slab, then one release store
-/// of (epoch, rows) into that rank's signal word. The receive phase of the same kernel waits (bounded by %globaltimer)
-/// for every source's signal of each local expert and packs the rows per expert, source by source (LlDispatchOutput).
-/// Combine: each local expert's output rows go back into their token's rank, at [token][top-k slot], then one release
-/// store per (expert, rank); each token waits for the experts it kept and sums w * out in fp32 in slot order, rounded
-/// once to bf16. A pair beyond its expert's capacity is dropped: not written, counted, reported by checkStatus(), and
-/// left out of its token's combine.
+/// Dispatch: one CTA per token (tokens beyond the grid go round again). It ranks its token's pairs against the pairs
+/// of every token before it (a per-expert count in shared memory), keeps those below the capacity, reads the token
+/// once, quantizes it once (fp8), and writes it once into every rank that holds one of its kept pairs, with the list
+/// of those pairs; one release store of (epoch, pairs) per (token, rank) follows, a zero for a rank it skips. One CTA
+/// also counts every pair of the call and sends each rank its kept pairs per local expert in a count block (epoch,
+/// tokens). Every CTA then waits for the count blocks (bounded by %globaltimer), takes received rows in turn, waits
+/// for each row's flag and fans the row out into the packed expert layout (LlDispatchOutput): expert by expert,
+/// source rank by source rank, each source's pairs in (token, slot) order.
+/// Combine: for every received row, the CTA that takes it sums w * out of its local experts in fp32 in slot order,
+/// rounds once to bf16 and writes that partial sum once back into the token's rank, then a release store of the
+/// epoch; every token sums its partial sums in fp32 in rank order and rounds once to bf16. A pair beyond its
+/// expert's capacity is dropped: not sent, counted, reported by checkStatus(), and left out of its token's combine.
 ///
-/// Calls alternate between two slab parities. A dispatch waits for every peer's signals, and a combine for every peer
-/// to have finished the combine two calls back, so no sender rewrites what a receiver may still be reading; calls may
-/// repeat back to back (a benchmark loop of dispatches, or of combines after one dispatch).
-/// Every CTA spins only after its own sends, and a launch uses at most one CTA per SM, so it never waits on itself.
-/// A missing signal (dead peer, a rank in the other mode) sets the error word and the call completes; checkStatus()
-/// reports a timeout naming the rank.
+/// Calls alternate between two buffer parities. A dispatch waits for every peer's count block of the same call, and
+/// a combine for every peer's mark of the same call, so a rank writes into a parity only once every peer has finished
+/// the call two before; calls may repeat back to back (a benchmark loop of dispatches, or of combines after one
+/// dispatch). Every CTA spins only after its own sends and a launch uses at most one CTA per SM, so a launch never
+/// waits on itself. Kernels go out with programmatic dependent launch where the device has it (their CTAs wait for the
+/// kernel before them first). A missing signal (dead peer, a rank in the other mode) sets the error word and the
+/// call completes; later waits give up at once while the error is on record; checkStatus() reports a timeout naming
+/// the rank.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -42,8 +47,9 @@ struct LlConfig {
   int max_tokens = 128;  ///< tokens per rank per call at most
   int capacity = 0;      ///< slots per (source rank, local expert); 0: max_tokens (no drops with distinct top-k)
   LlPayload payload = LlPayload::kBf16;
-  int64_t timeout_ms = 10'000;  ///< bound of every device wait
-  int max_ctas = 0;             ///< 0: one per SM
+  int64_t timeout_ms = 10'000;      ///< bound of every device wait
+  int max_ctas = 0;                 ///< 0: one per SM
+  bool programmatic_launch = true;  ///< launch with programmatic dependent launch where the device has it
 };
 
 /// The packed dispatch output, on the GPU (valid until the next dispatch).
@@ -66,9 +72,9 @@ struct LlState {
   uint32_t combine_epoch;
   uint32_t dispatch_arrived;  ///< CTAs done with the current call (the last one advances the epoch)
   uint32_t combine_arrived;
-  uint32_t code;  ///< kDeviceTimeout or kDeviceOk (first timeout wins)
-  int32_t rank;   ///< timeout: the peer whose signal never came
-  uint32_t what;  ///< 1: dispatch wait, 2: combine wait
+  uint32_t code;  ///< kDeviceOk, or the first error: kDeviceTimeout, kDeviceBadInput (a malformed row)
+  int32_t rank;   ///< the peer whose signal never came or whose row was malformed
+  uint32_t what;  ///< 1: dispatch, 2: combine
   uint32_t pad;
   unsigned long long dropped;  ///< pairs dropped for capacity since the last check
 };
@@ -77,20 +83,21 @@ static_assert(std::is_trivially_copyable_v<LlState>);
 /// Test hooks: faults the kernels inject on purpose (the scorecard's dropped writes).
 enum class LlFault : uint32_t {
   kNone = 0,
-  kSkipDispatchSignals = 1,  ///< send rows but never signal: receivers must time out
-  kSkipCombineSignals = 2,
+  kSkipDispatchSignals = 1,  ///< send rows and counts but never their flags: receivers must time out
+  kSkipCombineSignals = 2,   ///< send partial sums but never their flags nor the marks
 };
 
 class LowLatencyExchange {
  public:
-  /// Collective over `boot` (same config on every rank): maps the symmetric slabs, allocates the packed output.
+  /// Collective over `boot` (same config on every rank): maps the symmetric rows and flags, allocates the packed
+  /// output.
   static StatusOr<LowLatencyExchange> create(Bootstrap& boot, int device, const LlConfig& config, Deadline deadline);
 
   LowLatencyExchange(LowLatencyExchange&&) noexcept = default;
   LowLatencyExchange& operator=(LowLatencyExchange&&) noexcept = default;
   ~LowLatencyExchange() = default;
 
-  /// One kernel: routes `num_tokens` (<= max_tokens) tokens into every expert's slab and packs what arrives here.
+  /// One kernel: sends `num_tokens` (<= max_tokens) tokens to their experts' ranks and packs what arrives here.
   Status dispatch(const __nv_bfloat16* tokens, const int32_t* topk_ids, const float* topk_weights, int num_tokens,
                   cudaStream_t stream);
   /// One kernel: `expert_out` ([E / n][n * capacity][H] bf16, the packed layout of the last dispatch) back to the
@@ -108,9 +115,12 @@ class LowLatencyExchange {
   const LlLayout& layout() const { return layout_; }
   const LlConfig& config() const { return config_; }
   void setFault(LlFault f) { fault_ = f; }
-  /// CTAs of a dispatch and of a combine launch.
-  int dispatchCtas() const;
-  int combineCtas(int num_tokens) const;
+  /// Kernel spans into `times` (device memory, llClearTimes() first; null: off). Captured into graphs as set.
+  void setKernelTimes(LlKernelTimes* times) { times_ = times; }
+  /// Whether kernels launch with programmatic dependent launch.
+  bool programmaticLaunch() const { return programmatic_; }
+  /// CTAs of a dispatch or combine launch for `num_tokens` tokens on this rank.
+  int ctasFor(int num_tokens) const;
 
  private:
   LowLatencyExchange() = default;
@@ -121,10 +131,14 @@ class LowLatencyExchange {
   int sms_ = 1;
   int num_tokens_ = 0;
   LlFault fault_ = LlFault::kNone;
+  LlKernelTimes* times_ = nullptr;
+  bool programmatic_ = false;
   uint64_t dropped_ = 0;
   std::unique_ptr<SymmetricRegion> region_;
-  DeviceBuffer slot_expert_;  // int32 [max_tokens, k]: the global expert of each kept slot, -1 otherwise
-  DeviceBuffer slot_weight_;  // float [max_tokens, k]
+  DeviceBuffer token_dests_;  // uint32 [max_tokens]: bit d set when the token has a kept pair on rank d
+  DeviceBuffer recv_tokens_;  // int32 [n]: rows each source sent in the last dispatch
+  DeviceBuffer recv_pairs_;   // int32 [n, max_tokens]: kept pairs of each received row (0: not sent)
+  DeviceBuffer recv_rows_;    // int2 [n, max_tokens, k]: {packed output row, weight bits} per kept pair, slot order
   DeviceBuffer rows_;
   DeviceBuffer scales_;
   DeviceBuffer counts_;  // int64 [E / n]

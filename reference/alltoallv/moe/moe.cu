@@ -502,6 +502,12 @@ DispatchOutput MoeExchange::output() const {
   return o;
 }
 
+int MoeExchange::llAutoLimit() const {
+  if (!ll_) return 0;
+  const int held = ll_->config().max_tokens;
+  return config_.ll_auto_max_tokens > 0 ? std::min(config_.ll_auto_max_tokens, held) : held;
+}
+
 const int64_t* MoeExchange::sendCounts() const {
   return buf_->at(kSendCounts);
 }
@@ -511,7 +517,7 @@ const int64_t* MoeExchange::recvCounts() const {
 
 Status MoeExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* topk_ids, const float* topk_weights,
                              int num_tokens, cudaStream_t stream, Deadline deadline, MoeMode mode) {
-  const MoeMode resolved = chooseMoeMode(mode, ll_ ? ll_->config().max_tokens : 0, num_tokens);
+  const MoeMode resolved = chooseMoeMode(mode, llAutoLimit(), num_tokens);
   if (resolved == MoeMode::kLowLatency) {
     if (!ll_) return PEERLAB_INVALID_ARGUMENT("moe dispatch: low-latency mode requested, but ll_max_tokens is 0");
     PEERLAB_RETURN_IF_ERROR(ll_->dispatch(tokens, topk_ids, topk_weights, num_tokens, stream));

@@ -15,11 +15,13 @@
 /// (w * out) into one partial row, rounded once to bf16, and sent back; the source sums its <= n partial rows in
 /// fp32 and rounds to bf16. That halves the combine traffic the same way and keeps fp32 accumulation.
 ///
-/// Low-latency mode (MoeConfig::ll_max_tokens > 0, peerlab's transport only): one kernel per phase into fixed
-/// per-expert slabs, no count exchange (low_latency.h). Each call picks its mode (chooseMoeMode): LL when num_tokens
-/// <= ll_max_tokens, else the normal mode above; every rank must land on the same side. In LL mode output() is not
-/// written: the expert input is lowLatency()->output() ([E / n][n * capacity] rows, bf16 or fp8 with per-128 scales),
-/// and combine() takes the expert output in that layout. Pairs beyond an expert's capacity are dropped and reported.
+/// Low-latency mode (MoeConfig::ll_max_tokens > 0, peerlab's transport only): one kernel per phase over fixed
+/// buffers, no count exchange (low_latency.h); it too sends each token once per destination rank and sums per rank
+/// before sending back. Each call picks its mode (chooseMoeMode): LL when num_tokens <= the LL limit
+/// (ll_auto_max_tokens, at most ll_max_tokens), else the normal mode above; every rank must land on the same side. In
+/// LL mode output() is not written: the expert input is lowLatency()->output() ([E / n][n * capacity] rows, bf16 or
+/// fp8 with per-128 scales), and combine() takes the expert output in that layout. Pairs beyond an expert's capacity
+/// are dropped and reported.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -45,8 +47,11 @@ struct MoeConfig {
   int max_tokens = 4096;  ///< T capacity per rank
   /// Rows of the expert-grouped output ((token, expert) pairs received); 0: the worst case max_tokens * n * k.
   uint64_t pair_capacity = 0;
-  int ll_max_tokens = 0;  ///< low-latency mode for calls of at most this many tokens (0: off)
-  int ll_capacity = 0;    ///< LL slots per (source rank, local expert); 0: ll_max_tokens
+  int ll_max_tokens = 0;  ///< tokens per rank the LL buffers hold (0: no LL mode)
+  /// The auto choice takes LL for calls of at most this many tokens (0: ll_max_tokens): the crossover where the normal
+  /// mode becomes faster, measured per machine (docs/moe.md).
+  int ll_auto_max_tokens = 0;
+  int ll_capacity = 0;  ///< LL kept pairs per (source rank, expert); 0: ll_max_tokens (nothing dropped)
   LlPayload ll_payload = LlPayload::kBf16;
   int64_t ll_timeout_ms = 10'000;  ///< bound of the LL kernels' device waits
 };
@@ -133,7 +138,7 @@ class MoeExchange {
   /// Reads and clears the device status of both transports, of the layout (pair capacity overflow) and of the LL
   /// kernels (dropped pairs, missing signals).
   Status checkStatus(cudaStream_t stream, Deadline deadline);
-  /// Collective teardown of both transports and of the LL slabs.
+  /// Collective teardown of both transports and of the LL buffers.
   Status close(Bootstrap& boot, Deadline deadline);
 
   DispatchOutput output() const;
@@ -141,6 +146,8 @@ class MoeExchange {
   LowLatencyExchange* lowLatency() { return ll_.get(); }
   /// The mode the last dispatch took.
   MoeMode lastMode() const { return last_mode_; }
+  /// The most tokens a kAuto call sends through the LL mode (0: none).
+  int llAutoLimit() const;
   const MoeConfig& config() const { return config_; }
   int localExperts() const { return config_.experts / ranks_; }
   Transport& dispatchTransport() { return *dispatch_; }

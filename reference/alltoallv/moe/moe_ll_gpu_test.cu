@@ -119,7 +119,11 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
     // Poison the packed output: a row the kernel should have written and did not shows.
     PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemset(const_cast<uint8_t*>(o.rows), 0xEE, rows * o.payload_bytes)));
     PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemset(const_cast<int4*>(o.row_source), 0xEE, rows * sizeof(int4))));
-    PEERLAB_ASSERT_OK(moe.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), mine.tokens, s, soon()));
+    // Round 1 dispatches twice back to back (the second call on the other parity, no combine between).
+    for (int call = 0; call <= round % 2; ++call) {
+      PEERLAB_ASSERT_OK(
+          moe.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), mine.tokens, s, soon()));
+    }
     EXPECT_EQ(moe.lastMode(), MoeMode::kLowLatency);
     const Status st = moe.checkStatus(s, soon());
     int64_t dropped = 0;
@@ -127,7 +131,7 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
       dropped += r.dropped_from_me;
     if (ref[me].dropped_from_me > 0) {
       EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-      EXPECT_EQ(moe.lowLatency()->droppedPairs(), static_cast<uint64_t>(ref[me].dropped_from_me));
+      EXPECT_EQ(moe.lowLatency()->droppedPairs(), static_cast<uint64_t>((1 + round % 2) * ref[me].dropped_from_me));
     } else {
       PEERLAB_ASSERT_OK(st);
     }
@@ -208,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, MoeLowLatency,
     ::testing::Values(LlCase{1, LlPayload::kBf16, Routing::kUniform}, LlCase{1, LlPayload::kFp8, Routing::kUniform},
                       LlCase{1, LlPayload::kBf16, Routing::kHot}, LlCase{1, LlPayload::kFp8, Routing::kHot},
-                      LlCase{2, LlPayload::kBf16, Routing::kUniform}, LlCase{2, LlPayload::kFp8, Routing::kHot},
+                      LlCase{2, LlPayload::kBf16, Routing::kUniform}, LlCase{2, LlPayload::kFp8, Routing::kUniform},
+                      LlCase{2, LlPayload::kBf16, Routing::kHot}, LlCase{2, LlPayload::kFp8, Routing::kHot},
                       LlCase{4, LlPayload::kBf16, Routing::kUniform}, LlCase{4, LlPayload::kFp8, Routing::kUniform},
                       LlCase{4, LlPayload::kBf16, Routing::kHot}),
     [](const auto& info) {
@@ -223,6 +228,18 @@ TEST(MoeLowLatencyDeepSeek, Hidden7168Top8Of256) {
   llRounds(boot, LlCase{1, LlPayload::kFp8, Routing::kUniform}, MoeShape{1, 7168, 8, 256}, 16, {16});
 }
 
+TEST(MoeLowLatencyDeepSeek, TwoRanksHidden7168Top8Of256) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  llRounds(boot, LlCase{2, LlPayload::kBf16, Routing::kUniform}, MoeShape{2, 7168, 8, 256}, 32, {32, 9});
+}
+
+TEST(MoeLowLatencyDeepSeek, TwoRanksFp8Hidden7168Top8Of256) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  llRounds(boot, LlCase{2, LlPayload::kFp8, Routing::kHot}, MoeShape{2, 7168, 8, 256}, 6, {30, 1});
+}
+
 TEST(MoeLowLatencyDeepSeek, FourRanksHidden7168Top8Of256) {
   PEERLAB_REQUIRE_GPUS(4);
   PEERLAB_TEST_RANKS(4, boot);
@@ -230,15 +247,18 @@ TEST(MoeLowLatencyDeepSeek, FourRanksHidden7168Top8Of256) {
 }
 
 // Dispatch and combine captured once in a CUDA graph and replayed: the epochs live on the GPU, so every replay is a
-// fresh call with its own parity.
-TEST(MoeLowLatencyGraph, ReplaysEqualTheReference) {
-  PEERLAB_REQUIRE_GPUS(1);
-  PEERLAB_TEST_RANKS(1, boot);
+// fresh call with its own parity. The kernel spans land in LlKernelTimes, one per call.
+class MoeLowLatencyGraph : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoeLowLatencyGraph, ReplaysEqualTheReference) {
+  const int ranks = GetParam();
+  PEERLAB_REQUIRE_GPUS(ranks);
+  PEERLAB_TEST_RANKS(ranks, boot);
   const int me = boot.rank();
   PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaSetDevice(me)));
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto stream, createStream(me));
   cudaStream_t s = stream.get();
-  const MoeShape shape{1, 512, 8, 64};
+  const MoeShape shape{ranks, 512, 8, 64};
   const int T = 24, cap = T;
   LlConfig cfg;
   cfg.hidden = shape.hidden;
@@ -247,15 +267,20 @@ TEST(MoeLowLatencyGraph, ReplaysEqualTheReference) {
   cfg.max_tokens = T;
   cfg.payload = LlPayload::kFp8;
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
-  const auto in = makeMoeInputs(shape, {T}, 31, /*drop=*/true);
+  const auto in = makeMoeInputs(shape, std::vector<int>(ranks, T), 31, /*drop=*/true);
   const auto ref = llDispatchReference(shape, cap, cfg.payload, in);
   const auto expert_out = runLlExperts(shape, cap, cfg.payload, ref);
   const auto combined = llCombineReference(shape, cap, in, ref, expert_out);
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[0].x));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[0].ids));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto w, upload(me, in[0].weights));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto eo, upload(me, expert_out[0]));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto out, allocDevice(me, in[0].x.size() * 2));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[me].x));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[me].ids));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto w, upload(me, in[me].weights));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto eo, upload(me, expert_out[me]));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto out, allocDevice(me, in[me].x.size() * 2));
+  LlKernelTimes host_times{};
+  llClearTimes(&host_times);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(auto times, allocDevice(me, sizeof(LlKernelTimes)));
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemcpy(times->ptr, &host_times, sizeof(host_times), cudaMemcpyHostToDevice)));
+  ll.setKernelTimes(times->as<LlKernelTimes>());
   cudaGraph_t graph = nullptr;
   PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)));
   Status d = ll.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), T, s);
@@ -265,19 +290,34 @@ TEST(MoeLowLatencyGraph, ReplaysEqualTheReference) {
   PEERLAB_ASSERT_OK(c);
   cudaGraphExec_t exec = nullptr;
   PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaGraphInstantiate(&exec, graph, 0)));
-  for (int replay = 0; replay < 5; ++replay) {
+  const int replays = 5;
+  for (int replay = 0; replay < replays; ++replay) {
     PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemsetAsync(out->ptr, 0xFF, out->bytes, s)));
     PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaGraphLaunch(exec, s)));
     PEERLAB_ASSERT_OK(ll.checkStatus(s, soon()));
     std::vector<uint16_t> got;
-    PEERLAB_ASSERT_OK(download(got, out->ptr, in[0].x.size()));
+    PEERLAB_ASSERT_OK(download(got, out->ptr, in[me].x.size()));
     size_t first = 0;
-    EXPECT_EQ(countDiffs(got, combined[0], &first), 0u) << "replay " << replay << ", first at " << first;
+    EXPECT_EQ(countDiffs(got, combined[me], &first), 0u) << "replay " << replay << ", first at " << first;
   }
+  PEERLAB_ASSERT_OK(PEERLAB_CUDA(cudaMemcpy(&host_times, times->ptr, sizeof(host_times), cudaMemcpyDeviceToHost)));
+  for (bool combine : {false, true}) {
+    const auto spans = llKernelSpansUs(host_times, combine);
+    EXPECT_EQ(spans.size(), static_cast<size_t>(replays)) << (combine ? "combine" : "dispatch");
+    for (double us : spans) {
+      EXPECT_GT(us, 0.0);
+      EXPECT_LT(us, 1e6) << "a span of a second or more is not one kernel";
+    }
+  }
+  ll.setKernelTimes(nullptr);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  PEERLAB_ASSERT_OK(boot.barrier(soon()));
   PEERLAB_ASSERT_OK(ll.close(boot, soon()));
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeLowLatencyGraph, ::testing::Values(1, 2),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 // A signal that never comes (the scorecard's dropped writes; a dead peer looks the same) ends the wait at the
 // deadline with a timeout naming the peer, not a hang; the next call works again.
@@ -357,7 +397,8 @@ TEST(MoeLowLatencyFaults, DeadPeerIsATimeoutNamingIt) {
   // No collective close: the peer is gone. The destructor unmaps locally.
 }
 
-// Auto mode: within ll_max_tokens the LL kernels, beyond it the normal path, both equal to their references.
+// Auto mode: up to ll_auto_max_tokens the LL kernels, beyond it the normal path (also where the LL buffers would
+// still hold the call), both equal to their references.
 TEST(MoeLowLatencyMode, AutoPicksByTokenCount) {
   PEERLAB_REQUIRE_GPUS(1);
   PEERLAB_TEST_RANKS(1, boot);
@@ -372,15 +413,17 @@ TEST(MoeLowLatencyMode, AutoPicksByTokenCount) {
   cfg.experts = shape.experts;
   cfg.max_tokens = 64;
   cfg.ll_max_tokens = 16;
+  cfg.ll_auto_max_tokens = 8;
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto moe, MoeExchange::createWithAllToAllV(boot, me, cfg, Transfer::kPush, soon()));
-  for (int T : {16, 40}) {
+  EXPECT_EQ(moe.llAutoLimit(), 8);
+  for (int T : {8, 16, 40}) {
     const auto in = makeMoeInputs(shape, {T}, 60 + T);
     PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[0].x));
     PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[0].ids));
     PEERLAB_ASSERT_OK_AND_ASSIGN(auto w, upload(me, in[0].weights));
     PEERLAB_ASSERT_OK(moe.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), T, s, soon()));
     PEERLAB_ASSERT_OK(moe.checkStatus(s, soon()));
-    EXPECT_EQ(moe.lastMode(), T <= 16 ? MoeMode::kLowLatency : MoeMode::kNormal) << "T = " << T;
+    EXPECT_EQ(moe.lastMode(), T <= 8 ? MoeMode::kLowLatency : MoeMode::kNormal) << "T = " << T;
     // Identity experts with the output layout of the mode taken; weights sum per token is what comes back.
     std::vector<uint16_t> want(in[0].x.size());
     for (int t = 0; t < T; ++t)

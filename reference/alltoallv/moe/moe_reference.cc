@@ -301,65 +301,130 @@ void dequantizeRowFp8(const uint8_t* q, const float* scales, int hidden, float* 
     out[i] = e4m3ToFloat(q[i]) * scales[i / kFp8Group];
 }
 
-namespace {
-// Slot of every (token, top-k slot) of rank s among s's pairs of the same expert (-1 when the id is invalid).
-std::vector<int64_t> llSlots(const MoeShape& shape, const RankInput& in) {
-  std::vector<int64_t> slot(in.ids.size(), -1);
+std::vector<int64_t> llPositions(const MoeShape& shape, const RankInput& in) {
+  std::vector<int64_t> position(in.ids.size(), -1);
   std::vector<int64_t> next(shape.experts, 0);
   for (size_t i = 0; i < in.ids.size(); ++i)
-    if (validExpert(shape, in.ids[i])) slot[i] = next[in.ids[i]]++;
-  return slot;
+    if (validExpert(shape, in.ids[i])) position[i] = next[in.ids[i]]++;
+  return position;
 }
+
+std::vector<std::vector<LlSentRow>> llSentRows(const MoeShape& shape, int capacity, const RankInput& in) {
+  const int k = shape.top_k, per = shape.experts / shape.ranks;
+  const auto position = llPositions(shape, in);
+  std::vector<std::vector<LlSentRow>> sent(shape.ranks);
+  for (int t = 0; t < in.tokens; ++t) {
+    std::vector<LlSentRow> row(shape.ranks);
+    for (int j = 0; j < k; ++j) {
+      const size_t i = static_cast<size_t>(t) * k + j;
+      if (position[i] < 0 || !llKept(position[i], capacity)) continue;
+      const int e = in.ids[i];
+      row[e / per].pairs.push_back(LlPairEntry{e % per, j, static_cast<int32_t>(position[i]), in.weights[i]});
+    }
+    for (int d = 0; d < shape.ranks; ++d) {
+      if (row[d].pairs.empty()) continue;
+      row[d].token = t;
+      sent[d].push_back(std::move(row[d]));
+    }
+  }
+  return sent;
+}
+
+namespace {
+
+LlRankDispatch emptyLlDispatch(const MoeShape& shape, int capacity, LlPayload payload) {
+  const int n = shape.ranks, H = shape.hidden, per = shape.experts / shape.ranks;
+  const size_t rows = static_cast<size_t>(per) * n * capacity;
+  LlRankDispatch o;
+  o.expert_counts.assign(per, 0);
+  o.source_counts.assign(per, std::vector<int64_t>(n, 0));
+  o.source.assign(rows, PairSource{});
+  o.weight.assign(rows, 0.f);
+  if (payload == LlPayload::kBf16) o.rows.assign(rows * H, 0);
+  if (payload == LlPayload::kFp8) {
+    o.q.assign(rows * H, 0);
+    o.scales.assign(rows * (H / kFp8Group), 0.f);
+  }
+  return o;
+}
+
+// The payload of packed row `row`: source rank s's token t.
+void placeLlRow(const MoeShape& shape, LlPayload payload, const std::vector<RankInput>& in, int s, int t, size_t row,
+                LlRankDispatch& o) {
+  const int H = shape.hidden;
+  const uint16_t* x = &in[s].x[static_cast<size_t>(t) * H];
+  if (payload == LlPayload::kBf16) std::copy_n(x, H, &o.rows[row * H]);
+  if (payload == LlPayload::kFp8) quantizeRowFp8(x, H, &o.q[row * H], &o.scales[row * (H / kFp8Group)]);
+}
+
 }  // namespace
 
 std::vector<LlRankDispatch> llDispatchReference(const MoeShape& shape, int capacity, LlPayload payload,
                                                 const std::vector<RankInput>& in) {
-  const int n = shape.ranks, H = shape.hidden, per = shape.experts / shape.ranks;
+  const int n = shape.ranks, per = shape.experts / shape.ranks;
   const size_t stride = static_cast<size_t>(n) * capacity;
-  std::vector<LlRankDispatch> out(n);
+  std::vector<LlRankDispatch> out(n, emptyLlDispatch(shape, capacity, payload));
+  // Senders: the rows, the count blocks (kept pairs per local expert of the receiver) and the dropped pairs.
+  std::vector<std::vector<std::vector<LlSentRow>>> sent(n);
+  for (int s = 0; s < n; ++s) {
+    sent[s] = llSentRows(shape, capacity, in[s]);
+    std::vector<int64_t> pairs(shape.experts, 0);
+    for (size_t i = 0; i < in[s].ids.size(); ++i)
+      if (validExpert(shape, in[s].ids[i])) pairs[in[s].ids[i]]++;
+    for (int e = 0; e < shape.experts; ++e) {
+      out[s].dropped_from_me += llDropped(pairs[e], capacity);
+      out[e / per].source_counts[e % per][s] = pairs[e] - llDropped(pairs[e], capacity);
+    }
+  }
+  // Receivers: each row to its pairs' places.
   for (int d = 0; d < n; ++d) {
     LlRankDispatch& o = out[d];
-    o.expert_counts.assign(per, 0);
-    o.source_counts.assign(per, std::vector<int64_t>(n, 0));
-    o.source.assign(per * stride, PairSource{});
-    o.weight.assign(per * stride, 0.f);
-    if (payload == LlPayload::kBf16) o.rows.assign(per * stride * H, 0);
-    if (payload == LlPayload::kFp8) {
-      o.q.assign(per * stride * H, 0);
-      o.scales.assign(per * stride * (H / kFp8Group), 0.f);
-    }
+    for (int le = 0; le < per; ++le)
+      for (int s = 0; s < n; ++s)
+        o.expert_counts[le] += o.source_counts[le][s];
+    for (int s = 0; s < n; ++s)
+      for (const LlSentRow& r : sent[s][d])
+        for (const LlPairEntry& p : r.pairs) {
+          int64_t base = 0;
+          for (int q = 0; q < s; ++q)
+            base += o.source_counts[p.local_expert][q];
+          const size_t row = p.local_expert * stride + static_cast<size_t>(base + p.position);
+          o.source[row] = PairSource{s, r.token, p.slot};
+          o.weight[row] = p.weight;
+          placeLlRow(shape, payload, in, s, r.token, row, o);
+        }
   }
-  for (int s = 0; s < n; ++s) {
-    const auto slot = llSlots(shape, in[s]);
-    for (size_t i = 0; i < slot.size(); ++i) {
-      if (slot[i] < 0) continue;
-      if (!llKept(slot[i], capacity)) {
-        out[s].dropped_from_me++;
-        continue;
-      }
-      const int e = in[s].ids[i];
-      out[e / per].source_counts[e % per][s]++;
-    }
-  }
+  return out;
+}
+
+std::vector<LlRankDispatch> llDispatchNaive(const MoeShape& shape, int capacity, LlPayload payload,
+                                            const std::vector<RankInput>& in) {
+  const int n = shape.ranks, per = shape.experts / shape.ranks;
+  const size_t stride = static_cast<size_t>(n) * capacity;
+  std::vector<LlRankDispatch> out(n, emptyLlDispatch(shape, capacity, payload));
+  std::vector<std::vector<int64_t>> position(n);
+  for (int s = 0; s < n; ++s)
+    position[s] = llPositions(shape, in[s]);
   for (int d = 0; d < n; ++d) {
     LlRankDispatch& o = out[d];
     for (int le = 0; le < per; ++le) {
-      int64_t base = 0;
+      int64_t row = 0;
       for (int s = 0; s < n; ++s) {
-        const auto slot = llSlots(shape, in[s]);
-        for (size_t i = 0; i < slot.size(); ++i) {
-          if (in[s].ids[i] != d * per + le || !llKept(slot[i], capacity)) continue;
-          const size_t row = le * stride + static_cast<size_t>(base + slot[i]);
+        for (size_t i = 0; i < in[s].ids.size(); ++i) {
+          if (in[s].ids[i] != d * per + le) continue;
+          if (!llKept(position[s][i], capacity)) {
+            out[s].dropped_from_me++;
+            continue;
+          }
           const int t = static_cast<int>(i) / shape.top_k, j = static_cast<int>(i) % shape.top_k;
-          o.source[row] = PairSource{s, t, j};
-          o.weight[row] = in[s].weights[i];
-          const uint16_t* x = &in[s].x[static_cast<size_t>(t) * H];
-          if (payload == LlPayload::kBf16) std::copy_n(x, H, &o.rows[row * H]);
-          if (payload == LlPayload::kFp8) quantizeRowFp8(x, H, &o.q[row * H], &o.scales[row * (H / kFp8Group)]);
+          const size_t at = le * stride + static_cast<size_t>(row++);
+          o.source[at] = PairSource{s, t, j};
+          o.weight[at] = in[s].weights[i];
+          placeLlRow(shape, payload, in, s, t, at, o);
+          o.source_counts[le][s]++;
         }
-        base += o.source_counts[le][s];
       }
-      o.expert_counts[le] = base;
+      o.expert_counts[le] = row;
     }
   }
   return out;
@@ -373,24 +438,32 @@ std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int
   const size_t stride = static_cast<size_t>(n) * capacity;
   std::vector<std::vector<uint16_t>> out(n);
   for (int s = 0; s < n; ++s) {
-    const auto slot = llSlots(shape, in[s]);
+    const auto position = llPositions(shape, in[s]);
     out[s].assign(static_cast<size_t>(in[s].tokens) * H, 0);
-    std::vector<float> acc(H);
+    std::vector<float> partial(H), total(H);
     for (int t = 0; t < in[s].tokens; ++t) {
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int j = 0; j < k; ++j) {
-        const size_t i = static_cast<size_t>(t) * k + j;
-        if (slot[i] < 0 || !llKept(slot[i], capacity)) continue;
-        const int e = in[s].ids[i], d = e / per, le = e % per;
-        int64_t base = 0;
-        for (int src = 0; src < s; ++src)
-          base += dispatched[d].source_counts[le][src];
-        const size_t row = le * stride + static_cast<size_t>(base + slot[i]);
+      std::fill(total.begin(), total.end(), 0.f);
+      for (int r = 0; r < n; ++r) {
+        std::fill(partial.begin(), partial.end(), 0.f);
+        bool any = false;
+        for (int j = 0; j < k; ++j) {
+          const size_t i = static_cast<size_t>(t) * k + j;
+          if (position[i] < 0 || !llKept(position[i], capacity) || in[s].ids[i] / per != r) continue;
+          const int le = in[s].ids[i] % per;
+          int64_t base = 0;
+          for (int src = 0; src < s; ++src)
+            base += dispatched[r].source_counts[le][src];
+          const size_t row = le * stride + static_cast<size_t>(base + position[i]);
+          for (int h = 0; h < H; ++h)
+            partial[h] = std::fma(in[s].weights[i], bf16ToFloat(expert_out[r][row * H + h]), partial[h]);
+          any = true;
+        }
+        if (!any) continue;
         for (int h = 0; h < H; ++h)
-          acc[h] = std::fma(in[s].weights[i], bf16ToFloat(expert_out[d][row * H + h]), acc[h]);
+          total[h] += bf16ToFloat(floatToBf16(partial[h]));
       }
       for (int h = 0; h < H; ++h)
-        out[s][static_cast<size_t>(t) * H + h] = floatToBf16(acc[h]);
+        out[s][static_cast<size_t>(t) * H + h] = floatToBf16(total[h]);
     }
   }
   return out;

@@ -92,19 +92,38 @@ struct LlRankDispatch {
   std::vector<uint8_t> q;                           ///< fp8 payload [.., H] (empty for bf16)
   std::vector<float> scales;                        ///< fp8 [.., H / 128]
   int64_t dropped_from_me = 0;                      ///< pairs this rank sent that no slot took
+  bool operator==(const LlRankDispatch&) const = default;
 };
 
-/// LL dispatch over all ranks (shape.ranks ranks, `capacity` slots per (source, local expert)).
+/// Position of every (token, slot) of one rank among its pairs of the same expert, in token then slot order (-1 for
+/// an id outside [0, E)); a pair is kept when its position is below the capacity (llKept).
+std::vector<int64_t> llPositions(const MoeShape& shape, const RankInput& in);
+
+/// One row an LL dispatch sends: a token, once, with its kept pairs on the receiving rank in slot order.
+struct LlSentRow {
+  int token = -1;
+  std::vector<LlPairEntry> pairs;
+};
+/// What rank `src` sends to each rank d (`[d]`, token order): every token with at least one kept pair on d, once.
+std::vector<std::vector<LlSentRow>> llSentRows(const MoeShape& shape, int capacity, const RankInput& in);
+
+/// LL dispatch over all ranks (shape.ranks ranks, `capacity` kept pairs per (source, expert)) as the GPU does it:
+/// the rows of llSentRows, then on each rank every row fanned out to its pairs' places (the kept pairs of earlier
+/// sources for the same expert, then the pair's position).
 std::vector<LlRankDispatch> llDispatchReference(const MoeShape& shape, int capacity, LlPayload payload,
                                                 const std::vector<RankInput>& in);
-/// LL combine: for every source token, bf16 of the fp32 fma chain over its kept slots in slot order of
-/// w * expert_out (the row its pair landed in, on its expert's rank); tokens with no kept slot get 0.
+/// The definition: for every rank, local expert and source, that source's kept pairs of the expert in order.
+std::vector<LlRankDispatch> llDispatchNaive(const MoeShape& shape, int capacity, LlPayload payload,
+                                            const std::vector<RankInput>& in);
+/// LL combine as the GPU does it: for every source token and every rank r holding one of its kept pairs, the partial
+/// sum over those pairs in slot order (fp32 fma chain of w * expert_out, the row its pair landed in) rounded to bf16;
+/// then the fp32 sum of those partials in rank order, rounded to bf16. Tokens with no kept pair get 0.
 /// `expert_out[r]` is rank r's expert output in its LL dispatch layout ([E / n * n * capacity, H] bf16).
 std::vector<std::vector<uint16_t>> llCombineReference(const MoeShape& shape, int capacity,
                                                       const std::vector<RankInput>& in,
                                                       const std::vector<LlRankDispatch>& dispatched,
                                                       const std::vector<std::vector<uint16_t>>& expert_out);
-/// Routing with hot experts: every token's slot 0 picks expert `hot` (the rest distinct random), to overflow slabs.
+/// Routing with hot experts: every token's slot 0 picks expert `hot` (the rest distinct random), past its capacity.
 std::vector<RankInput> makeHotMoeInputs(const MoeShape& shape, const std::vector<int>& tokens, uint64_t seed, int hot);
 /// A deterministic "expert": out = bf16(x * (1 + e / 64) + e / 256) for local expert e of rank r (global id).
 uint16_t expertFunction(uint16_t x, int global_expert);
