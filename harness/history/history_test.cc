@@ -128,8 +128,8 @@ TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
       EXPECT_DOUBLE_EQ(*got.p10_us, want.extra["p10_us"].get<double>());
       EXPECT_DOUBLE_EQ(*got.p90_us, want.extra["p90_us"].get<double>());
     }
-    if (want.extra.contains("samples") && want.extra["samples"].is_array()) {
-      EXPECT_EQ(nlohmann::json::parse(got.sample_values), want.extra["samples"]);
+    if (want.extra.contains("samples_us") && want.extra["samples_us"].is_array()) {
+      EXPECT_EQ(nlohmann::json::parse(got.sample_values), want.extra["samples_us"]);
       EXPECT_EQ(got.samples, 3.0);
     }
   }

@@ -160,7 +160,7 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
     for (const report::Result& r : run.results) {
       std::string sampleValues;
       std::optional<double> samples = numberIn(r.extra, "samples");
-      if (auto it = r.extra.find("samples"); it != r.extra.end() && it->is_array()) {
+      if (auto it = r.extra.find("samples_us"); it != r.extra.end() && it->is_array()) {
         sampleValues = it->dump();
         samples = static_cast<double>(it->size());
       }

@@ -80,7 +80,7 @@ TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
   const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   EXPECT_NE(page.find("\"label\":\"change point\""), std::string::npos);
   EXPECT_NE(page.find("-5.0%, p=0.001"), std::string::npos);
-  EXPECT_NE(page.find("driver 580.159.04 -> 590.10.01"), std::string::npos);
+  EXPECT_NE(page.find("driver 580.159.04 -\\u003e 590.10.01"), std::string::npos);
   // Every point's x label names its run's date and commit.
   EXPECT_NE(page.find("\"2026-11-07 02:00 1000006\""), std::string::npos);
   EXPECT_NE(page.find("p10-p90 "), std::string::npos);
@@ -102,7 +102,7 @@ TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
   // Bandwidth as % of expected: the 1->2 link at 50% is red, the others (99.3%) green.
-  EXPECT_NE(page.find("background:hsl(0, 70%, 75%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" "
+  EXPECT_NE(page.find("background:hsl(0, 65%, 80%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" "
                       "data-fraction=\"0.500\">50.0%"),
             std::string::npos);
   EXPECT_EQ(countOf(page, "data-fraction=\"0.993\">99.3%</td>"), 11u);

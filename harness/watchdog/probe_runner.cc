@@ -821,7 +821,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
     r.dst = c.spec.dst;
     r.ranks = isIpcMethod(c.spec.method) ? 2 : 1;
     r.bytes = static_cast<double>(c.spec.bytes);
-    r.time_us = static_cast<double>(c.result.time_us);
+    if (c.result.time_us > 0) r.time_us = static_cast<double>(c.result.time_us);
     const bool checked = c.result.verdict == Verdict::kOk || c.result.verdict == Verdict::kCorrupt;
     if (checked) r.wrong = static_cast<double>(c.result.wrong);
     r.status = std::string(verdictName(c.result.verdict));

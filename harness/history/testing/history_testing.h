@@ -76,7 +76,7 @@ inline report::Run syntheticRun(std::mt19937_64& rng, int index, const std::stri
   a2a.bytes = 4096.0;
   a2a.time_us = 10.0 * lat * (1 + n(rng));
   a2a.algbw_gbps = *a2a.bytes / *a2a.time_us / 1e3;
-  a2a.extra = {{"samples", nlohmann::json::array({*a2a.time_us, *a2a.time_us * 1.01, *a2a.time_us * 0.99})}};
+  a2a.extra = {{"samples_us", nlohmann::json::array({*a2a.time_us, *a2a.time_us * 1.01, *a2a.time_us * 0.99})}};
   run.results.push_back(a2a);
   report::Result test;
   test.suite = "test";
