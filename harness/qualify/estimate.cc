@@ -16,7 +16,7 @@ constexpr double kProcessStartS = 0.4;  // exec, CUDA runtime, the benchmark lib
 constexpr double kContextS = 0.35;      // one CUDA context (per GPU a process or its ranks use)
 constexpr double kNcclInitS = 0.5;      // one NCCL communicator
 constexpr double kLinkEfficiency = 0.8;
-constexpr double kUnknownGbps = 12;       // a link the topology cannot rate: a slow PCIe Gen3 x16
+constexpr double kUnknownGbps = 12;        // a link the topology cannot rate: a slow PCIe Gen3 x16
 constexpr double kNvlinkDefaultGbps = 25;  // per link, when the topology gives no rate
 constexpr double kHostMemGbps = 1.0;       // one CPU thread filling, poisoning and checking pinned host buffers
 constexpr double kHostPasses = 8;          // such passes over a host buffer per host-copy case
@@ -141,7 +141,8 @@ JobEstimate zcopy(const BenchJob& job, const Plan& plan, bool full) {
   const double rate = pairRate(t, job.src.value_or(0), job.dst.value_or(1));
   const double fixed = 0.025;
   Tally tally;
-  std::vector<double> sizes = full ? std::vector<double>{8, 64, 512, 4096, 32768, 65536} : std::vector<double>{8, 65536};
+  std::vector<double> sizes =
+      full ? std::vector<double>{8, 64, 512, 4096, 32768, 65536} : std::vector<double>{8, 65536};
   // Latency sizes (ping-pong): get, put, sm (eager, graph), sm kernel-initiated, NCCL (eager, graph).
   tally.add(9 * static_cast<double>(sizes.size()), fixed);
   sizes = full ? std::vector<double>{kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 128 * kMiB, 256 * kMiB, 1024 * kMiB}
@@ -171,8 +172,8 @@ JobEstimate alltoallv(const BenchJob& job, const Plan& plan, bool full, bool all
   Tally tally;
   if (alltoallv_rows) {
     const std::vector<double> sizes =
-        full ? std::vector<double>{4096, 16384, 65536, 262144, kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 128 * kMiB,
-                                   256 * kMiB, 1024 * kMiB}
+        full ? std::vector<double>{4096,      16384,     65536,      262144,     kMiB,       4 * kMiB,
+                                   16 * kMiB, 64 * kMiB, 128 * kMiB, 256 * kMiB, 1024 * kMiB}
              : std::vector<double>{4096, 65536, kMiB, 64 * kMiB, 128 * kMiB};
     for (double b : sizes) {
       // bench/alltoallv_bench.cu planFor: warm-up + batch x samples calls; 20 implementations x patterns x modes.
@@ -198,7 +199,8 @@ JobEstimate hostCopy(const BenchJob&, const Plan& plan, bool full) {
   const double g = static_cast<double>(std::max<size_t>(t.gpus.size(), 1));
   // Remote-node rows are skipped at once on a one-node machine; unknown counts as several nodes.
   const bool remote = t.numa_nodes != 1;
-  const std::vector<double> sizes = full ? std::vector<double>{kMiB, 16 * kMiB, 256 * kMiB} : std::vector<double>{256 * kMiB};
+  const std::vector<double> sizes =
+      full ? std::vector<double>{kMiB, 16 * kMiB, 256 * kMiB} : std::vector<double>{256 * kMiB};
   const double fixed = 0.1;
   Tally tally;
   for (const PlanGpu& gpu : t.gpus) {
@@ -211,8 +213,8 @@ JobEstimate hostCopy(const BenchJob&, const Plan& plan, bool full) {
       // Pageable copies: one per sample, 3 samples + warm-up, staged by the driver at a fraction of the link.
       tally.add(2, fixed + touch, seconds(b, 4, host / 5));
     }
-    tally.add(1, 0.3);                                                                  // host latency
-    tally.add(1, 0.2, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));          // device-local copy
+    tally.add(1, 0.3);                                                         // host latency
+    tally.add(1, 0.2, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));  // device-local copy
   }
   for (double b : sizes) {
     // Every GPU at once (h2d, d2h; plain and copy engine): one buffer per GPU.

@@ -38,14 +38,14 @@ bool startsWith(const std::string& s, std::string_view prefix) {
 // Models known only by PCI device id (NCCL topology files, hwloc without a model name).
 const std::map<int, std::pair<const char*, int>>& deviceIds() {
   static const std::map<int, std::pair<const char*, int>> ids = {
-      {0x2335, {"h200", 90}},    {0x2330, {"h100", 90}},  {0x2331, {"h100", 90}},   {0x2339, {"h100", 90}},
-      {0x233a, {"h100", 90}},    {0x2324, {"h800", 90}},  {0x2342, {"gh200", 90}},  {0x20b0, {"a100", 80}},
-      {0x20b1, {"a100", 80}},    {0x20b2, {"a100", 80}},  {0x20b3, {"a100", 80}},   {0x20b5, {"a100", 80}},
-      {0x20f1, {"a100", 80}},    {0x20f3, {"a800", 80}},  {0x2204, {"rtx3090", 86}}, {0x2230, {"rtxa6000", 86}},
-      {0x1db1, {"v100", 70}},    {0x1db4, {"v100", 70}},  {0x1db5, {"v100", 70}},   {0x1db6, {"v100", 70}},
-      {0x1db8, {"v100", 70}},    {0x1df6, {"v100", 70}},  {0x15f7, {"p100", 60}},   {0x15f8, {"p100", 60}},
-      {0x15f9, {"p100", 60}},    {0x1eb8, {"t4", 75}},    {0x27b8, {"l4", 89}},     {0x26b9, {"l40s", 89}},
-      {0x26b5, {"l40", 89}},     {0x2901, {"b200", 100}}, {0x1094, {"m2075", 20}},  {0x1023, {"k40m", 35}},
+      {0x2335, {"h200", 90}}, {0x2330, {"h100", 90}},  {0x2331, {"h100", 90}},    {0x2339, {"h100", 90}},
+      {0x233a, {"h100", 90}}, {0x2324, {"h800", 90}},  {0x2342, {"gh200", 90}},   {0x20b0, {"a100", 80}},
+      {0x20b1, {"a100", 80}}, {0x20b2, {"a100", 80}},  {0x20b3, {"a100", 80}},    {0x20b5, {"a100", 80}},
+      {0x20f1, {"a100", 80}}, {0x20f3, {"a800", 80}},  {0x2204, {"rtx3090", 86}}, {0x2230, {"rtxa6000", 86}},
+      {0x1db1, {"v100", 70}}, {0x1db4, {"v100", 70}},  {0x1db5, {"v100", 70}},    {0x1db6, {"v100", 70}},
+      {0x1db8, {"v100", 70}}, {0x1df6, {"v100", 70}},  {0x15f7, {"p100", 60}},    {0x15f8, {"p100", 60}},
+      {0x15f9, {"p100", 60}}, {0x1eb8, {"t4", 75}},    {0x27b8, {"l4", 89}},      {0x26b9, {"l40s", 89}},
+      {0x26b5, {"l40", 89}},  {0x2901, {"b200", 100}}, {0x1094, {"m2075", 20}},   {0x1023, {"k40m", 35}},
   };
   return ids;
 }
@@ -58,14 +58,13 @@ std::optional<int> capabilityOf(const std::string& s) {
   };
   // Longer prefixes first where one is the start of another (a100 before a10, l40 before l4, gb300 before gb200...).
   static const Family kFamilies[] = {
-      {"gh200", 90},    {"gb300", 103},   {"gb200", 100},   {"h100", 90},     {"h200", 90},     {"h800", 90},
-      {"h20", 90},      {"b300", 103},    {"b200", 100},    {"a100", 80},     {"a800", 80},     {"a30", 80},
-      {"a10", 86},      {"a16", 86},      {"a40", 86},      {"a2", 86},       {"l40", 89},      {"l20", 89},
-      {"l4", 89},       {"t4", 75},       {"v100", 70},     {"p100", 60},     {"p40", 61},      {"p4", 61},
-      {"k80", 37},      {"k40", 35},      {"k20", 35},      {"k10", 30},      {"m40", 52},      {"m60", 52},
-      {"m4", 52},       {"m20", 20},      {"c20", 20},      {"rtx20", 75},    {"rtx30", 86},    {"rtx40", 89},
-      {"rtx50", 120},   {"rtxa", 86},     {"rtxpro", 120},  {"titanrtx", 75}, {"titanv", 70},   {"titanx", 61},
-      {"gtx10", 61},    {"gtx9", 52},
+      {"gh200", 90}, {"gb300", 103}, {"gb200", 100}, {"h100", 90},    {"h200", 90},     {"h800", 90},   {"h20", 90},
+      {"b300", 103}, {"b200", 100},  {"a100", 80},   {"a800", 80},    {"a30", 80},      {"a10", 86},    {"a16", 86},
+      {"a40", 86},   {"a2", 86},     {"l40", 89},    {"l20", 89},     {"l4", 89},       {"t4", 75},     {"v100", 70},
+      {"p100", 60},  {"p40", 61},    {"p4", 61},     {"k80", 37},     {"k40", 35},      {"k20", 35},    {"k10", 30},
+      {"m40", 52},   {"m60", 52},    {"m4", 52},     {"m20", 20},     {"c20", 20},      {"rtx20", 75},  {"rtx30", 86},
+      {"rtx40", 89}, {"rtx50", 120}, {"rtxa", 86},   {"rtxpro", 120}, {"titanrtx", 75}, {"titanv", 70}, {"titanx", 61},
+      {"gtx10", 61}, {"gtx9", 52},
   };
   for (const Family& f : kFamilies) {
     if (startsWith(s, f.prefix)) return f.capability;
@@ -200,7 +199,8 @@ std::string missingKernelCode(const PlanTopology& topo, std::string_view archite
   for (const PlanGpu& g : topo.gpus) {
     const GpuModelInfo info = identifyGpu(g.model);
     if (!info.capability) continue;
-    if (buildRunsOn(architectures, *info.capability) == std::optional<bool>(false)) ++lacking[*info.capability][g.model];
+    if (buildRunsOn(architectures, *info.capability) == std::optional<bool>(false))
+      ++lacking[*info.capability][g.model];
   }
   if (lacking.empty()) return "";
   std::string sms, models;

@@ -110,7 +110,7 @@ TEST(GpuModels, WhichGpusABuildRuns) {
   EXPECT_EQ(buildRunsOn("75-real,90", 70), false);
   // The default list: machine code for 75, 80, 90, 100, 120 and PTX of 120.
   const char* defaults = "75-real,80-real,90-real,100-real,120";
-  EXPECT_EQ(buildRunsOn(defaults, 86), true);   // sm_80 code runs on 8.6
+  EXPECT_EQ(buildRunsOn(defaults, 86), true);  // sm_80 code runs on 8.6
   EXPECT_EQ(buildRunsOn(defaults, 89), true);
   EXPECT_EQ(buildRunsOn(defaults, 103), true);  // sm_100 code runs on 10.3
   EXPECT_EQ(buildRunsOn(defaults, 70), false);
@@ -123,8 +123,8 @@ TEST(GpuModels, WhichGpusABuildRuns) {
 }
 
 TEST(GpuModels, MissingKernelCodeNamesTheArchitecture) {
-  PEERLAB_ASSERT_OK_AND_ASSIGN(
-      topology::Topology dgx2, topology::loadFile(testing::sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(topology::Topology dgx2,
+                               topology::loadFile(testing::sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")));
   const std::string why = missingKernelCode(fromTopology(dgx2), "75-real,90");
   EXPECT_EQ(why,
             "this build holds no code for sm_70 (16x Tesla V100-SXM3-32GB-H; built for CUDA architectures 75-real,90)");

@@ -264,9 +264,10 @@ nlohmann::json toJson(const PlanTopology& topo) {
     j["nvlink_gbps"] = p.nvlink_gbps ? nlohmann::json(*p.nvlink_gbps) : nlohmann::json(nullptr);
     pairs.push_back(j);
   }
-  nlohmann::json out = {{"source", topo.source},    {"format", topo.format},         {"gpus", gpus},
-                        {"pairs", pairs},           {"nvswitches", topo.nvswitches}, {"nvlink_source", topo.nvlink_source},
-                        {"warnings", topo.warnings}};
+  nlohmann::json out = {
+      {"source", topo.source},    {"format", topo.format},         {"gpus", gpus},
+      {"pairs", pairs},           {"nvswitches", topo.nvswitches}, {"nvlink_source", topo.nvlink_source},
+      {"warnings", topo.warnings}};
   if (topo.numa_nodes > 0) out["numa_nodes"] = topo.numa_nodes;
   return out;
 }
@@ -278,7 +279,8 @@ StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc) {
     t.format = doc.value("format", "");
     t.nvswitches = doc.value("nvswitches", 0);
     t.nvlink_source = doc.value("nvlink_source", "");
-    if (doc.contains("numa_nodes") && doc["numa_nodes"].is_number_integer()) t.numa_nodes = doc["numa_nodes"].get<int>();
+    if (doc.contains("numa_nodes") && doc["numa_nodes"].is_number_integer())
+      t.numa_nodes = doc["numa_nodes"].get<int>();
     for (const auto& g : doc.at("gpus")) {
       PlanGpu pg;
       pg.index = g.at("index").get<int>();

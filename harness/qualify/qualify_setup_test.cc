@@ -198,9 +198,9 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   EXPECT_NE(dgx["budget"]["basis"].get<std::string>().find("deadlines are separate"), std::string::npos);
 
   // Past runs of the same kind: their measured wall times (the committed 4x H200 runs recorded kind nvidia-h200-x4).
-  const nlohmann::json past = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
-                                                          "--suite", "peer_copy,zcopy,alltoallv", "--history",
-                                                          sourcePath("reports/runs")});
+  const nlohmann::json past =
+      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4", "--suite",
+                                  "peer_copy,zcopy,alltoallv", "--history", sourcePath("reports/runs")});
   ASSERT_FALSE(past["jobs"].empty());
   for (const auto& j : past["jobs"]) {
     EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();

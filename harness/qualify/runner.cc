@@ -143,10 +143,10 @@ Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& opti
   std::string names;
   for (const std::string& m : missing)
     names += (names.empty() ? "" : ", ") + m;
-  const std::string where = options.bench_dir.empty() ? benchDirectoriesText(options)
-                                                      : options.bench_dir + " (--bench-dir)";
-  return PEERLAB_UNAVAILABLE(names + (missing.size() == 1 ? " is" : " are") + " not found in " + where +
-                             "; build " + (missing.size() == 1 ? "it" : "them") + ": " + layout::buildCommand());
+  const std::string where =
+      options.bench_dir.empty() ? benchDirectoriesText(options) : options.bench_dir + " (--bench-dir)";
+  return PEERLAB_UNAVAILABLE(names + (missing.size() == 1 ? " is" : " are") + " not found in " + where + "; build " +
+                             (missing.size() == 1 ? "it" : "them") + ": " + layout::buildCommand());
 }
 
 nlohmann::json toJson(const BenchOutcome& outcome, const std::string& mode) {
@@ -224,8 +224,9 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
     po.argv.push_back("--benchmark_out=" + jo.json_path);
     po.argv.push_back("--benchmark_out_format=json");
-    const double deadline =
-        options.timeout_s ? *options.timeout_s : std::max(options.min_timeout_s, job.deadline_s * options.timeout_factor);
+    const double deadline = options.timeout_s
+                                ? *options.timeout_s
+                                : std::max(options.min_timeout_s, job.deadline_s * options.timeout_factor);
     // A multi-rank bench stops its own ranks a little before the deadline, so that it can say which rank hung.
     if (job.ranks > 1) {
       po.argv.push_back("--ranks_timeout=" + std::to_string(static_cast<long long>(std::max(10.0, deadline - 15))));

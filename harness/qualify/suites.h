@@ -40,8 +40,7 @@ const std::vector<SuiteSpec>& suiteSpecs();
 const SuiteSpec* findSuite(const std::string& name);
 /// "peer_copy, zcopy, alltoallv, moe, probe"
 std::string suiteNames();
-/// The suites qualify runs when none is named: every suite run by default except the probe's speed (qualify runs the
-/// verified probe itself), in run order.
+/// The suites qualify runs when none is named (its --help lists them from here), in run order.
 std::vector<std::string> qualifyDefaultSuites();
 /// "peer_copy,zcopy,alltoallv,host_copy"
 std::string qualifyDefaultSuitesText();
@@ -58,12 +57,12 @@ struct BenchJob {
   std::optional<int> src;
   std::optional<int> dst;
   int ranks = 1;
-  double budget_s = 60;    ///< estimated wall time of the process (estimate.h)
+  double budget_s = 60;        ///< estimated wall time of the process (estimate.h)
   std::string estimate_basis;  ///< what the estimate rests on
-  double deadline_s = 60;  ///< deadline base: the suite's, scaled to the pairs or GPUs covered
-  std::string label;       ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
-  bool resolved = false;  ///< the executable was looked up (resolveExecutables)
-  std::string path;       ///< the executable found, "" when missing or not looked up
+  double deadline_s = 60;      ///< deadline base: the suite's, scaled to the pairs or GPUs covered
+  std::string label;           ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
+  bool resolved = false;       ///< the executable was looked up (resolveExecutables)
+  std::string path;            ///< the executable found, "" when missing or not looked up
 };
 
 /// The regex alternatives naming ordered pairs the way the benchmarks do: "0->1" one way, "0<->1" both ways

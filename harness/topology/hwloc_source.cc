@@ -535,7 +535,8 @@ Status fromHwloc(std::shared_ptr<HwlocTopology> owned, Draft& draft) {
     }
     const std::string exporter = info(hwloc_get_root_obj(topo), "hwlocVersion");
     if (nvml && !hwlocRecordsNvlink(exporter)) {
-      draft.warnings.push_back("exported by hwloc " + (exporter.empty() ? std::string("of unknown version") : exporter) +
+      draft.warnings.push_back("exported by hwloc " +
+                               (exporter.empty() ? std::string("of unknown version") : exporter) +
                                ", which cannot record NVLink (hwloc >= 2.5 can): NVLink unknown");
       nvml = false;
     }

@@ -42,7 +42,7 @@ struct Scenario {
   int fault_gpu = 0;
   std::optional<unsigned> gen, width, max_gen, max_width;
   unsigned replay_step = 0;
-  int nvlinks = 18;  // links per GPU in the stand-in (0: no NVLink)
+  int nvlinks = 18;                             // links per GPU in the stand-in (0: no NVLink)
   unsigned nvlink_version = kNvlinkVersion4_0;  // nvmlNvlinkVersion_t
   std::vector<unsigned> links_down;
   double crc_per_s = 0;
