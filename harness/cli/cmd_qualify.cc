@@ -17,7 +17,6 @@
 #include "harness/cli/command.h"
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
-#include "harness/history/store.h"
 #include "harness/qualify/checks.h"
 #include "harness/qualify/config.h"
 #include "harness/qualify/estimate.h"
@@ -63,8 +62,8 @@ struct QualifyArgs {
   std::vector<std::string> argv;  // the command line, for the summary
 };
 
-// Past runs for the estimate (--history): a run file, a directory of run files, or a history database (its runs'
-// files, where they still exist). A bad path or file: invalid_argument naming it.
+// Past runs for the estimate (--history): a run file or a directory of run files. A bad path or file:
+// invalid_argument naming it.
 StatusOr<std::vector<report::Run>> loadHistory(const std::string& path) {
   std::vector<report::Run> runs;
   std::error_code ec;
@@ -74,21 +73,15 @@ StatusOr<std::vector<report::Run>> loadHistory(const std::string& path) {
       if (e.path().extension() == ".json") files.push_back(e.path().string());
     }
     std::sort(files.begin(), files.end());
-  } else if (path.size() > 5 && path.substr(path.size() - 5) == ".json") {
+  } else if (std::filesystem::is_regular_file(path, ec) && path.size() > 5 && path.substr(path.size() - 5) == ".json") {
     files.push_back(path);
+  } else if (std::filesystem::is_regular_file(path, ec) || path.rfind("postgres", 0) == 0) {
+    // The history store keeps results, not each process's wall time (bench.jobs[].wall_s of the run file).
+    return PEERLAB_INVALID_ARGUMENT("--history " + path +
+                                    ": not a run file or a directory of run files (a history database keeps no "
+                                    "per-process wall times: pass the run files it was given)");
   } else {
-    if (path.rfind("postgresql://", 0) != 0 && path.rfind("postgres://", 0) != 0 &&
-        !std::filesystem::is_regular_file(path, ec)) {
-      return PEERLAB_INVALID_ARGUMENT("--history " + path + ": no such run file, directory or history database");
-    }
-    auto store = history::HistoryStore::open(path);
-    if (!store.isOk()) return PEERLAB_INVALID_ARGUMENT("--history " + path + ": " + store.status().message());
-    auto infos = (*store)->runs();
-    if (!infos.isOk()) return PEERLAB_INVALID_ARGUMENT("--history " + path + ": " + infos.status().message());
-    // The store keeps results, not each process's wall time: read the run files it was given, where they still are.
-    for (const history::RunInfo& info : *infos) {
-      if (!info.source.empty() && std::filesystem::is_regular_file(info.source, ec)) files.push_back(info.source);
-    }
+    return PEERLAB_INVALID_ARGUMENT("--history " + path + ": no such run file or directory");
   }
   for (const std::string& f : files) {
     auto run = report::readRun(f);
@@ -368,6 +361,15 @@ int runQualify(const QualifyArgs& a) {
     notes.push_back("baseline: " + a.baseline + " (threshold " + std::to_string(threshold).substr(0, 4) + "%)");
   for (const std::string& n : plan->notes)
     notes.push_back("note: " + n);
+  // The plan's estimate beside what the run took.
+  char timing[160] = "";
+  if (!stored) {
+    std::snprintf(timing, sizeof(timing),
+                  "time: %.0f s, estimated %.0f s (processes %.0f s + probe, topology, health "
+                  "and bundle %.0f s)",
+                  wall, plan->budget_s, plan->processes_s, plan->overhead_s);
+    notes.push_back(timing);
+  }
   if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
 
   const int failed = report::failedChecks(checks);
@@ -387,6 +389,7 @@ int runQualify(const QualifyArgs& a) {
     std::printf("not checked: %d checks unsupported here (the driver or GPU cannot say; see results.json)\n",
                 unsupported);
   }
+  if (timing[0]) std::printf("peerlab qualify: %s\n", timing);
   std::printf(
       "peerlab qualify: %s: %zu checks, %d failed, %d warnings, %d unsupported; bundle %s (report.html, summary.md, "
       "junit.xml, results.json)\n",
@@ -430,8 +433,8 @@ std::function<int()> setup(CLI::App& sub) {
                  "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
                  "model x count x interconnect, e.g. h200-x2-nvswitch)");
   sub.add_option("--history", a->history,
-                 "Past runs for the time estimate: a run file, a directory of run files or a history database; "
-                 "processes that ran on this kind are estimated from their measured wall times");
+                 "Past runs for the time estimate: a run file or a directory of run files; processes that ran on "
+                 "this kind are estimated from their measured wall times");
   return [a, &sub]() {
     a->argv = {"peerlab", "qualify"};
     for (const CLI::Option* o : sub.get_options()) {

@@ -3,6 +3,7 @@
 # share/peerlab/, relative to itself (nothing of the build tree is compiled in).
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DFILES=<generated/peerlab_qualify_files.txt>
 #         -DLIBDIR=lib -DCHARTJS=<chart.min.js or empty> -P install_tree_test.cmake
+cmake_policy(VERSION 3.25)
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -206,6 +206,16 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
     EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
     EXPECT_LT(j["budget_s"].get<double>(), 20) << j.dump();
   }
+  // A history database keeps no per-process wall times: refused, naming it.
+  const std::string dir = scratchDir("qualify-history");
+  std::vector<std::string> ingest = {"history", "ingest", "--db", dir + "/h.sqlite",
+                                     sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json")};
+  CliRun stored = runPeerlab(ingest);
+  ASSERT_EQ(stored.exit_code, 0) << stored.err;
+  CliRun db = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4), "--history", dir + "/h.sqlite"});
+  EXPECT_EQ(db.exit_code, 2) << db.err;
+  EXPECT_EQ(lineCount(db.err), 1) << db.err;
+  EXPECT_NE(db.err.find("keeps no per-process wall times"), std::string::npos) << db.err;
   CliRun bad = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4), "--history", "/nonexistent"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_EQ(lineCount(bad.err), 1) << bad.err;
