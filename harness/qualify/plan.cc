@@ -566,8 +566,9 @@ std::string formatPlan(const Plan& plan, const std::string& command) {
                                                    }())
       << "\n";
   }
-  o << "Benchmarks (" << plan.jobs.size() << " processes; estimated wall time " << fmtDuration(plan.budget_s) << ": "
-    << fmtDuration(plan.processes_s) << " of processes + " << fmtDuration(plan.overhead_s)
+  o << "Benchmarks (" << plan.jobs.size() << (plan.jobs.size() == 1 ? " process" : " processes")
+    << "; estimated wall time " << fmtDuration(plan.budget_s) << ": " << fmtDuration(plan.processes_s)
+    << " of processes + " << fmtDuration(plan.overhead_s)
     << (plan.options.probe ? " of probe, topology, health and bundle" : " of topology, health and bundle") << "):\n";
   for (const BenchJob& j : plan.jobs) {
     o << "  " << j.label << ": ";
