@@ -1,7 +1,8 @@
 // The verified probe's speed: the full matrix (every ordered pair, all 7 methods, 4 KiB and 64 MiB) through the
 // real parent/worker path, i.e. the peerlab binary re-executed as its two workers. This process never initializes
 // CUDA (the GPU count comes from the worker's inventory). Target: matrix_wall <= 1.5 s on 4x H200, <= 3 s on 8.
-//   PEERLAB_BIN overrides the peerlab binary the workers run (default: the one built with this bench).
+//   PEERLAB_BIN overrides the peerlab binary the workers run (default: the one beside this bench in a build tree, or
+//   in bin/ of an installed tree).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "harness/layout/layout.h"
 #include "harness/watchdog/probe_runner.h"
+#include "reference/core/files.h"
 #include "reference/probe/probe.h"
 
 namespace peerlab::probe {
@@ -29,8 +32,14 @@ bench::Record identity() {
 
 void BM_ProbeMatrix(benchmark::State& state) {
   const char* bin = std::getenv("PEERLAB_BIN");
+  const std::string peerlab = bin && *bin ? std::string(bin) : layout::peerlabBinary();
+  if (peerlab.empty()) {
+    return bench::fail(state, identity(),
+                       PEERLAB_INVALID_ARGUMENT("the peerlab binary is neither beside " + selfExecutable() +
+                                                " nor in bin/ of its tree (set PEERLAB_BIN)"));
+  }
   RunnerOptions opt;
-  opt.worker_argv = workerCommand(bin && *bin ? bin : PEERLAB_CLI_PATH);
+  opt.worker_argv = workerCommand(peerlab);
   opt.sizes = {4096, 64ull << 20};
   opt.cell_timeout = std::chrono::seconds(5);
   std::vector<double> walls;

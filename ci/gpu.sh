@@ -4,6 +4,10 @@
 #
 #   ci/gpu.sh [--kind NAME] [--tag TAG] [--stages LIST] [--bench quick|full] [--sanitize] [--tests-regex RE]
 #
+# The kind is --kind, else $PEERLAB_KIND, else derived from the hardware by peerlab (GPU model x count x
+# interconnect, e.g. h200-x2-nvswitch). The build stage installs what is missing from ci/packages.txt (apt-get, or the
+# packages brought in $PEERLAB_DEB_DIR on a machine without network: ci/fetch_packages.sh).
+#
 # Stages (comma-separated, in this order): build, tests, probe, bench, torch, qualify, variants, scorecard, sanitize.
 # `variants` runs the tuning sweeps (SM copy kernels, zcopy sync variants, alltoallv grid/chunk sizes) and keeps
 # their raw Google Benchmark JSON in the logs; it adds no rows to the run file. The run file is
@@ -13,11 +17,13 @@
 # synccheck over the GPU tests; every job's logs in $OUT/sanitize.tgz). Every stage runs under a deadline; a failed
 # stage does not stop the later ones, and the exit code is nonzero when any stage failed.
 set -uo pipefail
+# A relative PEERLAB_DEB_DIR is relative to where the script was started.
+if [ -n "${PEERLAB_DEB_DIR:-}" ] && [ -d "$PEERLAB_DEB_DIR" ]; then PEERLAB_DEB_DIR="$(cd "$PEERLAB_DEB_DIR" && pwd)"; fi
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-kind="${PEERLAB_KIND:-gpu}"
+kind="${PEERLAB_KIND:-}"
 stages="build,tests,qualify"
 bench_mode="quick"
 tests_regex=""
@@ -34,7 +40,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$bench_mode" in quick|full) ;; *) echo "ci/gpu.sh: --bench takes quick or full" >&2; exit 2 ;; esac
-export PEERLAB_KIND="$kind"
 has_stage() { [[ ",$stages," == *",$1,"* ]]; }
 
 out="${OUT:-$PWD/build/gpu-out}"
@@ -47,7 +52,6 @@ bin="$build/bin"
 date_tag="$(date -u +%Y-%m-%d)"
 # A copy of the tree may carry its commit in .git-sha (no history); otherwise ask git.
 sha="${PEERLAB_GIT_SHA:-$(cat .git-sha 2>/dev/null || git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}"
-run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
 export PEERLAB_GIT_SHA="$sha"
 failed_stages=()
 log() { echo "[gpu.sh $(date +%T)] $*"; }
@@ -69,6 +73,9 @@ stage() {
 } >"$work/env.txt" 2>&1
 
 if has_stage build; then
+  source ci/packages.sh
+  packages_setup ci/gpu.sh build >"$work/packages.log" 2>&1 || failed_stages+=("packages:1")
+  cat "$work/packages.log"
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   # The GPU present only (a build for this machine's run file); ci/qualify.sh builds the portable default list.
@@ -89,6 +96,18 @@ if has_stage tests; then
   grep -E "tests passed|Failed|\*\*\*|Not Run|Passed|Skipped" "$work/tests.log" | tail -40
 fi
 
+# The kind: given, or derived from the hardware by the peerlab just built (qualify and bench derive the same one and
+# record how: kind_source).
+kind_args=()
+if [ -n "$kind" ]; then
+  kind_args=(--kind "$kind")
+else
+  kind="$("$bin/peerlab" qualify --dry-run --skip-probe --skip-bench 2>/dev/null | sed -n 's/^kind: \([^ ]*\) (.*/\1/p')"
+  kind="${kind:-unknown}"
+  log "kind: $kind (derived from the hardware)"
+fi
+run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
+
 runs=()
 if has_stage probe; then
   stage topo 60 "$bin/peerlab" topo
@@ -100,8 +119,8 @@ if has_stage probe; then
 fi
 
 if has_stage bench; then
-  stage bench 1500 "$bin/peerlab" bench "--$bench_mode" --bench-dir "$bin" --gbench-dir "$work/gbench" \
-    --kind "$kind" --out "$work/bench.json"
+  stage bench 1500 "$bin/peerlab" bench "--$bench_mode" --gbench-dir "$work/gbench" "${kind_args[@]}" \
+    --out "$work/bench.json"
   tail -30 "$work/bench.log"
   [ -s "$work/bench.json" ] && runs+=("$work/bench.json")
 fi
@@ -113,8 +132,7 @@ if has_stage torch; then
 fi
 
 if has_stage qualify; then
-  stage qualify "${PEERLAB_QUALIFY_DEADLINE:-900}" "$bin/peerlab" qualify --bench-dir "$bin" --kind "$kind" \
-    --out "$work/qualify"
+  stage qualify "${PEERLAB_QUALIFY_DEADLINE:-900}" "$bin/peerlab" qualify "${kind_args[@]}" --out "$work/qualify"
   tail -40 "$work/qualify.log"
   [ -s "$work/qualify/results.json" ] && runs+=("$work/qualify/results.json")
   [ -d "$work/qualify" ] && tar -C "$work" -czf "$out/qualify.tgz" qualify

@@ -1,73 +1,20 @@
 #!/usr/bin/env bash
-# The test command CI runs (.ci/run): checks for the tools and libraries the build and the tests use, installs only
-# what is really missing (apt-get, when it can), configures with the `ci` preset, builds everything (CUDA sources
+# The test command CI runs (.ci/run): checks for the tools and libraries the build and the tests use (ci/packages.txt),
+# installs only what is really missing (apt-get, when it can), configures with the `ci` preset, builds everything (CUDA sources
 # included; nvcc needs no GPU), runs the host-only tests (ctest -L cpu) and lists the GPU tests, which skip visibly
 # without a GPU. Where something optional cannot be installed (no network, no root), it goes on: the tests that need
 # it (Chromium page checks, the PostgreSQL store, the reference change-point cross-check) report themselves skipped.
 #
 #   ci/test.sh            exit 0 when every CPU test passed (skips allowed), 1 otherwise
 set -euo pipefail
+# A relative PEERLAB_DEB_DIR is relative to where the script was started.
+if [ -n "${PEERLAB_DEB_DIR:-}" ] && [ -d "$PEERLAB_DEB_DIR" ]; then PEERLAB_DEB_DIR="$(cd "$PEERLAB_DEB_DIR" && pwd)"; fi
 cd "$(dirname "$0")/.."
 
-have_cmd() { command -v "$1" >/dev/null 2>&1; }
-have_pc() { pkg-config --exists "$1" 2>/dev/null; }
-have_glob() { compgen -G "$1" >/dev/null; }
+# The packages of ci/packages.txt (scopes build and test): the same list ci/qualify.sh and ci/gpu.sh install from.
+source ci/packages.sh
 have_py() { python3 -c "import $1" >/dev/null 2>&1; }
-
-# check | Debian package | required?  (a check is a shell expression over the helpers above)
-requirements=(
-  "have_cmd c++|build-essential|yes"
-  "have_cmd cmake|cmake|yes"
-  "have_cmd ninja|ninja-build|no"
-  "have_cmd pkg-config|pkg-config|yes"
-  "have_cmd git|git|no"
-  "have_cmd python3|python3|yes"
-  "have_pc hwloc|libhwloc-dev|yes"
-  "have_cmd lstopo-no-graphics|hwloc|no"
-  "have_pc nlohmann_json|nlohmann-json3-dev|yes"
-  "have_pc CLI11|libcli11-dev|yes"
-  "have_pc gtest|libgtest-dev|yes"
-  "have_pc gmock|libgmock-dev|yes"
-  "have_pc benchmark|libbenchmark-dev|yes"
-  "have_pc libxml-2.0|libxml2-dev|yes"
-  "have_pc tomlplusplus|libtomlplusplus-dev|yes"
-  "have_pc sqlite3|libsqlite3-dev|yes"
-  "have_pc libpq|libpq-dev|yes"
-  "have_cmd mpirun|openmpi-bin|no"
-  "have_glob '/usr/lib/*/openmpi/include/mpi.h'|libopenmpi-dev|no"
-  "have_glob '/usr/lib/postgresql/*/bin/initdb'|postgresql|no"
-  "have_glob '/usr/share/javascript/chart.js/chart.min.js'|libjs-chart.js|no"
-  "have_cmd chromium|chromium|no"
-  "python3 -m pip --version|python3-pip|no"
-)
-missing=()
-for r in "${requirements[@]}"; do
-  IFS='|' read -r check package required <<<"$r"
-  eval "$check" >/dev/null 2>&1 || missing+=("$package")
-done
-
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "ci/test.sh: missing: ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && have_cmd sudo && sudo_cmd=(sudo -n)
-  if have_cmd apt-get && { [ "$(id -u)" -eq 0 ] || [ ${#sudo_cmd[@]} -gt 0 ]; }; then
-    if "${sudo_cmd[@]}" apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
-      echo "ci/test.sh: installed ${missing[*]}"
-    else
-      echo "ci/test.sh: could not install ${missing[*]}; going on with what is present" >&2
-    fi
-  else
-    echo "ci/test.sh: cannot install (no apt-get or no root); going on with what is present" >&2
-  fi
-fi
-for r in "${requirements[@]}"; do
-  IFS='|' read -r check package required <<<"$r"
-  if [ "$required" = yes ] && ! eval "$check" >/dev/null 2>&1; then
-    echo "ci/test.sh: required and missing: $package ($check)" >&2
-    exit 1
-  fi
-done
+packages_setup ci/test.sh "build test" || exit 1
 
 # The reference E-Divisive implementation the change-point test cross-checks against (PyPI); optional.
 if ! have_py signal_processing_algorithms && python3 -m pip --version >/dev/null 2>&1; then

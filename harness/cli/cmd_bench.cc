@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/qualify/gpu_models.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
@@ -80,12 +81,23 @@ int runBench(const BenchArgs& a) {
   ro.extra_args = a.bench_args;
   // probe_bench re-executes peerlab as its workers: this one.
   ro.env = {"PEERLAB_BIN=" + selfExecutable()};
+  const qualify::DerivedKind kind = qualify::chooseKind(a.kind, *topo);
+  // Every executable the plan runs, resolved before anything is measured: a missing one is a setup error (exit 4).
+  const Status executables = qualify::resolveExecutables(plan->jobs, ro);
 
   if (a.dry_run) {
-    std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
-    std::printf("bench binaries from %s\n", qualify::benchDirectory(ro).c_str());
+    std::fputs(qualify::formatPlan(*plan, "peerlab bench").c_str(), stdout);
+    std::printf("kind: %s (%s)\n", kind.kind.c_str(), kind.source.c_str());
+    if (executables.isOk()) {
+      std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
+    } else {
+      std::printf("bench would stop here (exit 4): %s\n", executables.message().c_str());
+    }
+    if (const std::string no_code = qualify::missingKernelCode(*topo, host::builtArchitectures()); !no_code.empty())
+      std::printf("bench would stop here (exit 4): %s\n", no_code.c_str());
     return kExitOk;
   }
+  if (!executables.isOk()) return fail(kCmd, kExitRuntime, executables.message());
   if (Status st = qualify::cudaGpusVisible(); !st.isOk()) {
     std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
     return fail(kCmd, kExitNoGpu, "no GPU visible to CUDA on this machine: " + st.message());
@@ -96,33 +108,7 @@ int runBench(const BenchArgs& a) {
   if (Status st = host::checkKernelImagesAndRelease(ordinals); !st.isOk())
     return fail(kCmd, kExitRuntime, st.message());
 
-  // Binaries: a suite asked for by name must exist; with every suite, missing ones are reported and skipped.
-  std::vector<qualify::BenchJob> jobs;
-  std::vector<report::Result> skipped;
-  for (const qualify::BenchJob& j : plan->jobs) {
-    if (!qualify::findBench(j.binary, ro).empty()) {
-      jobs.push_back(j);
-      continue;
-    }
-    const std::string why =
-        j.binary + " not found in " + qualify::benchDirectory(ro) + " (build it, or pass --bench-dir)";
-    if (!po.suites.empty()) return fail(kCmd, kExitUsage, j.suite + ": " + why);
-    bool reported = false;
-    for (const report::Result& r : skipped)
-      reported |= r.suite == j.suite;
-    if (!reported) {
-      std::fprintf(stderr, "peerlab bench: %s: %s; skipping the suite\n", j.suite.c_str(), why.c_str());
-      report::Result r;
-      r.suite = j.suite;
-      r.name = "process";
-      r.impl = j.binary;
-      r.status = "skipped: " + why;
-      skipped.push_back(r);
-    }
-  }
-  if (jobs.empty()) {
-    return fail(kCmd, kExitUsage, "no bench binary found in " + qualify::benchDirectory(ro) + " (pass --bench-dir)");
-  }
+  const std::vector<qualify::BenchJob>& jobs = plan->jobs;
 
   report::Run run = report::newRun();
   run.fingerprint = report::collectFingerprint();
@@ -144,14 +130,10 @@ int runBench(const BenchArgs& a) {
   }
   qualify::BenchOutcome outcome = qualify::runJobs(jobs, ro, progress);
   run.results = probeRows;
-  run.results.insert(run.results.end(), skipped.begin(), skipped.end());
   run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
 
-  std::string kind = a.kind;
-  if (kind.empty()) {
-    if (const char* k = std::getenv("PEERLAB_KIND"); k && *k) kind = k;
-  }
-  if (!kind.empty()) run.extra["kind"] = kind;
+  run.extra["kind"] = kind.kind;
+  run.extra["kind_source"] = kind.source;
   run.extra["bench"] = qualify::toJson(outcome, po.mode);
   run.extra["plan"] = qualify::toJson(*plan);
 
@@ -180,13 +162,17 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--full", a->full, "Every size and case the benchmarks have");
   sub.add_option("--out", a->out, "Run file to write (default ./peerlab-bench-<host>-<date>.json)");
   sub.add_option("--gbench-dir", a->gbench_dir, "Keep each process's Google Benchmark JSON and log in this directory");
-  sub.add_option("--bench-dir", a->bench_dir, "Where the bench binaries are (default: beside peerlab)");
+  sub.add_option("--bench-dir", a->bench_dir,
+                 "Where the bench binaries are (default: libexec/peerlab of the installed tree, or beside peerlab in "
+                 "a build tree)");
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to cover, e.g. 0-1,1-0 (default: every pair)");
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");
   sub.add_flag("--dry-run", a->dry_run, "Print the processes that would run, and exit");
   sub.add_option("--timeout", a->timeout_s, "Deadline per bench process in seconds (default: 4x its budget, >= 180)")
       ->check(CLI::PositiveNumber);
-  sub.add_option("--kind", a->kind, "Machine kind recorded in the run file (default $PEERLAB_KIND)");
+  sub.add_option("--kind", a->kind,
+                 "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
+                 "model x count x interconnect, e.g. h200-x2-nvswitch)");
   sub.add_flag("--probe", a->probe, "Run the verified probe first (peerlab probe) and add its cells to the run file");
   sub.add_option("--benchmark-arg", a->bench_args,
                  "Extra argument for every bench process, e.g. "

@@ -3,6 +3,7 @@
 // junit.xml.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,8 @@
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
+#include "harness/qualify/estimate.h"
+#include "harness/qualify/gpu_models.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/plan.h"
 #include "harness/qualify/runner.h"
@@ -57,8 +60,38 @@ struct QualifyArgs {
   std::string results;
   double timeout_s = 0;
   std::string kind;
+  std::string history;
   std::vector<std::string> argv;  // the command line, for the summary
 };
+
+// Past runs for the estimate (--history): a run file or a directory of run files. A bad path or file:
+// invalid_argument naming it.
+StatusOr<std::vector<report::Run>> loadHistory(const std::string& path) {
+  std::vector<report::Run> runs;
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(path, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+      if (e.path().extension() == ".json") files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else if (std::filesystem::is_regular_file(path, ec) && path.size() > 5 && path.substr(path.size() - 5) == ".json") {
+    files.push_back(path);
+  } else if (std::filesystem::is_regular_file(path, ec) || path.rfind("postgres", 0) == 0) {
+    // The history store keeps results, not each process's wall time (bench.jobs[].wall_s of the run file).
+    return PEERLAB_INVALID_ARGUMENT("--history " + path +
+                                    ": not a run file or a directory of run files (a history database keeps no "
+                                    "per-process wall times: pass the run files it was given)");
+  } else {
+    return PEERLAB_INVALID_ARGUMENT("--history " + path + ": no such run file or directory");
+  }
+  for (const std::string& f : files) {
+    auto run = report::readRun(f);
+    if (!run.isOk()) return PEERLAB_INVALID_ARGUMENT("--history: " + run.status().message());
+    runs.push_back(std::move(*run));
+  }
+  return runs;
+}
 
 // The verified probe through `peerlab probe` as a child process: its run file's rows join the results.
 std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& plan, const std::string& dir) {
@@ -205,7 +238,7 @@ int runQualify(const QualifyArgs& a) {
     }
   }
   // The probe's speed is a benchmark, not a health figure: qualify runs the probe itself, not probe_bench.
-  if (po.suites.empty()) po.suites = qualify::defaultQualifySuites();
+  if (po.suites.empty()) po.suites = qualify::qualifyDefaultSuites();
   if (a.skip_bench) po.suites = {};
   if (!a.pairs.empty()) {
     auto pairs = qualify::parsePairs(a.pairs);
@@ -244,12 +277,39 @@ int runQualify(const QualifyArgs& a) {
     return fail(kCmd, topo.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime,
                 topo.status().message());
   }
+  // The kind the run is filed under: --kind, $PEERLAB_KIND, or derived from the hardware (never the host name).
+  std::optional<qualify::DerivedKind> kind;
+  qualify::RunnerOptions ro;
+  ro.bench_dir = a.bench_dir;
+  Status executables = Status::ok();
+  std::vector<std::string> stops;  // what would stop a real run before it measures anything (exit 4)
+  if (plan && !stored) {
+    kind = qualify::chooseKind(a.kind, plan->topology);
+    // The estimate: the model, or what past runs of this kind measured (--history).
+    qualify::MeasuredWalls measured;
+    if (!a.history.empty()) {
+      auto past = loadHistory(a.history);
+      if (!past.isOk()) return fail(kCmd, kExitUsage, past.status().message());
+      measured = qualify::measuredWalls(*past, kind->kind, qualify::deriveKind(plan->topology).kind);
+    }
+    qualify::estimatePlan(*plan, measured);
+    // Every executable the plan runs, resolved before anything is measured.
+    executables = qualify::resolveExecutables(plan->jobs, ro);
+    if (!executables.isOk()) stops.push_back(executables.message());
+    const std::string no_code = qualify::missingKernelCode(plan->topology, host::builtArchitectures());
+    if (!no_code.empty()) stops.push_back(no_code);
+  }
 
   if (plan && (a.dry_run || !stored)) {
     // The plan as JSON: the same objects (expectations included) the run file carries under "plan".
     auto printJson = [&] {
       nlohmann::json doc = qualify::toJson(*plan);
       doc["config"] = config->source;
+      if (kind) {
+        doc["kind"] = kind->kind;
+        doc["kind_source"] = kind->source;
+      }
+      doc["stops"] = stops;
       std::puts(doc.dump(2).c_str());
     };
     if (plan->topology.gpus.empty()) {
@@ -269,14 +329,21 @@ int runQualify(const QualifyArgs& a) {
     if (a.dry_run) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
       std::printf("config: %s\n", config->source.c_str());
+      if (kind) std::printf("kind: %s (%s)\n", kind->kind.c_str(), kind->source.c_str());
       if (baseline)
         std::printf("baseline: %s (%zu results, threshold %g%%)\n", a.baseline.c_str(), baseline->results.size(),
                     threshold);
+      if (!plan->jobs.empty() && executables.isOk())
+        std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
+      for (const std::string& why : stops)
+        std::printf("qualify would stop here (exit 4): %s\n", why.c_str());
       return kExitOk;
     }
   } else if (a.dry_run) {
     return fail(kCmd, kExitUsage, "--dry-run: the run file has no plan and no --fixture was given to plan for");
   }
+  // A missing executable is a setup error, not a verdict on the hardware.
+  if (!executables.isOk()) return fail(kCmd, kExitRuntime, executables.message());
   if (!stored) {
     if (Status st = qualify::cudaGpusVisible(); !st.isOk()) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
@@ -319,7 +386,7 @@ int runQualify(const QualifyArgs& a) {
       // The watch ends by itself after every process's deadline has passed.
       double max_s = 600 + a.health_watch_s + (plan->options.probe ? (a.timeout_s > 0 ? a.timeout_s : 900) : 0);
       for (const qualify::BenchJob& j : plan->jobs)
-        max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.budget_s);
+        max_s += a.timeout_s > 0 ? a.timeout_s : std::max(180.0, 4 * j.deadline_s);
       health = health::Stage::begin(*health_thresholds, run.fingerprint, max_s, stdout);
     }
     if (plan->options.probe) {
@@ -327,29 +394,16 @@ int runQualify(const QualifyArgs& a) {
       run.results.insert(run.results.end(), rows.begin(), rows.end());
     }
     if (!plan->jobs.empty() && !process::interruptRequested()) {
-      qualify::RunnerOptions ro;
-      ro.bench_dir = a.bench_dir;
       ro.gbench_dir = dir + "/gbench";
       if (a.timeout_s > 0) ro.timeout_s = a.timeout_s;
       ro.env = {"PEERLAB_BIN=" + selfExecutable()};
-      // A missing bench binary is reported once and its processes become failed results.
-      for (const qualify::BenchJob& j : plan->jobs) {
-        if (qualify::findBench(j.binary, ro).empty()) {
-          std::fprintf(stderr, "peerlab qualify: %s: %s not found in %s (build it, or pass --bench-dir)\n",
-                       j.suite.c_str(), j.binary.c_str(), qualify::benchDirectory(ro).c_str());
-          break;
-        }
-      }
       qualify::BenchOutcome outcome = qualify::runJobs(plan->jobs, ro, progress);
       run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
       run.extra["bench"] = qualify::toJson(outcome, po.mode);
     }
     if (health) health->end(run, a.health_watch_s, process::interruptRequested);
-    std::string kind = a.kind;
-    if (kind.empty()) {
-      if (const char* k = std::getenv("PEERLAB_KIND"); k && *k) kind = k;
-    }
-    if (!kind.empty()) run.extra["kind"] = kind;
+    run.extra["kind"] = kind->kind;
+    run.extra["kind_source"] = kind->source;
     run.extra["plan"] = qualify::toJson(*plan);
   }
   // The checks read the plan as the run file stores it: the same path `peerlab report` takes.
@@ -371,7 +425,18 @@ int runQualify(const QualifyArgs& a) {
     for (const std::string& n : plan->notes)
       notes.push_back("note: " + n);
   }
+  // The plan's estimate beside what the run took.
+  std::string timing;
+  if (!stored && plan) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "time: %.0f s, estimated %.0f s (processes %.0f s + probe, topology, health and bundle %.0f s)", wall,
+                  plan->budget_s, plan->processes_s, plan->overhead_s);
+    timing = buf;
+    notes.push_back(timing);
+  }
   if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
+  if (!timing.empty()) std::printf("peerlab qualify: %s\n", timing.c_str());
   const int rc = printVerdict(checks, dir);
   if (process::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
   return rc;
@@ -388,9 +453,12 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");
   sub.add_flag("--dry-run", a->dry_run, "Print the plan (pairs, tests, expected figures) and exit");
   sub.add_flag("--json", a->json, "With --dry-run: print the plan as JSON (the run file's \"plan\" object)");
-  sub.add_option("--bench-dir", a->bench_dir, "Where the bench binaries are (default: beside peerlab)");
+  sub.add_option("--bench-dir", a->bench_dir,
+                 "Where the bench binaries are (default: libexec/peerlab of the installed tree, or beside peerlab in "
+                 "a build tree)");
   sub.add_option("--suite", a->suites,
-                 "Benchmark suites (default " + qualify::joinedDefaultSuites() + "; moe runs within alltoallv)");
+                 "Benchmark suites (default " + qualify::qualifyDefaultSuitesText() +
+                     "; the alltoallv process also runs the moe rows; known: " + qualify::suiteNames() + ")");
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to qualify, e.g. 0-1,1-0 (default: every pair)");
   sub.add_option("--probe-methods", a->probe_methods, "Probe methods, e.g. ce_write,sm_store (default all)");
   sub.add_flag("--full", a->full, "Run the full benchmark sweeps instead of the quick ones");
@@ -412,7 +480,12 @@ std::function<int()> setup(CLI::App& sub) {
             return "";
           },
           "SECONDS"));
-  sub.add_option("--kind", a->kind, "Machine kind recorded in the run file (default $PEERLAB_KIND)");
+  sub.add_option("--kind", a->kind,
+                 "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
+                 "model x count x interconnect, e.g. h200-x2-nvswitch)");
+  sub.add_option("--history", a->history,
+                 "Past runs for the time estimate: a run file or a directory of run files; processes that ran on "
+                 "this kind are estimated from their measured wall times");
   return [a, &sub]() {
     a->argv = {"peerlab", "qualify"};
     for (const CLI::Option* o : sub.get_options()) {

@@ -7,11 +7,8 @@
 #include <set>
 
 #include "harness/faults/cache_fault.h"
+#include "harness/layout/layout.h"
 #include "reference/core/files.h"
-
-#ifndef PEERLAB_FAULTS_BUILD_LIB
-#define PEERLAB_FAULTS_BUILD_LIB ""
-#endif
 
 namespace peerlab::faults {
 
@@ -30,17 +27,13 @@ StatusOr<std::string> interposerPath(const std::string& self_exe) {
     return PEERLAB_INVALID_ARGUMENT(std::string(kEnvLibrary) + "=" + env + ": no such file");
   }
   const std::string name = "libpeerlab_faults.so";
+  // lib/ of the tree the binary is in (build or installed), then beside it.
   if (!self_exe.empty()) {
-    std::error_code ec;
-    fs::path exe = fs::canonical(self_exe, ec);
-    if (!ec) {
-      for (const fs::path& p : {exe.parent_path() / ".." / "lib" / name, exe.parent_path() / name}) {
-        if (usable(p)) return fs::weakly_canonical(p).string();
-      }
+    for (const std::string& dir : layout::libraryDirs(self_exe)) {
+      const fs::path p = fs::path(dir) / name;
+      if (usable(p)) return fs::weakly_canonical(p).string();
     }
   }
-  const std::string built = PEERLAB_FAULTS_BUILD_LIB;
-  if (!built.empty() && usable(built)) return built;
   std::string where;
   for (const auto& t : tried)
     where += (where.empty() ? "" : ", ") + t;

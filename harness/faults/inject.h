@@ -11,8 +11,9 @@
 
 namespace peerlab::faults {
 
-/// libpeerlab_faults.so: $PEERLAB_FAULTS_LIB, else beside the running binary (<dir>/../lib, <dir>), else where the
-/// build put it. `invalid_argument` naming the places looked at when none exists.
+/// libpeerlab_faults.so: $PEERLAB_FAULTS_LIB, else in the lib/ directory of the tree `self_exe` is in (build or
+/// installed, harness/layout/layout.h), else beside it. `invalid_argument` naming the places looked at when none
+/// exists.
 StatusOr<std::string> interposerPath(const std::string& self_exe);
 
 /// `existing` with `lib` appended (':'-separated, no duplicate). An empty `existing` gives `lib`.

@@ -606,10 +606,21 @@ CheckResult nvlinkState(const GpuSample& a, const GpuSample* b, bool machine_nvl
   }
   c.detail = std::to_string(up) + " of " + std::to_string(s.links.size()) + " links up";
   if (!versions.empty()) {
-    std::string vs;
-    for (unsigned v : versions)
-      vs += (vs.empty() ? "" : "/") + std::to_string(v);
-    c.detail += ", NVLink version " + vs;
+    // NVML answers with an enum (6 on an H200): reported as the NVLink generation it stands for.
+    std::set<int> generations;
+    std::string unknown;
+    for (unsigned v : versions) {
+      if (int g = nvml::nvlinkGeneration(v); g > 0) {
+        generations.insert(g);
+      } else {
+        unknown += (unknown.empty() ? "" : "/") + std::to_string(v);
+      }
+    }
+    std::string gs;
+    for (int g : generations)
+      gs += (gs.empty() ? "" : "/") + std::to_string(g);
+    if (!gs.empty()) c.detail += ", NVLink " + gs;
+    if (!unknown.empty()) c.detail += ", NVLink version value " + unknown + " (not known to this build)";
   }
   c.verdict = Verdict::kOk;
   if (!down.empty()) {

@@ -98,6 +98,9 @@ TEST(Health, HealthyMachineIsAllOkOrUnsupported) {
   EXPECT_NE(o.detail(0, "pcie_link").find("Gen5 x16 of Gen5 x16, read under traffic"), std::string::npos)
       << o.detail(0, "pcie_link");
   EXPECT_NE(o.detail(0, "nvlink_state").find("18 of 18 links up"), std::string::npos);
+  // NVML's enum value 6 (NVML_NVLINK_VERSION_4_0, what an H200 reports) is NVLink 4, never "version 6".
+  EXPECT_NE(o.detail(0, "nvlink_state").find(", NVLink 4"), std::string::npos) << o.detail(0, "nvlink_state");
+  EXPECT_EQ(o.detail(0, "nvlink_state").find("version 6"), std::string::npos) << o.detail(0, "nvlink_state");
   EXPECT_TRUE(o.watch.xid_why.empty()) << o.watch.xid_why;
 }
 

@@ -86,6 +86,32 @@ inline constexpr int kNvlinkDeviceSwitch = 2;
 inline constexpr int kNvlinkDeviceUnknown = 0xff;
 inline constexpr unsigned kNvlinkMaxLinks = 18;
 
+// nvmlNvlinkVersion_t: INVALID = 0, 1_0 = 1, 2_0 = 2, 2_2 = 3, 3_0 = 4, 3_1 = 5, 4_0 = 6 (Hopper), 5_0 = 7 (Blackwell),
+// 6_0 = 8. An H200 reports 6: NVLink 4.
+inline constexpr unsigned kNvlinkVersion4_0 = 6;
+/// The NVLink generation (1..6) of an nvmlDeviceGetNvLinkVersion value; 0 for INVALID or a value this build does not
+/// know.
+constexpr int nvlinkGeneration(unsigned version_enum) {
+  switch (version_enum) {
+    case 1:
+      return 1;
+    case 2:
+    case 3:
+      return 2;
+    case 4:
+    case 5:
+      return 3;
+    case 6:
+      return 4;
+    case 7:
+      return 5;
+    case 8:
+      return 6;
+    default:
+      return 0;
+  }
+}
+
 // nvmlNvLinkErrorCounter_t
 inline constexpr int kNvlinkErrorDlReplay = 0;
 inline constexpr int kNvlinkErrorDlRecovery = 1;

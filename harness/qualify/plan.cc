@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "harness/qualify/estimate.h"
 #include "harness/report/compare.h"
 
 namespace peerlab::qualify {
@@ -22,6 +23,21 @@ std::string fmtNum(double v) {
 std::string fmtGbps(double v) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
+// "4.2 s", "95 s", "12 min", "1 h 05 min".
+std::string fmtDuration(double s) {
+  char buf[48];
+  if (s < 10) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  } else if (s < 120) {
+    std::snprintf(buf, sizeof(buf), "%.0f s", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%d h %02d min", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  }
   return buf;
 }
 
@@ -91,6 +107,29 @@ Expectation blank(const BandwidthRule& rule, std::optional<int> src, std::option
 
 }  // namespace
 
+namespace {
+
+// The slowest path among GPU g's peers in `pairs`, for a collective whose traffic crosses every one of them: per
+// peer its pair figure (NVLink, or PCIe across sockets), the lowest one kept. Unknown when any peer's is.
+Expectation slowestPath(const PlanTopology& topo, const QualifyConfig& config, const BandwidthRule& rule, int g,
+                        const std::vector<std::pair<int, int>>& pairs, const std::string& why) {
+  Expectation slowest = blank(rule, std::nullopt, std::nullopt);
+  for (const auto& [s, d] : pairs) {
+    if (s != g) continue;
+    Expectation e = pairExpectation(topo, config, rule, s, d);
+    e.src.reset();
+    e.dst.reset();
+    if (!e.gbps) return e;
+    if (!slowest.gbps || *e.gbps < *slowest.gbps) {
+      slowest = e;
+      slowest.basis = "slowest path " + std::to_string(s) + "->" + std::to_string(d) + ", " + why + ": " + e.basis;
+    }
+  }
+  return slowest;
+}
+
+}  // namespace
+
 Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& config, const BandwidthRule& rule, int s,
                             int d) {
   Expectation e = blank(rule, s, d);
@@ -153,6 +192,7 @@ PlanTopology fromTopology(const topology::Topology& topo) {
   out.nvswitches = topo.nvswitchCount();
   out.nvlink_source = topo.nvlinkSource();
   out.warnings = topo.warnings();
+  out.numa_nodes = topo.machine().numa_nodes;
   if (topo.gpus().empty()) out.no_gpu_message = topo.noGpuMessage();
   for (const topology::Gpu& g : topo.gpus()) {
     PlanGpu pg;
@@ -263,13 +303,10 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
     }
     for (BenchJob& job :
          jobsFor(spec, options.mode, gpus, pairs, options.pairs.empty() || pairs.size() == topo.pairs.size())) {
-      plan.processes_s += job.budget_s;
-      plan.overhead_s += kProcessStartS;
       plan.jobs.push_back(std::move(job));
     }
   }
-  if (options.probe) plan.overhead_s += kProbeBaseS + kProbePerPairS * static_cast<double>(pairs.size());
-  plan.budget_s = plan.processes_s + plan.overhead_s;
+  estimatePlan(plan);
 
   // Bandwidth expectations from the links.
   std::set<std::string> unknownLinks;
@@ -313,7 +350,23 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
       for (const PlanGpu& g : topo.gpus) {
         Expectation e = blank(rule, std::nullopt, std::nullopt);
         GpuLinks gl = gpuLinks(topo, g.index, config.nvlink_gbps);
-        if (rule.scope == "gpu" && !gl.links) {
+        // Partly NVLinked: some of this GPU's peers are reached without NVLink, and a collective waits for its
+        // slowest path, so the figure is that path's, not the GPU's NVLinks'.
+        std::vector<int> unlinked;
+        int peers = 0;
+        if (rule.scope == "gpu" && gl.links && *gl.links > 0) {
+          for (const auto& [s, d] : pairs) {
+            if (s != g.index) continue;
+            ++peers;
+            const PlanPair* p = topo.pair(s, d);
+            if (p->nvlinks && *p->nvlinks == 0) unlinked.push_back(d);
+          }
+        }
+        if (!unlinked.empty()) {
+          e = slowestPath(topo, config, rule, g.index, pairs,
+                          std::to_string(unlinked.size()) + " of " + std::to_string(peers) + " peers of GPU" +
+                              std::to_string(g.index) + " without NVLink");
+        } else if (rule.scope == "gpu" && !gl.links) {
           e.basis = "unknown: the topology does not say how many NVLinks GPU" + std::to_string(g.index) + " has";
         } else if (rule.scope == "gpu" && *gl.links > 0) {
           e.gbps = *gl.links * gl.per_link * rule.efficiency * rule.directions;
@@ -374,10 +427,10 @@ std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::
   return out;
 }
 
-std::string formatPlan(const Plan& plan) {
+std::string formatPlan(const Plan& plan, const std::string& command) {
   const PlanTopology& t = plan.topology;
   std::ostringstream o;
-  o << "peerlab qualify plan (" << plan.options.mode << ") for " << t.source << " [" << t.format << "]\n";
+  o << command << " plan (" << plan.options.mode << ") for " << t.source << " [" << t.format << "]\n";
   if (t.gpus.empty()) {
     o << "no NVIDIA GPU: " << (t.no_gpu_message.empty() ? t.source : t.no_gpu_message) << "\n";
     return o.str();
@@ -423,10 +476,10 @@ std::string formatPlan(const Plan& plan) {
                                                    }())
       << "\n";
   }
-  o << "Benchmarks (" << plan.jobs.size() << " processes, budget about "
-    << static_cast<int>(std::ceil(plan.budget_s / 60)) << " min: an estimate of wall time, "
-    << static_cast<int>(plan.processes_s) << " s of processes + " << static_cast<int>(plan.overhead_s)
-    << " s of starts and probe):\n";
+  o << "Benchmarks (" << plan.jobs.size() << (plan.jobs.size() == 1 ? " process" : " processes")
+    << "; estimated wall time " << fmtDuration(plan.budget_s) << ": " << fmtDuration(plan.processes_s)
+    << " of processes + " << fmtDuration(plan.overhead_s)
+    << (plan.options.probe ? " of probe, topology, health and bundle" : " of topology, health and bundle") << "):\n";
   for (const BenchJob& j : plan.jobs) {
     o << "  " << j.label << ": ";
     for (const std::string& e : j.env)
@@ -434,7 +487,7 @@ std::string formatPlan(const Plan& plan) {
     o << j.binary;
     for (const std::string& a : j.args)
       o << " " << a;
-    o << "  (" << static_cast<int>(j.budget_s) << " s)\n";
+    o << "  (about " << fmtDuration(j.budget_s) << ")\n";
   }
   if (!plan.expectations.empty()) {
     o << "Expected figures (NVLink: links x per-link rate x efficiency; PCIe: link rate x efficiency x path "
@@ -533,11 +586,7 @@ nlohmann::json toJson(const Plan& plan) {
            {{"estimate_s", plan.budget_s},
             {"processes_s", plan.processes_s},
             {"overhead_s", plan.overhead_s},
-            {"basis", "wall-time estimate: each process's " + plan.options.mode + " budget, plus " +
-                          fmtNum(kProcessStartS) + " s to start each and the probe (" + fmtNum(kProbeBaseS) + " s + " +
-                          fmtNum(kProbePerPairS) +
-                          " s per ordered pair); deadlines are several times "
-                          "longer and are not added"}}}};
+            {"basis", "wall-time estimate: " + plan.estimate_basis}}}};
 }
 
 }  // namespace peerlab::qualify

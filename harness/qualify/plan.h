@@ -56,23 +56,20 @@ struct Plan {
   std::vector<std::string> disabled_rules;  ///< rules the config switched off (enabled = false), by id
   bool require_link_info = true;            ///< from the config: the checks honour it as stored with the plan
   bool fail_unclaimed = false;
-  /// Estimated wall time: processes_s + overhead_s (not the deadlines, which are several times each budget).
+  /// Estimated wall time (estimate.h): processes_s + overhead_s. Deadlines are separate and several times longer.
   double budget_s = 0;
-  double processes_s = 0;  ///< the benchmark processes' quick or full budgets, added
-  double overhead_s = 0;   ///< fixed costs: each process's start (CUDA context, NCCL setup) and the probe
+  double processes_s = 0;      ///< the benchmark processes' estimates, added
+  double overhead_s = 0;       ///< the probe, topology, health readings and the bundle
+  std::string estimate_basis;  ///< how the estimate was made
 };
-
-/// Fixed costs in the wall-time estimate: starting one benchmark process, the probe (base and per ordered pair).
-constexpr double kProcessStartS = 5;
-constexpr double kProbeBaseS = 10;
-constexpr double kProbePerPairS = 2;
 
 /// Builds the plan. `invalid_argument` for an unknown suite or a pair outside the topology; a topology without GPUs
 /// gives a plan with no pairs (the caller reports kExitNoGpu).
 StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, const PlanOptions& options);
 
-/// Plain-text plan: topology summary, pairs with links, probe, benchmark processes, expected figures.
-std::string formatPlan(const Plan& plan);
+/// Plain-text plan: topology summary, pairs with links, probe, benchmark processes, expected figures. `command`
+/// names what plans ("peerlab qualify", "peerlab bench") in the header.
+std::string formatPlan(const Plan& plan, const std::string& command = "peerlab qualify");
 /// The plan as `qualify --dry-run --json` prints it and the run file carries it ("plan"): mode, topology, pairs,
 /// probe, jobs, expectations (each with rule, scope, link, gbps or null, basis), latency, notes, budget.
 nlohmann::json toJson(const Plan& plan);

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <map>
 
+#include "harness/qualify/estimate.h"
+#include "harness/qualify/runner.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
@@ -207,21 +209,67 @@ TEST(Plan, LivePcieLinkCanBeFedIn) {
   EXPECT_EQ(plan.topology.gpus[0].pcie->source, "nvml max");
 }
 
+// POWER8 fixture: GPU pairs 0-1 and 2-3 share NV2, the other pairs cross the sockets (SYS). A 4-rank alltoallv sends
+// two thirds of each GPU's traffic over SYS: its figure is that slowest path's, not the NVLinks'.
+TEST(Plan, PartlyNvlinkedCollectivesExpectTheSlowestPath) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(
+      topology::Topology topo,
+      topology::loadFile(testing::sourcePath("fixtures/topologies/hwloc/power8gpudistances.xml")));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(fromTopology(topo), config(), {}));
+  const Expectation* a2a = find(plan, "alltoallv_busbw");
+  ASSERT_NE(a2a, nullptr);
+  ASSERT_TRUE(a2a->gbps.has_value()) << a2a->basis;
+  const Expectation* sys = find(plan, "peer_copy_ce_uni", 0, 2);
+  ASSERT_NE(sys, nullptr);
+  ASSERT_TRUE(sys->gbps.has_value());
+  EXPECT_NEAR(*sys->gbps, 6.3, 0.05);  // PCIe Gen3 x16 x 0.80 x 0.50 across sockets
+  const QualifyConfig c = config();
+  const BandwidthRule* rule = nullptr;
+  for (const BandwidthRule& r : c.bandwidth)
+    if (r.id == "alltoallv_busbw") rule = &r;
+  ASSERT_NE(rule, nullptr);
+  // The SYS path at the rule's PCIe efficiency, far below the 2 NVLinks' 40 GB/s x efficiency.
+  EXPECT_NEAR(*a2a->gbps, 15.753846 * rule->pcie_efficiency * c.sys_factor, 0.01) << a2a->basis;
+  EXPECT_LT(*a2a->gbps, 40 * rule->efficiency);
+  EXPECT_EQ(a2a->link, "pcie");
+  EXPECT_NE(a2a->basis.find("slowest path 0->2"), std::string::npos) << a2a->basis;
+  EXPECT_NE(a2a->basis.find("across sockets (SYS)"), std::string::npos) << a2a->basis;
+  EXPECT_NE(a2a->basis.find("2 of 3 peers of GPU0 without NVLink"), std::string::npos) << a2a->basis;
+  // Fully NVLinked machines keep the per-GPU NVLink figure.
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan full, makePlan(nvswitchBox(4), config(), {}));
+  EXPECT_EQ(find(full, "alltoallv_busbw")->link, "nvlink");
+}
+
 TEST(Plan, BudgetIsAWallTimeEstimate) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(4), config(), {}));
   double processes = 0;
   for (const BenchJob& j : plan.jobs)
     processes += j.budget_s;
   EXPECT_DOUBLE_EQ(plan.processes_s, processes);
-  EXPECT_DOUBLE_EQ(plan.overhead_s, plan.jobs.size() * kProcessStartS + kProbeBaseS + 12 * kProbePerPairS);
+  EXPECT_DOUBLE_EQ(plan.overhead_s, kQualifyOverheadS + estimateProbe(plan));
   EXPECT_DOUBLE_EQ(plan.budget_s, plan.processes_s + plan.overhead_s);
   const nlohmann::json j = toJson(plan);
   EXPECT_DOUBLE_EQ(j["budget"]["estimate_s"].get<double>(), plan.budget_s);
-  EXPECT_NE(j["budget"]["basis"].get<std::string>().find("deadlines"), std::string::npos);
+  EXPECT_NE(j["budget"]["basis"].get<std::string>().find("deadlines are separate"), std::string::npos);
+  for (const nlohmann::json& job : j["jobs"]) {
+    EXPECT_EQ(job["estimate_basis"].get<std::string>().rfind("model: ", 0), 0u) << job.dump();
+    // The deadline (runner.h: 4 x its base, at least 180 s) is kept apart and leaves room beyond the estimate.
+    const RunnerOptions ro;
+    EXPECT_GT(std::max(ro.min_timeout_s, ro.timeout_factor * job["deadline_base_s"].get<double>()),
+              2 * job["budget_s"].get<double>())
+        << job.dump();
+  }
   PlanOptions noProbe;
   noProbe.probe = false;
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan without, makePlan(nvswitchBox(4), config(), noProbe));
-  EXPECT_DOUBLE_EQ(plan.budget_s - without.budget_s, kProbeBaseS + 12 * kProbePerPairS);
+  EXPECT_DOUBLE_EQ(plan.budget_s - without.budget_s, estimateProbe(plan));
+  // Full sweeps run more sizes: a longer estimate.
+  PlanOptions full;
+  full.mode = "full";
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan longer, makePlan(nvswitchBox(4), config(), full));
+  ASSERT_EQ(longer.jobs.front().suite, "peer_copy");
+  EXPECT_GT(longer.jobs.front().budget_s, 2 * plan.jobs.front().budget_s);
+  EXPECT_GT(longer.processes_s, plan.processes_s);
 }
 
 TEST(Plan, TopologyJsonKeepsThePcieLinks) {
@@ -250,7 +298,8 @@ TEST(Plan, FixtureFigures) {
   const Expectation* cross = find(p8, "peer_copy_ce_uni", 0, 2);
   ASSERT_NE(cross, nullptr);
   EXPECT_NEAR(*cross->gbps, 15.753846 * 0.80 * 0.5, 1e-5);
-  EXPECT_NEAR(*find(p8, "alltoallv_busbw")->gbps, 2 * 20 * 0.45, 1e-9);
+  // Two thirds of each GPU's alltoallv traffic cross SYS: the slowest path's figure, not NV2's 2 x 20 x 0.45.
+  EXPECT_NEAR(*find(p8, "alltoallv_busbw")->gbps, 15.753846 * 0.40 * 0.5, 1e-5);
   // g4dn.metal: T4s on Gen3 x16, PCIe only; a pair across sockets expects less than one under a host bridge.
   Plan g4 = planOf("hwloc/g4dnmetal.xml");
   std::optional<double> near, far;

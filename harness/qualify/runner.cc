@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "harness/layout/layout.h"
 #include "reference/core/files.h"
 
 namespace peerlab::qualify {
@@ -114,13 +115,38 @@ void Progress::finish(const std::string& summary) {
   std::fflush(out_);
 }
 
-std::string benchDirectory(const RunnerOptions& options) {
-  return options.bench_dir.empty() ? selfExecutableDir() : options.bench_dir;
+std::vector<std::string> benchDirectories(const RunnerOptions& options) {
+  if (!options.bench_dir.empty()) return {options.bench_dir};
+  return layout::executableDirs();
+}
+
+std::string benchDirectoriesText(const RunnerOptions& options) {
+  std::string out;
+  for (const std::string& d : benchDirectories(options))
+    out += (out.empty() ? "" : ", ") + d;
+  return out;
 }
 
 std::string findBench(const std::string& binary, const RunnerOptions& options) {
-  const std::string path = benchDirectory(options) + "/" + binary;
-  return ::access(path.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(path) ? path : "";
+  return layout::findExecutable(binary, benchDirectories(options));
+}
+
+Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& options) {
+  std::vector<std::string> missing;
+  for (BenchJob& job : jobs) {
+    job.path = findBench(job.binary, options);
+    job.resolved = true;
+    const std::string what = job.binary + " (suite " + job.suite + ")";
+    if (job.path.empty() && std::find(missing.begin(), missing.end(), what) == missing.end()) missing.push_back(what);
+  }
+  if (missing.empty()) return Status::ok();
+  std::string names;
+  for (const std::string& m : missing)
+    names += (names.empty() ? "" : ", ") + m;
+  const std::string where =
+      options.bench_dir.empty() ? benchDirectoriesText(options) : options.bench_dir + " (--bench-dir)";
+  return PEERLAB_UNAVAILABLE(names + (missing.size() == 1 ? " is" : " are") + " not found in " + where + "; build " +
+                             (missing.size() == 1 ? "it" : "them") + ": " + layout::buildCommand());
 }
 
 nlohmann::json toJson(const BenchOutcome& outcome, const std::string& mode) {
@@ -181,9 +207,9 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
       break;
     }
     progress.begin(static_cast<int>(i), job.label, job.budget_s);
-    jo.path = findBench(job.binary, options);
+    jo.path = job.resolved && !job.path.empty() ? job.path : findBench(job.binary, options);
     if (jo.path.empty()) {
-      jo.error = job.binary + " not found in " + benchDirectory(options) + " (build it, or pass --bench-dir)";
+      jo.error = job.binary + " not found in " + benchDirectoriesText(options) + " (" + layout::buildCommand() + ")";
       out.results.push_back(processFailure(job, jo.error));
       ++out.failed_jobs;
       progress.end(static_cast<int>(i), job.label, "FAILED: " + jo.error);
@@ -198,8 +224,9 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
     po.argv.push_back("--benchmark_out=" + jo.json_path);
     po.argv.push_back("--benchmark_out_format=json");
-    const double deadline =
-        options.timeout_s ? *options.timeout_s : std::max(options.min_timeout_s, job.budget_s * options.timeout_factor);
+    const double deadline = options.timeout_s
+                                ? *options.timeout_s
+                                : std::max(options.min_timeout_s, job.deadline_s * options.timeout_factor);
     // A multi-rank bench stops its own ranks a little before the deadline, so that it can say which rank hung.
     if (job.ranks > 1) {
       po.argv.push_back("--ranks_timeout=" + std::to_string(static_cast<long long>(std::max(10.0, deadline - 15))));

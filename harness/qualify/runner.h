@@ -41,9 +41,9 @@ class Progress {
 };
 
 struct RunnerOptions {
-  std::string bench_dir;      ///< where the bench binaries are; "" means beside the peerlab binary
+  std::string bench_dir;      ///< where the bench binaries are; "" means the layout's (harness/layout/layout.h)
   std::string gbench_dir;     ///< keep each process's Google Benchmark JSON and log here; "" keeps them in a temp dir
-  double timeout_factor = 4;  ///< deadline = max(min_timeout_s, budget x factor)
+  double timeout_factor = 4;  ///< deadline = max(min_timeout_s, the job's deadline base x factor)
   double min_timeout_s = 180;
   std::optional<double> timeout_s;      ///< fixed deadline per process instead
   std::vector<std::string> extra_args;  ///< passed to every bench process
@@ -68,13 +68,23 @@ struct BenchOutcome {
   bool interrupted = false;
 };
 
-/// The directory bench binaries are looked up in for these options.
-std::string benchDirectory(const RunnerOptions& options);
-/// Path of a bench binary in the bench directory, "" when absent or not executable.
+/// The directories bench binaries are looked up in, in order: --bench-dir when given, else libexec/peerlab of an
+/// installed tree and the directory of peerlab itself (a build tree), found from the running executable.
+std::vector<std::string> benchDirectories(const RunnerOptions& options);
+/// Those directories as one line ("a, b") for messages.
+std::string benchDirectoriesText(const RunnerOptions& options);
+/// Path of a bench binary in those directories, "" when absent or not executable.
 std::string findBench(const std::string& binary, const RunnerOptions& options);
 
-/// Runs the jobs in order. A missing binary, a crash, a nonzero exit or a deadline becomes a failed result for that
-/// job (suite, name "process", impl = the binary) and the run goes on; an interrupt (Ctrl-C) stops it.
+/// Resolves every job's executable (BenchJob::path, resolved) before anything runs. `unavailable` names each missing
+/// binary, its suite, where it was looked for and the command that builds it (`cmake --build <dir> --target
+/// peerlab_qualify`): a setup error (exit 4), never a measurement.
+Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& options);
+
+/// Runs the jobs in order. A crash, a nonzero exit or a deadline becomes a failed result for that job (suite, name
+/// "process", impl = the binary) and the run goes on; an interrupt (Ctrl-C) stops it. Callers resolve the executables
+/// first (resolveExecutables) and stop when one is missing; a job whose binary still cannot be found becomes a failed
+/// result like a crash.
 BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& options, Progress& progress);
 
 /// {"mode", "interrupted", "jobs": [{label, binary, args, results, wall_s, exit ("ok" or why), gbench_json}]}: what

@@ -102,25 +102,30 @@ const SuiteSpec* findSuite(const std::string& name) {
   return nullptr;
 }
 
-std::string suiteNames() {
+std::vector<std::string> qualifyDefaultSuites() {
+  // The probe's speed (probe_bench) is a benchmark, not a health figure: qualify runs the verified probe itself.
+  return {"peer_copy", "zcopy", "alltoallv", "host_copy"};
+}
+
+std::string qualifyDefaultSuitesText() {
   std::string out;
-  for (const SuiteSpec& s : suiteSpecs())
-    out += (out.empty() ? "" : ", ") + s.name;
+  for (const std::string& s : qualifyDefaultSuites())
+    out += (out.empty() ? "" : ",") + s;
   return out;
 }
 
-std::vector<std::string> defaultQualifySuites() {
-  std::vector<std::string> out;
+std::vector<std::string> plannedExecutables() {
+  std::vector<std::string> out = {"peerlab"};
   for (const SuiteSpec& s : suiteSpecs()) {
-    if (s.in_all && s.name != "probe") out.push_back(s.name);
+    if (std::find(out.begin(), out.end(), s.binary) == out.end()) out.push_back(s.binary);
   }
   return out;
 }
 
-std::string joinedDefaultSuites() {
+std::string suiteNames() {
   std::string out;
-  for (const std::string& s : defaultQualifySuites())
-    out += (out.empty() ? "" : ",") + s;
+  for (const SuiteSpec& s : suiteSpecs())
+    out += (out.empty() ? "" : ", ") + s.name;
   return out;
 }
 
@@ -129,7 +134,7 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, in
   std::vector<std::string> common;
   const std::string filter = spec.filter ? spec.filter(mode, pairs, all_pairs) : "";
   if (!filter.empty()) common.push_back("--benchmark_filter=" + filter);
-  const double budget = mode == "full" ? spec.full_budget_s : spec.quick_budget_s;
+  const double budget = mode == "full" ? spec.full_deadline_s : spec.quick_deadline_s;
   std::vector<BenchJob> jobs;
   switch (spec.shape) {
     case JobShape::kWholeMachine: {
@@ -137,13 +142,13 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, in
       j.suite = spec.name;
       j.binary = spec.binary;
       j.args = common;
-      // Budgets are for every pair of a 4-GPU machine; scale with the pairs covered. A suite that runs on one GPU
-      // budgets per GPU.
+      // Deadline bases are for every pair of a 4-GPU machine; scale with the pairs covered. A suite that runs on one
+      // GPU scales per GPU.
       if (spec.min_gpus == 1) {
-        j.budget_s = budget * std::max(1, gpus);
+        j.deadline_s = budget * std::max(1, gpus);
         j.label = spec.name + " (" + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
       } else {
-        j.budget_s = spec.name == "probe" ? budget : budget * std::max(1.0, static_cast<double>(pairs.size()) / 12.0);
+        j.deadline_s = spec.name == "probe" ? budget : budget * std::max(1.0, static_cast<double>(pairs.size()) / 12.0);
         j.label = spec.name + " (" + std::to_string(pairs.size()) + " pairs)";
       }
       jobs.push_back(j);
@@ -160,7 +165,7 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, in
         j.src = s;
         j.dst = d;
         j.ranks = 2;
-        j.budget_s = budget;
+        j.deadline_s = budget;
         j.label = spec.name + " " + std::to_string(s) + "->" + std::to_string(d);
         jobs.push_back(j);
       }
@@ -178,13 +183,16 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, in
         j.args = {"--ranks=" + std::to_string(n)};
         j.args.insert(j.args.end(), common.begin(), common.end());
         j.ranks = n;
-        j.budget_s = n == gpus ? budget : budget / 2;
+        j.deadline_s = n == gpus ? budget : budget / 2;
         j.label = spec.name + " x" + std::to_string(n);
         jobs.push_back(j);
       }
       break;
     }
   }
+  // Until estimatePlan (estimate.h) sets it, the estimate is the deadline base.
+  for (BenchJob& j : jobs)
+    j.budget_s = j.deadline_s;
   return jobs;
 }
 

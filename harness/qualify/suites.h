@@ -1,6 +1,8 @@
 #pragma once
 /// The benchmark suites `peerlab bench` and `qualify` run: which binary, how it is parametrized across GPU pairs,
-/// what --quick and --full run, and a time budget per process for the progress estimate and the deadline.
+/// what --quick and --full run, and the base of each process's deadline. (The wall-time estimate is estimate.h's.)
+/// A suite's binary is built by the peerlab_qualify target: its peerlab_add_bench call in bench/CMakeLists.txt says
+/// QUALIFY (qualify_target_test checks every binary named here).
 
 #include <functional>
 #include <optional>
@@ -21,11 +23,11 @@ enum class JobShape {
 
 struct SuiteSpec {
   std::string name;    ///< the run-file suite: peer_copy, zcopy, alltoallv, moe, probe
-  std::string binary;  ///< bench executable, found beside peerlab or in --bench-dir
+  std::string binary;  ///< bench executable: libexec/peerlab or beside peerlab (harness/layout), or --bench-dir
   JobShape shape = JobShape::kWholeMachine;
   int min_gpus = 2;
-  double quick_budget_s = 60;  ///< expected wall time of one process
-  double full_budget_s = 300;
+  double quick_deadline_s = 60;  ///< deadline base of one process (the deadline is a multiple of it, runner.h)
+  double full_deadline_s = 300;
   /// --benchmark_filter for a mode ("quick"/"full") and the ordered pairs to cover (`all_pairs`: every pair of the
   /// machine); "" runs every benchmark of the binary.
   std::function<std::string(const std::string& mode, const std::vector<std::pair<int, int>>& pairs, bool all_pairs)>
@@ -40,10 +42,13 @@ const std::vector<SuiteSpec>& suiteSpecs();
 const SuiteSpec* findSuite(const std::string& name);
 /// "peer_copy, zcopy, alltoallv, moe, probe"
 std::string suiteNames();
-/// The suites `peerlab qualify` runs when none is named (the probe runs as the probe itself, not probe_bench).
-std::vector<std::string> defaultQualifySuites();
+/// The suites qualify runs when none is named (its --help lists them from here), in run order.
+std::vector<std::string> qualifyDefaultSuites();
 /// "peer_copy,zcopy,alltoallv,host_copy"
-std::string joinedDefaultSuites();
+std::string qualifyDefaultSuitesText();
+/// Every executable qualify and bench can start: each suite's binary and `peerlab` itself (the probe's parent and
+/// worker), without duplicates.
+std::vector<std::string> plannedExecutables();
 
 /// One benchmark process (stored with the plan in a run file).
 using BenchJob = report::PlanJob;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "harness/layout/layout.h"
+
 #ifndef PEERLAB_CHARTJS_PATH
 #define PEERLAB_CHARTJS_PATH ""
 #endif
@@ -110,7 +112,9 @@ const std::vector<std::string>& chartPalette() {
 
 std::string chartJsPath() {
   if (const char* env = std::getenv("PEERLAB_CHARTJS")) return env;
-  return PEERLAB_CHARTJS_PATH;
+  // share/peerlab/ of the tree peerlab runs from (build or installed), then where the build found it.
+  const std::string shipped = layout::findFile("chart.min.js", layout::dataDirs());
+  return shipped.empty() ? PEERLAB_CHARTJS_PATH : shipped;
 }
 
 std::string chartJsSource() {

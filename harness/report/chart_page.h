@@ -18,7 +18,8 @@ inline constexpr size_t kMaxSeriesPerChart = 8;
 /// Eight colours that stay distinct from one another (Tableau 10 without its greys).
 const std::vector<std::string>& chartPalette();
 
-/// Path of chart.min.js: $PEERLAB_CHARTJS when set (empty: none), else the file CMake found; "" when none.
+/// Path of chart.min.js: $PEERLAB_CHARTJS when set (empty: none), else share/peerlab/chart.min.js of the tree peerlab
+/// runs from, else the file CMake found; "" when none.
 std::string chartJsPath();
 /// The Chart.js source inlined into pages; "" when the file is absent or unreadable.
 std::string chartJsSource();

@@ -48,6 +48,7 @@ PlanTopology readTopology(const In& t) {
   out.nvswitches = t.integer("nvswitches", 0, 4096).value_or(0);
   out.nvlink_source = t.str("nvlink_source", "", kMaxNameBytes);
   out.no_gpu_message = t.str("no_gpu_message", "");
+  out.numa_nodes = t.integer("numa_nodes", 0, 65536).value_or(0);
   const In gpus = t.at("gpus");
   limitItems(gpus, kMaxGpus);
   for (size_t i = 0; i < gpus.size(); ++i) {
@@ -135,7 +136,11 @@ PlanJob readJob(const In& j, int gpus) {
   x.dst = j.integer("dst", 0, gpus - 1);
   x.ranks = j.integer("ranks", 1, 4096).value_or(1);
   x.budget_s = j.num("budget_s", 0, 1e7).value_or(0);
+  x.estimate_basis = j.str("estimate_basis", "");
+  x.deadline_s = j.num("deadline_base_s", 0, 1e7).value_or(x.budget_s);
   x.label = j.str("label", "", kMaxNameBytes);
+  x.path = j.str("executable", "");
+  x.resolved = j.has("found");
   return x;
 }
 
@@ -174,6 +179,7 @@ json toJson(const PlanTopology& topo) {
               {"pairs", pairs},           {"nvswitches", topo.nvswitches}, {"nvlink_source", topo.nvlink_source},
               {"warnings", topo.warnings}};
   if (!topo.no_gpu_message.empty()) out["no_gpu_message"] = topo.no_gpu_message;
+  if (topo.numa_nodes > 0) out["numa_nodes"] = topo.numa_nodes;
   return out;
 }
 
@@ -201,10 +207,21 @@ json toJson(const LatencyRule& l) {
 }
 
 json toJson(const PlanJob& j) {
-  json x = {{"suite", j.suite}, {"binary", j.binary},     {"args", j.args}, {"env", j.env},
-            {"ranks", j.ranks}, {"budget_s", j.budget_s}, {"label", j.label}};
+  json x = {{"suite", j.suite},
+            {"binary", j.binary},
+            {"args", j.args},
+            {"env", j.env},
+            {"ranks", j.ranks},
+            {"budget_s", j.budget_s},
+            {"estimate_basis", j.estimate_basis},
+            {"deadline_base_s", j.deadline_s},
+            {"label", j.label}};
   x["src"] = optJson(j.src);
   x["dst"] = optJson(j.dst);
+  if (j.resolved) {
+    x["executable"] = j.path.empty() ? json(nullptr) : json(j.path);
+    x["found"] = !j.path.empty();
+  }
   return x;
 }
 

@@ -52,6 +52,7 @@ struct PlanTopology {
   std::string no_gpu_message;
   std::vector<std::string> warnings;
   std::map<int, double> memory_peak_gbps;  ///< by GPU index: DRAM peak, bus width x clock x 2 (live GPUs only)
+  int numa_nodes = 0;                      ///< NUMA nodes of the machine; 0 when unknown
   const PlanPair* pair(int src, int dst) const;
 };
 
@@ -93,8 +94,12 @@ struct PlanJob {
   std::optional<int> src;
   std::optional<int> dst;
   int ranks = 1;
-  double budget_s = 60;
-  std::string label;  ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
+  double budget_s = 60;        ///< estimated wall time of the process (harness/qualify/estimate.h)
+  std::string estimate_basis;  ///< what the estimate rests on
+  double deadline_s = 60;      ///< deadline base: the suite's, scaled to the pairs or GPUs covered
+  std::string label;           ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
+  bool resolved = false;       ///< the executable was looked up (qualify's resolveExecutables)
+  std::string path;            ///< the executable found, "" when missing or not looked up
 };
 
 /// A plan as stored in a run and read back: what the checks need, validated.

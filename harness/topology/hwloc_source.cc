@@ -420,6 +420,12 @@ Status checkHwlocXml(const XmlElement& root) {
   return Status::ok();
 }
 
+bool hwlocRecordsNvlink(const std::string& version) {
+  int major = 0, minor = 0;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return false;
+  return major > 2 || (major == 2 && minor >= 5);
+}
+
 Status fromHwloc(std::shared_ptr<HwlocTopology> owned, Draft& draft) {
   hwloc_topology_t topo = owned->get();
   MachineSummary& m = draft.machine;
@@ -518,13 +524,21 @@ Status fromHwloc(std::shared_ptr<HwlocTopology> owned, Draft& draft) {
   }
   PEERLAB_ASSIGN_OR_RETURN(bool have_matrix, addNvlinkDistances(topo, gpu_objs, draft));
   if (!have_matrix) {
-    // hwloc's NVML backend adds the matrix only when it found active links: NVML OS devices without the matrix
-    // mean no NVLink.
+    // hwloc's NVML backend (from hwloc 2.5) adds the matrix only when it found active links: NVML OS devices without
+    // the matrix mean no NVLink, in an export by a hwloc that could have written it. Older exports cannot record
+    // NVLink at all: their links stay unknown.
     bool nvml = false;
     for (hwloc_obj_t o : gpu_objs) {
       for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
         nvml = nvml || (c->type == HWLOC_OBJ_OS_DEVICE && c->name && std::strncmp(c->name, "nvml", 4) == 0);
       }
+    }
+    const std::string exporter = info(hwloc_get_root_obj(topo), "hwlocVersion");
+    if (nvml && !hwlocRecordsNvlink(exporter)) {
+      draft.warnings.push_back("exported by hwloc " +
+                               (exporter.empty() ? std::string("of unknown version") : exporter) +
+                               ", which cannot record NVLink (hwloc >= 2.5 can): NVLink unknown");
+      nvml = false;
     }
     if (nvml) {
       draft.nvlink_source = "hwloc";

@@ -94,6 +94,9 @@ std::string cpuListFromWords(const std::vector<unsigned long>& words);
 std::string busOrderKey(const std::string& bus_id);
 /// "NVIDIA 10de:2335"
 std::string modelFromIds(int vendor, int device);
+/// Whether an hwloc export of this version ("2.10.0", root info hwlocVersion) could record NVLink (the NVLinkBandwidth
+/// matrix, hwloc >= 2.5); false for older, unparseable or missing versions.
+bool hwlocRecordsNvlink(const std::string& version);
 /// Per-link NVLink line rate per direction, GB/s, from an NVML NVLink version enum (1-based, NVML_NVLINK_VERSION_*).
 std::optional<double> nvlinkRateForVersion(unsigned version_enum);
 /// Snaps a rate reported in whole MB/s to the exact line rate it rounds (26562 MB/s -> 26.5625 GB/s).

@@ -605,6 +605,36 @@ TEST(TopologyFile, MatrixLooksLikeNvidiaSmi) {
   EXPECT_EQ(nv6, 15u) << row0;
 }
 
+// NVML OS devices without an NVLinkBandwidth matrix mean "no NVLink" only in an export by hwloc >= 2.5, which can
+// write the matrix; an older export cannot record NVLink, so its links are unknown.
+TEST(TopologyFile, HwlocBeforeNvlinkRecordingGivesUnknownLinks) {
+  EXPECT_TRUE(detail::hwlocRecordsNvlink("2.5.0"));
+  EXPECT_TRUE(detail::hwlocRecordsNvlink("2.10.0"));
+  EXPECT_TRUE(detail::hwlocRecordsNvlink("3.0"));
+  EXPECT_FALSE(detail::hwlocRecordsNvlink("2.4.1"));
+  EXPECT_FALSE(detail::hwlocRecordsNvlink("1.11.13"));
+  EXPECT_FALSE(detail::hwlocRecordsNvlink(""));
+  const std::string xml = testing::readFile(testing::sourcePath("fixtures/topologies/hwloc/g4dnmetal.xml"));
+  const std::string attr = "name=\"hwlocVersion\" value=\"2.8.0\"";
+  ASSERT_NE(xml.find(attr), std::string::npos);
+  TempDir tmp;
+  for (const char* version : {"2.8.0", "2.4.0", ""}) {
+    SCOPED_TRACE(version);
+    std::string copy = xml;
+    copy.replace(copy.find(attr), attr.size(), std::string("name=\"hwlocVersion\" value=\"") + version + "\"");
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Topology t, loadFile(tmp.write("g4dn.xml", copy)));
+    ASSERT_EQ(t.gpus().size(), 8u);
+    const bool recorded = std::string(version) == "2.8.0";
+    EXPECT_EQ(t.gpus()[0].nvlink_links, recorded ? std::optional<int>(0) : std::nullopt);
+    EXPECT_EQ(t.pair(0, 1)->nvlink_links, recorded ? std::optional<int>(0) : std::nullopt);
+    EXPECT_EQ(t.nvlinkSource(), recorded ? "hwloc" : "");
+    bool warned = false;
+    for (const std::string& w : t.warnings())
+      warned |= w.find("cannot record NVLink") != std::string::npos;
+    EXPECT_EQ(warned, !recorded);
+  }
+}
+
 TEST(TopologyFile, NoNvidiaGpuIsAResultNotAnError) {
   std::string path = testing::sourcePath("fixtures/topologies/hwloc/eas-tioga.xml");
   PEERLAB_ASSERT_OK_AND_ASSIGN(Topology t, loadFile(path));

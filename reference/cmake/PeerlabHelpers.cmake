@@ -77,16 +77,37 @@ function(peerlab_add_test source)
       ${extra_properties})
 endfunction()
 
-# peerlab_add_bench(<source> [DEPS ...])
-#   One Google Benchmark executable named after the source's stem, with peerlab's benchmark main.
+# peerlab_add_bench(<source> [DEPS ...] [QUALIFY])
+#   One Google Benchmark executable named after the source's stem, with peerlab's benchmark main. QUALIFY: a suite's
+#   binary that `peerlab qualify` / `peerlab bench` run (harness/qualify/suites.cc names it): part of the
+#   peerlab_qualify target and installed under libexec/peerlab.
 function(peerlab_add_bench source)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "QUALIFY" "" "DEPS" ${ARGN})
   if(NOT PEERLAB_BUILD_BENCH)
     return()
   endif()
   get_filename_component(stem ${source} NAME_WE)
   add_executable(${stem} ${source})
   target_link_libraries(${stem} PRIVATE ${ARG_DEPS} peerlab::bench_main benchmark::benchmark)
+  if(ARG_QUALIFY)
+    peerlab_qualify_component(${stem})
+  endif()
+endfunction()
+
+# peerlab_qualify_component(<target>...)
+#   Something `peerlab qualify` or `peerlab bench` runs (a benchmark, a helper program, the fault interposer): a
+#   dependency of the peerlab_qualify target (made in the top-level CMakeLists.txt) and installed with the tool:
+#   executables under libexec/peerlab, shared libraries under lib. peerlab finds both relative to itself.
+function(peerlab_qualify_component)
+  foreach(target ${ARGN})
+    set_property(GLOBAL APPEND PROPERTY PEERLAB_QUALIFY_COMPONENTS ${target})
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/peerlab)
+    else()
+      install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    endif()
+  endforeach()
 endfunction()
 
 # peerlab_add_primitive(<name>

@@ -42,7 +42,8 @@ struct Scenario {
   int fault_gpu = 0;
   std::optional<unsigned> gen, width, max_gen, max_width;
   unsigned replay_step = 0;
-  int nvlinks = 18;  // links per GPU in the stand-in (0: no NVLink)
+  int nvlinks = 18;                             // links per GPU in the stand-in (0: no NVLink)
+  unsigned nvlink_version = kNvlinkVersion4_0;  // nvmlNvlinkVersion_t
   std::vector<unsigned> links_down;
   double crc_per_s = 0;
   unsigned recovery_step = 0;
@@ -112,6 +113,7 @@ void applyScenario(Scenario& s, const json& j) {
   }
   if (j.contains("pcie_replay_step")) s.replay_step = j["pcie_replay_step"].get<unsigned>();
   if (j.contains("nvlinks")) s.nvlinks = j["nvlinks"].get<int>();
+  if (j.contains("nvlink_version")) s.nvlink_version = j["nvlink_version"].get<unsigned>();
   if (j.contains("nvlink_down")) s.links_down = j["nvlink_down"].get<std::vector<unsigned>>();
   if (j.contains("nvlink_crc_per_s")) s.crc_per_s = j["nvlink_crc_per_s"].get<double>();
   if (j.contains("nvlink_recovery_step")) s.recovery_step = j["nvlink_recovery_step"].get<unsigned>();
@@ -455,7 +457,8 @@ Return nvmlDeviceGetNvLinkVersion(Device device, unsigned int link, unsigned int
   if (!s.wrap) {
     if (s.nvlinks == 0) return kErrorNotSupported;
     if (!linkExists(s, link)) return kErrorInvalidArgument;
-    *version = 4;
+    // What a driver answers for the stand-in's Hopper-rate links (26.5625 GB/s): NVML_NVLINK_VERSION_4_0.
+    *version = s.nvlink_version;
   }
   return kSuccess;
 }

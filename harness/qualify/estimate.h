@@ -1,0 +1,51 @@
+#pragma once
+/// The wall-time estimate of a qualify or bench plan, from what it will run: per process, its start (CUDA contexts,
+/// NCCL communicators) and, per benchmark case, a fixed cost (allocation, data pattern, verification) plus the bytes
+/// its warm-up and samples move over the link that paces them, at the rate the topology gives that link. The fixed
+/// costs are calibrated on the committed runs (reports/runs/, reports/qualify/); past runs of the same kind, when
+/// given, replace a process's modelled time by the median of its measured ones. Deadlines are separate (runner.h).
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/qualify/plan.h"
+#include "harness/report/report.h"
+
+namespace peerlab::qualify {
+
+/// One process's estimate and what it rests on.
+struct JobEstimate {
+  double seconds = 0;
+  double start_s = 0;  ///< process start
+  double cases = 0;    ///< benchmark cases it runs
+  double fixed_s = 0;  ///< their fixed costs
+  double data_s = 0;   ///< the bytes they move, at the link rates
+  std::string basis;   ///< "model: 60 cases, ..." or "measured: median of 3 runs"
+};
+
+/// The estimate of one benchmark process of `plan` (its mode, topology and pairs).
+JobEstimate estimateJob(const BenchJob& job, const Plan& plan);
+/// The verified probe on the plan's pairs (workers' contexts, every method on every ordered pair).
+double estimateProbe(const Plan& plan);
+/// Fixed costs of a qualify run besides the processes: topology, health readings before and after, the bundle.
+constexpr double kQualifyOverheadS = 2;
+
+/// Wall times measured for processes in past runs, by process identity (suite, label, arguments).
+struct MeasuredWalls {
+  std::map<std::string, std::vector<double>> walls;
+  int runs = 0;  ///< runs that contributed
+};
+/// The identity a process is matched by across runs: its suite, label and arguments (filters change with the code).
+std::string jobIdentity(const std::string& suite, const std::string& label, const std::vector<std::string>& args);
+/// Collects bench.jobs[].wall_s of the runs of `kind`: a run counts when its recorded kind is `kind` or when the kind
+/// derived from its stored plan topology is `derived_kind`. Jobs that did not end "ok" are left out.
+MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::string& kind,
+                            const std::string& derived_kind);
+
+/// Sets every job's budget_s from the model, or from `measured` where a past run had the same process, and the plan's
+/// totals (budget_s, processes_s, overhead_s, estimate_basis).
+void estimatePlan(Plan& plan, const MeasuredWalls& measured = {});
+
+}  // namespace peerlab::qualify

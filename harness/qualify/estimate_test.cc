@@ -1,0 +1,173 @@
+#include "harness/qualify/estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness/qualify/gpu_models.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
+
+namespace peerlab::qualify {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A committed run: the plan it stored (topology, mode, pairs, jobs) and what its processes took.
+struct Committed {
+  std::string file;
+  Plan plan;
+  nlohmann::json run;
+};
+
+std::vector<Committed> committedRuns() {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(testing::sourcePath("reports/runs"))) {
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  }
+  for (const auto& e : fs::directory_iterator(testing::sourcePath("reports/qualify"))) {
+    if (fs::exists(e.path() / "results.json")) files.push_back((e.path() / "results.json").string());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<Committed> out;
+  for (const std::string& f : files) {
+    const nlohmann::json doc = nlohmann::json::parse(testing::readFile(f), nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << f;
+    if (doc.is_discarded() || !doc.contains("plan") || !doc.contains("bench")) continue;
+    Committed c;
+    c.file = fs::relative(f, testing::sourcePath("")).string();
+    c.run = doc;
+    const nlohmann::json& p = doc["plan"];
+    auto topo = planTopologyFromJson(p["topology"]);
+    EXPECT_TRUE(topo.isOk()) << f;
+    if (!topo.isOk()) continue;
+    c.plan.topology = *topo;
+    c.plan.options.mode = p.value("mode", "quick");
+    c.plan.options.probe = p.value("probe", false);
+    for (const auto& pair : p["pairs"])
+      c.plan.options.pairs.emplace_back(pair[0].get<int>(), pair[1].get<int>());
+    for (const auto& j : p["jobs"]) {
+      BenchJob job;
+      job.suite = j["suite"].get<std::string>();
+      job.binary = j["binary"].get<std::string>();
+      job.label = j["label"].get<std::string>();
+      job.args = j["args"].get<std::vector<std::string>>();
+      job.ranks = j.value("ranks", 1);
+      if (j["src"].is_number()) job.src = j["src"].get<int>();
+      if (j["dst"].is_number()) job.dst = j["dst"].get<int>();
+      c.plan.jobs.push_back(job);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The model's estimate of every process of every committed run is within 2x of the wall time it measured, and so is
+// the total; where the run was a qualify, the whole plan's estimate is within 2x of its wall time.
+TEST(Estimate, CommittedRunsAreWithinTwiceTheirWallTimes) {
+  const std::vector<Committed> runs = committedRuns();
+  ASSERT_GE(runs.size(), 4u);
+  int jobs = 0;
+  for (const Committed& c : runs) {
+    SCOPED_TRACE(c.file);
+    double estimated = 0, measured = 0;
+    for (const auto& wall : c.run["bench"]["jobs"]) {
+      const std::string label = wall["label"].get<std::string>();
+      const BenchJob* job = nullptr;
+      for (const BenchJob& j : c.plan.jobs) {
+        if (j.label == label) job = &j;
+      }
+      ASSERT_NE(job, nullptr) << label;
+      const JobEstimate e = estimateJob(*job, c.plan);
+      const double w = wall["wall_s"].get<double>();
+      EXPECT_GE(e.seconds, w / 2) << label << ": estimate " << e.seconds << " s (" << e.basis << "), measured " << w;
+      EXPECT_LE(e.seconds, w * 2) << label << ": estimate " << e.seconds << " s (" << e.basis << "), measured " << w;
+      estimated += e.seconds;
+      measured += w;
+      ++jobs;
+    }
+    EXPECT_GE(estimated, measured / 2) << estimated << " vs " << measured;
+    EXPECT_LE(estimated, measured * 2) << estimated << " vs " << measured;
+    if (c.run.contains("qualify") && c.run["qualify"].contains("wall_s")) {
+      Plan plan = c.plan;
+      estimatePlan(plan);
+      const double wall = c.run["qualify"]["wall_s"].get<double>();
+      EXPECT_GE(plan.budget_s, wall / 2) << plan.budget_s << " vs qualify " << wall;
+      EXPECT_LE(plan.budget_s, wall * 2) << plan.budget_s << " vs qualify " << wall;
+    }
+  }
+  EXPECT_GE(jobs, 30);
+}
+
+// With past runs of the same kind, a process's estimate is the median of what it measured there.
+TEST(Estimate, PastRunsOfTheSameKindGiveMeasuredTimes) {
+  const std::vector<Committed> committed = committedRuns();
+  std::vector<report::Run> runs;
+  const Committed* x4 = nullptr;
+  for (const Committed& c : committed) {
+    report::Run r;
+    for (const char* key : {"kind", "plan", "bench"})
+      r.extra[key] = c.run[key];
+    runs.push_back(r);
+    if (c.file.find("h200-x4-db99ff9") != std::string::npos) x4 = &c;
+  }
+  ASSERT_NE(x4, nullptr);
+  // Matched by the hardware: the committed runs recorded an older kind name, their topology derives this one.
+  const std::string derived = deriveKind(x4->plan.topology).kind;
+  EXPECT_EQ(derived, "h200-x4-nvswitch");
+  const MeasuredWalls m = measuredWalls(runs, derived, derived);
+  EXPECT_EQ(m.runs, 2);  // both 4x H200 runs; neither the 2x nor the 1x
+  Plan plan = x4->plan;
+  estimatePlan(plan, m);
+  const BenchJob& peer = plan.jobs[0];
+  ASSERT_EQ(peer.label, "peer_copy (12 pairs)");
+  EXPECT_NEAR(peer.budget_s, (15.165167856 + 15.132649131) / 2, 1e-6);
+  EXPECT_EQ(peer.estimate_basis, "measured: median of 2 past runs of this kind");
+  EXPECT_NE(plan.estimate_basis.find("15 of 15 processes from the measured wall times of 2 past run(s)"),
+            std::string::npos)
+      << plan.estimate_basis;
+  // A different kind contributes nothing.
+  EXPECT_EQ(measuredWalls(runs, "l4-x2-pcie", "l4-x2-pcie").runs, 0);
+}
+
+// The estimate is not the deadlines: on the DGX-2 fixture (16 GPUs, 240 ordered pairs) it is far below their sum.
+TEST(Estimate, ApartFromTheDeadlines) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(topology::Topology topo,
+                               topology::loadFile(testing::sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")));
+  auto config = defaultConfig();
+  ASSERT_TRUE(config.isOk());
+  PlanOptions o;
+  o.suites = qualifyDefaultSuites();
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(fromTopology(topo), *config, o));
+  double deadlines = 0;
+  for (const BenchJob& j : plan.jobs)
+    deadlines += j.deadline_s;
+  EXPECT_LT(plan.budget_s, deadlines / 4) << plan.budget_s << " vs " << deadlines;
+  // Yet every process is paid for: a start and its cases.
+  for (const BenchJob& j : plan.jobs)
+    EXPECT_GT(j.budget_s, 1.0) << j.label;
+}
+
+// Data moved counts: the same plan over PCIe Gen3 takes longer than over NVLink.
+TEST(Estimate, SlowerLinksTakeLonger) {
+  auto config = defaultConfig();
+  ASSERT_TRUE(config.isOk());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(topology::Topology pcie,
+                               topology::loadFile(testing::sourcePath("fixtures/topologies/hwloc/g4dnmetal.xml")));
+  PlanTopology slow = fromTopology(pcie);
+  PlanTopology fast = slow;
+  for (PlanPair& p : fast.pairs) {
+    p.nvlinks = 18;
+    p.nvlink_gbps = 18 * 26.5625;
+    p.nvswitch = true;
+  }
+  PlanOptions o;
+  o.suites = {"peer_copy"};
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan a, makePlan(slow, *config, o));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan b, makePlan(fast, *config, o));
+  EXPECT_GT(a.processes_s, 1.5 * b.processes_s) << a.processes_s << " vs " << b.processes_s;
+}
+
+}  // namespace
+}  // namespace peerlab::qualify
