@@ -322,7 +322,10 @@ void Endpoint::progressLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (watched_.empty() && waiting_.empty()) {
-      cv_.wait(lock, [&] { return stop_ || !watched_.empty() || !waiting_.empty(); });
+      // Nothing of this side's own to finish: keep the library moving for the peer's one-sided transfers (a get
+      // or put that needs this side's progress), at a low rate.
+      idleLocked();
+      cv_.wait_for(lock, std::chrono::microseconds(100), [&] { return stop_ || !watched_.empty() || !waiting_.empty(); });
       continue;
     }
     bool changed = false;

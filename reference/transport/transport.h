@@ -175,6 +175,8 @@ class Endpoint {
   /// true: the transfer of request `id` finished; an error: it failed.
   virtual StatusOr<bool> testLocked(RequestId id) = 0;
   virtual StatusOr<uint64_t> notificationsLocked() = 0;
+  /// Called by the progress thread while it has nothing to watch: progress the library for the peer's sake.
+  virtual void idleLocked() {}
   /// Stops the progress thread; derived destructors call it before tearing the library down.
   void stopProgress();
   Status startProgress();

@@ -35,6 +35,9 @@ class UcxEndpoint final : public Endpoint {
   Status postLocked(RequestId id) override;
   StatusOr<bool> testLocked(RequestId id) override;
   StatusOr<uint64_t> notificationsLocked() override;
+  void idleLocked() override {
+    if (worker_) lib_->ucp_worker_progress(worker_);
+  }
 
  private:
   Status ucsStatus(ucx::StatusT st, const std::string& what) const {
