@@ -10,6 +10,8 @@
 
 namespace peerlab::qualify {
 
+struct BenchJob;
+
 /// How a suite covers the GPUs.
 enum class JobShape {
   kWholeMachine,  ///< one process; the benchmark iterates the visible pairs itself (pairs passed as a filter)
@@ -30,13 +32,19 @@ struct SuiteSpec {
       filter;
   std::string description;
   bool in_all = true;  ///< run when no suite is named (false for views of another suite's binary, e.g. moe)
+  /// Where set: why the suite cannot run on this machine, "" when it can (the plan lists it as not available).
+  std::function<std::string()> unavailable = nullptr;
+  /// Where set: the suite's processes for a mode, the GPUs and the pairs, instead of what its shape gives.
+  std::function<std::vector<BenchJob>(const std::string& mode, int gpus,
+                                             const std::vector<std::pair<int, int>>& pairs, bool all_pairs)>
+      jobs = nullptr;
 };
 
 /// Every suite, in run order.
 const std::vector<SuiteSpec>& suiteSpecs();
 /// The spec of a suite by name, nullptr when unknown.
 const SuiteSpec* findSuite(const std::string& name);
-/// "peer_copy, zcopy, alltoallv, moe, probe"
+/// "peer_copy, zcopy, alltoallv, moe, probe, ..."
 std::string suiteNames();
 
 /// One benchmark process.

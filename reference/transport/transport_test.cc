@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference/core/pattern.h"
+#include "reference/testing/guards.h"
 #include "reference/testing/rank_test.h"
 #include "reference/transport/nixl_api.h"
 #include "reference/transport/transport.h"
@@ -131,36 +132,18 @@ TEST(UcxLayout, DeclarationsMatchTheHeaders) {
 
 // ---- the loaders ----
 
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvGuard() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 TEST(Locate, EnvironmentNamesTheLibrary) {
-  EnvGuard dir("PEERLAB_UCX_DIR", "/nonexistent/ucx");
+  testing::ScopedEnv dir("PEERLAB_UCX_DIR", "/nonexistent/ucx");
   Found f = findLibrary(Library::kUcx);
   EXPECT_FALSE(f.found);
   EXPECT_NE(f.describe(Library::kUcx).find("UCX not found (PEERLAB_UCX_DIR=/nonexistent/ucx)"), std::string::npos);
-  EnvGuard file("PEERLAB_UCX_LIBRARY", PEERLAB_FAKE_UCX_PATH);
+  testing::ScopedEnv file("PEERLAB_UCX_LIBRARY", PEERLAB_FAKE_UCX_PATH);
   f = findLibrary(Library::kUcx);
   EXPECT_TRUE(f.found);
   EXPECT_EQ(f.path, PEERLAB_FAKE_UCX_PATH);
   EXPECT_FALSE(f.cuda_module) << "the stand-in has no ucx/libuct_cuda.so beside it";
-  EnvGuard nixl("PEERLAB_NIXL_DIR", "/nonexistent/nixl");
+  testing::ScopedEnv nixl("PEERLAB_NIXL_DIR", "/nonexistent/nixl");
+  testing::ScopedEnv no_file("PEERLAB_NIXL_LIBRARY", nullptr);
   EXPECT_NE(findLibrary(Library::kNixl).describe(Library::kNixl).find("NIXL not found"), std::string::npos);
 }
 
@@ -175,7 +158,7 @@ TEST(Locate, IncompleteLibraryIsRefusedNamingTheMissingEntryPoint) {
 }
 
 TEST(Locate, StubNixlIsRefused) {
-  EnvGuard s("PEERLAB_FAKE_NIXL", "stub");
+  testing::ScopedEnv s("PEERLAB_FAKE_NIXL", "stub");
   auto lib = nixl::Library::open(PEERLAB_FAKE_NIXL_PATH);
   ASSERT_FALSE(lib.isOk());
   EXPECT_NE(lib.status().message().find("stub C API"), std::string::npos);
