@@ -1,5 +1,6 @@
 // The NIXL endpoint: an agent with the UCX backend, its regions registered as VRAM (or DRAM), metadata loaded from
 // the peer, one NIXL transfer request per prepared transfer (re-posted as often as needed), notifications for writes.
+#include <link.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "reference/transport/nixl_api.h"
 #include "reference/transport/transport.h"
+#include "reference/transport/ucx_api.h"
 #include "reference/transport/wire.h"
 
 namespace peerlab::transport {
@@ -15,6 +17,64 @@ namespace {
 
 constexpr uint32_t kBlobMagic = 0x4C58494E;  // "NIXL"
 constexpr char kNotification[] = "peerlab";
+
+// The file of the UCP library NIXL's UCX backend loaded into this process ("" when none is loaded).
+std::string loadedUcp() {
+  std::string found;
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        const size_t slash = name.rfind('/');
+        if (name.compare(slash == std::string::npos ? 0 : slash + 1, 6, "libucp") == 0) {
+          *static_cast<std::string*>(out) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  return found;
+}
+
+// NIXL's own UCX asked the same questions as a UCX endpoint asks (a second UCP context of the same, already loaded
+// copy): does its context list CUDA memory, and do the GPU buffers register as CUDA memory? NIXL versions differ in
+// whether their registration fails when UCX takes GPU memory for host memory; this check does not depend on it.
+void checkBundledUcx(CapabilityReport& report, const std::vector<Region>& regions) {
+  const std::string path = loadedUcp();
+  if (path.empty()) return;
+  auto lib = ucx::Library::open(path);  // the loaded copy: dlopen of its own path maps nothing new
+  if (!lib.isOk()) return;
+  ucx::Library& u = **lib;
+  ucx::Config* config = nullptr;
+  if (u.ucp_config_read(nullptr, nullptr, &config) != ucx::kOk) return;
+  ucx::Params params;
+  params.field_mask = ucx::kParamFieldFeatures;
+  params.features = ucx::kFeatureRma;
+  ucx::Context ctx = nullptr;
+  const ucx::StatusT init = u.ucp_init_version(1, 13, &params, config, &ctx);
+  u.ucp_config_release(config);
+  if (init != ucx::kOk) return;
+  ucx::ContextAttr attr;
+  attr.field_mask = ucx::kAttrFieldMemoryTypes;
+  if (u.ucp_context_query(ctx, &attr) == ucx::kOk) {
+    report.context_known = true;
+    report.context_types = attr.memory_types;
+    report.version = u.version();
+  }
+  for (const Region& r : regions) {
+    if (r.kind != MemoryKind::kDevice) continue;
+    ucx::MemMapParams mp;
+    mp.field_mask = ucx::kMemMapFieldAddress | ucx::kMemMapFieldLength;
+    mp.address = r.ptr;
+    mp.length = r.bytes;
+    ucx::Mem mem = nullptr;
+    if (u.ucp_mem_map(ctx, &mp, &mem) != ucx::kOk) continue;
+    ucx::MemAttr ma;
+    ma.field_mask = ucx::kMemAttrFieldMemType;
+    if (u.ucp_mem_query(mem, &ma) == ucx::kOk) report.region_types.push_back(ma.mem_type);
+    (void)u.ucp_mem_unmap(ctx, mem);
+  }
+  u.ucp_cleanup(ctx);
+}
 
 class NixlEndpoint final : public Endpoint {
  public:
@@ -89,6 +149,11 @@ Status NixlEndpoint::setupLocal(const EndpointOptions& o, int rank) {
   if (mems) (void)lib_->nixl_capi_destroy_mem_list(mems);
   if (params) (void)lib_->nixl_capi_destroy_params(params);
   if (report_.backend_status != nixl::kSuccess) return judgeCapability(report_);
+  if (report_.has_device_regions) {
+    checkBundledUcx(report_, local_);
+    // A UCX that takes GPU memory for host memory stops here, before NIXL registers anything with it.
+    PEERLAB_RETURN_IF_ERROR(judgeCapability(report_));
+  }
 
   PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_opt_args(&opt_), "creating options"));
   PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_opt_args_add_backend(opt_, backend_), "naming the UCX backend"));

@@ -90,6 +90,12 @@ Status judgeCapability(const CapabilityReport& r) {
   if (r.backend_status != nixl::kSuccess) {
     return PEERLAB_UNAVAILABLE("NIXL: the UCX backend could not be created: " + nixl::statusName(r.backend_status));
   }
+  if (r.has_device_regions && r.context_known) {
+    // NIXL's bundled UCX, asked directly: the same rule as for a UCX endpoint.
+    CapabilityReport bundled = r;
+    bundled.library = Library::kUcx;
+    if (Status st = judgeCapability(bundled); !st.isOk()) return st.withContext("NIXL's UCX " + r.version);
+  }
   if (!r.has_device_regions) {
     if (r.register_status != nixl::kSuccess)
       return PEERLAB_UNAVAILABLE("NIXL: registering host memory failed: " + nixl::statusName(r.register_status));

@@ -74,10 +74,10 @@ inline constexpr std::string_view kUcxNoCudaReason =
 /// What a library reported about itself and about the regions it registered; the capability check judges it.
 struct CapabilityReport {
   Library library = Library::kUcx;
-  std::string version;             ///< "1.22.0" (UCX); "" for NIXL
-  bool context_known = false;      ///< UCX: ucp_context_query answered the memory types
-  uint64_t context_types = 0;      ///< UCX: bit per ucs_memory_type_t the context supports
-  std::vector<int> region_types;   ///< UCX: ucp_mem_query's memory type per device region (ucs_memory_type_t)
+  std::string version;             ///< UCX's version ("1.22.0"; for NIXL: its bundled UCX's, when asked)
+  bool context_known = false;      ///< ucp_context_query answered the memory types (NIXL: of its bundled UCX)
+  uint64_t context_types = 0;      ///< bit per ucs_memory_type_t the UCP context supports
+  std::vector<int> region_types;   ///< ucp_mem_query's memory type per device region (ucs_memory_type_t)
   bool backend_lists_vram = true;  ///< NIXL: the UCX plugin lists VRAM among its memory types
   int backend_status = 0;          ///< NIXL: creating the UCX backend (0 ok)
   int register_status = 0;         ///< NIXL: registering the regions (0 ok)

@@ -429,5 +429,18 @@ TEST(RealUcx, HostMemoryOfferedAsGpuMemoryIsRefused) {
   }
 }
 
+TEST(RealNixl, HostMemoryOfferedAsGpuMemoryIsRefusedByItsOwnUcx) {
+  // NIXL's bundled UCX is asked directly: a host buffer offered as GPU memory registers as host memory there.
+  PEERLAB_TEST_RANKS_TIMEOUT(2, boot, 60, {});
+  const Found found = findLibrary(Library::kNixl);
+  if (!found.found) GTEST_SKIP() << found.describe(Library::kNixl);
+  std::vector<uint64_t> storage;
+  auto ep = connectFake(boot, Library::kNixl, storage);
+  ASSERT_FALSE(ep.isOk());
+  EXPECT_EQ(ep.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(ep.status().message().find("NIXL's UCX"), std::string::npos) << ep.status().message();
+  EXPECT_NE(ep.status().message().find(kUcxNoCudaReason), std::string::npos) << ep.status().message();
+}
+
 }  // namespace
 }  // namespace peerlab::transport
