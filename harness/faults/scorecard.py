@@ -722,6 +722,8 @@ def main():
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
     ap.add_argument("--out", default=None, help="report file (default reports/reliability/<date>.json)")
     ap.add_argument("--only", default=None, help="regex: run only scenarios whose label matches")
+    ap.add_argument("--target", default=None,
+                    help="comma list: run only scenarios of these targets (probe, zcopy, alltoallv, health, transport)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--transport-deps", default=None,
                     help="the NIXL / UCX folder of ci/transport_deps.sh (default $PEERLAB_TRANSPORT_DEPS, .deps/transport)")
@@ -733,6 +735,9 @@ def main():
     gpus = gpu_memory_used()
     tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
     all_scenarios = scenarios(tools)
+    if args.target:
+        targets = set(args.target.split(","))
+        all_scenarios = [sc for sc in all_scenarios if sc["target"] in targets]
     if args.only:
         picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"])]
         # Health faults are judged against the clean health run: keep it.

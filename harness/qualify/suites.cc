@@ -16,7 +16,8 @@ namespace peerlab::qualify {
 //   alltoallv_bench  alltoallv/<impl>/[graph/]{uniform,skewed}/bytes:N, moe/<impl>/[graph/]T=N (suites alltoallv and
 //                    moe; the alltoallv process runs both, moe alone runs only the moe rows)
 //   probe_bench      BM_ProbeMatrix
-//   transport_bench  BM_Transport/<impl>/{uni,wait/<mode>/uni}/a->b/bytes:N, the pair from PEERLAB_ZCOPY_DEVICES and the
+//   transport_bench  BM_Transport/<impl>/{uni,wait/<mode>/uni}/a->b/bytes:N, the pair from PEERLAB_ZCOPY_DEVICES and
+//   the
 //                    library from PEERLAB_TRANSPORT_LIBRARY (suite transport, with zcopy_bench's baseline rows)
 //   host_copy_bench  BM_HostCopy/<impl>/{h2d,d2h,bidir}/gpu:G/numa:{local,remote}/bytes:N,
 //                    BM_HostCopy/<impl>/{all_h2d,all_d2h}/bytes:N, BM_HostLatency/peerlab.sm/latency/gpu:G/numa:local,
@@ -139,7 +140,13 @@ const std::vector<SuiteSpec>& suiteSpecs() {
     s.push_back({"moe", "alltoallv_bench", JobShape::kCollective, 2, 60, 300, moeFilter,
                  "MoE dispatch/combine over the alltoallv (part of the alltoallv suite's process)", false});
     // NIXL and UCX between two processes, where either is found (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the loader).
-    SuiteSpec transport{"transport", "transport_bench", JobShape::kPerPair, 2, 75, 300, noFilter,
+    SuiteSpec transport{"transport",
+                        "transport_bench",
+                        JobShape::kPerPair,
+                        2,
+                        75,
+                        300,
+                        noFilter,
                         "NIXL write/read and UCX put/get of GPU memory between two processes, with the CPU cost of "
                         "waiting, beside peerlab.get/put and NCCL send/recv"};
     transport.unavailable = transportUnavailable;

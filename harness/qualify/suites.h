@@ -35,8 +35,8 @@ struct SuiteSpec {
   /// Where set: why the suite cannot run on this machine, "" when it can (the plan lists it as not available).
   std::function<std::string()> unavailable = nullptr;
   /// Where set: the suite's processes for a mode, the GPUs and the pairs, instead of what its shape gives.
-  std::function<std::vector<BenchJob>(const std::string& mode, int gpus,
-                                             const std::vector<std::pair<int, int>>& pairs, bool all_pairs)>
+  std::function<std::vector<BenchJob>(const std::string& mode, int gpus, const std::vector<std::pair<int, int>>& pairs,
+                                      bool all_pairs)>
       jobs = nullptr;
 };
 

@@ -467,7 +467,8 @@ struct ProbeSession::Impl {
       for (Worker* w : {&p.owner, &p.importer}) {
         PEERLAB_ASSIGN_OR_RETURN(Incoming in, receive(*w, setupDeadline(), "setup"));
         if (in.msg.type != MessageType::kReady) {
-          return PEERLAB_INTERNAL(w->name() + " sent " + std::string(messageTypeName(in.msg.type)) + " instead of ready");
+          return PEERLAB_INTERNAL(w->name() + " sent " + std::string(messageTypeName(in.msg.type)) +
+                                  " instead of ready");
         }
         if (!in.msg.ready.error.empty()) return PEERLAB_INTERNAL(w->name() + " setup failed: " + in.msg.ready.error);
         w->timings = std::move(in.msg.ready.timings);
@@ -494,8 +495,8 @@ struct ProbeSession::Impl {
       auto msg = w.child.receive(deadline);
       if (!msg.isOk()) {
         if (msg.status().code() == StatusCode::kTimeout) {
-          fail(Verdict::kHang, "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() +
-                                   " killed");
+          fail(Verdict::kHang,
+               "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() + " killed");
         } else if (msg.status().code() == StatusCode::kUnavailable) {
           fail(Verdict::kError, describeDeath(w));
         } else {
@@ -519,8 +520,8 @@ struct ProbeSession::Impl {
         batch_done = true;
         if (!decoded->batch_done.fatal.empty()) fail(Verdict::kError, w.name() + ": " + decoded->batch_done.fatal);
       } else {
-        fail(Verdict::kError, w.name() + " sent an unexpected " + std::string(messageTypeName(decoded->type)) +
-                                  " message; killed");
+        fail(Verdict::kError,
+             w.name() + " sent an unexpected " + std::string(messageTypeName(decoded->type)) + " message; killed");
       }
     }
     return ex;
@@ -994,8 +995,8 @@ int probeWorkerMain() {
     return 2;
   }
   const char* transport = std::getenv(kTransportWorkerEnv);
-  std::unique_ptr<Backend> backend = transport && *transport ? makeTransportBackend(transport, *inject)
-                                                             : makeCudaBackend(*inject);
+  std::unique_ptr<Backend> backend =
+      transport && *transport ? makeTransportBackend(transport, *inject) : makeCudaBackend(*inject);
   const int rc = serveWorker(*channel, *backend, *inject);
   // After a failure the GPU state is unknown: leave the teardown to process exit instead of waiting on it. A transport
   // worker also leaves without running the libraries' exit handlers (NIXL's bundled libraries can fault in theirs).

@@ -212,7 +212,8 @@ TEST(ProbeRunner, TransportHangKillsOnlyThatLibrarysPair) {
 
 TEST(ProbeRunner, TransportCorruptionIsFoundByTheCheckingSide) {
   // A read is checked by the importer (it owns the destination), a write by the owner.
-  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, probe(transportStandin("corrupt:nixl_read:1:2:4096,corrupt:ucx_put:2:0")));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r,
+                               probe(transportStandin("corrupt:nixl_read:1:2:4096,corrupt:ucx_put:2:0")));
   const CellReport& read = cell(r, Method::kNixlRead, 1, 2, 4096);
   EXPECT_EQ(read.result.verdict, Verdict::kCorrupt);
   EXPECT_EQ(read.result.first_bad, 2048u);

@@ -33,8 +33,8 @@ enum class Method : uint8_t {
 /// Every method, the bound the wire protocol checks.
 inline constexpr int kMethodCount = 11;
 /// The CUDA mechanisms: what `--methods all` selects.
-inline constexpr std::array<Method, 7> kAllMethods = {Method::kCeWrite, Method::kCeRead,    Method::kSmStore,
-                                                      Method::kSmLoad,  Method::kAtomic,    Method::kIpcLegacy,
+inline constexpr std::array<Method, 7> kAllMethods = {Method::kCeWrite, Method::kCeRead, Method::kSmStore,
+                                                      Method::kSmLoad,  Method::kAtomic, Method::kIpcLegacy,
                                                       Method::kIpcVmm};
 /// The transports loaded at run time (NIXL, UCX): what `--methods transport` selects. Each library runs in its own
 /// pair of worker processes.

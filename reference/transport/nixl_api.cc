@@ -33,7 +33,7 @@ StatusOr<std::shared_ptr<Library>> Library::open(const std::string& path) {
   lib->handle_ = handle;
   lib->path_ = path;
   std::string missing;
-#define PEERLAB_NIXL_RESOLVE(name, params)                                    \
+#define PEERLAB_NIXL_RESOLVE(name, params)                                   \
   lib->name = reinterpret_cast<decltype(lib->name)>(::dlsym(handle, #name)); \
   if (!lib->name) missing += (missing.empty() ? "" : ", ") + std::string(#name);
   PEERLAB_NIXL_FUNCTIONS(PEERLAB_NIXL_RESOLVE)
@@ -58,9 +58,9 @@ Location locateNixl() {
   if (const char* dir = std::getenv("PEERLAB_NIXL_DIR"); dir && *dir) {
     const fs::path d(dir);
     out.how = std::string("PEERLAB_NIXL_DIR=") + dir;
-    for (const fs::path& p : {d / "libnixl_capi.so", d / "lib" / "libnixl_capi.so",
-                              d / ".nixl_cu13.mesonpy.libs" / "libnixl_capi.so",
-                              d / ".nixl_cu12.mesonpy.libs" / "libnixl_capi.so"}) {
+    for (const fs::path& p :
+         {d / "libnixl_capi.so", d / "lib" / "libnixl_capi.so", d / ".nixl_cu13.mesonpy.libs" / "libnixl_capi.so",
+          d / ".nixl_cu12.mesonpy.libs" / "libnixl_capi.so"}) {
       if (fs::is_regular_file(p, ec)) {
         out.library = p.string();
         out.found = true;

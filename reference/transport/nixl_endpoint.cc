@@ -163,11 +163,11 @@ Status NixlEndpoint::setupLocal(const EndpointOptions& o, int rank) {
   PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_xfer_dlist(type, &local), "creating a descriptor list"));
   for (const Region& r : local_) {
     const auto addr = reinterpret_cast<uintptr_t>(r.ptr);
-    PEERLAB_RETURN_IF_ERROR(check(
-        lib_->nixl_capi_reg_dlist_add_desc(registered_, addr, r.bytes, devId(r.kind, r.device), nullptr, 0),
-        "adding a descriptor"));
     PEERLAB_RETURN_IF_ERROR(
-        check(lib_->nixl_capi_xfer_dlist_add_desc(local, addr, r.bytes, devId(r.kind, r.device)), "adding a descriptor"));
+        check(lib_->nixl_capi_reg_dlist_add_desc(registered_, addr, r.bytes, devId(r.kind, r.device), nullptr, 0),
+              "adding a descriptor"));
+    PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_xfer_dlist_add_desc(local, addr, r.bytes, devId(r.kind, r.device)),
+                                  "adding a descriptor"));
   }
   report_.register_status = lib_->nixl_capi_register_mem(agent_, registered_, opt_);
   is_registered_ = report_.register_status == nixl::kSuccess;
@@ -240,25 +240,25 @@ StatusOr<RequestId> NixlEndpoint::prepareLocked(const Transfer& t) {
   auto body = [&]() -> StatusOr<RequestId> {
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_xfer_dlist(memType(l.kind), &local), "descriptor list"));
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_xfer_dlist(memType(rr.kind), &remote), "descriptor list"));
-    PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_xfer_dlist_add_desc(
-                                      local, reinterpret_cast<uintptr_t>(l.ptr) + t.local_offset, t.bytes,
-                                      devId(l.kind, l.device)),
-                                  "local descriptor"));
-    PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_xfer_dlist_add_desc(remote, rr.addr + t.remote_offset, t.bytes,
-                                                                      devId(rr.kind, rr.device)),
-                                  "remote descriptor"));
+    PEERLAB_RETURN_IF_ERROR(
+        check(lib_->nixl_capi_xfer_dlist_add_desc(local, reinterpret_cast<uintptr_t>(l.ptr) + t.local_offset, t.bytes,
+                                                  devId(l.kind, l.device)),
+              "local descriptor"));
+    PEERLAB_RETURN_IF_ERROR(check(
+        lib_->nixl_capi_xfer_dlist_add_desc(remote, rr.addr + t.remote_offset, t.bytes, devId(rr.kind, rr.device)),
+        "remote descriptor"));
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_opt_args(&args), "options"));
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_opt_args_add_backend(args, backend_), "options"));
     if (t.notify) {
-      PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_opt_args_set_notif_msg(args, kNotification, sizeof(kNotification) - 1),
-                                    "notification"));
+      PEERLAB_RETURN_IF_ERROR(check(
+          lib_->nixl_capi_opt_args_set_notif_msg(args, kNotification, sizeof(kNotification) - 1), "notification"));
       PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_opt_args_set_has_notif(args, true), "notification"));
     }
     Request req;
     const int op = t.op == Op::kWrite ? nixl::kOpWrite : nixl::kOpRead;
-    PEERLAB_RETURN_IF_ERROR(check(
-        lib_->nixl_capi_create_xfer_req(agent_, op, local, remote, remote_name_.c_str(), &req.req, args),
-        "creating a transfer request"));
+    PEERLAB_RETURN_IF_ERROR(
+        check(lib_->nixl_capi_create_xfer_req(agent_, op, local, remote, remote_name_.c_str(), &req.req, args),
+              "creating a transfer request"));
     const RequestId id = next_id_++;
     requests_[id] = req;
     return id;

@@ -81,9 +81,9 @@ Status judgeCapability(const CapabilityReport& r) {
         registered += (registered.empty() ? "" : ", ") + ucx::memoryTypeName(t);
     }
     if (!context_cuda || !all_cuda) {
-      return PEERLAB_UNAVAILABLE(std::string(kUcxNoCudaReason) + " (context memory types: " +
-                                 memoryTypesText(r.context_types) + "; GPU buffers registered as " +
-                                 (registered.empty() ? "nothing" : registered) + ")");
+      return PEERLAB_UNAVAILABLE(std::string(kUcxNoCudaReason) +
+                                 " (context memory types: " + memoryTypesText(r.context_types) +
+                                 "; GPU buffers registered as " + (registered.empty() ? "nothing" : registered) + ")");
     }
     return Status::ok();
   }
@@ -105,8 +105,7 @@ Status judgeCapability(const CapabilityReport& r) {
     return PEERLAB_UNAVAILABLE("NIXL: its UCX backend does not list VRAM among its memory types");
   }
   if (r.register_status != nixl::kSuccess) {
-    return PEERLAB_UNAVAILABLE("NIXL: registering GPU memory (VRAM) failed: " +
-                               nixl::statusName(r.register_status) +
+    return PEERLAB_UNAVAILABLE("NIXL: registering GPU memory (VRAM) failed: " + nixl::statusName(r.register_status) +
                                " (a UCX without CUDA reports GPU memory as host memory)");
   }
   if (r.prepare_status != nixl::kSuccess) {
@@ -160,9 +159,9 @@ Endpoint::~Endpoint() {
 Status Endpoint::checkTransfer(const Transfer& t) const {
   if (t.local < 0 || t.local >= static_cast<int>(local_.size()) || t.remote < 0 ||
       t.remote >= static_cast<int>(remote_.size())) {
-    return PEERLAB_INVALID_ARGUMENT("transfer: region " + std::to_string(t.local) + " -> " +
-                                    std::to_string(t.remote) + " outside the " + std::to_string(local_.size()) +
-                                    " local and " + std::to_string(remote_.size()) + " remote regions");
+    return PEERLAB_INVALID_ARGUMENT("transfer: region " + std::to_string(t.local) + " -> " + std::to_string(t.remote) +
+                                    " outside the " + std::to_string(local_.size()) + " local and " +
+                                    std::to_string(remote_.size()) + " remote regions");
   }
   if (t.bytes == 0 || t.local_offset + t.bytes > local_[t.local].bytes ||
       t.remote_offset + t.bytes > remote_[t.remote].bytes) {
@@ -331,7 +330,8 @@ void Endpoint::progressLoop() {
       // Nothing of this side's own to finish: keep the library moving for the peer's one-sided transfers (a get
       // or put that needs this side's progress), at a low rate.
       idleLocked();
-      cv_.wait_for(lock, std::chrono::microseconds(100), [&] { return stop_ || !watched_.empty() || !waiting_.empty(); });
+      cv_.wait_for(lock, std::chrono::microseconds(100),
+                   [&] { return stop_ || !watched_.empty() || !waiting_.empty(); });
       continue;
     }
     bool changed = false;
@@ -375,7 +375,8 @@ StatusOr<std::vector<uint8_t>> tradeBlob(Bootstrap& boot, int peer, const std::v
   if (mine > 0) PEERLAB_RETURN_IF_ERROR(boot.send(peer, bytes.data(), bytes.size(), deadline));
   uint64_t theirs = 0;
   PEERLAB_RETURN_IF_ERROR(boot.recv(peer, &theirs, sizeof(theirs), deadline));
-  if (theirs > (64u << 20)) return PEERLAB_INTERNAL("transport: the peer announced " + std::to_string(theirs) + " bytes");
+  if (theirs > (64u << 20))
+    return PEERLAB_INTERNAL("transport: the peer announced " + std::to_string(theirs) + " bytes");
   std::vector<uint8_t> out(theirs);
   if (theirs > 0) PEERLAB_RETURN_IF_ERROR(boot.recv(peer, out.data(), out.size(), deadline));
   return out;
@@ -383,7 +384,8 @@ StatusOr<std::vector<uint8_t>> tradeBlob(Bootstrap& boot, int peer, const std::v
 
 Status agreeCapability(Bootstrap& boot, int peer, const Status& mine, Deadline deadline) {
   const std::string text = mine.isOk() ? std::string() : mine.message();
-  PEERLAB_ASSIGN_OR_RETURN(auto theirs, tradeBlob(boot, peer, std::vector<uint8_t>(text.begin(), text.end()), deadline));
+  PEERLAB_ASSIGN_OR_RETURN(auto theirs,
+                           tradeBlob(boot, peer, std::vector<uint8_t>(text.begin(), text.end()), deadline));
   const std::string other(theirs.begin(), theirs.end());
   if (text.empty() && other.empty()) return Status::ok();
   std::string why;

@@ -202,7 +202,7 @@ class Endpoint {
   std::map<Ticket, Posted> posted_;  // outstanding and finished-but-not-collected posts
   std::map<RequestId, Ticket> in_flight_;
   Ticket next_ticket_ = 1;
-  uint64_t prefix_ = 0;  // every ticket <= prefix_ finished (progress thread's view)
+  uint64_t prefix_ = 0;       // every ticket <= prefix_ finished (progress thread's view)
   std::set<Ticket> watched_;  // watch(): collected by the progress thread once the prefix passed them
   std::set<Ticket> waiting_;  // a thread blocks in wait(kProgressThread) for these
   std::function<void(uint64_t)> on_prefix_;

@@ -76,8 +76,7 @@ TEST(Capability, NixlFailuresNameTheStep) {
   r.register_status = -2;
   Status st = judgeCapability(r);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
-  EXPECT_NE(st.message().find("registering GPU memory (VRAM) failed: NIXL_CAPI_ERROR_BACKEND (-2)"),
-            std::string::npos)
+  EXPECT_NE(st.message().find("registering GPU memory (VRAM) failed: NIXL_CAPI_ERROR_BACKEND (-2)"), std::string::npos)
       << st.message();
   r.register_status = 0;
   r.prepare_status = -6;
@@ -169,7 +168,8 @@ TEST(Locate, StubNixlIsRefused) {
 // Host buffers offered as "device" regions: the stand-ins answer for the memory type, nothing is touched.
 std::vector<Region> fakeDeviceRegions(std::vector<uint64_t>& storage) {
   storage.assign(2 * 4096, 0);
-  return {{storage.data(), 4096 * 8, MemoryKind::kDevice, 0}, {storage.data() + 4096, 4096 * 8, MemoryKind::kDevice, 0}};
+  return {{storage.data(), 4096 * 8, MemoryKind::kDevice, 0},
+          {storage.data() + 4096, 4096 * 8, MemoryKind::kDevice, 0}};
 }
 
 StatusOr<std::unique_ptr<Endpoint>> connectFake(Bootstrap& boot, Library library, std::vector<uint64_t>& storage,
@@ -296,8 +296,9 @@ TEST(FakeNixl, EachCapabilityStepIsChecked) {
       auto ep = connectFake(*r.bootstrap, Library::kNixl, storage);
       ASSERT_FALSE(ep.isOk());
       const std::string s = std::getenv("PEERLAB_FAKE_NIXL");
-      const char* want = s == "no_vram" ? "does not list VRAM" : s == "backend_error" ? "backend could not be created"
-                                                                                    : "descriptor list";
+      const char* want = s == "no_vram"         ? "does not list VRAM"
+                         : s == "backend_error" ? "backend could not be created"
+                                                : "descriptor list";
       EXPECT_NE(ep.status().message().find(want), std::string::npos) << ep.status().message();
       return;
     }

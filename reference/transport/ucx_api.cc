@@ -26,8 +26,8 @@ StatusOr<std::shared_ptr<Library>> Library::open(const std::string& path) {
   lib->handle_ = handle;
   lib->path_ = path;
   std::string missing;
-#define PEERLAB_UCX_RESOLVE(name, ret, params)                                    \
-  lib->name = reinterpret_cast<decltype(lib->name)>(::dlsym(handle, #name));      \
+#define PEERLAB_UCX_RESOLVE(name, ret, params)                               \
+  lib->name = reinterpret_cast<decltype(lib->name)>(::dlsym(handle, #name)); \
   if (!lib->name) missing += (missing.empty() ? "" : ", ") + std::string(#name);
   PEERLAB_UCX_FUNCTIONS(PEERLAB_UCX_RESOLVE)
 #undef PEERLAB_UCX_RESOLVE
@@ -76,8 +76,8 @@ std::string findOnLoaderPath(const std::string& soname) {
       start = colon + 1;
     }
   }
-  for (const char* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/lib", "/usr/lib64",
-                          "/usr/lib"}) {
+  for (const char* dir :
+       {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/lib", "/usr/lib64", "/usr/lib"}) {
     candidates.push_back(fs::path(dir) / soname);
   }
   return firstExisting(candidates);

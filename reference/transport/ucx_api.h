@@ -118,35 +118,36 @@ struct RequestParam {
 };
 
 // Every entry point peerlab uses, as X(name, return type, parameters).
-#define PEERLAB_UCX_FUNCTIONS(X)                                                                                       \
-  X(ucp_get_version, void, (unsigned* major, unsigned* minor, unsigned* release))                                      \
-  X(ucp_config_read, StatusT, (const char* prefix, const char* file, Config** config))                                 \
-  X(ucp_config_release, void, (Config * config))                                                                       \
-  X(ucp_init_version, StatusT,                                                                                         \
-    (unsigned api_major, unsigned api_minor, const Params* params, const Config* config, Context* context))            \
-  X(ucp_cleanup, void, (Context context))                                                                              \
-  X(ucp_context_query, StatusT, (Context context, ContextAttr * attr))                                                 \
-  X(ucp_worker_create, StatusT, (Context context, const WorkerParams* params, Worker* worker))                         \
-  X(ucp_worker_destroy, void, (Worker worker))                                                                         \
-  X(ucp_worker_get_address, StatusT, (Worker worker, Address * *address, size_t * length))                             \
-  X(ucp_worker_release_address, void, (Worker worker, Address * address))                                              \
-  X(ucp_worker_progress, unsigned, (Worker worker))                                                                    \
-  X(ucp_worker_fence, StatusT, (Worker worker))                                                                        \
-  X(ucp_ep_create, StatusT, (Worker worker, const EpParams* params, Ep* ep))                                           \
-  X(ucp_ep_close_nbx, StatusPtr, (Ep ep, const RequestParam* param))                                                   \
-  X(ucp_ep_flush_nbx, StatusPtr, (Ep ep, const RequestParam* param))                                                   \
-  X(ucp_mem_map, StatusT, (Context context, const MemMapParams* params, Mem* mem))                                     \
-  X(ucp_mem_unmap, StatusT, (Context context, Mem mem))                                                                \
-  X(ucp_mem_query, StatusT, (Mem mem, MemAttr * attr))                                                                 \
-  X(ucp_rkey_pack, StatusT, (Context context, Mem mem, void** buffer, size_t* size))                                   \
-  X(ucp_rkey_buffer_release, void, (void* buffer))                                                                     \
-  X(ucp_ep_rkey_unpack, StatusT, (Ep ep, const void* buffer, Rkey* rkey))                                              \
-  X(ucp_rkey_destroy, void, (Rkey rkey))                                                                               \
-  X(ucp_put_nbx, StatusPtr,                                                                                            \
-    (Ep ep, const void* buffer, size_t count, uint64_t remote, Rkey rkey, const RequestParam* param))                  \
-  X(ucp_get_nbx, StatusPtr, (Ep ep, void* buffer, size_t count, uint64_t remote, Rkey rkey, const RequestParam* param)) \
-  X(ucp_request_check_status, StatusT, (void* request))                                                                \
-  X(ucp_request_free, void, (void* request))                                                                           \
+#define PEERLAB_UCX_FUNCTIONS(X)                                                                            \
+  X(ucp_get_version, void, (unsigned* major, unsigned* minor, unsigned* release))                           \
+  X(ucp_config_read, StatusT, (const char* prefix, const char* file, Config** config))                      \
+  X(ucp_config_release, void, (Config * config))                                                            \
+  X(ucp_init_version, StatusT,                                                                              \
+    (unsigned api_major, unsigned api_minor, const Params* params, const Config* config, Context* context)) \
+  X(ucp_cleanup, void, (Context context))                                                                   \
+  X(ucp_context_query, StatusT, (Context context, ContextAttr * attr))                                      \
+  X(ucp_worker_create, StatusT, (Context context, const WorkerParams* params, Worker* worker))              \
+  X(ucp_worker_destroy, void, (Worker worker))                                                              \
+  X(ucp_worker_get_address, StatusT, (Worker worker, Address * *address, size_t * length))                  \
+  X(ucp_worker_release_address, void, (Worker worker, Address * address))                                   \
+  X(ucp_worker_progress, unsigned, (Worker worker))                                                         \
+  X(ucp_worker_fence, StatusT, (Worker worker))                                                             \
+  X(ucp_ep_create, StatusT, (Worker worker, const EpParams* params, Ep* ep))                                \
+  X(ucp_ep_close_nbx, StatusPtr, (Ep ep, const RequestParam* param))                                        \
+  X(ucp_ep_flush_nbx, StatusPtr, (Ep ep, const RequestParam* param))                                        \
+  X(ucp_mem_map, StatusT, (Context context, const MemMapParams* params, Mem* mem))                          \
+  X(ucp_mem_unmap, StatusT, (Context context, Mem mem))                                                     \
+  X(ucp_mem_query, StatusT, (Mem mem, MemAttr * attr))                                                      \
+  X(ucp_rkey_pack, StatusT, (Context context, Mem mem, void** buffer, size_t* size))                        \
+  X(ucp_rkey_buffer_release, void, (void* buffer))                                                          \
+  X(ucp_ep_rkey_unpack, StatusT, (Ep ep, const void* buffer, Rkey* rkey))                                   \
+  X(ucp_rkey_destroy, void, (Rkey rkey))                                                                    \
+  X(ucp_put_nbx, StatusPtr,                                                                                 \
+    (Ep ep, const void* buffer, size_t count, uint64_t remote, Rkey rkey, const RequestParam* param))       \
+  X(ucp_get_nbx, StatusPtr,                                                                                 \
+    (Ep ep, void* buffer, size_t count, uint64_t remote, Rkey rkey, const RequestParam* param))             \
+  X(ucp_request_check_status, StatusT, (void* request))                                                     \
+  X(ucp_request_free, void, (void* request))                                                                \
   X(ucs_status_string, const char*, (StatusT status))
 
 /// The loaded library: one pointer per entry point. open() fails unless every one resolves.

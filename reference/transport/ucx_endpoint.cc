@@ -215,8 +215,9 @@ Status UcxEndpoint::postLocked(RequestId id) {
     PEERLAB_RETURN_IF_ERROR(ucsStatus(lib_->ucp_worker_fence(worker_), "ucp_worker_fence"));
     uint64_t& slot = signal_src_[sent_ % kSignalSlots];
     slot = ++sent_;
-    PEERLAB_RETURN_IF_ERROR(track(lib_->ucp_put_nbx(ep_, &slot, sizeof(slot), remote_signal_, remote_rkeys_.back(), &none),
-                                  reqs, "ucp_put_nbx (notification)"));
+    PEERLAB_RETURN_IF_ERROR(
+        track(lib_->ucp_put_nbx(ep_, &slot, sizeof(slot), remote_signal_, remote_rkeys_.back(), &none), reqs,
+              "ucp_put_nbx (notification)"));
   }
   // A put completes locally; the flush completes once everything before it reached the peer's memory.
   return track(lib_->ucp_ep_flush_nbx(ep_, &none), reqs, "ucp_ep_flush_nbx");

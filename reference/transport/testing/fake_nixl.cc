@@ -157,8 +157,8 @@ StatusT nixl_capi_prep_xfer_dlist(Agent, const char*, XferDlist, DlistHandle* ha
 StatusT nixl_capi_release_xfer_dlist_handle(Agent, DlistHandle) {
   return kSuccess;
 }
-StatusT nixl_capi_make_xfer_req(Agent, int, DlistHandle, const int*, size_t, DlistHandle, const int*, size_t,
-                                XferReq*, OptArgs) {
+StatusT nixl_capi_make_xfer_req(Agent, int, DlistHandle, const int*, size_t, DlistHandle, const int*, size_t, XferReq*,
+                                OptArgs) {
   return -2;
 }
 StatusT nixl_capi_create_xfer_req(Agent, int, XferDlist local, XferDlist remote, const char* remote_agent, XferReq* req,

@@ -84,8 +84,7 @@ StatusT ucp_worker_fence(Worker) {
   return kOk;
 }
 StatusT ucp_ep_create(Worker, const EpParams* params, Ep* ep) {
-  if (!(params->field_mask & kEpFieldRemoteAddress) || std::memcmp(params->address, "fake-address", 12) != 0)
-    return -3;
+  if (!(params->field_mask & kEpFieldRemoteAddress) || std::memcmp(params->address, "fake-address", 12) != 0) return -3;
   *ep = reinterpret_cast<Ep>(&g_dummy);
   return kOk;
 }
