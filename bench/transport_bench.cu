@@ -189,6 +189,7 @@ Status setupWorld(World& w) {
                {w.dst->ptr, kDstBytes, transport::MemoryKind::kDevice, w.device}};
   o.deadline = deadline;
   o.progress_thread = true;
+  o.progress_device = w.device;
   // Both ranks get the same verdict from connect (it trades both sides' capability checks).
   PEERLAB_ASSIGN_OR_RETURN(w.ep, transport::Endpoint::connect(*w.boot, o));
   PEERLAB_ASSIGN_OR_RETURN(auto completion, transport::StreamCompletion::create(*w.ep, w.device));

@@ -39,7 +39,8 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$out/work"
 mkdir -p "$work"
-deps="$(cd "$deps" 2>/dev/null && pwd)" || { echo "ci/transport_gpu.sh: no $deps (ci/transport_deps.sh brings it)" >&2; exit 3; }
+deps_arg="$deps"
+deps="$(cd "$deps" 2>/dev/null && pwd)" || { echo "ci/transport_gpu.sh: no $deps_arg (ci/transport_deps.sh brings it)" >&2; exit 3; }
 for d in nixl/lib ucx/lib ucx-debian/lib; do
   [ -d "$deps/$d" ] || { echo "ci/transport_gpu.sh: $deps/$d missing (ci/transport_deps.sh)" >&2; exit 3; }
 done
@@ -133,7 +134,7 @@ if probe:
         m = r["name"].split("/")[0]
         if not m.startswith(("nixl", "ucx")):
             continue
-        e = r.get("extra", {})
+        e = dict(r.get("extra", {}), **r)
         print(f"  {r['name']:<22} {r['src']}->{r['dst']}  {r['status']:<12} claimed={str(e.get('claimed')).lower():<5} "
               f"{(e.get('error') or '')[:70]}")
 else:
@@ -149,7 +150,7 @@ if bench:
     print(f"  {'impl':<14} {'name':<18} {'bytes':>10} {'time_us':>9} {'GB/s':>8} {'cpu_us':>8} {'post':>6} {'xfer':>8} wrong status")
     for key in sorted(rows, key=lambda k: (k[2], k[0], k[1])):
         r = rows[key]
-        e = r.get("extra", {})
+        e = dict(r.get("extra", {}), **r)
         t = r.get("time_us")
         bw = r.get("algbw_gbps")
         print(f"  {key[0]:<14} {key[1]:<18} {key[2]:>10} {t if t is None else round(t, 2):>9} "

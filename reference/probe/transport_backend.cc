@@ -265,6 +265,8 @@ StatusOr<CellResult> TransportBackend::initiate(const CellSpec& c, std::optional
     t.local = 2 * local_gpu + (write ? 0 : 1);
     t.remote = write ? 2 * c.dst + 1 : 2 * c.src;
     t.bytes = c.bytes;
+    // The library copies with the CUDA context current on the posting thread: the initiator's GPU.
+    PEERLAB_ASSIGN_OR_RETURN(auto current, ScopedDevice::make(local_gpu));
     PEERLAB_ASSIGN_OR_RETURN(transport::RequestId id, ep_->prepare(t));
     auto ticket = ep_->post(id);
     Status st = ticket.isOk() ? ep_->wait(*ticket, transport::WaitMode::kSpin, cellDeadline()) : ticket.status();

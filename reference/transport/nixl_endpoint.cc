@@ -60,7 +60,9 @@ void checkBundledUcx(CapabilityReport& report, const std::vector<Region>& region
     report.context_types = attr.memory_types;
     report.version = u.version();
   }
+  const bool cuda = report.context_known && (report.context_types & (1ull << ucx::kMemoryCuda));
   for (const Region& r : regions) {
+    if (!cuda) break;  // refused on the context alone; GPU buffers are not registered with it
     if (r.kind != MemoryKind::kDevice) continue;
     ucx::MemMapParams mp;
     mp.field_mask = ucx::kMemMapFieldAddress | ucx::kMemMapFieldLength;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <cuda_runtime_api.h>
+
 #include "reference/transport/nixl_api.h"
 #include "reference/transport/ucx_api.h"
 
@@ -81,9 +83,10 @@ Status judgeCapability(const CapabilityReport& r) {
         registered += (registered.empty() ? "" : ", ") + ucx::memoryTypeName(t);
     }
     if (!context_cuda || !all_cuda) {
-      return PEERLAB_UNAVAILABLE(std::string(kUcxNoCudaReason) +
-                                 " (context memory types: " + memoryTypesText(r.context_types) +
-                                 "; GPU buffers registered as " + (registered.empty() ? "nothing" : registered) + ")");
+      return PEERLAB_UNAVAILABLE(std::string(kUcxNoCudaReason) + " (context memory types: " +
+                                 memoryTypesText(r.context_types) +
+                                 (registered.empty() ? std::string() : "; GPU buffers registered as " + registered) +
+                                 ")");
     }
     return Status::ok();
   }
@@ -148,7 +151,10 @@ StatusOr<std::unique_ptr<Endpoint>> Endpoint::connect(Bootstrap& boot, const End
   }
   auto ep = o.library == Library::kNixl ? connectNixl(boot, o) : connectUcx(boot, o);
   if (!ep.isOk()) return ep.status();
-  if (o.progress_thread) PEERLAB_RETURN_IF_ERROR((*ep)->startProgress());
+  if (o.progress_thread) {
+    (*ep)->device_ = o.progress_device;
+    PEERLAB_RETURN_IF_ERROR((*ep)->startProgress());
+  }
   return ep;
 }
 
@@ -310,7 +316,11 @@ Status Endpoint::startProgress() {
   std::lock_guard<std::mutex> lock(mu_);
   if (progress_.joinable()) return Status::ok();
   stop_ = false;
-  progress_ = std::thread([this] { progressLoop(); });
+  progress_ = std::thread([this] {
+    // The library may look at CUDA events and streams of the transfers from this thread.
+    if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+    progressLoop();
+  });
   return Status::ok();
 }
 

@@ -106,6 +106,7 @@ struct EndpointOptions {
   std::vector<Region> regions;  ///< all of one MemoryKind
   Deadline deadline = Deadline::afterMs(60'000);
   bool progress_thread = false;  ///< start the progress thread (needed by kProgressThread waits and StreamCompletion)
+  int progress_device = -1;      ///< the CUDA device the progress thread makes current (-1: none)
 };
 
 /// One transfer between a local and a remote region.
@@ -209,6 +210,7 @@ class Endpoint {
   std::condition_variable cv_;
   std::thread progress_;
   bool stop_ = false;
+  int device_ = -1;
 };
 
 /// Connects the UCX or NIXL endpoint (the implementations behind Endpoint::connect).

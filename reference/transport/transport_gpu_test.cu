@@ -59,6 +59,7 @@ void vramRoundTrip(Bootstrap& boot, Library library, WaitMode mode) {
   o.regions = {{side->src->ptr, kBytes, MemoryKind::kDevice, me}, {side->dst->ptr, kBytes, MemoryKind::kDevice, me}};
   o.deadline = Deadline::afterMs(60'000);
   o.progress_thread = true;
+  o.progress_device = me;
   auto ep = Endpoint::connect(boot, o);
   ASSERT_TRUE(ep.isOk()) << ep.status().toString();
   const Deadline d = Deadline::afterMs(20'000);
@@ -111,6 +112,7 @@ void streamCompletion(Bootstrap& boot, Library library, bool graph) {
   o.regions = {{side->src->ptr, kBytes, MemoryKind::kDevice, me}, {side->dst->ptr, kBytes, MemoryKind::kDevice, me}};
   o.deadline = Deadline::afterMs(60'000);
   o.progress_thread = true;
+  o.progress_device = me;
   auto ep = Endpoint::connect(boot, o);
   ASSERT_TRUE(ep.isOk()) << ep.status().toString();
   if (me == 0) {

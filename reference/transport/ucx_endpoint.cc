@@ -2,6 +2,7 @@
 // puts a counter into for notifications.
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
@@ -102,6 +103,12 @@ Status UcxEndpoint::setupLocal(const EndpointOptions& o) {
   PEERLAB_RETURN_IF_ERROR(
       ucsStatus(lib_->ucp_worker_get_address(worker_, &address_, &address_len_), "ucp_worker_get_address"));
 
+  // A context without CUDA memory refuses GPU buffers before they are registered with it.
+  report_.has_device_regions =
+      std::any_of(local_.begin(), local_.end(), [](const Region& r) { return r.kind == MemoryKind::kDevice; });
+  if (report_.has_device_regions && !(report_.context_types & (1ull << ucx::kMemoryCuda))) {
+    return judgeCapability(report_);
+  }
   // Register every region, letting UCX detect the memory type: a UCX without CUDA detects GPU memory as host.
   std::vector<std::pair<void*, size_t>> maps;
   for (const Region& r : local_)
@@ -117,7 +124,6 @@ Status UcxEndpoint::setupLocal(const EndpointOptions& o) {
     mems_.push_back(mem);
     const bool device = i < local_.size() && local_[i].kind == MemoryKind::kDevice;
     if (device) {
-      report_.has_device_regions = true;
       ucx::MemAttr ma;
       ma.field_mask = ucx::kMemAttrFieldMemType;
       PEERLAB_RETURN_IF_ERROR(ucsStatus(lib_->ucp_mem_query(mem, &ma), "ucp_mem_query"));
