@@ -10,6 +10,7 @@
 #include "reference/core/wait.h"
 #include "reference/testing/guards.h"
 #include "reference/testing/rank_test.h"
+#include "reference/testing/testing.h"
 #include "reference/transport/completion.h"
 #include "reference/transport/transport.h"
 
