@@ -163,6 +163,12 @@ TEST(TransportGpu, StreamCompletionOrdersGpuWorkAfterTheTransfer) {
   streamCompletion(boot, Library::kUcx, false);
 }
 
+TEST(TransportGpu, StreamCompletionAfterANixlWrite) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  streamCompletion(boot, Library::kNixl, false);
+}
+
 TEST(TransportGpu, StreamCompletionCapturesIntoAGraph) {
   PEERLAB_REQUIRE_GPUS(2);
   PEERLAB_TEST_RANKS(2, boot);
