@@ -3,6 +3,9 @@
 # zero-copy and alltoallv under every fault of `peerlab inject`, and `peerlab qualify` under every NVML fault of the
 # stand-in NVML, and writes reports/reliability/<date>.json (harness/faults/scorecard.py says what is checked).
 #   ci/scorecard.sh [--build DIR] [--out FILE] [--only REGEX] [--list]
+# The ucx_no_cuda class (the transport methods under a UCX without CUDA: Debian's, or CUDA's module kept from loading)
+# reads its libraries from --transport-deps DIR (default $PEERLAB_TRANSPORT_DEPS, else .deps/transport: ci/transport_deps.sh);
+# without them its runs are skipped with the reason. `--only 'none|ucx_no_cuda'` runs that class and its clean runs.
 # Builds what it needs (peerlab, the interposer, fault_drill, the stand-in NVML) in DIR (default build/default,
 # configured by ci/gpu.sh or `cmake --preset default`). Exit code: 0 every fault named correctly, in time, with nothing left behind; 1 not;
 # 2 usage or build failure; 3 no GPU.

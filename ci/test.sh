@@ -23,6 +23,14 @@ if ! have_py signal_processing_algorithms && python3 -m pip --version >/dev/null
     echo "ci/test.sh: signal-processing-algorithms not installed; its cross-check will skip" >&2
 fi
 
+# NIXL and UCX with CUDA (PyPI nixl-cu13, libucx-cu13), trimmed into .deps/transport by ci/transport_deps.sh: the
+# two-process NIXL test runs on them (Debian's UCX, without CUDA, serves the UCX tests). Optional: without them the
+# NIXL test skips and says why.
+if [ ! -d .deps/transport/nixl ] && python3 -m pip --version >/dev/null 2>&1; then
+  ci/transport_deps.sh >/dev/null 2>&1 || echo "ci/test.sh: NIXL could not be fetched; its two-process test will skip" >&2
+fi
+[ -d .deps/transport/nixl ] && export PEERLAB_NIXL_DIR="$PWD/.deps/transport/nixl"
+
 # nvcc: from CUDACXX, PATH, or the toolkit's usual place.
 if [ -z "${CUDACXX:-}" ] && ! have_cmd nvcc; then
   for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do

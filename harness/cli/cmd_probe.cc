@@ -252,9 +252,10 @@ int runProbe(const ProbeArgs& a) {
   if (!a.json.empty()) {
     if (Status st = checkOutputPath(a.json); !st.isOk()) return fail(kCommand, kExitUsage, "--json: " + st.message());
   }
-  // Injected faults never touch the cache. A bad --cache is a usage error; an unusable default location only turns
-  // the cache off.
-  bool use_cache = !a.no_cache && inject->empty();
+  // Injected faults never touch the cache, nor do the transport methods (their verdict depends on the NIXL or UCX
+  // found at run time, which the cache key does not hold). A bad --cache is a usage error; an unusable default
+  // location only turns the cache off.
+  bool use_cache = !a.no_cache && inject->empty() && std::none_of(methods->begin(), methods->end(), isTransportMethod);
   const std::string cache_path = a.cache.empty() ? defaultCachePath() : a.cache;
   if (use_cache) {
     if (Status st = checkCachePath(cache_path, a.cache.empty()); !st.isOk()) {
@@ -375,8 +376,9 @@ PEERLAB_REGISTER_COMMAND(
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<ProbeArgs>();
       sub.add_option("--methods", args->methods,
-                     "comma-separated: ce_write, ce_read, sm_store, sm_load, atomic, "
-                     "ipc_legacy, ipc_vmm, or all")
+                     "comma-separated: ce_write, ce_read, sm_store, sm_load, atomic, ipc_legacy, ipc_vmm, "
+                     "nixl_write, nixl_read, ucx_put, ucx_get; all (the CUDA mechanisms), transport (NIXL and UCX, "
+                     "found through PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)")
           ->capture_default_str();
       sub.add_option("--pairs", args->pairs, "only these ordered pairs, e.g. 0-1,2-3");
       auto* bytes = sub.add_option("--bytes", args->bytes, "the large cell size (the small one is 4 KiB), e.g. 64M")

@@ -17,6 +17,13 @@ For every run: the verdict peerlab gave (the right cell, the right verdict), how
 memory returns to where it was, and after every fault a clean re-probe without the interposer must pass. Runs of
 `none` (the interposer loaded, no fault) must report nothing: every failure there is a false positive.
 
+UCX without CUDA (`ucx_no_cuda`): `peerlab probe` of the transport methods with a UCX that treats GPU memory as host
+memory - Debian's libucx0 (built without CUDA), the libucx-cu13 UCX with its CUDA module kept from loading
+(UCX_MODULES=^cuda), and NIXL's bundled UCX likewise - must give `unsupported` on every cell, with the reason in words
+("UCX without CUDA support: GPU memory would be treated as host memory"), claimed by nobody (exit code 0, no LIE). Its
+clean run (`none`: the CUDA-enabled libraries) must verify every transport cell. The libraries come from
+--transport-deps (default $PEERLAB_TRANSPORT_DEPS, else .deps/transport, as ci/transport_deps.sh lays them out).
+
 Writes reports/reliability/<date>.json:
   {"fingerprint", "faults": [{"name", "injected", "detected", "misclassified", "verdict_ms_median",
    "verdict_ms_max", "missed", "late", "cleanup_failures", "reprobe_ok", "runs": [...]}],
@@ -122,6 +129,7 @@ class Tools:
         self.gpus = 0
         self.health_baseline = None  # {(check, gpu): status} of the clean health run
         self.workdir = os.path.join(tempfile.gettempdir(), f"peerlab-scorecard-{os.getpid()}")
+        self.transport_deps = os.environ.get("PEERLAB_TRANSPORT_DEPS", os.path.join(".deps", "transport"))
 
     def have(self, path):
         return os.path.isfile(path) and os.access(path, os.X_OK)
@@ -247,6 +255,34 @@ def handled_as_success(what):
         if outcome != "ok":
             return "misclassified", detail, None
         return "detected", f"{what} handled as success; {detail}", None
+    return check
+
+
+UCX_NO_CUDA_REASON = "UCX without CUDA support: GPU memory would be treated as host memory"
+
+
+def expect_unsupported(reason):
+    """Every cell `unsupported` with `reason` in its error, claimed by nobody, and exit code 0 (no LIE)."""
+    def check(run, cells):
+        if cells is None:
+            return "misclassified", "no run file (exit code %s): %s" % (run["rc"], run["stderr"].strip()[-300:]), None
+        if not cells:
+            return "misclassified", "no transport cell in the run file", None
+        problems = []
+        for (m, s, d), c in sorted(cells.items()):
+            where = f"{m} {s}->{d}"
+            if c.get("status") != "unsupported":
+                problems.append(f"{where}: {c.get('status')} (expected unsupported): {(c.get('error') or '')[:160]}")
+            elif reason not in (c.get("error") or ""):
+                problems.append(f"{where}: unsupported without the reason: {(c.get('error') or '')[:160]}")
+            elif c.get("claimed"):
+                problems.append(f"{where}: claimed although the library refused")
+        if run["rc"] != 0:
+            problems.append(f"exit code {run['rc']} (expected 0: a refused cell is no lie)")
+        if not problems:
+            return "detected", f"{len(cells)} cell(s) unsupported: {reason}", None
+        flagged = [k for k, c in cells.items() if c.get("status") != "ok"]
+        return ("misclassified" if flagged else "missed"), "; ".join(problems), None
     return check
 
 
@@ -462,6 +498,24 @@ def scenarios(tools):
         drill("moe_ll:signal_withhold", "none", "moe_ll", m("--withhold", phase, "--fault-rank", "1"),
               expect_drill(("timeout",), rank=0, predicate=lambda d, p=phase: f"{p} on rank 0: no signal from rank 1"
                            in d["detail"]), timed=True, self_injected=True)
+    # UCX without CUDA: the transport methods under a UCX that takes GPU memory for host memory, and the clean run.
+    deps = os.path.abspath(tools.transport_deps)
+
+    def transport(label, spec, methods, env, check, needs):
+        s.append({"label": label, "spec": spec, "target": "transport", "methods": methods, "env": env,
+                  "check": check, "needs": [os.path.join(deps, n) for n in needs]})
+
+    transport("none", "none", "transport",
+              {"PEERLAB_UCX_DIR": os.path.join(deps, "ucx"), "PEERLAB_NIXL_DIR": os.path.join(deps, "nixl")},
+              expect_probe_clean, ["ucx", "nixl"])
+    transport("ucx_no_cuda", "debian_ucx", "ucx_put,ucx_get", {"PEERLAB_UCX_DIR": os.path.join(deps, "ucx-debian")},
+              expect_unsupported(UCX_NO_CUDA_REASON), ["ucx-debian"])
+    transport("ucx_no_cuda", "ucx_without_cuda_module", "ucx_put,ucx_get",
+              {"PEERLAB_UCX_DIR": os.path.join(deps, "ucx"), "UCX_MODULES": "^cuda"},
+              expect_unsupported(UCX_NO_CUDA_REASON), ["ucx"])
+    transport("ucx_no_cuda", "nixl_ucx_without_cuda_module", "nixl_write,nixl_read",
+              {"PEERLAB_NIXL_DIR": os.path.join(deps, "nixl"), "UCX_MODULES": "^cuda"},
+              expect_unsupported(UCX_NO_CUDA_REASON), ["nixl"])
 
     # Machine health through the stand-in NVML wrapping the real one; the clean run comes first (its verdicts are
     # the baseline the fault runs are compared with).
@@ -561,11 +615,43 @@ def injection_of(sc, actions, run):
     injected = bool(actions) or (is_cache and run["rc"] != 2)
     inject_ns = min((a["t_ns"] for a in actions), default=None) if actions else (run["start"] * 1e9 if is_cache else None)
     return injected, inject_ns
+def run_transport(tools, sc, index):
+    """One `peerlab probe` of transport methods on both ordered pairs of GPUs 0 and 1, with the libraries of the
+    scenario (nothing is injected into CUDA: the UCX itself lacks CUDA)."""
+    base = {"label": sc["label"], "target": "transport", "spec": sc["spec"]}
+    if tools.gpus < 2:
+        return dict(base, outcome="skipped", detail=f"needs 2 GPUs, this machine has {tools.gpus}")
+    missing = [n for n in sc["needs"] if not os.path.isdir(n)]
+    if missing:
+        return dict(base, outcome="skipped",
+                    detail=f"{', '.join(missing)} not there (ci/transport_deps.sh brings the libraries)")
+    marker = f"{uuid.uuid4().hex[:12]}-{index}"
+    json_path = os.path.join(tools.workdir, f"transport-{index}.json")
+    argv = probe_argv(tools, sc["methods"], "0-1,1-0", json_path)
+    # A library's setup (UCX contexts, NIXL agents) takes longer than a CUDA cell.
+    argv[argv.index("--setup-timeout") + 1] = "60s"
+    env = {"PEERLAB_SCORECARD_RUN": marker}
+    env.update(sc["env"])
+    before = gpu_memory_used()
+    run = run_command(argv, env, 240)
+    leftovers, leaked = wait_cleanup(marker, before)
+    cells, fingerprint = probe_cells(json_path)
+    outcome, detail, _ = sc["check"](run, cells)
+    if run["timed_out"]:
+        outcome, detail = "misclassified", "the run did not finish in 240 s: " + detail
+    injected = sc["spec"] != "none"
+    return dict(base, argv=" ".join(argv), exit_code=run["rc"], wall_ms=round(run["wall_ms"], 1), injected=injected,
+                actions=0, outcome=outcome, detail=detail,
+                verdict_ms=round(run["wall_ms"], 1) if outcome == "detected" else None, late=False,
+                leftover_processes=leftovers, leaked_memory=leaked, fingerprint=fingerprint,
+                stderr_tail=run["stderr"].strip()[-400:] if outcome not in ("ok", "detected") else "")
 
 
 def run_scenario(tools, sc, index):
     if sc["target"] == "health":
         return run_health(tools, sc, index)
+    if sc["target"] == "transport":
+        return run_transport(tools, sc, index)
     if tools.gpus < 2:
         return {"label": sc["label"], "target": sc["target"], "outcome": "skipped",
                 "detail": f"needs 2 GPUs, this machine has {tools.gpus}"}
@@ -677,13 +763,23 @@ def main():
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
     ap.add_argument("--out", default=None, help="report file (default reports/reliability/<date>.json)")
     ap.add_argument("--only", default=None, help="regex: run only scenarios whose label or target matches")
+    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label matches")
+    ap.add_argument("--target", default=None,
+                    help="comma list: run only scenarios of these targets (probe, zcopy, alltoallv, health, transport)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    ap.add_argument("--transport-deps", default=None,
+                    help="the NIXL / UCX folder of ci/transport_deps.sh (default $PEERLAB_TRANSPORT_DEPS, .deps/transport)")
     args = ap.parse_args()
 
     tools = Tools(os.path.abspath(args.build))
+    if args.transport_deps:
+        tools.transport_deps = args.transport_deps
     gpus = gpu_memory_used()
     tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
     all_scenarios = scenarios(tools)
+    if args.target:
+        targets = set(args.target.split(","))
+        all_scenarios = [sc for sc in all_scenarios if sc["target"] in targets]
     if args.only:
         picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"]) or re.search(args.only, sc["target"])]
         # Health faults are judged against the clean health run: keep it.

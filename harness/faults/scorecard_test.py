@@ -192,8 +192,9 @@ class Summary(unittest.TestCase):
         for fault in ("none", "lie", "drop_writes", "bitflip", "enable_error", "ipc_open_fail", "copy_hang",
                       "signal_withhold", "signal_late", "kill_after_export", "cache_corrupt", "cache_stale"):
             self.assertIn(fault, names)
+        self.assertIn("ucx_no_cuda", {s["label"] for s in scenarios if s["target"] == "transport"})
         for s in scenarios:
-            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv", "moe_ll", "health"))
+            self.assertIn(s["target"], ("probe", "zcopy", "alltoallv", "moe_ll", "health", "transport"))
             self.assertTrue(callable(s["check"]))
         labels = {s["label"] for s in scenarios if s["target"] == "moe_ll"}
         for label in ("none", "moe_ll:drop_writes", "moe_ll:kill_after_export", "moe_ll:dead_peer",
@@ -207,13 +208,52 @@ class Summary(unittest.TestCase):
     def test_every_scenario_spec_is_accepted_by_peerlab_inject(self):
         import subprocess
         for s in sc.scenarios(sc.Tools("/nonexistent")):
-            if s["target"] == "health":
-                continue  # NVML faults go to the stand-in NVML, not to the interposer
+            if s["target"] in ("health", "transport"):
+                continue  # NVML faults go to the stand-in NVML; a UCX without CUDA is chosen by the environment
             if s["spec"].startswith("cache_"):
                 continue  # applied to a file that exists only during the run
             r = subprocess.run([os.environ["PEERLAB_BINARY"], "inject", "--fault", s["spec"], "--", "/bin/true"],
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, f"{s['spec']}: {r.stderr}")
+
+
+class TransportJudgement(unittest.TestCase):
+    REASON = "UCX without CUDA support: GPU memory would be treated as host memory"
+
+    def cells(self, status="unsupported", error=None, claimed=False):
+        error = error if error is not None else "rank 0: " + self.REASON + " (context memory types: host)"
+        return {(m, s, d): cell(status, error=error, claimed=claimed)
+                for m in ("ucx_put", "ucx_get") for s, d in ((0, 1), (1, 0))}
+
+    def test_every_cell_refused_with_the_reason_is_detected(self):
+        check = sc.expect_unsupported(sc.UCX_NO_CUDA_REASON)
+        self.assertEqual(check(run(), self.cells())[0], "detected")
+
+    def test_a_transfer_that_ran_or_a_refusal_without_the_reason_is_not(self):
+        check = sc.expect_unsupported(sc.UCX_NO_CUDA_REASON)
+        ran = self.cells()
+        ran[("ucx_put", 0, 1)] = cell("corrupt", claimed=True)
+        self.assertEqual(check(run(rc=1), ran)[0], "misclassified")
+        self.assertEqual(check(run(), self.cells(error="UCX not found"))[0], "misclassified")
+        self.assertEqual(check(run(), self.cells(status="ok", error=""))[0], "missed")
+        self.assertEqual(check(run(), {})[0], "misclassified")
+        self.assertEqual(check(run(rc=4), None)[0], "misclassified")
+
+    def test_a_claimed_refusal_or_a_failing_exit_code_is_not(self):
+        check = sc.expect_unsupported(sc.UCX_NO_CUDA_REASON)
+        self.assertEqual(check(run(), self.cells(claimed=True))[0], "misclassified")
+        self.assertEqual(check(run(rc=1), self.cells())[0], "misclassified")
+
+    def test_missing_libraries_skip_with_the_reason(self):
+        tools = sc.Tools("/nonexistent")
+        tools.gpus = 2
+        tools.transport_deps = "/nonexistent/deps"
+        for s in sc.scenarios(tools):
+            if s["target"] != "transport":
+                continue
+            r = sc.run_scenario(tools, s, 0)
+            self.assertEqual(r["outcome"], "skipped")
+            self.assertIn("ci/transport_deps.sh", r["detail"])
 
 
 def health(**rows):

@@ -232,7 +232,11 @@ TEST(Checks, DataFailuresAndCoverage) {
   EXPECT_NE(named(checks, "alltoallv: results ran and verified")->reason.find("nothing of peerlab's was measured"),
             std::string::npos);
   // One the plan ran: a failure.
-  f.plan.jobs.push_back({"alltoallv", "alltoallv_bench", {}, {}, std::nullopt, std::nullopt, 2, 60, "alltoallv x2"});
+  BenchJob a2a;
+  a2a.suite = "alltoallv";
+  a2a.binary = "alltoallv_bench";
+  a2a.ranks = 2;
+  f.plan.jobs.push_back(a2a);
   EXPECT_TRUE(named(f.evaluate(), "alltoallv: results ran and verified")->failed());
 
   // Copy-engine results that never reach the size the expectation needs: the sweep checks nothing, which must not

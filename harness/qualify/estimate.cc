@@ -261,7 +261,8 @@ JobEstimate estimateJob(const BenchJob& job, const Plan& plan) {
   JobEstimate e;
   if (job.suite == "peer_copy") {
     e = peerCopy(job, plan, full);
-  } else if (job.suite == "zcopy") {
+  } else if (job.suite == "zcopy" || job.suite == "transport") {
+    // transport: per pair, one two-process bench per library (or zcopy_bench's baseline rows) at zcopy's sizes.
     e = zcopy(job, plan, full);
   } else if (job.suite == "alltoallv" || job.suite == "moe") {
     e = alltoallv(job, plan, full, job.suite == "alltoallv");

@@ -301,6 +301,12 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
                            std::to_string(gpus));
       continue;
     }
+    if (spec.unavailable) {
+      if (const std::string why = spec.unavailable(); !why.empty()) {
+        plan.notes.push_back(spec.name + ": not available: " + why);
+        continue;
+      }
+    }
     for (BenchJob& job :
          jobsFor(spec, options.mode, gpus, pairs, options.pairs.empty() || pairs.size() == topo.pairs.size())) {
       plan.jobs.push_back(std::move(job));

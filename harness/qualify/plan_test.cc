@@ -7,6 +7,8 @@
 
 #include "harness/qualify/estimate.h"
 #include "harness/qualify/runner.h"
+#include "reference/testing/guards.h"
+#include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
@@ -132,7 +134,10 @@ TEST(Plan, UnknownLinksAreUnknownNeverZero) {
   EXPECT_FALSE(ce->gbps.has_value());
   EXPECT_EQ(ce->basis.rfind("unknown: ", 0), 0u) << ce->basis;
   ASSERT_FALSE(unknown.notes.empty());
-  EXPECT_NE(unknown.notes[0].find("does not say how 2 pair(s) are linked"), std::string::npos) << unknown.notes[0];
+  bool said = false;
+  for (const std::string& n : unknown.notes)
+    said |= n.find("does not say how 2 pair(s) are linked") != std::string::npos;
+  EXPECT_TRUE(said) << formatPlan(unknown);
   const nlohmann::json j = toJson(unknown);
   bool sawNull = false;
   for (const auto& e : j["expectations"]) {
@@ -148,6 +153,58 @@ TEST(Plan, UnknownLinksAreUnknownNeverZero) {
   ASSERT_NE(pcie, nullptr);
   EXPECT_FALSE(pcie->gbps.has_value());
   EXPECT_NE(pcie->basis.find("PCIe rate of GPU0"), std::string::npos) << pcie->basis;
+}
+
+// transport runs where NIXL or a UCX with its CUDA module is found, and is listed as not available otherwise.
+TEST(Plan, TransportRunsOnlyWhereALibraryIsFound) {
+  testing::TempDir tmp("peerlab-plan-transport");
+  testing::ScopedEnv no_nixl("PEERLAB_NIXL_DIR", (tmp.path() + "/none").c_str());
+  testing::ScopedEnv no_nixl_file("PEERLAB_NIXL_LIBRARY", nullptr);
+  testing::ScopedEnv no_ucx_file("PEERLAB_UCX_LIBRARY", nullptr);
+  {
+    testing::ScopedEnv ucx("PEERLAB_UCX_DIR", (tmp.path() + "/none").c_str());
+    PlanOptions o;
+    o.suites = {"transport"};
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(2), config(), o));
+    EXPECT_TRUE(plan.jobs.empty());
+    bool listed = false;
+    for (const std::string& n : plan.notes)
+      listed |= n.rfind("transport: not available: neither NIXL nor UCX with CUDA found", 0) == 0;
+    EXPECT_TRUE(listed) << formatPlan(plan);
+  }
+  // A UCX tree with the CUDA module: one transport_bench process (UCX) and the zcopy baseline per pair.
+  std::filesystem::create_directories(tmp.path() + "/ucx/lib/ucx");
+  ASSERT_TRUE(testing::writeFile(tmp.path() + "/ucx/lib/libucp.so.0", ""));
+  ASSERT_TRUE(testing::writeFile(tmp.path() + "/ucx/lib/ucx/libuct_cuda.so.0", ""));
+  testing::ScopedEnv ucx("PEERLAB_UCX_DIR", (tmp.path() + "/ucx").c_str());
+  PlanOptions o;
+  o.suites = {"transport"};
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(2), config(), o));
+  ASSERT_EQ(plan.jobs.size(), 4u) << formatPlan(plan);
+  int transport = 0, baseline = 0;
+  for (const BenchJob& j : plan.jobs) {
+    EXPECT_EQ(j.suite, "transport");
+    EXPECT_EQ(j.ranks, 2);
+    if (j.binary == "transport_bench") {
+      ++transport;
+      EXPECT_NE(std::find(j.env.begin(), j.env.end(), "PEERLAB_TRANSPORT_LIBRARY=ucx"), j.env.end());
+    } else {
+      ++baseline;
+      EXPECT_EQ(j.binary, "zcopy_bench");
+      EXPECT_NE(j.args.back().find("peerlab.get|peerlab.put|nccl.sendrecv"), std::string::npos) << j.args.back();
+    }
+  }
+  EXPECT_EQ(transport, 2);
+  EXPECT_EQ(baseline, 2);
+  // Its figures come from the links like every pair suite's.
+  const Expectation* e = find(plan, "transport_ucx_put", 0, 1);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->gbps.has_value());
+  EXPECT_NEAR(*e->gbps, 18 * 26.5625 * 0.63, 0.01);
+  // Without the CUDA module, UCX alone does not make the suite available.
+  std::filesystem::remove(tmp.path() + "/ucx/lib/ucx/libuct_cuda.so.0");
+  PEERLAB_ASSERT_OK_AND_ASSIGN(Plan none, makePlan(nvswitchBox(2), config(), o));
+  EXPECT_TRUE(none.jobs.empty());
 }
 
 TEST(Plan, HostScopesUseEachGpusOwnLink) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "reference/transport/transport.h"
+
 namespace peerlab::qualify {
 
 // Benchmark names as the benches register them (Google Benchmark appends "/iterations:1/manual_time", so a size is
@@ -14,6 +16,9 @@ namespace peerlab::qualify {
 //   alltoallv_bench  alltoallv/<impl>/[graph/]{uniform,skewed}/bytes:N, moe/<impl>/[graph/]T=N (suites alltoallv and
 //                    moe; the alltoallv process runs both, moe alone runs only the moe rows)
 //   probe_bench      BM_ProbeMatrix
+//   transport_bench  BM_Transport/<impl>/{uni,wait/<mode>/uni}/a->b/bytes:N, the pair from PEERLAB_ZCOPY_DEVICES and
+//   the
+//                    library from PEERLAB_TRANSPORT_LIBRARY (suite transport, with zcopy_bench's baseline rows)
 //   host_copy_bench  BM_HostCopy/<impl>/{h2d,d2h,bidir}/gpu:G/numa:{local,remote}/bytes:N,
 //                    BM_HostCopy/<impl>/{all_h2d,all_d2h}/bytes:N, BM_HostLatency/peerlab.sm/latency/gpu:G/numa:local,
 //                    BM_DeviceLocal/peerlab.ce/device_local/gpu:G/bytes:N
@@ -56,6 +61,51 @@ std::string noFilter(const std::string&, const std::vector<std::pair<int, int>>&
   return "";
 }
 
+// transport: NIXL found, and UCX with its CUDA module found (transport.h says where each is looked for).
+std::string transportUnavailable() {
+  const transport::Found nixl = transport::findLibrary(transport::Library::kNixl);
+  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+  if (nixl.found || (ucx.found && ucx.cuda_module)) return "";
+  return "neither NIXL nor UCX with CUDA found (" + nixl.describe(transport::Library::kNixl) + "; " +
+         ucx.describe(transport::Library::kUcx) + "; set PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)";
+}
+
+// Per ordered pair: one transport_bench process per library found (never both in one process), and zcopy_bench's
+// peerlab.get / peerlab.put / nccl.sendrecv rows at the same sizes, so the run file holds them side by side.
+std::vector<BenchJob> transportJobs(const std::string& mode, int, const std::vector<std::pair<int, int>>& pairs, bool) {
+  const std::string sizes = mode == "full" ? "[0-9]+" : "(8|4096|65536|67108864|268435456|1073741824)";
+  std::vector<std::string> libraries;
+  if (transport::findLibrary(transport::Library::kNixl).found) libraries.push_back("nixl");
+  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+  if (ucx.found && ucx.cuda_module) libraries.push_back("ucx");
+  std::vector<BenchJob> jobs;
+  for (const auto& [s, d] : pairs) {
+    const std::string pair = std::to_string(s) + "," + std::to_string(d);
+    auto job = [&](const std::string& binary, const std::string& filter, const std::string& what, double budget) {
+      BenchJob j;
+      j.suite = "transport";
+      j.binary = binary;
+      j.args = {"--ranks=2", "--benchmark_filter=" + filter};
+      j.env = {"PEERLAB_ZCOPY_DEVICES=" + pair};
+      j.src = s;
+      j.dst = d;
+      j.ranks = 2;
+      j.deadline_s = mode == "full" ? 4 * budget : budget;
+      j.budget_s = j.deadline_s;  // estimate.cc replaces it with its model
+      j.label = "transport " + what + " " + std::to_string(s) + "->" + std::to_string(d);
+      return j;
+    };
+    for (const std::string& lib : libraries) {
+      BenchJob j = job("transport_bench", "/bytes:" + sizes + "/", lib, 45);
+      j.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
+      jobs.push_back(j);
+    }
+    jobs.push_back(job("zcopy_bench", "^BM_Zcopy/(peerlab.get|peerlab.put|nccl.sendrecv)/uni/.*/bytes:" + sizes + "/",
+                       "baseline", 30));
+  }
+  return jobs;
+}
+
 }  // namespace
 
 std::string pairRegex(const std::vector<std::pair<int, int>>& pairs, bool all_pairs) {
@@ -90,6 +140,19 @@ const std::vector<SuiteSpec>& suiteSpecs() {
     // MoE dispatch/combine rows come from alltoallv_bench: named alone, only they run.
     s.push_back({"moe", "alltoallv_bench", JobShape::kCollective, 2, 60, 300, moeFilter,
                  "MoE dispatch/combine over the alltoallv (part of the alltoallv suite's process)", false});
+    // NIXL and UCX between two processes, where either is found (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the loader).
+    SuiteSpec transport{"transport",
+                        "transport_bench",
+                        JobShape::kPerPair,
+                        2,
+                        75,
+                        300,
+                        noFilter,
+                        "NIXL write/read and UCX put/get of GPU memory between two processes, with the CPU cost of "
+                        "waiting, beside peerlab.get/put and NCCL send/recv"};
+    transport.unavailable = transportUnavailable;
+    transport.jobs = transportJobs;
+    s.push_back(transport);
     return s;
   }();
   return specs;
@@ -104,7 +167,8 @@ const SuiteSpec* findSuite(const std::string& name) {
 
 std::vector<std::string> qualifyDefaultSuites() {
   // The probe's speed (probe_bench) is a benchmark, not a health figure: qualify runs the verified probe itself.
-  return {"peer_copy", "zcopy", "alltoallv", "host_copy"};
+  // transport runs where NIXL or CUDA-enabled UCX is found; elsewhere the plan lists it as not available.
+  return {"peer_copy", "zcopy", "alltoallv", "host_copy", "transport"};
 }
 
 std::string qualifyDefaultSuitesText() {
@@ -131,6 +195,7 @@ std::string suiteNames() {
 
 std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const std::string& mode, int gpus,
                               const std::vector<std::pair<int, int>>& pairs, bool all_pairs) {
+  if (spec.jobs) return spec.jobs(mode, gpus, pairs, all_pairs);
   std::vector<std::string> common;
   const std::string filter = spec.filter ? spec.filter(mode, pairs, all_pairs) : "";
   if (!filter.empty()) common.push_back("--benchmark_filter=" + filter);

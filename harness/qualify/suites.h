@@ -14,6 +14,9 @@
 
 namespace peerlab::qualify {
 
+/// One benchmark process (stored with the plan in a run file).
+using BenchJob = report::PlanJob;
+
 /// How a suite covers the GPUs.
 enum class JobShape {
   kWholeMachine,  ///< one process; the benchmark iterates the visible pairs itself (pairs passed as a filter)
@@ -34,24 +37,27 @@ struct SuiteSpec {
       filter;
   std::string description;
   bool in_all = true;  ///< run when no suite is named (false for views of another suite's binary, e.g. moe)
+  /// Where set: why the suite cannot run on this machine, "" when it can (the plan lists it as not available).
+  std::function<std::string()> unavailable = nullptr;
+  /// Where set: the suite's processes for a mode, the GPUs and the pairs, instead of what its shape gives.
+  std::function<std::vector<BenchJob>(const std::string& mode, int gpus, const std::vector<std::pair<int, int>>& pairs,
+                                      bool all_pairs)>
+      jobs = nullptr;
 };
 
 /// Every suite, in run order.
 const std::vector<SuiteSpec>& suiteSpecs();
 /// The spec of a suite by name, nullptr when unknown.
 const SuiteSpec* findSuite(const std::string& name);
-/// "peer_copy, zcopy, alltoallv, moe, probe"
+/// "peer_copy, zcopy, alltoallv, moe, probe, ..."
 std::string suiteNames();
 /// The suites qualify runs when none is named (its --help lists them from here), in run order.
 std::vector<std::string> qualifyDefaultSuites();
-/// "peer_copy,zcopy,alltoallv,host_copy"
+/// "peer_copy,zcopy,alltoallv,host_copy,transport"
 std::string qualifyDefaultSuitesText();
 /// Every executable qualify and bench can start: each suite's binary and `peerlab` itself (the probe's parent and
 /// worker), without duplicates.
 std::vector<std::string> plannedExecutables();
-
-/// One benchmark process (stored with the plan in a run file).
-using BenchJob = report::PlanJob;
 
 /// The regex alternatives naming ordered pairs the way the benchmarks do: "0->1" one way, "0<->1" both ways
 /// ("[0-9]+<?->[0-9]+" when every pair is covered).

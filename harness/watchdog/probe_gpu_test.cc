@@ -58,7 +58,7 @@ TEST(ProbeGpu, EveryOrderedPairAndMethodVerifiesAtBothSizes) {
   const int n = session->inventory().count();
   PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, session->run());
   session->stop();
-  ASSERT_EQ(r.cells.size(), static_cast<size_t>(kMethodCount * 2 * n * (n - 1)));
+  ASSERT_EQ(r.cells.size(), kAllMethods.size() * 2 * n * (n - 1));
   for (const CellReport& c : r.cells) {
     EXPECT_EQ(c.result.verdict, Verdict::kOk) << describe(c);
     EXPECT_TRUE(c.claimed) << describe(c) << " (the driver denies this pair on a machine expected to have P2P)";

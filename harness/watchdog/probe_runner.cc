@@ -17,6 +17,8 @@
 
 #include "harness/watchdog/probe_protocol.h"
 #include "reference/core/devices.h"
+#include "reference/core/files.h"
+#include "reference/core/local_bootstrap.h"
 #include "reference/nccl/comm.h"
 
 namespace peerlab::probe {
@@ -420,6 +422,177 @@ struct ProbeSession::Impl {
       solo.push_back(id);
   }
 
+  // ---- transport methods: one pair of workers per library (NIXL and UCX never share a process) ----
+
+  struct TransportPair {
+    std::string library;
+    Worker owner{Role::kOwner};
+    Worker importer{Role::kImporter};
+    TempDir sockets;  // the pair's local bootstrap
+    bool ready = false;
+    int starts = 0;
+  };
+  std::map<std::string, std::unique_ptr<TransportPair>> transport;
+
+  void retirePair(TransportPair& p) {
+    retire(p.importer);
+    retire(p.owner);
+    p.ready = false;
+  }
+
+  Status startPair(TransportPair& p) {
+    retirePair(p);
+    if (p.starts++ > 0) PEERLAB_RETURN_IF_ERROR(countRestart());
+    PEERLAB_ASSIGN_OR_RETURN(p.sockets, TempDir::make("peerlab-probe-" + p.library));
+    auto body = [&]() -> Status {
+      for (Worker* w : {&p.owner, &p.importer}) {
+        watchdog::SpawnOptions so;
+        so.argv = opt.worker_argv;
+        so.env = opt.worker_env;
+        so.env.push_back(std::string(kTransportWorkerEnv) + "=" + p.library);
+        for (std::string& e : localRankEnvironment(w->role == Role::kOwner ? 0 : 1, 2, p.sockets.path()))
+          so.env.push_back(std::move(e));
+        auto child = watchdog::Child::spawn(so);
+        if (!child.isOk()) return child.status().withContext("starting the " + p.library + " " + w->name());
+        w->child = std::move(child).value();
+        w->spawned = true;
+        ++starts;
+      }
+      for (Worker* w : {&p.owner, &p.importer}) {
+        PEERLAB_ASSIGN_OR_RETURN(Inventory inv, awaitInventory(*w));
+        PEERLAB_RETURN_IF_ERROR(checkInventory(*w, inv));
+        PEERLAB_RETURN_IF_ERROR(sendSetup(*w));
+      }
+      // Both connect to each other inside their setup: neither answers before the other arrived.
+      for (Worker* w : {&p.owner, &p.importer}) {
+        PEERLAB_ASSIGN_OR_RETURN(Incoming in, receive(*w, setupDeadline(), "setup"));
+        if (in.msg.type != MessageType::kReady) {
+          return PEERLAB_INTERNAL(w->name() + " sent " + std::string(messageTypeName(in.msg.type)) +
+                                  " instead of ready");
+        }
+        if (!in.msg.ready.error.empty()) return PEERLAB_INTERNAL(w->name() + " setup failed: " + in.msg.ready.error);
+        w->timings = std::move(in.msg.ready.timings);
+        w->ready = true;
+      }
+      p.ready = true;
+      return Status::ok();
+    };
+    Status st = body();
+    if (!st.isOk()) retirePair(p);
+    return st.withContext(p.library + " transport workers");
+  }
+
+  // One worker's answer to a one-cell batch: the cell, then the end of the batch.
+  Exchange collectOne(Worker& w, uint32_t id, Deadline deadline) {
+    Exchange ex;
+    auto fail = [&](Verdict v, std::string why) {
+      ex.failed = true;
+      ex.verdict = v;
+      ex.why = std::move(why);
+    };
+    bool batch_done = false;
+    while (!ex.failed && !batch_done) {
+      auto msg = w.child.receive(deadline);
+      if (!msg.isOk()) {
+        if (msg.status().code() == StatusCode::kTimeout) {
+          fail(Verdict::kHang,
+               "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() + " killed");
+        } else if (msg.status().code() == StatusCode::kUnavailable) {
+          fail(Verdict::kError, describeDeath(w));
+        } else {
+          fail(Verdict::kError, w.name() + ": " + msg.status().message());
+        }
+        break;
+      }
+      auto decoded = decode(msg->bytes);
+      if (!decoded.isOk()) {
+        fail(Verdict::kError, w.name() + " answered garbage (" + decoded.status().message() + "); killed");
+        break;
+      }
+      if (decoded->type == MessageType::kCellDone) {
+        if (decoded->cell.id != id || decoded->cell.seed != reports[id].spec.seed) {
+          fail(Verdict::kError, w.name() + " answered with a wrong payload (seed echo differs); killed");
+          break;
+        }
+        ex.answers[id] = std::move(decoded->cell);
+        deadline = Deadline::after(opt.cell_timeout);
+      } else if (decoded->type == MessageType::kBatchDone) {
+        batch_done = true;
+        if (!decoded->batch_done.fatal.empty()) fail(Verdict::kError, w.name() + ": " + decoded->batch_done.fatal);
+      } else {
+        fail(Verdict::kError,
+             w.name() + " sent an unexpected " + std::string(messageTypeName(decoded->type)) + " message; killed");
+      }
+    }
+    return ex;
+  }
+
+  // The library's claim is its capability check: a cell it did not refuse was claimed.
+  void finalizeTransport(uint32_t id, CellResult r) {
+    reports[id].claimed = r.verdict != Verdict::kUnsupported;
+    finalize(id, std::move(r));
+  }
+
+  void runTransport(const std::string& library, uint32_t id) {
+    if (admit({id}).empty()) return;
+    auto& slot = transport[library];
+    if (!slot) {
+      slot = std::make_unique<TransportPair>();
+      slot->library = library;
+    }
+    TransportPair& p = *slot;
+    if (!p.ready) {
+      if (Status st = startPair(p); !st.isOk()) {
+        finalizeError(id, Verdict::kError, "could not be started: " + st.message());
+        return;
+      }
+    }
+    RunRequest req;
+    req.phase = Phase::kLocal;
+    req.timeout_ms = timeoutMs();
+    req.cells.push_back(reports[id].spec);
+    const auto frame = encode(req);
+    for (Worker* w : {&p.owner, &p.importer}) {
+      if (Status st = w->child.send(frame, Deadline::after(opt.cell_timeout)); !st.isOk()) {
+        const std::string why = st.code() == StatusCode::kUnavailable ? describeDeath(*w) : st.toString();
+        retirePair(p);
+        finalizeError(id, Verdict::kError, why);
+        return;
+      }
+    }
+    // The importer moves the data: its answer (or its silence) decides a hang; the owner waits for it.
+    const Exchange a = collectOne(p.importer, id, Deadline::after(opt.cell_timeout));
+    const Exchange b = a.failed ? Exchange{} : collectOne(p.owner, id, Deadline::after(opt.cell_timeout));
+    if (a.failed || b.failed) {
+      const Exchange& bad = a.failed ? a : b;
+      retirePair(p);
+      // An answer that came before the failure still says what happened to the cell.
+      auto answered = bad.answers.find(id);
+      if (answered != bad.answers.end() && answered->second.verdict != Verdict::kOk) {
+        finalizeTransport(id, answered->second);
+      } else {
+        CellResult r;
+        r.verdict = bad.verdict;
+        r.error = bad.why;
+        r.time_us = bad.verdict == Verdict::kHang ? static_cast<uint64_t>(opt.cell_timeout.count()) * 1000 : 0;
+        finalizeTransport(id, r);
+      }
+      return;
+    }
+    const CellResult& init = a.answers.at(id);
+    const CellResult& own = b.answers.at(id);
+    // The side that owns the destination checked it; a failure on either side is the cell's verdict.
+    const bool write = pushedBySource(reports[id].spec.method);
+    CellResult r = write ? own : init;
+    const CellResult& other = write ? init : own;
+    if (r.verdict == Verdict::kOk && other.verdict != Verdict::kOk) {
+      r.verdict = other.verdict;
+      r.error = other.error;
+    }
+    r.time_us = std::max(init.time_us, own.time_us);
+    finalizeTransport(id, r);
+  }
+
   void runLocal(const std::vector<uint32_t>& ids, bool alone) {
     const auto runnable = admit(ids);
     if (runnable.empty()) return;
@@ -591,7 +764,7 @@ StatusOr<ProbeResult> ProbeSession::run() {
     const auto rounds = planRounds(pairs);
     auto batches = [&](bool ipc) {
       for (Method m : s.opt.methods) {
-        if (isIpcMethod(m) != ipc) continue;
+        if (isIpcMethod(m) != ipc || isTransportMethod(m)) continue;
         for (uint64_t bytes : s.opt.sizes) {
           for (const auto& round : rounds) {
             std::vector<uint32_t> ids;
@@ -623,13 +796,33 @@ StatusOr<ProbeResult> ProbeSession::run() {
       batches(true);
       s.phases.push_back({"ipc_cells", msSince(t)});
     }
+    const bool any_transport = std::any_of(s.opt.methods.begin(), s.opt.methods.end(), isTransportMethod);
+    if (any_transport) {
+      // One cell at a time: both workers of a library's pair take part in every cell.
+      t = Clock::now();
+      for (Method m : s.opt.methods) {
+        if (!isTransportMethod(m)) continue;
+        for (uint64_t bytes : s.opt.sizes) {
+          for (const Pair& p : pairs)
+            s.runTransport(std::string(transportLibraryOf(m)), index.at({m, bytes, p.first, p.second}));
+        }
+      }
+      for (auto& [lib, pair] : s.transport) {
+        for (Worker* w : {&pair->owner, &pair->importer}) {
+          if (w->spawned) (void)w->child.send(encode(Quit{}), Deadline::afterMs(1000));
+        }
+      }
+      s.phases.push_back({"transport_cells", msSince(t)});
+    }
     if (!s.solo.empty()) {
       t = Clock::now();
       while (!s.solo.empty()) {
         const uint32_t id = s.solo.front();
         s.solo.pop_front();
         if (s.done[id]) continue;
-        if (isIpcMethod(s.reports[id].spec.method)) {
+        if (isTransportMethod(s.reports[id].spec.method)) {
+          s.runTransport(std::string(transportLibraryOf(s.reports[id].spec.method)), id);
+        } else if (isIpcMethod(s.reports[id].spec.method)) {
           s.runIpc({id}, true);
         } else {
           s.runLocal({id}, true);
@@ -672,7 +865,19 @@ void ProbeSession::stop() {
       w->spawned = false;
     }
   }
-  for (Worker* w : {&impl_->owner, &impl_->importer}) {
+  std::vector<Worker*> all = {&impl_->owner, &impl_->importer};
+  for (auto& [lib, pair] : impl_->transport) {
+    all.push_back(&pair->owner);
+    all.push_back(&pair->importer);
+    if (!pair->owner.ready || !pair->importer.ready) {
+      // A pair that never finished its setup may wait on each other in the bootstrap: killed, not asked.
+      impl_->retirePair(*pair);
+    }
+  }
+  for (size_t i = 2; i < all.size(); ++i) {
+    if (all[i]->spawned && all[i]->ready) (void)all[i]->child.send(encode(Quit{}), Deadline::afterMs(200));
+  }
+  for (Worker* w : all) {
     if (!w->spawned) continue;
     if (!w->child.wait(Deadline::afterMs(10000)).isOk()) (void)w->child.kill(kKillGrace);
     w->spawned = false;
@@ -789,10 +994,18 @@ int probeWorkerMain() {
     (void)channel->send(encode(Fatal{inject.status().message()}), Deadline::afterMs(5000));
     return 2;
   }
-  std::unique_ptr<Backend> backend = makeCudaBackend(*inject);
+  const char* transport = std::getenv(kTransportWorkerEnv);
+  std::unique_ptr<Backend> backend =
+      transport && *transport ? makeTransportBackend(transport, *inject) : makeCudaBackend(*inject);
   const int rc = serveWorker(*channel, *backend, *inject);
-  // After a failure the GPU state is unknown: leave the teardown to process exit instead of waiting on it.
+  // After a failure the GPU state is unknown: leave the teardown to process exit instead of waiting on it. A transport
+  // worker also leaves without running the libraries' exit handlers (NIXL's bundled libraries can fault in theirs).
   if (rc != 0) std::_Exit(rc);
+  if (transport && *transport) {
+    backend.reset();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   backend.reset();
   return 0;
 }
@@ -819,7 +1032,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
     r.name = std::string(methodName(c.spec.method)) + "/" + std::to_string(c.spec.bytes);
     r.src = c.spec.src;
     r.dst = c.spec.dst;
-    r.ranks = isIpcMethod(c.spec.method) ? 2 : 1;
+    r.ranks = isIpcMethod(c.spec.method) || isTransportMethod(c.spec.method) ? 2 : 1;
     r.bytes = static_cast<double>(c.spec.bytes);
     if (c.result.time_us > 0) r.time_us = static_cast<double>(c.result.time_us);
     const bool checked = c.result.verdict == Verdict::kOk || c.result.verdict == Verdict::kCorrupt;

@@ -76,7 +76,7 @@ void expectNoChildren() {
 
 TEST(ProbeRunner, HealthyStandInVerifiesEveryCell) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, probe(standin()));
-  EXPECT_EQ(r.cells.size(), static_cast<size_t>(kMethodCount * 2 * kGpus * (kGpus - 1)));
+  EXPECT_EQ(r.cells.size(), kAllMethods.size() * 2 * kGpus * (kGpus - 1));
   for (const CellReport& c : r.cells) {
     EXPECT_EQ(c.result.verdict, Verdict::kOk) << c.result.error;
     EXPECT_TRUE(c.claimed);
@@ -159,6 +159,67 @@ TEST(ProbeRunner, WrongPayloadIsAnError) {
   EXPECT_EQ(c.result.verdict, Verdict::kError);
   EXPECT_NE(c.result.error.find("wrong payload"), std::string::npos) << c.result.error;
   expectOthersOk(r, Method::kCeWrite, 1, 2, 4096);
+  expectNoChildren();
+}
+
+RunnerOptions transportStandin(const std::string& inject = "", const std::string& transport = "") {
+  RunnerOptions opt = standin(inject);
+  opt.methods = {Method::kCeWrite, Method::kNixlWrite, Method::kNixlRead, Method::kUcxPut, Method::kUcxGet};
+  opt.worker_env.push_back("PEERLAB_STANDIN_TRANSPORT=" + transport);
+  return opt;
+}
+
+TEST(ProbeRunner, TransportCellsRunInAPairOfWorkersPerLibrary) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, probe(transportStandin()));
+  ASSERT_EQ(r.cells.size(), 5u * 2 * kGpus * (kGpus - 1));
+  for (const CellReport& c : r.cells) {
+    EXPECT_EQ(c.result.verdict, Verdict::kOk) << methodName(c.spec.method) << ": " << c.result.error;
+    if (!isTransportMethod(c.spec.method)) continue;
+    EXPECT_TRUE(c.claimed) << "the library's capability check passed: it claims the cell";
+    EXPECT_EQ(c.result.path, Path::kIpc);
+    EXPECT_EQ(c.result.words, c.spec.bytes / kWordBytes) << "the checking side's answer is the cell's";
+  }
+  // The CUDA owner, then two workers for NIXL and two for UCX; no importer for the CUDA methods.
+  EXPECT_EQ(r.workers_started, 5);
+  EXPECT_EQ(r.restarts, 0);
+  expectNoChildren();
+}
+
+TEST(ProbeRunner, TransportWithoutCudaIsUnsupportedNotALie) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, probe(transportStandin("", "unsupported")));
+  const CellReport& c = cell(r, Method::kUcxPut, 0, 1, 4096);
+  EXPECT_EQ(c.result.verdict, Verdict::kUnsupported);
+  EXPECT_FALSE(c.claimed);
+  EXPECT_NE(c.result.error.find("UCX without CUDA support: GPU memory would be treated as host memory"),
+            std::string::npos)
+      << c.result.error;
+  EXPECT_TRUE(claimsHold(r.cells));
+  EXPECT_EQ(cell(r, Method::kCeWrite, 0, 1, 4096).result.verdict, Verdict::kOk);
+  expectNoChildren();
+}
+
+TEST(ProbeRunner, TransportHangKillsOnlyThatLibrarysPair) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r, probe(transportStandin("hang:ucx_put:0:1:4096")));
+  const CellReport& c = cell(r, Method::kUcxPut, 0, 1, 4096);
+  EXPECT_EQ(c.result.verdict, Verdict::kHang) << c.result.error;
+  EXPECT_TRUE(c.claimed);
+  EXPECT_FALSE(claimsHold(r.cells)) << "a claimed cell that hangs fails the probe";
+  expectOthersOk(r, Method::kUcxPut, 0, 1, 4096);
+  // The UCX pair started twice, NIXL's once.
+  EXPECT_EQ(r.workers_started, 7);
+  expectNoChildren();
+}
+
+TEST(ProbeRunner, TransportCorruptionIsFoundByTheCheckingSide) {
+  // A read is checked by the importer (it owns the destination), a write by the owner.
+  PEERLAB_ASSERT_OK_AND_ASSIGN(ProbeResult r,
+                               probe(transportStandin("corrupt:nixl_read:1:2:4096,corrupt:ucx_put:2:0")));
+  const CellReport& read = cell(r, Method::kNixlRead, 1, 2, 4096);
+  EXPECT_EQ(read.result.verdict, Verdict::kCorrupt);
+  EXPECT_EQ(read.result.first_bad, 2048u);
+  EXPECT_EQ(cell(r, Method::kUcxPut, 2, 0, 4096).result.verdict, Verdict::kCorrupt);
+  EXPECT_EQ(cell(r, Method::kUcxPut, 2, 0, 1 << 20).result.verdict, Verdict::kCorrupt);
+  EXPECT_EQ(cell(r, Method::kUcxGet, 2, 0, 4096).result.verdict, Verdict::kOk);
   expectNoChildren();
 }
 
@@ -401,7 +462,7 @@ TEST_F(ProbeCli, ExitCodesAndRunFile) {
   EXPECT_NE(ok.out.find("sm_store"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("0 claimed-yes failures"), std::string::npos) << ok.out;
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, report::readRun(json));
-  EXPECT_EQ(run.results.size(), static_cast<size_t>(kMethodCount * 2 * kGpus * (kGpus - 1) + 1));
+  EXPECT_EQ(run.results.size(), kAllMethods.size() * 2 * kGpus * (kGpus - 1) + 1);
 
   CliRun bad = cli({"--no-cache", "--json", json, "--bytes", "1M"}, {"PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1:4096"});
   EXPECT_EQ(bad.exit_code, 1) << bad.err << bad.out;

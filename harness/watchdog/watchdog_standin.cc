@@ -125,13 +125,23 @@ class FakeBackend final : public Backend {
       const bool ipc = isIpcMethod(c.method);
       const bool peer = !denied(pushedBySource(c.method) ? c.src : c.dst, pushedBySource(c.method) ? c.dst : c.src);
       r.path = ipc ? Path::kIpc : (peer ? Path::kPeer : Path::kStaged);
-      if (!peer && (!usesCopyEngine(c.method))) {
+      if (isTransportMethod(c.method)) {
+        // A transport worker (PEERLAB_PROBE_TRANSPORT): both sides of the pair answer every cell.
+        r.path = Path::kIpc;
+        if (const char* t = std::getenv("PEERLAB_STANDIN_TRANSPORT"); t && std::string(t) == "unsupported") {
+          r.verdict = Verdict::kUnsupported;
+          r.path = Path::kNone;
+          r.error = "rank 0: UCX without CUDA support: GPU memory would be treated as host memory (stand-in)";
+        }
+        const bool checker = (role_ == Role::kOwner) == pushedBySource(c.method);
+        if (checker && r.verdict == Verdict::kOk) r.words = c.bytes / kWordBytes;
+      } else if (!peer && (!usesCopyEngine(c.method))) {
         r.verdict = Verdict::kUnsupported;
         r.path = Path::kNone;
         r.error = "peer access not supported (stand-in)";
       }
       const bool checks = req.phase == Phase::kLocal || req.phase == Phase::kCheck;
-      if (checks && r.verdict == Verdict::kOk) r.words = c.bytes / kWordBytes;
+      if (checks && r.verdict == Verdict::kOk && !isTransportMethod(c.method)) r.words = c.bytes / kWordBytes;
       switch (inject_.find(c, role_, req.phase).value_or(FaultKind::kPayload)) {
         case FaultKind::kHang:
           sleepForever();

@@ -83,5 +83,14 @@ class Backend {
 
 /// The CUDA backend. `inject` carries the faults this process applies itself (corrupt, hang, error).
 std::unique_ptr<Backend> makeCudaBackend(InjectPlan inject);
+/// Versions, GPUs and the driver's claims, creating no context (what every backend's inventory() answers).
+Inventory collectInventory();
+
+/// The environment variable that makes `peerlab probe-worker` a transport worker: "nixl" or "ucx".
+inline constexpr const char* kTransportWorkerEnv = "PEERLAB_PROBE_TRANSPORT";
+/// The backend of a transport worker for `library` ("nixl" or "ucx"): the owner (bootstrap rank 0) offers a source
+/// and a destination buffer on every GPU and checks writes; the importer (rank 1) initiates every transfer and
+/// checks reads. The two meet over the local bootstrap the parent describes in their environment.
+std::unique_ptr<Backend> makeTransportBackend(const std::string& library, InjectPlan inject);
 
 }  // namespace peerlab::probe

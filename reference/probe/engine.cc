@@ -152,7 +152,9 @@ class CudaBackend final : public Backend {
   std::vector<Status> peer_;  // [from * n + to]: cudaDeviceEnablePeerAccess from `from` to `to`
 };
 
-Inventory CudaBackend::inventory() {
+}  // namespace
+
+Inventory collectInventory() {
   Inventory inv;
   DriverVersions v = driverVersions();
   inv.driver_api = v.driver_api;
@@ -161,7 +163,6 @@ Inventory CudaBackend::inventory() {
   auto devices = listDevices();
   if (!devices.isOk()) {
     inv.error = devices.status().message();
-    inv_ = inv;
     return inv;
   }
   const int n = static_cast<int>(devices->size());
@@ -212,8 +213,14 @@ Inventory CudaBackend::inventory() {
       }
     }
   }
-  inv_ = inv;
   return inv;
+}
+
+namespace {
+
+Inventory CudaBackend::inventory() {
+  inv_ = collectInventory();
+  return inv_;
 }
 
 Status CudaBackend::createVmm(int d, Device& D) {

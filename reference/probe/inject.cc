@@ -64,6 +64,12 @@ bool Fault::matches(const CellSpec& cell) const {
 }
 
 bool faultAppliesHere(FaultKind kind, Role role, Phase phase, Method method) {
+  if (isTransportMethod(method)) {
+    // Transport workers: the importer initiates every transfer; the owner checks a write, the importer a read.
+    if (phase != Phase::kLocal) return false;
+    if (kind == FaultKind::kCorrupt) return role == (pushedBySource(method) ? Role::kOwner : Role::kImporter);
+    return role == Role::kImporter;
+  }
   const bool ipc = isIpcMethod(method);
   if (kind == FaultKind::kCorrupt) {
     return role == Role::kOwner && phase == (ipc ? Phase::kCheck : Phase::kLocal);

@@ -12,7 +12,9 @@
 ///     payload  that process answers the cell with a wrong seed echo                           -> error
 ///   METHOD is a method name or "*", SRC and DST are ordinals or "*", BYTES limits the fault to one size.
 /// The process that moves the data is the owner worker for the in-process methods and the importer worker for
-/// ipc_legacy / ipc_vmm. Probes with faults injected never read or write the cache.
+/// ipc_legacy / ipc_vmm and the transport methods (nixl_*, ucx_*: the importer of the library's worker pair initiates,
+/// a corrupt fault is carried out by the side that checks: the owner for a write, the importer for a read). Probes with
+/// faults injected never read or write the cache.
 
 #include <cstdint>
 #include <optional>

@@ -38,6 +38,18 @@ constexpr MethodText kMethodText[] = {
      "cuMemCreate POSIX fd sent over SCM_RIGHTS, imported, mapped and written in another process on the source",
      "cudaDeviceCanAccessPeer(src, dst), VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED(src, dst) and "
      "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED(dst)"},
+    {Method::kNixlWrite, "nixl_write",
+     "NIXL WRITE (UCX backend) from the source GPU's process into VRAM the destination GPU's process registered",
+     "NIXL: its UCX backend lists VRAM, registers the GPU buffers and prepares their descriptor list"},
+    {Method::kNixlRead, "nixl_read",
+     "NIXL READ (UCX backend) by the destination GPU's process from VRAM the source GPU's process registered",
+     "NIXL: its UCX backend lists VRAM, registers the GPU buffers and prepares their descriptor list"},
+    {Method::kUcxPut, "ucx_put",
+     "UCP put of registered CUDA memory from the source GPU's process into the destination GPU's process, flushed",
+     "UCX: the context's memory types include CUDA and the GPU buffers register as CUDA memory"},
+    {Method::kUcxGet, "ucx_get",
+     "UCP get by the destination GPU's process from CUDA memory the source GPU's process registered",
+     "UCX: the context's memory types include CUDA and the GPU buffers register as CUDA memory"},
 };
 
 const MethodText& textFor(Method m) {
@@ -92,10 +104,19 @@ bool isIpcMethod(Method m) {
   return m == Method::kIpcLegacy || m == Method::kIpcVmm;
 }
 bool readsSourceBuffer(Method m) {
-  return m == Method::kCeWrite || m == Method::kCeRead || m == Method::kSmStore || m == Method::kSmLoad;
+  return m == Method::kCeWrite || m == Method::kCeRead || m == Method::kSmStore || m == Method::kSmLoad ||
+         isTransportMethod(m);
 }
 bool pushedBySource(Method m) {
-  return m != Method::kCeRead && m != Method::kSmLoad;
+  return m != Method::kCeRead && m != Method::kSmLoad && m != Method::kNixlRead && m != Method::kUcxGet;
+}
+bool isTransportMethod(Method m) {
+  return m == Method::kNixlWrite || m == Method::kNixlRead || m == Method::kUcxPut || m == Method::kUcxGet;
+}
+std::string_view transportLibraryOf(Method m) {
+  if (m == Method::kNixlWrite || m == Method::kNixlRead) return "nixl";
+  if (m == Method::kUcxPut || m == Method::kUcxGet) return "ucx";
+  return "";
 }
 bool usesCopyEngine(Method m) {
   return m == Method::kCeWrite || m == Method::kCeRead;
@@ -169,6 +190,11 @@ bool claimFor(const Inventory& inv, Method m, int src, int dst) {
       return inv.canAccess(src, dst) && d.ipc_event;
     case Method::kIpcVmm:
       return inv.canAccess(src, dst) && s.vmm && d.vmm && d.posix_fd;
+    case Method::kNixlWrite:
+    case Method::kNixlRead:
+    case Method::kUcxPut:
+    case Method::kUcxGet:
+      return false;
   }
   return false;
 }
@@ -275,17 +301,31 @@ StatusOr<std::vector<Pair>> parsePairs(std::string_view text) {
 }
 
 StatusOr<std::vector<Method>> parseMethods(std::string_view text) {
-  if (trim(text) == "all") return std::vector<Method>(kAllMethods.begin(), kAllMethods.end());
   std::vector<Method> out;
+  auto add = [&out](Method m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
   for (std::string_view item : split(text, ',')) {
-    auto m = parseMethod(item);
+    const std::string_view name = trim(item);
+    if (name == "all") {
+      for (Method m : kAllMethods)
+        add(m);
+      continue;
+    }
+    if (name == "transport") {
+      for (Method m : kTransportMethods)
+        add(m);
+      continue;
+    }
+    auto m = parseMethod(name);
     if (!m) {
       std::string known;
-      for (Method k : kAllMethods)
-        known += (known.empty() ? "" : ", ") + std::string(methodName(k));
-      return PEERLAB_INVALID_ARGUMENT("unknown method \"" + std::string(trim(item)) + "\" (known: " + known + ", all)");
+      for (const auto& t : kMethodText)
+        known += (known.empty() ? "" : ", ") + std::string(t.name);
+      return PEERLAB_INVALID_ARGUMENT("unknown method \"" + std::string(name) + "\" (known: " + known +
+                                      ", all, transport)");
     }
-    if (std::find(out.begin(), out.end(), *m) == out.end()) out.push_back(*m);
+    add(*m);
   }
   // Keep the canonical order, whatever order the user typed.
   std::sort(out.begin(), out.end());

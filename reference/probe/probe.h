@@ -25,13 +25,24 @@ enum class Method : uint8_t {
   kAtomic = 4,     ///< kernel on the source does atomicAdd_system into the destination's memory
   kIpcLegacy = 5,  ///< cudaIpcMemHandle of the destination's owner, opened in another process on the source device
   kIpcVmm = 6,     ///< cuMemCreate + POSIX fd (SCM_RIGHTS) imported and mapped in another process for the source
+  kNixlWrite = 7,  ///< NIXL (UCX backend) WRITE from the source GPU's process into the destination GPU's process
+  kNixlRead = 8,   ///< NIXL READ issued by the destination GPU's process from the source GPU's process
+  kUcxPut = 9,     ///< UCP put (RMA) of registered CUDA memory from the source's process into the destination's
+  kUcxGet = 10,    ///< UCP get (RMA) issued by the destination's process from the source's registered CUDA memory
 };
-inline constexpr int kMethodCount = 7;
-inline constexpr std::array<Method, kMethodCount> kAllMethods = {Method::kCeWrite, Method::kCeRead, Method::kSmStore,
-                                                                 Method::kSmLoad,  Method::kAtomic, Method::kIpcLegacy,
-                                                                 Method::kIpcVmm};
+/// Every method, the bound the wire protocol checks.
+inline constexpr int kMethodCount = 11;
+/// The CUDA mechanisms: what `--methods all` selects.
+inline constexpr std::array<Method, 7> kAllMethods = {Method::kCeWrite, Method::kCeRead, Method::kSmStore,
+                                                      Method::kSmLoad,  Method::kAtomic, Method::kIpcLegacy,
+                                                      Method::kIpcVmm};
+/// The transports loaded at run time (NIXL, UCX): what `--methods transport` selects. Each library runs in its own
+/// pair of worker processes.
+inline constexpr std::array<Method, 4> kTransportMethods = {Method::kNixlWrite, Method::kNixlRead, Method::kUcxPut,
+                                                            Method::kUcxGet};
 
-/// "ce_write", "ce_read", "sm_store", "sm_load", "atomic", "ipc_legacy", "ipc_vmm".
+/// "ce_write", "ce_read", "sm_store", "sm_load", "atomic", "ipc_legacy", "ipc_vmm", "nixl_write", "nixl_read",
+/// "ucx_put", "ucx_get".
 std::string_view methodName(Method m);
 /// One line saying what the method does.
 std::string_view methodSummary(Method m);
@@ -47,6 +58,10 @@ bool readsSourceBuffer(Method m);
 bool pushedBySource(Method m);
 /// The method copies with a copy engine, which the driver stages through the host when there is no peer mapping.
 bool usesCopyEngine(Method m);
+/// The method goes through NIXL or UCX (a pair of transport workers per library).
+bool isTransportMethod(Method m);
+/// "nixl" or "ucx" for a transport method, "" otherwise.
+std::string_view transportLibraryOf(Method m);
 
 /// Outcome of one cell.
 enum class Verdict : uint8_t {
@@ -130,7 +145,8 @@ struct Inventory {
   std::string driverString() const;
 };
 
-/// The driver's claim for a cell: does the driver say this method works from `src` into `dst`?
+/// The driver's claim for a cell: does the driver say this method works from `src` into `dst`? For a transport
+/// method the claim is the library's, known only once its capability check ran: false here (the runner sets it).
 bool claimFor(const Inventory& inv, Method m, int src, int dst);
 
 /// A cell with the driver's claim and the measured result.
@@ -163,7 +179,7 @@ StatusOr<uint64_t> parseBytes(std::string_view text);
 Status validateCellBytes(uint64_t bytes);
 /// "0-1,2-3" (source-destination).
 StatusOr<std::vector<Pair>> parsePairs(std::string_view text);
-/// "ce_write,sm_load" or "all".
+/// "ce_write,sm_load", "all" (the CUDA mechanisms), "transport" (NIXL and UCX), or groups and names mixed.
 StatusOr<std::vector<Method>> parseMethods(std::string_view text);
 /// "5" or "5s" (seconds), "500ms", "0.5s"; positive, at most one hour.
 StatusOr<std::chrono::milliseconds> parseDuration(std::string_view text);

@@ -203,7 +203,7 @@ TEST(Parse, PairsMethodsDurations) {
   auto methods = parseMethods("sm_load,ce_write");
   ASSERT_TRUE(methods.isOk());
   EXPECT_EQ(*methods, (std::vector<Method>{Method::kCeWrite, Method::kSmLoad}));
-  EXPECT_EQ(parseMethods("all")->size(), static_cast<size_t>(kMethodCount));
+  EXPECT_EQ(parseMethods("all")->size(), kAllMethods.size());
   EXPECT_FALSE(parseMethods("ce_write,teleport").isOk());
   for (Method m : kAllMethods)
     EXPECT_EQ(parseMethod(methodName(m)), m);
@@ -247,6 +247,40 @@ TEST(Inject, ParsesAndMatchesTheRightProcess) {
                           "corrupt:ce_write:0:1:12Q", "corrupt:ce_write:0:1:4K:extra"}) {
     EXPECT_EQ(parseInject(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(Transport, MethodsGroupsAndRoles) {
+  auto t = parseMethods("transport");
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ(*t, std::vector<Method>(kTransportMethods.begin(), kTransportMethods.end()));
+  auto both = parseMethods("ucx_get, all");
+  ASSERT_TRUE(both.isOk());
+  EXPECT_EQ(both->size(), kAllMethods.size() + 1);
+  EXPECT_EQ(both->back(), Method::kUcxGet);
+  EXPECT_FALSE(parseMethods("nixl_put").isOk());
+  EXPECT_NE(parseMethods("nixl_put").status().message().find("nixl_write"), std::string::npos);
+  for (Method m : kTransportMethods) {
+    EXPECT_TRUE(isTransportMethod(m));
+    EXPECT_FALSE(isIpcMethod(m));
+    EXPECT_TRUE(readsSourceBuffer(m));
+    EXPECT_EQ(parseMethod(methodName(m)), m);
+  }
+  EXPECT_EQ(transportLibraryOf(Method::kNixlRead), "nixl");
+  EXPECT_EQ(transportLibraryOf(Method::kUcxPut), "ucx");
+  EXPECT_EQ(transportLibraryOf(Method::kCeWrite), "");
+  EXPECT_TRUE(pushedBySource(Method::kNixlWrite));
+  EXPECT_FALSE(pushedBySource(Method::kUcxGet));
+  // The library, not the driver, claims these cells (the runner learns the claim from the capability check).
+  Inventory inv;
+  inv.gpus.resize(2);
+  inv.can_access = {0, 1, 1, 0};
+  EXPECT_FALSE(claimFor(inv, Method::kNixlWrite, 0, 1));
+  // Faults: the importer initiates; the checking side corrupts.
+  EXPECT_TRUE(faultAppliesHere(FaultKind::kHang, Role::kImporter, Phase::kLocal, Method::kUcxPut));
+  EXPECT_FALSE(faultAppliesHere(FaultKind::kHang, Role::kOwner, Phase::kLocal, Method::kUcxPut));
+  EXPECT_TRUE(faultAppliesHere(FaultKind::kCorrupt, Role::kOwner, Phase::kLocal, Method::kNixlWrite));
+  EXPECT_TRUE(faultAppliesHere(FaultKind::kCorrupt, Role::kImporter, Phase::kLocal, Method::kNixlRead));
+  EXPECT_FALSE(faultAppliesHere(FaultKind::kCorrupt, Role::kOwner, Phase::kLocal, Method::kNixlRead));
 }
 
 }  // namespace
