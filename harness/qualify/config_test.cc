@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "harness/qualify/plan.h"
 #include "reference/core/files.h"
+#include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::qualify {
@@ -126,6 +128,139 @@ TEST(Config, TomlErrorsAndOwnedTables) {
                                            "[expect.all]\nsuite = \"host_copy\"\nscope = \"gpu_pcie\"\n",
                                            "my.toml"));
   ASSERT_EQ(host.bandwidth.size(), 2u);
+}
+
+// A --config file applies over the built-in one, table by table and key by key: what it does not name keeps its
+// default, so a plan made with it has every expected figure and latency bound the default has.
+class ConfigOverride : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir_.path() + "/" + name;
+    EXPECT_TRUE(writeTextFile(path, text).isOk());
+    return path;
+  }
+  // Expected figures and latency bounds of a plan for two NVLinked GPUs.
+  std::pair<size_t, size_t> planned(const QualifyConfig& c) {
+    PlanTopology t;
+    t.source = t.format = "live";
+    for (int g = 0; g < 2; ++g)
+      t.gpus.push_back({g, "", "NVIDIA H200", "", 18, 26.5625});
+    t.pairs.push_back({0, 1, "SYS", 18, 478.125, true});
+    t.pairs.push_back({1, 0, "SYS", 18, 478.125, true});
+    t.gpus[0].pcie = t.gpus[1].pcie = topology::pcieLinkFromGenWidth(5, 16, "test").value();
+    auto plan = makePlan(t, c, {});
+    EXPECT_TRUE(plan.isOk()) << plan.status().toString();
+    return plan.isOk() ? std::make_pair(plan->expectations.size(), plan->latency.size()) : std::make_pair(0ul, 0ul);
+  }
+  testing::TempDir dir_{"config-override"};
+};
+
+TEST_F(ConfigOverride, PartialFileKeepsEveryDefaultRule) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
+  const auto before = planned(builtIn);
+  ASSERT_GE(before.first, 10u);
+  ASSERT_GE(before.second, 5u);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c,
+                               loadConfig(write("partial.toml", "[qualify]\nbaseline_threshold_pct = 3\n")));
+  EXPECT_DOUBLE_EQ(c.baseline_threshold_pct, 3);
+  EXPECT_EQ(c.bandwidth.size(), builtIn.bandwidth.size());
+  EXPECT_EQ(planned(c), before);
+  EXPECT_NE(c.source.find("built-in reports/qualify.toml + "), std::string::npos) << c.source;
+}
+
+TEST_F(ConfigOverride, EmptyFileIsTheDefault) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c, loadConfig(write("empty.toml", "")));
+  EXPECT_EQ(planned(c), planned(builtIn));
+  EXPECT_TRUE(c.disabled_rules.empty());
+}
+
+TEST_F(ConfigOverride, RuleKeysChangeOneByOneAndRulesAreAdded) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c, loadConfig(write("rules.toml", R"(
+[expect.peer_copy_ce_uni]
+efficiency = 0.9
+[expect.peer_copy_ce_small]
+suite = "peer_copy"
+impl = "peerlab.ce"
+name = "uni"
+efficiency = 0.1
+min_bytes = 1048576
+[latency.zcopy_graph]
+max_us = 12
+)")));
+  ASSERT_EQ(c.bandwidth.size(), builtIn.bandwidth.size() + 1);
+  for (const BandwidthRule& r : c.bandwidth) {
+    if (r.id != "peer_copy_ce_uni") continue;
+    EXPECT_DOUBLE_EQ(r.efficiency, 0.9);
+    EXPECT_EQ(r.suite, "peer_copy");             // kept
+    EXPECT_DOUBLE_EQ(r.min_bytes, 67108864.0);   // kept
+    EXPECT_DOUBLE_EQ(r.pcie_efficiency, 0.80);  // kept, not copied from the new efficiency
+  }
+  for (const LatencyRule& l : c.latency) {
+    if (l.id == "zcopy_graph") {
+      EXPECT_DOUBLE_EQ(l.max_us, 12);
+      EXPECT_DOUBLE_EQ(l.max_bytes, 64);
+    }
+  }
+  const auto before = planned(builtIn);
+  EXPECT_EQ(planned(c), std::make_pair(before.first + 2, before.second));  // one more figure per ordered pair
+}
+
+TEST_F(ConfigOverride, DisablingARuleIsExplicitAndListed) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c, loadConfig(write("off.toml", R"(
+[expect.peer_copy_ce_uni]
+enabled = false
+[latency.zcopy_graph]
+enabled = false
+)")));
+  EXPECT_EQ(c.bandwidth.size(), builtIn.bandwidth.size() - 1);
+  EXPECT_EQ(c.latency.size(), builtIn.latency.size() - 1);
+  EXPECT_EQ(c.disabled_rules, (std::vector<std::string>{"expect.peer_copy_ce_uni", "latency.zcopy_graph"}));
+  const auto before = planned(builtIn);
+  EXPECT_EQ(planned(c), std::make_pair(before.first - 2, before.second - 1));
+  PlanTopology t;
+  auto plan = makePlan(t, c, {});
+  ASSERT_TRUE(plan.isOk());
+  EXPECT_EQ(toJson(*plan)["disabled_rules"].size(), 2u);
+  // Disabling a rule that does not exist is a typo, not a no-op.
+  auto typo = loadConfig(write("typo-off.toml", "[expect.peer_copy_ce_unii]\nenabled = false\n"));
+  ASSERT_FALSE(typo.isOk());
+  EXPECT_NE(typo.status().message().find("typo-off.toml:1: [expect.peer_copy_ce_unii] enabled = false names no rule"),
+            std::string::npos)
+      << typo.status().message();
+}
+
+TEST_F(ConfigOverride, UnknownKeysDirectoriesAndNonTomlAreRefusedNamingTheFile) {
+  auto unknown = loadConfig(write("unknown.toml", "[qualify]\nbaseline_treshold_pct = 3\n"));
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_NE(unknown.status().message().find("unknown.toml:2: unknown key baseline_treshold_pct in [qualify]"),
+            std::string::npos)
+      << unknown.status().message();
+  auto table = loadConfig(write("table.toml", "[qualfy]\nx = 1\n"));
+  ASSERT_FALSE(table.isOk());
+  EXPECT_NE(table.status().message().find("table.toml:1: unknown table [qualfy]"), std::string::npos)
+      << table.status().message();
+  auto ruleKey = loadConfig(write("rulekey.toml", "[expect.peer_copy_ce_uni]\nefficency = 0.5\n"));
+  ASSERT_FALSE(ruleKey.isOk());
+  EXPECT_NE(ruleKey.status().message().find("rulekey.toml:2: unknown key efficency in [expect.peer_copy_ce_uni]"),
+            std::string::npos)
+      << ruleKey.status().message();
+  auto directory = loadConfig(dir_.path());
+  ASSERT_FALSE(directory.isOk());
+  EXPECT_NE(directory.status().message().find("is a directory, not a TOML file"), std::string::npos);
+  auto notToml = loadConfig(write("run.json", "{\"schema_version\": 1}\n"));
+  ASSERT_FALSE(notToml.isOk());
+  EXPECT_NE(notToml.status().message().find("run.json:1:"), std::string::npos) << notToml.status().message();
+  EXPECT_NE(notToml.status().message().find("not a TOML file?"), std::string::npos) << notToml.status().message();
+  // The [health] thresholds merge the same way.
+  PEERLAB_ASSERT_OK_AND_ASSIGN(health::Thresholds base, loadHealthThresholds(""));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(health::Thresholds h,
+                               loadHealthThresholds(write("health.toml", "[health]\npcie_max_replays = 7\n")));
+  EXPECT_DOUBLE_EQ(h.pcie_max_replays, 7);
+  EXPECT_DOUBLE_EQ(h.nvlink_max_crc_per_s, base.nvlink_max_crc_per_s);
+  EXPECT_FALSE(loadHealthThresholds(write("health-typo.toml", "[health]\npcie_max_replay = 7\n")).isOk());
 }
 
 TEST(Config, Glob) {

@@ -262,6 +262,9 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   Plan plan;
   plan.topology = topo;
   plan.options = options;
+  plan.disabled_rules = config.disabled_rules;
+  plan.require_link_info = config.require_link_info;
+  plan.fail_unclaimed = config.fail_unclaimed;
   if (options.mode != "quick" && options.mode != "full") {
     return PEERLAB_INVALID_ARGUMENT("mode \"" + options.mode + "\": expected quick or full");
   }
@@ -417,9 +420,6 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   }
 
   plan.latency = config.latency;
-  plan.disabled_rules = config.disabled_rules;
-  plan.require_link_info = config.require_link_info;
-  plan.fail_unclaimed = config.fail_unclaimed;
   return plan;
 }
 
@@ -556,6 +556,8 @@ std::string formatPlan(const Plan& plan, const std::string& command) {
         << ": <= " << fmtNum(l.max_us) << " us\n";
     }
   }
+  for (const std::string& r : plan.disabled_rules)
+    o << "disabled by the config: " << r << " (its figures are not expected)\n";
   for (const std::string& n : plan.notes)
     o << "note: " << n << "\n";
   for (const std::string& w : t.warnings)
