@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "reference/testing/testing.h"
 
@@ -135,6 +136,115 @@ TEST(RunSchema, BadFilesGiveOneLineNamingTheFile) {
   EXPECT_EQ(h.status().message().rfind(huge + ": malformed JSON (number overflow", 0), 0u) << h.status().message();
   for (const auto& p : {truncated, wrongVersion, empty, huge})
     std::filesystem::remove(p);
+}
+
+// Untrusted run files: every value any part of peerlab reads is checked, refused with its JSON path and value.
+Status refused(const std::function<void(json&)>& edit) {
+  json doc = loadSample();
+  edit(doc);
+  return validate(doc);
+}
+
+void expectRefused(const std::function<void(json&)>& edit, const std::string& path, const std::string& why) {
+  Status st = refused(edit);
+  ASSERT_FALSE(st.isOk()) << path;
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+}
+
+TEST(RunReader, GpuIndicesStayWithinTheRunsGpus) {
+  for (json bad : {json(2), json(1000), json(1024), json(-1), json(2147483647), json(46341), json(1e300)}) {
+    SCOPED_TRACE(bad.dump());
+    expectRefused([&](json& d) { d["results"][2]["src"] = bad; }, "$.results[2].src",
+                  bad.is_number_integer() ? "is not a GPU of this run (0..1: the fingerprint lists 2 GPUs)"
+                                          : "must be an integer or null");
+  }
+  // Without GPUs in the fingerprint the plan's topology bounds them, and always kMaxGpus.
+  Status st = refused([](json& d) {
+    d["fingerprint"]["gpus"] = json::array();
+    d["results"][2]["dst"] = kMaxGpus;
+  });
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("the most a run may hold"), std::string::npos) << st.message();
+  expectRefused(
+      [](json& d) {
+        json g = d["fingerprint"]["gpus"][0];
+        d["fingerprint"]["gpus"] = json::array();
+        for (int i = 0; i < kMaxGpus + 1; ++i)
+          d["fingerprint"]["gpus"].push_back(g);
+      },
+      "$.fingerprint.gpus", "more than the 256 a run may hold");
+}
+
+TEST(RunReader, NumbersMustBeFiniteAndNotNegative) {
+  expectRefused([](json& d) { d["results"][2]["time_us"] = -3.0; }, "$.results[2].time_us", "-3.0 is outside");
+  expectRefused([](json& d) { d["results"][2]["time_us"] = 0; }, "$.results[2].time_us", "0 is not a time");
+  expectRefused([](json& d) { d["results"][2]["bytes"] = -4096; }, "$.results[2].bytes", "-4096 is outside");
+  expectRefused([](json& d) { d["results"][2]["algbw_gbps"] = 1e308; }, "$.results[2].algbw_gbps", "is outside");
+  expectRefused([](json& d) { d["results"][2]["busbw_gbps"] = -1; }, "$.results[2].busbw_gbps", "is outside");
+  expectRefused([](json& d) { d["results"][2]["wrong"] = 1e300; }, "$.results[2].wrong", "is outside");
+  expectRefused([](json& d) { d["results"][2]["wrong"] = 1.5; }, "$.results[2].wrong", "whole number");
+  expectRefused([](json& d) { d["results"][2]["samples_us"] = {1.0, -2.0}; }, "$.results[2].samples_us[1]",
+                "is outside");
+  expectRefused(
+      [](json& d) {
+        d["plan"] = {{"topology", {{"gpus", {{{"index", 0}, {"nvlinks", 1e300}}}}, {"pairs", json::array()}}}};
+      },
+      "$.plan.topology.gpus[0].nvlinks", "must be an integer");
+}
+
+TEST(RunReader, OptionalKeysAreTypedToo) {
+  expectRefused([](json& d) { d["bench"] = {{"jobs", {{{"exit", 3}}}}}; }, "$.bench.jobs[0].exit", "must be a string");
+  expectRefused([](json& d) { d["plan"] = {{"topology", {{"source", 7}, {"gpus", json::array()}, {"pairs", json::array()}}}}; },
+                "$.plan.topology.source", "must be a string");
+  expectRefused([](json& d) { d["plan"] = {{"expectations", {{{"rule", "r"}, {"suite", 12}}}}}; },
+                "$.plan.expectations[0].suite", "must be a string");
+  expectRefused([](json& d) { d["qualify"] = {{"verdict", "MAYBE"}}; }, "$.qualify.verdict", "is not PASS or FAIL");
+  expectRefused([](json& d) { d["qualify"] = {{"checks", {{{"name", "x"}, {"status", "great"}}}}}; },
+                "$.qualify.checks[0].status", "is not one of");
+  expectRefused([](json& d) { d["results"][0]["claimed"] = "yes"; }, "$.results[0].claimed", "must be true or false");
+  expectRefused([](json& d) { d["results"][0]["throttled"] = "hot"; }, "$.results[0].throttled", "must be an array");
+  expectRefused([](json& d) { d["kind"] = std::string(300, 'k'); }, "$.kind", "longer than the 128 allowed");
+  expectRefused([](json& d) { d["results"][0]["name"] = std::string(300, 'n'); }, "$.results[0].name", "longer");
+}
+
+TEST(RunReader, TimestampsAreIsoAndNotInTheFuture) {
+  expectRefused([](json& d) { d["timestamp"] = "9999-12-31T00:00:00Z"; }, "$.timestamp", "lies in the future");
+  expectRefused([](json& d) { d["timestamp"] = "yesterday"; }, "$.timestamp", "is not an ISO 8601 time");
+  expectRefused([](json& d) { d["timestamp"] = "2026-02-30T00:00:00Z"; }, "$.timestamp", "is not an ISO 8601 time");
+  EXPECT_TRUE(refused([](json& d) { d["timestamp"] = "2026-11-21T09:00:00.123+01:00"; }).isOk());
+  EXPECT_EQ(parseIsoTimestamp("1970-01-01T00:00:00Z"), 0);
+  EXPECT_EQ(parseIsoTimestamp("2026-11-21T09:00:00+01:00"), parseIsoTimestamp("2026-11-21T08:00:00Z"));
+}
+
+TEST(RunReader, DeepNestingIsRefusedBeforeParsing) {
+  for (size_t depth : {100u, 100000u, 1000000u}) {
+    SCOPED_TRACE(depth);
+    const std::string text = std::string(depth, '[') + std::string(depth, ']');
+    auto run = runFromText(text);
+    ASSERT_FALSE(run.isOk());
+    EXPECT_NE(run.status().message().find("nested deeper than the 64 levels"), std::string::npos)
+        << run.status().message();
+  }
+  // Deep inside an unread key too.
+  json doc = loadSample();
+  json deep = json::array();
+  for (int i = 0; i < 100; ++i)
+    deep = json::array({deep});
+  doc["results"][0]["anything"] = deep;
+  EXPECT_FALSE(validate(doc).isOk());
+}
+
+TEST(RunReader, ControlCharactersAreRemoved) {
+  json doc = loadSample();
+  doc["results"][0]["impl"] = std::string("peerlab\x1b[31m.probe") + "\xc2\x9b" + "2J";
+  doc["fingerprint"]["hostname"] = "host\x07";
+  auto run = fromJson(doc);
+  ASSERT_TRUE(run.isOk()) << run.status().toString();
+  EXPECT_EQ(run->results[0].impl, "peerlab[31m.probe2J");
+  EXPECT_EQ(run->fingerprint.hostname, "host");
+  EXPECT_EQ(stripControl("a\tb\nc\x7f"), "abc");
 }
 
 TEST(GbenchImport, ReadsLabelsCountersAndSkips) {
