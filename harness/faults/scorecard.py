@@ -189,17 +189,24 @@ def drill_injections(stdout):
     return found
 
 
+HEALTH_CHECK_NAME = re.compile(r"^(\S+) GPU (\d+)$")
+CHECK_STATUS = {"pass": "ok", "warn": "warn", "fail": "fail", "unsupported": "unsupported", "skipped": "skipped"}
+
+
 def health_rows(out_dir):
-    """{(check, gpu): (status, detail)} from a qualify bundle's results.json, or None."""
+    """{(check, gpu): (status, reason)} from the checks engine's verdicts in a qualify bundle's results.json (the
+    checks qualify printed and counted), or None."""
     try:
         with open(os.path.join(out_dir, "results.json")) as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
     rows = {}
-    for r in doc.get("results", []):
-        if r.get("suite") == "health":
-            rows[(r.get("name"), r.get("src"))] = (r.get("status"), r.get("detail", ""))
+    for c in doc.get("qualify", {}).get("checks", []):
+        m = HEALTH_CHECK_NAME.match(c.get("name", "")) if c.get("category") == "health" else None
+        if m:
+            rows[(m.group(1), int(m.group(2)))] = (CHECK_STATUS.get(c.get("status"), c.get("status")),
+                                                    c.get("reason", ""))
     return rows
 
 

@@ -265,6 +265,25 @@ def health(**rows):
     return out
 
 
+class HealthRowsFromTheChecksEngine(unittest.TestCase):
+    def test_rows_are_the_bundles_health_checks(self):
+        with tempfile.TemporaryDirectory() as d:
+            doc = {"results": [{"suite": "health", "name": "xid", "src": 0, "status": "ok"}],
+                   "qualify": {"checks": [
+                       {"category": "health", "name": "xid GPU 0", "status": "fail", "reason": "XID 79 (fallen off)"},
+                       {"category": "health", "name": "ecc GPU 1", "status": "warn", "reason": "1 past error"},
+                       {"category": "health", "name": "fabric GPU 1", "status": "unsupported", "reason": "n/a"},
+                       {"category": "bandwidth", "name": "peer_copy x GPU 0", "status": "pass"}]}}
+            with open(os.path.join(d, "results.json"), "w") as f:
+                json.dump(doc, f)
+            rows = sc.health_rows(d)
+        # The engine's verdict wins over the raw row: the check qualify printed and counted.
+        self.assertEqual(rows[("xid", 0)], ("fail", "XID 79 (fallen off)"))
+        self.assertEqual(rows[("ecc", 1)], ("warn", "1 past error"))
+        self.assertEqual(rows[("fabric", 1)], ("unsupported", "n/a"))
+        self.assertEqual(len(rows), 3)
+
+
 class HealthJudgement(unittest.TestCase):
     CLEAN = {"pcie_link_0": "ok", "pcie_errors_0": "ok", "ecc_0": "warn", "xid_0": "ok", "fabric_0": "unsupported"}
 
