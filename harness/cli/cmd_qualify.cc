@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -182,9 +181,9 @@ int printVerdict(const std::vector<report::Check>& checks, const std::string& di
   std::printf("peerlab qualify: %s: %s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
               report::verdictWord(counts), report::formatCounts(counts).c_str(), dir.c_str());
   if (!counts.pass()) {
-    fail(kCmd, kExitCheckFailed, std::string("FAIL: ") + report::firstFailure(checks) + " (" +
-                                     std::to_string(counts.failed) + " of " + std::to_string(counts.total) +
-                                     " checks failed; bundle " + dir + ")");
+    fail(kCmd, kExitCheckFailed,
+         std::string("FAIL: ") + report::firstFailure(checks) + " (" + std::to_string(counts.failed) + " of " +
+             std::to_string(counts.total) + " checks failed; bundle " + dir + ")");
     return kExitCheckFailed;
   }
   return kExitOk;
@@ -318,8 +317,8 @@ int runQualify(const QualifyArgs& a) {
       } else {
         std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
       }
-      std::string why = plan->topology.no_gpu_message.empty() ? "no NVIDIA GPU in the topology"
-                                                              : plan->topology.no_gpu_message;
+      std::string why =
+          plan->topology.no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : plan->topology.no_gpu_message;
       return fail(kCmd, kExitNoGpu, why);
     }
     if (a.dry_run && a.json) {
@@ -364,8 +363,8 @@ int runQualify(const QualifyArgs& a) {
   if (ec || !std::filesystem::is_directory(dir)) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
-  const std::string planText =
-      plan ? qualify::formatPlan(*plan) : "no plan: the run file carries none; its probe, health and data are checked\n";
+  const std::string planText = plan ? qualify::formatPlan(*plan)
+                                    : "no plan: the run file carries none; its probe, health and data are checked\n";
   if (Status st = writeTextFile(dir + "/plan.txt", planText); !st.isOk()) {
     return fail(kCmd, kExitUsage, st.message());
   }
@@ -476,7 +475,8 @@ std::function<int()> setup(CLI::App& sub) {
           [](std::string& v) -> std::string {
             char* end = nullptr;
             const double s = std::strtod(v.c_str(), &end);
-            if (end == v.c_str() || *end || !(s > 0) || s > 86400 * 7) return "must be seconds above 0 (at most a week)";
+            if (end == v.c_str() || *end || !(s > 0) || s > 86400 * 7)
+              return "must be seconds above 0 (at most a week)";
             return "";
           },
           "SECONDS"));

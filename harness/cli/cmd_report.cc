@@ -10,10 +10,10 @@
 #include "harness/cli/command.h"
 #include "harness/qualify/browser.h"
 #include "harness/report/compare.h"
+#include "harness/report/evaluate.h"
 #include "harness/report/html.h"
 #include "harness/report/report.h"
 #include "harness/report/summary.h"
-#include "harness/report/evaluate.h"
 #include "reference/core/files.h"
 
 namespace peerlab::cli {
@@ -202,8 +202,8 @@ std::function<int()> setup(CLI::App& sub) {
       return runCompare(*a);
     }
     if (a->only_changes || !a->compare_json.empty()) {
-      return fail(kCmd, kExitUsage, std::string(a->only_changes ? "--only-changes" : "--compare-json") +
-                                        " goes with --compare BASE NEW");
+      return fail(kCmd, kExitUsage,
+                  std::string(a->only_changes ? "--only-changes" : "--compare-json") + " goes with --compare BASE NEW");
     }
     if (a->threshold_set) return fail(kCmd, kExitUsage, "--threshold goes with --compare BASE NEW");
     if (a->run.empty()) return fail(kCmd, kExitUsage, "no run file given (peerlab report RUN.json --html OUT.html)");

@@ -300,8 +300,7 @@ TEST(Checks, BaselineRegressionsAndMissing) {
   ASSERT_NE(regressed, nullptr);
   EXPECT_TRUE(regressed->failed());
   EXPECT_EQ(regressed->measured, "350 GB/s");
-  EXPECT_NE(regressed->expected.find(">= 374.3 GB/s"), std::string::npos)
-      << regressed->expected;
+  EXPECT_NE(regressed->expected.find(">= 374.3 GB/s"), std::string::npos) << regressed->expected;
   ASSERT_NE(missing, nullptr);
   EXPECT_TRUE(missing->failed());
   EXPECT_NE(missing->reason.find("peer_copy uni peerlab.ce 0->1 1 MiB"), std::string::npos) << missing->reason;

@@ -193,8 +193,8 @@ max_us = 12
   for (const BandwidthRule& r : c.bandwidth) {
     if (r.id != "peer_copy_ce_uni") continue;
     EXPECT_DOUBLE_EQ(r.efficiency, 0.9);
-    EXPECT_EQ(r.suite, "peer_copy");             // kept
-    EXPECT_DOUBLE_EQ(r.min_bytes, 67108864.0);   // kept
+    EXPECT_EQ(r.suite, "peer_copy");            // kept
+    EXPECT_DOUBLE_EQ(r.min_bytes, 67108864.0);  // kept
     EXPECT_DOUBLE_EQ(r.pcie_efficiency, 0.80);  // kept, not copied from the new efficiency
   }
   for (const LatencyRule& l : c.latency) {

@@ -176,10 +176,8 @@ TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   };
   const std::vector<Case> cases = {
       {"sample", report::renderHtml(*sample), 0},  // every case at one size: tables
-      {"sixteen", report::renderHtml(bigRun(16)), 2},
-      {"checks", report::renderHtml(withChecks, checks), 2},
-      {"committed-x4", report::renderHtml(*committed), 20},
-      {"empty", report::renderHtml(report::newRun()), 0},
+      {"sixteen", report::renderHtml(bigRun(16)), 2},       {"checks", report::renderHtml(withChecks, checks), 2},
+      {"committed-x4", report::renderHtml(*committed), 20}, {"empty", report::renderHtml(report::newRun()), 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -52,7 +52,7 @@ struct Plan {
   std::vector<BenchJob> jobs;
   std::vector<Expectation> expectations;
   std::vector<LatencyRule> latency;
-  std::vector<std::string> notes;  ///< what cannot be expected and why
+  std::vector<std::string> notes;           ///< what cannot be expected and why
   std::vector<std::string> disabled_rules;  ///< rules the config switched off (enabled = false), by id
   bool require_link_info = true;            ///< from the config: the checks honour it as stored with the plan
   bool fail_unclaimed = false;

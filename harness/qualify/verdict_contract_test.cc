@@ -22,9 +22,9 @@ using report::Run;
 
 struct Case {
   std::string name;
-  std::string source;                   // a committed run file, relative to the repository
-  std::function<void(Run&)> edit;       // the seeded change (none for the committed file itself)
-  std::optional<bool> expect_pass;      // what the change must give, where it is known
+  std::string source;               // a committed run file, relative to the repository
+  std::function<void(Run&)> edit;   // the seeded change (none for the committed file itself)
+  std::optional<bool> expect_pass;  // what the change must give, where it is known
 };
 
 Run load(const std::string& source) {
@@ -149,13 +149,11 @@ TEST(VerdictContract, EveryCommandAndEveryFileStatesTheSameCounts) {
     EXPECT_NE(html.find("<span class=\"badge " + std::string(v.pass() ? "pass" : "fail") + "\">" + word + "</span>"),
               std::string::npos);
     const std::string junit = readFile(bundle + "/junit.xml");
-    const std::string junitCounts = "tests=\"" + std::to_string(v.counts.total) + "\" failures=\"" +
-                                    std::to_string(v.counts.failed) + "\" errors=\"0\" skipped=\"" +
-                                    std::to_string(v.counts.unsupported + v.counts.skipped) + "\" passed=\"" +
-                                    std::to_string(v.counts.passed) + "\" warnings=\"" +
-                                    std::to_string(v.counts.warnings) + "\" unsupported=\"" +
-                                    std::to_string(v.counts.unsupported) + "\" not_run=\"" +
-                                    std::to_string(v.counts.skipped) + "\"";
+    const std::string junitCounts =
+        "tests=\"" + std::to_string(v.counts.total) + "\" failures=\"" + std::to_string(v.counts.failed) +
+        "\" errors=\"0\" skipped=\"" + std::to_string(v.counts.unsupported + v.counts.skipped) + "\" passed=\"" +
+        std::to_string(v.counts.passed) + "\" warnings=\"" + std::to_string(v.counts.warnings) + "\" unsupported=\"" +
+        std::to_string(v.counts.unsupported) + "\" not_run=\"" + std::to_string(v.counts.skipped) + "\"";
     EXPECT_NE(junit.find("<testsuites name=\"peerlab.qualify\" " + junitCounts), std::string::npos)
         << junit.substr(0, 400);
     auto results = report::readRun(bundle + "/results.json");
@@ -172,8 +170,8 @@ TEST(VerdictContract, EveryCommandAndEveryFileStatesTheSameCounts) {
     EXPECT_EQ(countsText(report::verdictOf(*results).counts), counts);
 
     // peerlab report: exit code, its line, its Markdown and HTML.
-    CliRun r = runPeerlab({"report", file, "--html", dir + "/report-" + tag + ".html", "--summary",
-                           dir + "/report-" + tag + ".md"});
+    CliRun r = runPeerlab(
+        {"report", file, "--html", dir + "/report-" + tag + ".html", "--summary", dir + "/report-" + tag + ".md"});
     EXPECT_EQ(r.exit_code, q.exit_code) << r.out << r.err;
     EXPECT_NE((r.out + r.err).find("peerlab report: " + word + ": " + counts + " ("), std::string::npos)
         << r.out << r.err;

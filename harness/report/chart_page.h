@@ -58,7 +58,7 @@ struct LineChart {
   bool x_log = false;
   bool y_log = false;
   bool y_autoscale = false;  ///< a linear y axis zooms to the data instead of starting at 0 (its title says so)
-  bool x_bytes = false;  ///< x values are log2(bytes) on a linear axis, ticks labelled as sizes (4 KiB, 256 MiB)
+  bool x_bytes = false;      ///< x values are log2(bytes) on a linear axis, ticks labelled as sizes (4 KiB, 256 MiB)
   std::vector<std::string> x_labels;  ///< category axis when not empty (points then use these labels as x)
   std::vector<ChartSeries> series;    ///< at most kMaxSeriesPerChart; coloured from chartPalette() in order
   std::vector<ChartMarkers> markers;

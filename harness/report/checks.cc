@@ -32,8 +32,8 @@ std::string checkStatusLabel(CheckStatus s) {
 }
 
 std::optional<CheckStatus> checkStatusFromName(const std::string& name) {
-  for (CheckStatus s : {CheckStatus::kPass, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped,
-                        CheckStatus::kFail}) {
+  for (CheckStatus s :
+       {CheckStatus::kPass, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped, CheckStatus::kFail}) {
     if (name == checkStatusName(s)) return s;
   }
   return std::nullopt;
@@ -75,8 +75,9 @@ std::string formatCounts(const CheckCounts& n) {
 }
 
 json toJson(const CheckCounts& n) {
-  return {{"verdict", verdictWord(n)}, {"total", n.total},     {"passed", n.passed},  {"failed", n.failed},
-          {"warnings", n.warnings},    {"unsupported", n.unsupported}, {"skipped", n.skipped}};
+  return {{"verdict", verdictWord(n)}, {"total", n.total},       {"passed", n.passed},
+          {"failed", n.failed},        {"warnings", n.warnings}, {"unsupported", n.unsupported},
+          {"skipped", n.skipped}};
 }
 
 json toJson(const Check& c) {
@@ -118,10 +119,10 @@ StatusOr<std::vector<Check>> checksFromJson(const json& doc, const std::string& 
       } else {
         // Written before statuses: a health check that passed kept its verdict in "measured".
         const bool pass = j.at("pass").boolean();
-        c.status = !pass                                                    ? CheckStatus::kFail
+        c.status = !pass                                                   ? CheckStatus::kFail
                    : c.category == "health" && c.measured == "warn"        ? CheckStatus::kWarn
                    : c.category == "health" && c.measured == "unsupported" ? CheckStatus::kUnsupported
-                                                                            : CheckStatus::kPass;
+                                                                           : CheckStatus::kPass;
       }
       out.push_back(std::move(c));
     }

@@ -78,22 +78,21 @@ void topologyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out
   std::string desc;
   for (const auto& [m, n] : models)
     desc += (desc.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
-  out.push_back(make("topology", "NVIDIA GPUs present", passOrFail(!t.gpus.empty()),
-                     std::to_string(t.gpus.size()) + " GPUs" + (desc.empty() ? "" : " (" + desc + ")"), ">= 1",
-                     "the plan's topology (" + t.source + ")",
-                     t.gpus.empty() ? (t.no_gpu_message.empty() ? "no NVIDIA GPU" : t.no_gpu_message)
-                                    : "found in " + t.source,
-                     static_cast<double>(t.gpus.size()), 1.0));
+  out.push_back(
+      make("topology", "NVIDIA GPUs present", passOrFail(!t.gpus.empty()),
+           std::to_string(t.gpus.size()) + " GPUs" + (desc.empty() ? "" : " (" + desc + ")"), ">= 1",
+           "the plan's topology (" + t.source + ")",
+           t.gpus.empty() ? (t.no_gpu_message.empty() ? "no NVIDIA GPU" : t.no_gpu_message) : "found in " + t.source,
+           static_cast<double>(t.gpus.size()), 1.0));
   // CUDA must see every GPU the PCI topology has: a GPU that fell off the bus or failed to initialise shows here.
   if (!run.fingerprint.gpus.empty() && t.format == "live") {
     const size_t cuda = run.fingerprint.gpus.size();
-    out.push_back(make("topology", "CUDA sees every GPU", passOrFail(cuda == t.gpus.size()),
-                       std::to_string(cuda) + " visible to CUDA", std::to_string(t.gpus.size()),
-                       "GPUs in the PCI topology",
-                       cuda == t.gpus.size()
-                           ? "all GPUs usable"
-                           : "CUDA and the PCI topology disagree (CUDA_VISIBLE_DEVICES set, or a GPU failed)",
-                       static_cast<double>(cuda), static_cast<double>(t.gpus.size())));
+    out.push_back(
+        make("topology", "CUDA sees every GPU", passOrFail(cuda == t.gpus.size()),
+             std::to_string(cuda) + " visible to CUDA", std::to_string(t.gpus.size()), "GPUs in the PCI topology",
+             cuda == t.gpus.size() ? "all GPUs usable"
+                                   : "CUDA and the PCI topology disagree (CUDA_VISIBLE_DEVICES set, or a GPU failed)",
+             static_cast<double>(cuda), static_cast<double>(t.gpus.size())));
   }
   if (plan.require_link_info && t.gpus.size() > 1) {
     // A pair is known when the topology says whether it has NVLink and, without NVLink, both GPUs' PCIe rates.
@@ -125,8 +124,8 @@ void topologyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out
     out.push_back(make("topology", "link information for every pair", passOrFail(missing == 0),
                        missing == 0 ? "known for " + std::to_string(t.pairs.size()) + " pairs"
                                     : "unknown for " + std::to_string(missing) + " pairs",
-                       "known for " + std::to_string(t.pairs.size()) + " pairs", "[qualify] require_link_info",
-                       reason, static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())));
+                       "known for " + std::to_string(t.pairs.size()) + " pairs", "[qualify] require_link_info", reason,
+                       static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())));
   }
   // GPUs of one model in one machine have the same number of active NVLinks; one fewer is a link down.
   std::map<std::string, std::map<int, std::vector<int>>> linksByModel;
@@ -196,8 +195,9 @@ void throttleChecks(const Run& run, std::vector<Check>& out) {
     out.push_back(make("health", key.first + " on GPU " + std::to_string(key.second) + " measured at full clocks",
                        CheckStatus::kFail, "throttled: " + reasons, "no HW slowdown, thermal or power-brake slowdown",
                        "[health] clock_fail_reasons",
-                       std::to_string(count) + " results involve a GPU whose clocks were held down during the "
-                                               "benchmarks (" +
+                       std::to_string(count) +
+                           " results involve a GPU whose clocks were held down during the "
+                           "benchmarks (" +
                            reasons + "): their figures are not trusted",
                        static_cast<double>(count), 0.0));
   }
@@ -218,8 +218,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
     } else if ((plan && plan->probe) || !processError.empty()) {
       out.push_back(make("probe", "verified probe", CheckStatus::kFail, "no cells", "a verdict per method and pair",
                          "the plan's \"probe\": true",
-                         processError.empty() ? "the plan ran the probe but the run holds no probe cell"
-                                              : processError,
+                         processError.empty() ? "the plan ran the probe but the run holds no probe cell" : processError,
                          0.0, std::nullopt));
     }
     return;
@@ -393,8 +392,8 @@ void latencyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out,
     for (const GroupKey& key : order) {
       const Result& r = *worst[key];
       const bool pass = *r.time_us <= l.max_us;
-      out.push_back(make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r), passOrFail(pass),
-                         fmt("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""),
+      out.push_back(make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r),
+                         passOrFail(pass), fmt("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""),
                          fmt("<= %g us", l.max_us),
                          (l.note.empty() ? "" : l.note + " ") + "[rule " + l.id + ", sizes up to " +
                              (l.max_bytes >= 1e14 ? std::string("any") : formatBytes(l.max_bytes)) + "]",
@@ -439,15 +438,15 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
       if (r.bytes) largest = std::max(largest, *r.bytes);
     }
     if (candidates == 0) continue;
-    out.push_back(make("coverage", id + " has results to check", CheckStatus::kFail,
-                       std::to_string(candidates) + " results of " + e.suite + " " + e.impl + " " + e.name +
-                           ", largest " + formatBytes(largest),
-                       (e.metric == "busbw_gbps" ? "busbw" : "algbw") + std::string(" at >= ") +
-                           formatBytes(e.min_bytes),
-                       "[rule " + e.rule + "]",
-                       "no result reached the size the expectation needs (or none reported " + e.metric +
-                           "): run a sweep that includes it, or lower min_bytes",
-                       largest, e.min_bytes));
+    out.push_back(
+        make("coverage", id + " has results to check", CheckStatus::kFail,
+             std::to_string(candidates) + " results of " + e.suite + " " + e.impl + " " + e.name + ", largest " +
+                 formatBytes(largest),
+             (e.metric == "busbw_gbps" ? "busbw" : "algbw") + std::string(" at >= ") + formatBytes(e.min_bytes),
+             "[rule " + e.rule + "]",
+             "no result reached the size the expectation needs (or none reported " + e.metric +
+                 "): run a sweep that includes it, or lower min_bytes",
+             largest, e.min_bytes));
   }
   for (const LatencyRule& l : plan.latency) {
     if (matched.count("latency." + l.id)) continue;
@@ -511,12 +510,11 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     std::string reason = verdictName(row.verdict);
     if (row.change_pct) reason += fmt(" (%+.1f%%)", *row.change_pct);
     if (!row.note.empty()) reason += ": " + row.note;
-    const std::string basis =
-        row.metric == "status" ? "the baseline's status"
-                               : "baseline " + fmt("%.4g", *row.base_value) + fmt(", threshold %g%%", pct) +
-                                     " (" + row.test + ")";
-    out.push_back(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected,
-                       basis, reason, row.new_value, row.base_value));
+    const std::string basis = row.metric == "status" ? "the baseline's status"
+                                                     : "baseline " + fmt("%.4g", *row.base_value) +
+                                                           fmt(", threshold %g%%", pct) + " (" + row.test + ")";
+    out.push_back(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected, basis,
+                       reason, row.new_value, row.base_value));
   }
   out.push_back(make("baseline", "baseline results present in this run", passOrFail(missing.empty()),
                      std::to_string(missing.size()) + " missing", "0 missing", "the baseline run's results",

@@ -12,8 +12,8 @@
 
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
-#include "harness/report/metric.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/metric.h"
 
 namespace peerlab::report {
 
@@ -149,7 +149,6 @@ table.heatmap td{text-align:right;min-width:52px}
 
 }  // namespace
 
-
 std::string renderHtml(const Run& run, const HtmlOptions& options) {
   int charts = 0;
   // The checks are the engine's: given by the caller, else made from the run and its stored plan.
@@ -173,9 +172,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   {
     section("checks", "Checks");
     body << "<p class=\"counts\" data-total=\"" << counts.total << "\" data-passed=\"" << counts.passed
-         << "\" data-failed=\"" << counts.failed << "\" data-warnings=\"" << counts.warnings
-         << "\" data-unsupported=\"" << counts.unsupported << "\" data-skipped=\"" << counts.skipped << "\"><strong>"
-         << verdictWord(counts) << "</strong>: " << htmlEscape(formatCounts(counts)) << ".</p>";
+         << "\" data-failed=\"" << counts.failed << "\" data-warnings=\"" << counts.warnings << "\" data-unsupported=\""
+         << counts.unsupported << "\" data-skipped=\"" << counts.skipped << "\"><strong>" << verdictWord(counts)
+         << "</strong>: " << htmlEscape(formatCounts(counts)) << ".</p>";
     std::vector<std::string> categories;
     std::map<std::string, std::vector<Check>> byCategory;
     for (const Check& c : checks) {
@@ -196,8 +195,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       std::ostringstream t;
       t << "<table><tr><th>status</th><th>category</th><th>check</th><th>measured</th><th>expected</th>"
            "<th>basis</th><th>reason</th></tr>";
-      for (CheckStatus want :
-           {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped, CheckStatus::kPass}) {
+      for (CheckStatus want : {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped,
+                               CheckStatus::kPass}) {
         if (onlyNotPassed && want == CheckStatus::kPass) continue;
         for (const Check& c : checks) {
           if (c.status != want) continue;
@@ -249,8 +248,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
             sizes.insert(pt.bytes);
         }
         const Series& head = series[begin];
-        const std::string caseTitle = suite + " " + head.name + (head.ranks > 1 ? " x" + std::to_string(head.ranks) : "") +
-                                      ": " + (time ? std::string("time (us)") : metricLabel(head.metric));
+        const std::string caseTitle = suite + " " + head.name +
+                                      (head.ranks > 1 ? " x" + std::to_string(head.ranks) : "") + ": " +
+                                      (time ? std::string("time (us)") : metricLabel(head.metric));
         // One size, or no Chart.js: a table (a line over one size is a stack of dots; a missing chart an empty box).
         if (sizes.size() < 2 || !drawCharts) {
           bw << "<table class=\"series\"><caption>" << htmlEscape(caseTitle) << "</caption><tr><th>implementation</th>";
@@ -278,8 +278,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         const auto parts = splitEvenly(end - begin, kMaxSeriesPerChart);
         for (size_t part = 0; part < parts.size(); ++part) {
           LineChart c;
-          c.title = caseTitle +
-                    (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
+          c.title =
+              caseTitle +
+              (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
           c.x_label = "message size (bytes, log2 scale)";
           c.y_label = time ? "time (us, log scale)" : metricLabel(head.metric);
           c.x_log = true;
@@ -311,10 +312,11 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (anyPlot) {
     section("bandwidth", "Bandwidth and time against size");
     body << "<p class=\"note\">"
-         << (drawCharts ? "Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Bandwidth axes start at 0, times are "
-                          "on a log scale. "
-                        : "Charts are not drawn: Chart.js (Debian package libjs-chart.js) was not found when peerlab was "
-                          "built; the tables hold the same figures. ")
+         << (drawCharts
+                 ? "Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Bandwidth axes start at 0, times are "
+                   "on a log scale. "
+                 : "Charts are not drawn: Chart.js (Debian package libjs-chart.js) was not found when peerlab was "
+                   "built; the tables hold the same figures. ")
          << "Medians of each benchmark's samples, then the median over pairs (hover for the spread over pairs); a case "
             "measured at one size is a table.</p>"
          << bw.str() << "</section>";
@@ -397,7 +399,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     ProbeSummary ps = summarizeProbe(run);
     std::string wall;
     for (const Result& r : run.results) {
-      if (r.suite == "probe" && r.name == "matrix_wall" && r.time_us) wall = " Whole matrix: " + figure(*r.time_us / 1e6) + " s.";
+      if (r.suite == "probe" && r.name == "matrix_wall" && r.time_us)
+        wall = " Whole matrix: " + figure(*r.time_us / 1e6) + " s.";
     }
     if (ps.cells == 0) {
       std::string why = "the run holds no probe cell";
@@ -713,8 +716,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
 
   std::string html = pageBegin(title, kStyle);
   html += "<main>\n<header><h1>" + htmlEscape(title) + "</h1>";
-  html += std::string("<span class=\"badge ") + (counts.failed ? "fail" : "pass") + "\">" + verdictWord(counts) +
-          "</span>";
+  html +=
+      std::string("<span class=\"badge ") + (counts.failed ? "fail" : "pass") + "\">" + verdictWord(counts) + "</span>";
   std::ostringstream meta;
   meta << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
        << (gpus == 1 ? "" : "s");

@@ -72,8 +72,8 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
     x << ">\n";
     for (const Check* c : list) {
       x << "    <testcase classname=\"" << xmlEscape(suite) << "\" name=\"" << xmlEscape(c->name) << "\" time=\"0\">\n";
-      const std::string numbers = "measured " + (c->measured.empty() ? std::string("-") : c->measured) +
-                                  "; expected " + (c->expected.empty() ? std::string("-") : c->expected) +
+      const std::string numbers = "measured " + (c->measured.empty() ? std::string("-") : c->measured) + "; expected " +
+                                  (c->expected.empty() ? std::string("-") : c->expected) +
                                   (c->basis.empty() ? "" : " (" + c->basis + ")");
       const std::string status = checkStatusLabel(c->status);
       if (c->status == CheckStatus::kUnsupported || c->status == CheckStatus::kSkipped) {

@@ -18,7 +18,8 @@ json optJson(const std::optional<double>& v) {
 std::vector<std::string> strings(const In& a, size_t max_items, size_t max_bytes = kMaxTextBytes) {
   std::vector<std::string> out;
   const size_t n = a.size();
-  if (n > max_items) a.fail("holds " + std::to_string(n) + " entries, more than the " + std::to_string(max_items) + " allowed");
+  if (n > max_items)
+    a.fail("holds " + std::to_string(n) + " entries, more than the " + std::to_string(max_items) + " allowed");
   for (size_t i = 0; i < n; ++i)
     out.push_back(a.item(i).str(max_bytes));
   return out;
@@ -159,7 +160,8 @@ json toJson(const PlanTopology& topo) {
     json j = {{"index", g.index}, {"bus_id", g.bus_id}, {"model", g.model}, {"uuid", g.uuid}};
     j["nvlinks"] = optJson(g.nvlinks);
     j["nvlink_link_gbps"] = optJson(g.nvlink_link_gbps);
-    if (auto m = topo.memory_peak_gbps.find(g.index); m != topo.memory_peak_gbps.end()) j["memory_peak_gbps"] = m->second;
+    if (auto m = topo.memory_peak_gbps.find(g.index); m != topo.memory_peak_gbps.end())
+      j["memory_peak_gbps"] = m->second;
     j["pcie"] = nullptr;
     if (g.pcie) {
       j["pcie"] = {{"gbps", g.pcie->gbps}, {"source", g.pcie->source}};
@@ -200,8 +202,8 @@ json toJson(const Expectation& e) {
 }
 
 json toJson(const LatencyRule& l) {
-  json x = {{"rule", l.id},           {"suite", l.suite},   {"impl", l.impl},
-            {"name", l.name},         {"max_bytes", l.max_bytes}, {"max_us", l.max_us}};
+  json x = {{"rule", l.id},   {"suite", l.suite},         {"impl", l.impl},
+            {"name", l.name}, {"max_bytes", l.max_bytes}, {"max_us", l.max_us}};
   if (!l.note.empty()) x["note"] = l.note;
   return x;
 }
@@ -237,8 +239,8 @@ StatusOr<RunPlan> runPlanFromJson(const json& doc, const std::string& where) {
     if (auto m = p.opt("mode")) plan.mode = oneOf(*m, {"quick", "full"});
     if (auto t = p.opt("topology")) plan.topology = readTopology(*t);
     // Indices are bounded by the topology's GPUs when the plan has one.
-    const int gpus = plan.topology && !plan.topology->gpus.empty() ? static_cast<int>(plan.topology->gpus.size())
-                                                                   : kMaxGpus;
+    const int gpus =
+        plan.topology && !plan.topology->gpus.empty() ? static_cast<int>(plan.topology->gpus.size()) : kMaxGpus;
     if (auto pairs = p.opt("pairs")) {
       limitItems(*pairs, static_cast<size_t>(kMaxGpus) * kMaxGpus);
       for (size_t i = 0; i < pairs->size(); ++i) {

@@ -122,8 +122,7 @@ TEST(Html, SampleRunIsSelfContained) {
   EXPECT_EQ(countOf(html, "<script>"), 1u);  // the boot script
   EXPECT_EQ(full.find("Chart.js v3"), std::string::npos);
   EXPECT_TRUE(chartSeries(html).empty());
-  EXPECT_NE(html.find("<table class=\"series\"><caption>peer_copy uni: bandwidth (GB/s)</caption>"),
-            std::string::npos);
+  EXPECT_NE(html.find("<table class=\"series\"><caption>peer_copy uni: bandwidth (GB/s)</caption>"), std::string::npos);
   // The fingerprint is shown, GPUs with UUID and bus id.
   EXPECT_NE(html.find("GPU-52a9f1d6-eb48-d3af-68b0-09f060076b98"), std::string::npos);
   EXPECT_NE(html.find("0000:00:07.0"), std::string::npos);
@@ -495,7 +494,8 @@ TEST(Summary, FailedChecksFirstWithNumbers) {
 TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   report::Run run = syntheticRun(2);
   std::vector<Check> checks = {
-      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "ok", "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
+      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "ok",
+            "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
       check("health", "fabric GPU 0", CheckStatus::kUnsupported, "unsupported", "ok", "fabric state: not supported"),
       check("health", "xid GPU 0", CheckStatus::kPass, "ok", "ok", "no XID in 60.0 s watched"),
       check("health", "pcie_link GPU 0", CheckStatus::kFail, "fail", "ok", "Gen3 x8 of Gen5 x16")};

@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,10 +36,6 @@ json optInt(const std::optional<int>& v) {
 Status bad(const std::string& path, const std::string& why) {
   return PEERLAB_INVALID_ARGUMENT(path + ": " + why);
 }
-
-
-
-
 
 const char* kResultKeys[] = {"suite",   "name",       "impl",       "src",   "dst",    "ranks",  "bytes",
                              "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "detail", "numa"};
@@ -284,7 +280,8 @@ Run readRunDocument(const json& j) {
     limitWhy = "the plan's topology has " + std::to_string(gpuLimit) + " GPUs";
   }
   const In results = doc.at("results");
-  if (results.size() > kMaxResults) results.fail("holds more than the " + std::to_string(kMaxResults) + " results allowed");
+  if (results.size() > kMaxResults)
+    results.fail("holds more than the " + std::to_string(kMaxResults) + " results allowed");
   run.results.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     const In r = results.item(i);
@@ -295,16 +292,19 @@ Run readRunDocument(const json& j) {
     out.impl = r.at("impl").str(kMaxNameBytes);
     out.status = r.at("status").str(4096);
     for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"suite", &out.suite},
-                                     {"name", &out.name}, {"impl", &out.impl}, {"status", &out.status}}) {
+                                     {"name", &out.name},
+                                     {"impl", &out.impl},
+                                     {"status", &out.status}}) {
       if (value->empty()) r.at(key).fail("must not be empty");
     }
     auto gpuIndex = [&](const char* key) -> std::optional<int> {
       const In v = r.at(key);
       if (v.json().is_null()) return std::nullopt;
       if (!v.json().is_number_integer()) v.fail("must be an integer or null (got " + shortValue(v.json()) + ")");
-      const long long g = v.json().is_number_unsigned() ? static_cast<long long>(std::min<unsigned long long>(
-                                                              v.json().get<unsigned long long>(), 1ULL << 40))
-                                                        : v.json().get<long long>();
+      const long long g =
+          v.json().is_number_unsigned()
+              ? static_cast<long long>(std::min<unsigned long long>(v.json().get<unsigned long long>(), 1ULL << 40))
+              : v.json().get<long long>();
       if (g < 0 || g >= gpuLimit) {
         v.fail(std::to_string(g) + " is not a GPU of this run (0.." + std::to_string(gpuLimit - 1) + ": " + limitWhy +
                ")");

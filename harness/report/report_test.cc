@@ -185,8 +185,11 @@ TEST(RunReader, NumbersMustBeFiniteAndNotNegative) {
   expectRefused([](json& d) { d["results"][2]["busbw_gbps"] = -1; }, "$.results[2].busbw_gbps", "is outside");
   expectRefused([](json& d) { d["results"][2]["wrong"] = 1e300; }, "$.results[2].wrong", "is outside");
   expectRefused([](json& d) { d["results"][2]["wrong"] = 1.5; }, "$.results[2].wrong", "whole number");
-  expectRefused([](json& d) { d["results"][2]["samples_us"] = {1.0, -2.0}; }, "$.results[2].samples_us[1]",
-                "is outside");
+  expectRefused(
+      [](json& d) {
+        d["results"][2]["samples_us"] = {1.0, -2.0};
+      },
+      "$.results[2].samples_us[1]", "is outside");
   expectRefused(
       [](json& d) {
         d["plan"] = {{"topology", {{"gpus", {{{"index", 0}, {"nvlinks", 1e300}}}}, {"pairs", json::array()}}}};
@@ -196,13 +199,22 @@ TEST(RunReader, NumbersMustBeFiniteAndNotNegative) {
 
 TEST(RunReader, OptionalKeysAreTypedToo) {
   expectRefused([](json& d) { d["bench"] = {{"jobs", {{{"exit", 3}}}}}; }, "$.bench.jobs[0].exit", "must be a string");
-  expectRefused([](json& d) { d["plan"] = {{"topology", {{"source", 7}, {"gpus", json::array()}, {"pairs", json::array()}}}}; },
-                "$.plan.topology.source", "must be a string");
-  expectRefused([](json& d) { d["plan"] = {{"expectations", {{{"rule", "r"}, {"suite", 12}}}}}; },
-                "$.plan.expectations[0].suite", "must be a string");
+  expectRefused(
+      [](json& d) {
+        d["plan"] = {{"topology", {{"source", 7}, {"gpus", json::array()}, {"pairs", json::array()}}}};
+      },
+      "$.plan.topology.source", "must be a string");
+  expectRefused(
+      [](json& d) {
+        d["plan"] = {{"expectations", {{{"rule", "r"}, {"suite", 12}}}}};
+      },
+      "$.plan.expectations[0].suite", "must be a string");
   expectRefused([](json& d) { d["qualify"] = {{"verdict", "MAYBE"}}; }, "$.qualify.verdict", "is not PASS or FAIL");
-  expectRefused([](json& d) { d["qualify"] = {{"checks", {{{"name", "x"}, {"status", "great"}}}}}; },
-                "$.qualify.checks[0].status", "is not one of");
+  expectRefused(
+      [](json& d) {
+        d["qualify"] = {{"checks", {{{"name", "x"}, {"status", "great"}}}}};
+      },
+      "$.qualify.checks[0].status", "is not one of");
   expectRefused([](json& d) { d["results"][0]["claimed"] = "yes"; }, "$.results[0].claimed", "must be true or false");
   expectRefused([](json& d) { d["results"][0]["throttled"] = "hot"; }, "$.results[0].throttled", "must be an array");
   expectRefused([](json& d) { d["kind"] = std::string(300, 'k'); }, "$.kind", "longer than the 128 allowed");

@@ -142,8 +142,8 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     md << "## All checks\n\n| status | check | measured | expected | basis | reason |\n|---|---|---|---|---|---|\n";
     for (const Check& c : checks) {
       md << "| " << (c.failed() ? "**FAIL**" : checkStatusLabel(c.status)) << " | " << cell(c.category + ": " + c.name)
-         << " | " << cell(c.measured) << " | " << cell(c.expected) << " | " << cell(c.basis) << " | "
-         << cell(c.reason) << " |\n";
+         << " | " << cell(c.measured) << " | " << cell(c.expected) << " | " << cell(c.basis) << " | " << cell(c.reason)
+         << " |\n";
     }
     md << "\n";
   }

@@ -83,10 +83,9 @@ Status judgeCapability(const CapabilityReport& r) {
         registered += (registered.empty() ? "" : ", ") + ucx::memoryTypeName(t);
     }
     if (!context_cuda || !all_cuda) {
-      return PEERLAB_UNAVAILABLE(std::string(kUcxNoCudaReason) + " (context memory types: " +
-                                 memoryTypesText(r.context_types) +
-                                 (registered.empty() ? std::string() : "; GPU buffers registered as " + registered) +
-                                 ")");
+      return PEERLAB_UNAVAILABLE(
+          std::string(kUcxNoCudaReason) + " (context memory types: " + memoryTypesText(r.context_types) +
+          (registered.empty() ? std::string() : "; GPU buffers registered as " + registered) + ")");
     }
     return Status::ok();
   }
