@@ -3,18 +3,24 @@
 //   BM_HistoryIngest/files:1000/results:1100   every file read, validated and stored (one transaction each)
 //   BM_HistoryRegressions/...                  load, change points in every series, regressions
 //   BM_HistorySiteModel/...                    the whole site model, serialized
+//   BM_HistoryValidationCost/...               ingest again, timing the run-file reader against a plain JSON parse of
+//                                              the same file: what validation adds to ingest must stay within 10%
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
 #include "harness/report/report.h"
+#include "reference/core/files.h"
 
 namespace peerlab::history {
 namespace {
@@ -160,6 +166,59 @@ void BM_HistorySiteModel(benchmark::State& state) {
   state.counters["model_bytes"] = static_cast<double>(bytes);
 }
 
+// What the run-file reader (parse, validation, conversion) costs beyond a plain parse of the same bytes, as a share of
+// ingest without it (plain parse + store). Fails (an error in the output) beyond kMaxValidationPct.
+constexpr double kMaxValidationPct = 10.0;
+
+void BM_HistoryValidationCost(benchmark::State& state) {
+  const std::vector<std::string> files = runFiles();
+  if (files.empty()) {
+    state.SkipWithError("could not write the run files");
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  double plain = 0, reader = 0, store = 0;
+  const std::string db = (workDir() / "validation.sqlite").string();
+  for (auto _ : state) {
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::filesystem::remove(db + suffix);
+    auto opened = HistoryStore::open(db);
+    if (!opened.isOk()) {
+      state.SkipWithError(opened.status().message().c_str());
+      return;
+    }
+    for (const std::string& f : files) {
+      // Both read the file from the page cache: the difference is what the reader does beyond parsing.
+      const auto t0 = Clock::now();
+      auto text = readTextFile(f);
+      auto doc = nlohmann::json::parse(text.isOk() ? *text : std::string(), nullptr, false);
+      benchmark::DoNotOptimize(doc);
+      const auto t1 = Clock::now();
+      auto run = report::readRun(f);
+      const auto t2 = Clock::now();
+      if (doc.is_discarded() || !run.isOk() || !(*opened)->ingest(*run).isOk()) {
+        state.SkipWithError(("ingest failed: " + f).c_str());
+        return;
+      }
+      const auto t3 = Clock::now();
+      plain += std::chrono::duration<double>(t1 - t0).count();
+      reader += std::chrono::duration<double>(t2 - t1).count();
+      store += std::chrono::duration<double>(t3 - t2).count();
+    }
+  }
+  const double pct = (reader - plain) / (plain + store) * 100.0;
+  state.counters["plain_parse_s"] = plain;
+  state.counters["reader_s"] = reader;
+  state.counters["store_s"] = store;
+  state.counters["validation_pct"] = pct;
+  if (pct > kMaxValidationPct) {
+    char why[160];
+    std::snprintf(why, sizeof why, "validation adds %.1f%% to ingest (reader %.1f s, plain parse %.1f s, store %.1f s)",
+                  pct, reader, plain, store);
+    state.SkipWithError(why);
+  }
+}
+
 // Each step runs once, in this order, on the database the ingest wrote.
 BENCHMARK(BM_HistoryIngest)
     ->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
@@ -173,6 +232,11 @@ BENCHMARK(BM_HistoryRegressions)
     ->UseRealTime();
 BENCHMARK(BM_HistorySiteModel)
     ->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistoryValidationCost)
+    ->Name("BM_HistoryValidationCost/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
     ->Iterations(1)
     ->Unit(benchmark::kSecond)
     ->UseRealTime();

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +63,26 @@ StatusOr<double> parseNumberOption(const std::string& option, const std::string&
   return v;
 }
 
+// CLI11's range checks print their bounds with %f: the largest double becomes 309 digits. Numbers longer than 15
+// digits are shown as %g ("1.79769e+308").
+std::string readableNumbers(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.'))
+      ++j;
+    if (j - i > 15 && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", std::strtod(text.substr(i, j - i).c_str(), nullptr));
+      out += buf;
+    } else {
+      out.append(text, i, std::max<size_t>(j - i, 1));
+    }
+    i = std::max(j, i + 1);
+  }
+  return out;
+}
+
 }  // namespace peerlab::cli
 
 int main(int argc, char** argv) {
@@ -104,7 +126,7 @@ int main(int argc, char** argv) {
     std::string where = "usage";
     for (CLI::App* sub : app.get_subcommands())
       where = sub->get_name();
-    return fail(where, kExitUsage, std::string(e.what()) + " (see peerlab --help)");
+    return fail(where, kExitUsage, readableNumbers(e.what()) + " (see peerlab --help)");
   }
   for (CLI::App* sub : app.get_subcommands()) {
     auto it = runners.find(sub);

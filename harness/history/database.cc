@@ -161,9 +161,8 @@ StatusOr<std::unique_ptr<Database>> openSqlite(const std::string& path, OpenMode
   }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   auto out = std::make_unique<SqliteDatabase>(db);
-  // WAL lets readers run beside the one writer; NORMAL sync is durable at each WAL checkpoint.
-  Status st = out->exec("PRAGMA journal_mode=WAL");
-  if (st.isOk()) st = out->exec("PRAGMA synchronous=NORMAL");
+  // NORMAL sync is durable at each WAL checkpoint (the store sets WAL, stored in the file, when it makes the schema).
+  Status st = out->exec("PRAGMA synchronous=NORMAL");
   if (st.isOk()) st = out->exec("PRAGMA foreign_keys=ON");
   if (!st.isOk()) {
     return PEERLAB_INVALID_ARGUMENT("--db " + printable(path) + ": not a usable SQLite database: " + st.message());

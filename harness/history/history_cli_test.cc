@@ -441,6 +441,7 @@ TEST(HistoryCli, ForeignFilesAreLeftAsTheyAre) {
   {
     auto db = openDatabase(other);
     ASSERT_TRUE(db.isOk());
+    ASSERT_TRUE((*db)->exec("PRAGMA journal_mode=DELETE").isOk());
     ASSERT_TRUE((*db)->exec("CREATE TABLE notes (text TEXT)").isOk());
   }
   const std::string otherBefore = readFile(other);
@@ -454,6 +455,7 @@ TEST(HistoryCli, ForeignFilesAreLeftAsTheyAre) {
       {{"history", "list", "--db", run}, "run.json: not a SQLite database"},
       {{"history", "html", "--db", run, "--out", dir + "/site"}, "run.json: not a SQLite database"},
       {{"history", "regressions", "--db", other}, "not a peerlab history"},
+      {{"history", "ingest", "--db", other, run}, "a SQLite database of something else"},
       {{"history", "list", "--db", dir + "/empty.sqlite"}, "empty file"},
       {{"history", "list", "--db", dir}, "is a directory"},
   };

@@ -236,18 +236,30 @@ StatusOr<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& ur
 
 Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
   const std::string name = "--db " + redactUrl(url);
-  // What is there already: a store at the latest version is only read.
+  // What is there already (one statement, so one snapshot): a store at the latest version is only read.
   const bool sqlite = std::string(db_->dialect()) == "sqlite";
   bool hasSchema = false;
+  int tables = 0;
   PEERLAB_RETURN_IF_ERROR(
-      db_->query(sqlite ? "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-                        : "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND "
-                          "table_name = 'schema_version'",
-                 {}, [&](const SqlRow& r) { hasSchema = r.integer(0) > 0; }));
+      db_->query(sqlite ? "SELECT name FROM sqlite_master WHERE type = 'table'"
+                        : "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()",
+                 {}, [&](const SqlRow& r) {
+                   ++tables;
+                   hasSchema = hasSchema || r.text(0) == "schema_version";
+                 }));
   if (!hasSchema && mode == OpenMode::kExisting) {
     return PEERLAB_INVALID_ARGUMENT(name +
                                     ": not a peerlab history (no schema_version table; only `peerlab history "
                                     "ingest`, or --create, makes one)");
+  }
+  if (!hasSchema && sqlite) {
+    // A SQLite file is one program's: one that holds other tables is not made a history.
+    if (tables > 0) {
+      return PEERLAB_INVALID_ARGUMENT(name + ": a SQLite database of something else (" + std::to_string(tables) +
+                                      " tables, none of them peerlab's); left as it is");
+    }
+    // WAL lets readers run beside the one writer; the mode is kept in the file.
+    PEERLAB_RETURN_IF_ERROR(db_->exec("PRAGMA journal_mode=WAL"));
   }
   const int latest = static_cast<int>(schemaMigrations().size());
   if (hasSchema) {
