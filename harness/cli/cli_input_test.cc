@@ -182,12 +182,13 @@ TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
   }
   EXPECT_EQ(marked, 1);
   EXPECT_NE(r.err.find("INJECTED: PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1"), std::string::npos) << r.err;
-  // Without injection the stand-in worker is still named: its verdicts are not this machine's.
-  CliRun plain = runPeerlab({"probe", "--no-cache", "--sizes", "4K", "--json", dir + "/p.json"},
+  // Without injection the stand-in worker is still named: its verdicts are not this machine's. The run file's
+  // missing parent directories are created, as for every output file.
+  CliRun plain = runPeerlab({"probe", "--no-cache", "--sizes", "4K", "--json", dir + "/new/dir/p.json"},
                             {env[0], env[1], "XDG_CACHE_HOME=" + dir});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_NE(plain.out.find("INJECTED: worker "), std::string::npos) << plain.out;
-  auto file = report::readRun(dir + "/p.json");
+  auto file = report::readRun(dir + "/new/dir/p.json");
   ASSERT_TRUE(file.isOk()) << file.status().message();
   EXPECT_TRUE(file->extra["injected"]["probe_inject"].is_null());
   fs::remove_all(dir);

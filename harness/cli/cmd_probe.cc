@@ -53,15 +53,20 @@ struct ProbeArgs {
   uint64_t seed = 0;
 };
 
+// Checked before the probe runs: the run file can be written there (missing parents are created when it is).
 Status checkOutputPath(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": is a directory");
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    return PEERLAB_INVALID_ARGUMENT(path + ": directory " + dir.string() + " does not exist");
-  if (::access(dir.c_str(), W_OK) != 0) return PEERLAB_INVALID_ARGUMENT(path + ": directory is not writable");
+  // The nearest directory that exists must take the new file or directories.
+  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir)
+    dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": " + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(path + ": directory " + dir.string() + " is not writable");
+  }
   if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
     return PEERLAB_INVALID_ARGUMENT(path + ": not writable");
   return Status::ok();
@@ -272,7 +277,7 @@ int runProbe(const ProbeArgs& a) {
   bool use_cache = !a.no_cache && inject->empty();
   const std::string cache_path = a.cache.empty() ? defaultCachePath() : a.cache;
   if (use_cache) {
-    if (Status st = checkCachePath(cache_path, a.cache.empty()); !st.isOk()) {
+    if (Status st = checkCachePath(cache_path, /*create_dir=*/true); !st.isOk()) {
       if (!a.cache.empty()) return fail(kCommand, kExitUsage, "--cache: " + st.message());
       std::fprintf(stderr, "peerlab probe: cache off: %s\n", st.message().c_str());
       use_cache = false;

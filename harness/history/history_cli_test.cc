@@ -359,6 +359,8 @@ TEST_P(HistoryCliTest, SiteRendersWhatIsStoredKindByKind) {
       ASSERT_TRUE((*store)->ingest(run).isOk());
     }
   }
+  // A run that names neither a kind nor a host.
+  ASSERT_TRUE((*store)->ingest(testing::syntheticRun(rng, index++, "", "")).isOk());
   // Expectations stored by an older peerlab, whose suite is a number.
   {
     auto db = openDatabase(url_);
@@ -378,6 +380,7 @@ TEST_P(HistoryCliTest, SiteRendersWhatIsStoredKindByKind) {
     EXPECT_TRUE(std::filesystem::is_regular_file(site + "/" + page)) << kind.substr(0, 20);
     EXPECT_NE(indexPage.find("href=\"" + page + "\""), std::string::npos) << page;
   }
+  EXPECT_NE(indexPage.find("href=\"" + report::kindPageName("(no kind or host)") + "\""), std::string::npos);
   // Runs dated 9999 or not dated in ISO are placed at their ingest time: every point's time is a valid one before
   // the year 9999.
   const nlohmann::json model = nlohmann::json::parse(readFile(dir_ + "/model.json"));

@@ -145,7 +145,8 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   auto kindOf = [&](const std::string& machine) -> nlohmann::json& {
     nlohmann::json& k = kinds[machine];
     if (k.is_null()) {
-      k = {{"kind", machine},
+      // Runs that name neither a kind nor a host still get a page.
+      k = {{"kind", machine.empty() ? std::string("(no kind or host)") : machine},
            {"series", nlohmann::json::array()},
            {"regressions", nlohmann::json::array()},
            {"fleet", nlohmann::json::array()},

@@ -191,7 +191,7 @@ TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
   const std::string dir = scratchDir("browser-site");
   ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
   const std::string x4 = report::kindPageName("nvidia-h200-x4");
-  for (const std::string page : {std::string("index.html"), x4, report::kindPageName("nvidia-h200-x2")}) {
+  for (const std::string& page : {std::string("index.html"), x4, report::kindPageName("nvidia-h200-x2")}) {
     SCOPED_TRACE(page);
     const std::string html = readFile(dir + "/" + page);
     const int promised = promisedCharts(html);
