@@ -261,7 +261,7 @@ class PgDatabase : public Database {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
       s.pop_back();
     for (char& c : s)
-      if (c == '\n') c = ' ';
+      if (c == '\n' || c == '\t') c = ' ';
     return s;
   }
   PGconn* conn_;
@@ -281,7 +281,7 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
       msg.pop_back();
     for (char& c : msg)
-      if (c == '\n') c = ' ';
+      if (c == '\n' || c == '\t') c = ' ';
     return PEERLAB_INVALID_ARGUMENT("--db " + redactUrl(url) + ": cannot connect to PostgreSQL: " + redactSecrets(msg));
   }
   auto out = std::make_unique<PgDatabase>(conn);
