@@ -3,18 +3,24 @@
 //   BM_HistoryIngest/files:1000/results:1100   every file read, validated and stored (one transaction each)
 //   BM_HistoryRegressions/...                  load, change points in every series, regressions
 //   BM_HistorySiteModel/...                    the whole site model, serialized
+//   BM_HistoryValidationCost/...               ingest again, timing the reader's validation step on its own: what it
+//                                              adds to ingest must stay within 10%
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
 #include "harness/report/report.h"
+#include "reference/core/files.h"
 
 namespace peerlab::history {
 namespace {
@@ -160,6 +166,67 @@ void BM_HistorySiteModel(benchmark::State& state) {
   state.counters["model_bytes"] = static_cast<double>(bytes);
 }
 
+// What validation adds to ingest: the reader's validation step (report::validate on the parsed document) timed on its
+// own, against ingest without it (the whole reader minus that step, plus storing). The reader as a whole against a
+// plain parse of the same bytes is reported beside it. An error in the output beyond kMaxValidationPct.
+constexpr double kMaxValidationPct = 10.0;
+
+void BM_HistoryValidationCost(benchmark::State& state) {
+  const std::vector<std::string> files = runFiles();
+  if (files.empty()) {
+    state.SkipWithError("could not write the run files");
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  double plain = 0, validation = 0, reader = 0, store = 0;
+  const std::string db = (workDir() / "validation.sqlite").string();
+  for (auto _ : state) {
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::filesystem::remove(db + suffix);
+    auto opened = HistoryStore::open(db);
+    if (!opened.isOk()) {
+      state.SkipWithError(opened.status().message().c_str());
+      return;
+    }
+    for (const std::string& f : files) {
+      // Every step reads the file from the page cache.
+      const auto t0 = Clock::now();
+      auto text = readTextFile(f);
+      const nlohmann::json doc = nlohmann::json::parse(text.isOk() ? *text : std::string(), nullptr, false);
+      const auto t1 = Clock::now();
+      const Status valid = report::validate(doc);
+      const auto t2 = Clock::now();
+      auto run = report::readRun(f);
+      const auto t3 = Clock::now();
+      if (doc.is_discarded() || !valid.isOk() || !run.isOk() || !(*opened)->ingest(*run).isOk()) {
+        state.SkipWithError(("ingest failed: " + f).c_str());
+        return;
+      }
+      const auto t4 = Clock::now();
+      plain += seconds(t0, t1);
+      validation += seconds(t1, t2);
+      reader += seconds(t2, t3);
+      store += seconds(t3, t4);
+    }
+  }
+  const double pct = validation / (reader - validation + store) * 100.0;
+  state.counters["plain_parse_s"] = plain;
+  state.counters["validate_s"] = validation;
+  state.counters["reader_s"] = reader;
+  state.counters["store_s"] = store;
+  state.counters["validation_pct"] = pct;
+  state.counters["reader_vs_parse_pct"] = (reader - plain) / (plain + store) * 100.0;
+  if (pct > kMaxValidationPct) {
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "validation adds %.1f%% to ingest (validate %.1f s; reader %.1f s, of which parsing %.1f s; store "
+                  "%.1f s)",
+                  pct, validation, reader, plain, store);
+    state.SkipWithError(why);
+  }
+}
+
 // Each step runs once, in this order, on the database the ingest wrote.
 BENCHMARK(BM_HistoryIngest)
     ->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
@@ -173,6 +240,11 @@ BENCHMARK(BM_HistoryRegressions)
     ->UseRealTime();
 BENCHMARK(BM_HistorySiteModel)
     ->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_HistoryValidationCost)
+    ->Name("BM_HistoryValidationCost/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
     ->Iterations(1)
     ->Unit(benchmark::kSecond)
     ->UseRealTime();

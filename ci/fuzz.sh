@@ -7,7 +7,10 @@
 #     --seconds N   time per target (default $PEERLAB_FUZZ_SECONDS or 60)
 #     --build DIR   build directory (default build/fuzz)
 #     --merge       also merge inputs that add coverage into fixtures/fuzz/<target>/ (keeps the corpus small)
-#     TARGET        report, fault_spec, probe_cache, topology, cli (default: every target that is built)
+#     TARGET        report, render, site, history, fault_spec, probe_cache, topology, cli (default: every target
+#                   that is built)
+# The renderers write pages on every input: they run with TMPDIR on /dev/shm where it exists and without Chart.js
+# inlined (PEERLAB_CHARTJS=""), so that the time goes into inputs rather than into disk writes.
 # Exit code: 0 no crash, 1 a target crashed (inputs saved), 2 usage, 3 build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --merge) merge=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) echo "ci/fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -53,7 +56,7 @@ fi
 if [ ${#targets[@]} -eq 0 ]; then
   # Every known target the build defines (a module that is not there yet has none).
   known=$(cmake --build "$build" --target help 2>/dev/null)
-  for t in report fault_spec probe_cache topology cli; do
+  for t in report render site history fault_spec probe_cache topology cli; do
     grep -qE "(^|[ .])fuzz_$t(:| |$)" <<<"$known" && targets+=("$t")
   done
 fi
@@ -70,6 +73,8 @@ if ! cmake --build "$build" --target "${build_targets[@]}" -j "$(nproc)" >"$buil
   exit 3
 fi
 
+export PEERLAB_CHARTJS=""
+[ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
 crashed=()
 for t in "${targets[@]}"; do
   bin="$build/bin/fuzz_$t"

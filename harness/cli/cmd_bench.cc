@@ -32,14 +32,20 @@ struct BenchArgs {
   std::string pairs;
   std::string fixture;
   bool dry_run = false;
+  std::string timeout;  ///< seconds, checked in runBench
   double timeout_s = 0;
   std::string kind;
   std::vector<std::string> bench_args;
   bool probe = false;
 };
 
-int runBench(const BenchArgs& a) {
+int runBench(BenchArgs a) {
   if (a.quick && a.full) return fail(kCmd, kExitUsage, "--quick and --full exclude each other");
+  if (!a.timeout.empty()) {
+    auto t = parseNumberOption("--timeout", a.timeout, 1, 7 * 86400);
+    if (!t.isOk()) return fail(kCmd, kExitUsage, t.status().message() + " seconds");
+    a.timeout_s = *t;
+  }
   if (!a.fixture.empty() && !a.dry_run) {
     return fail(kCmd, kExitUsage, "--fixture plans for another machine: use it with --dry-run");
   }
@@ -168,8 +174,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to cover, e.g. 0-1,1-0 (default: every pair)");
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");
   sub.add_flag("--dry-run", a->dry_run, "Print the processes that would run, and exit");
-  sub.add_option("--timeout", a->timeout_s, "Deadline per bench process in seconds (default: 4x its budget, >= 180)")
-      ->check(CLI::PositiveNumber);
+  sub.add_option("--timeout", a->timeout,
+                 "Deadline per bench process, 1 to 604800 seconds (default: 4x its budget, >= 180)");
   sub.add_option("--kind", a->kind,
                  "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
                  "model x count x interconnect, e.g. h200-x2-nvswitch)");

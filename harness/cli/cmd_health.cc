@@ -12,6 +12,7 @@
 #include "harness/qualify/config.h"
 #include "harness/report/report.h"
 #include "reference/core/process.h"
+#include "reference/core/text.h"
 
 namespace peerlab::cli {
 namespace {
@@ -21,7 +22,7 @@ constexpr const char* kCmd = "health";
 struct HealthArgs {
   std::string config;
   std::string json;
-  double watch_s = 5;
+  std::string watch = "5";
 };
 
 int runHealth(const HealthArgs& a) {
@@ -35,35 +36,51 @@ int runHealth(const HealthArgs& a) {
   }
   auto t = health::parseThresholds(text, a.config.empty() ? "built-in reports/qualify.toml" : a.config);
   if (!t.isOk()) return fail(kCmd, kExitUsage, t.status().message());
+  auto watch = parseNumberOption("--watch", a.watch, 0, 86400);
+  if (!watch.isOk()) return fail(kCmd, kExitUsage, watch.status().message());
+  const double watch_s = *watch;
+  // With --json - the run file is stdout's only content; the check lines go to stderr.
+  FILE* out = summaryStream(a.json);
 
   report::Run run = report::newRun();
   run.fingerprint = report::collectFingerprint();
-  health::Stage stage = health::Stage::begin(*t, run.fingerprint, a.watch_s + 60, stdout);
+  health::Stage stage = health::Stage::begin(*t, run.fingerprint, watch_s + 60, out);
   if (!stage.unavailable().empty()) return fail(kCmd, kExitNoGpu, stage.unavailable());
-  std::vector<health::CheckResult> checks = stage.end(run, a.watch_s, process::interruptRequested);
+  std::vector<health::CheckResult> checks = stage.end(run, watch_s, process::interruptRequested);
   if (checks.empty()) return fail(kCmd, kExitNoGpu, "NVML shows no GPU");
 
   int failed = 0, warned = 0, unsupported = 0;
+  std::string firstFailed;
   for (const health::CheckResult& c : checks) {
     failed += c.verdict == health::Verdict::kFail;
     warned += c.verdict == health::Verdict::kWarn;
     unsupported += c.verdict == health::Verdict::kUnsupported;
-    std::printf("%-11s GPU %d %-14s %s\n", health::verdictName(c.verdict), c.gpu, c.name.c_str(), c.detail.c_str());
+    if (c.verdict == health::Verdict::kFail && firstFailed.empty()) {
+      firstFailed = "GPU " + std::to_string(c.gpu) + " " + c.name + (c.detail.empty() ? "" : ": " + c.detail);
+    }
+    std::fprintf(out, "%-11s GPU %d %-14s %s\n", health::verdictName(c.verdict), c.gpu, c.name.c_str(),
+                 printable(c.detail, 300).c_str());
   }
   if (!a.json.empty()) {
-    if (Status st = report::writeRun(run, a.json); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
+    Status st = writeOutput(a.json, report::toJson(run).dump(2) + "\n");
+    if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
-  std::printf("peerlab health: %s: %zu checks, %d failed, %d warnings, %d unsupported\n", failed ? "FAIL" : "PASS",
-              checks.size(), failed, warned, unsupported);
-  return failed ? kExitCheckFailed : kExitOk;
+  std::fprintf(out, "peerlab health: %s: %zu checks, %d failed, %d warnings, %d unsupported\n",
+               failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported);
+  if (failed) {
+    return fail(kCmd, kExitCheckFailed,
+                "FAIL: " + std::to_string(failed) + " of " + std::to_string(checks.size()) +
+                    " checks failed (first: " + printable(firstFailed, 200) + ")");
+  }
+  return kExitOk;
 }
 
 std::function<int()> setup(CLI::App& sub) {
   auto a = std::make_shared<HealthArgs>();
   sub.add_option("--config", a->config, "Thresholds file (default: the built-in reports/qualify.toml, [health])");
-  sub.add_option("--watch", a->watch_s, "Seconds to watch for XID events and clock event reasons (default 5)")
-      ->check(CLI::Range(0.0, 86400.0));
-  sub.add_option("--json", a->json, "Write the results as a run file");
+  sub.add_option("--watch", a->watch,
+                 "Seconds to watch for XID events and clock event reasons, 0 to 86400 (default 5)");
+  sub.add_option("--json", a->json, "Write the results as a run file (\"-\": stdout, the check lines to stderr)");
   return [a] { return runHealth(*a); };
 }
 

@@ -1,9 +1,8 @@
 // peerlab history: a store of run files (SQLite or PostgreSQL), change points, regressions, fleet outliers, the site.
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,7 +10,9 @@
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
+#include "harness/report/compare.h"
 #include "harness/report/report.h"
+#include "reference/core/text.h"
 
 #if __has_include("harness/report/site.h")
 #include "harness/report/site.h"
@@ -26,12 +27,24 @@ constexpr const char* kCmd = "history";
 struct HistoryArgs {
   std::string db;
   std::vector<std::string> files;
+  std::vector<std::string> remove;
   std::string kind;
   bool json = false;
+  bool create = false;
   std::string json_out;
   std::string out_dir;
   std::string model_out;
   bool by_host = false;
+  // Numbers are taken as text and checked here, so that a bad value gets a message a person can read.
+  std::string threshold = "3";
+  std::string min_change = "3";
+  std::string p_value = "0.01";
+  std::string permutations = "99";
+  std::string z = "3.5";
+  std::string min_hosts = "4";
+};
+
+struct Numbers {
   double threshold_pct = 3.0;
   double min_change_pct = 3.0;
   double max_p_value = 0.01;
@@ -40,27 +53,56 @@ struct HistoryArgs {
   int min_hosts = 4;
 };
 
-Status writeText(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fputs(text.c_str(), stdout);
-    return Status::ok();
-  }
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot write");
-  f << text;
-  f.close();
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": write failed");
-  return Status::ok();
+StatusOr<Numbers> parseNumbers(const HistoryArgs& a) {
+  Numbers n;
+  auto pct = [](const char* option, const std::string& text) -> StatusOr<double> {
+    auto v = report::parseThresholdPct(text);
+    if (!v.isOk()) {
+      return PEERLAB_INVALID_ARGUMENT(std::string(option) + " \"" + printable(text, 40) +
+                                      "\": expected a percentage from 0 to 999, such as 5 or 2.5%");
+    }
+    return *v;
+  };
+  PEERLAB_ASSIGN_OR_RETURN(n.threshold_pct, pct("--threshold", a.threshold));
+  PEERLAB_ASSIGN_OR_RETURN(n.min_change_pct, pct("--min-change", a.min_change));
+  PEERLAB_ASSIGN_OR_RETURN(n.max_p_value, parseNumberOption("--p-value", a.p_value, 1e-9, 1.0));
+  PEERLAB_ASSIGN_OR_RETURN(double perms, parseNumberOption("--permutations", a.permutations, 1, 100000, true));
+  n.permutations = static_cast<int>(perms);
+  PEERLAB_ASSIGN_OR_RETURN(n.z_threshold, parseNumberOption("--z", a.z, 0.5, 100.0));
+  PEERLAB_ASSIGN_OR_RETURN(double hosts, parseNumberOption("--min-hosts", a.min_hosts, 3, 100000, true));
+  n.min_hosts = static_cast<int>(hosts);
+  return n;
 }
 
-StatusOr<std::unique_ptr<history::HistoryStore>> openStore(const std::string& db) {
-  if (db.empty()) return PEERLAB_INVALID_ARGUMENT("--db is required (a SQLite path or a postgresql:// URL)");
-  return history::HistoryStore::open(db);
+StatusOr<std::unique_ptr<history::HistoryStore>> openStore(const HistoryArgs& a, history::OpenMode mode) {
+  if (a.db.empty()) return PEERLAB_INVALID_ARGUMENT("--db is required (a SQLite path or a postgresql:// URL)");
+  return history::HistoryStore::open(a.db, a.create ? history::OpenMode::kCreate : mode);
+}
+
+// An unknown --kind is a typo, not an empty answer: the kinds (and hosts) the store holds are listed.
+Status checkKind(history::HistoryStore& store, const std::string& kind) {
+  if (kind.empty()) return Status::ok();
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<history::RunInfo> runs, store.runs());
+  std::set<std::string> kinds;
+  for (const history::RunInfo& r : runs) {
+    if (r.machine() == kind || r.host == kind) return Status::ok();
+    kinds.insert(r.machine());
+  }
+  std::string known;
+  for (const std::string& k : kinds) {
+    if (known.size() > 400) {
+      known += ", ...";
+      break;
+    }
+    known += (known.empty() ? "" : ", ") + printable(k, 80);
+  }
+  return PEERLAB_INVALID_ARGUMENT("--kind " + printable(kind, 80) + ": no stored run of that kind or host (known: " +
+                                  (known.empty() ? std::string("none, the history is empty") : known) + ")");
 }
 
 int runIngest(const HistoryArgs& a) {
   if (a.files.empty()) return fail(kCmd, kExitUsage, "ingest: no run file given");
-  auto store = openStore(a.db);
+  auto store = openStore(a, history::OpenMode::kCreate);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   int bad = 0, added = 0, known = 0;
   for (const std::string& file : a.files) {
@@ -75,22 +117,45 @@ int runIngest(const HistoryArgs& a) {
     opts.kind = a.kind;
     opts.source = std::filesystem::path(file).filename().string();
     auto outcome = (*store)->ingest(*run, opts);
-    if (!outcome.isOk()) return fail(kCmd, kExitRuntime, "ingest: " + file + ": " + outcome.status().message());
+    if (!outcome.isOk()) {
+      if (outcome.status().code() == StatusCode::kInvalidArgument) {
+        fail(kCmd, kExitUsage, "ingest: " + file + ": " + outcome.status().message() + " (nothing of it stored)");
+        ++bad;
+        continue;
+      }
+      return fail(kCmd, kExitRuntime, "ingest: " + file + ": " + outcome.status().message());
+    }
     if (outcome->inserted) {
       ++added;
-      std::printf("%s: stored as run %lld (%zu results)\n", file.c_str(), static_cast<long long>(outcome->run_id),
-                  run->results.size());
+      std::printf("%s: stored as run %lld (%zu results)\n", printable(file).c_str(),
+                  static_cast<long long>(outcome->run_id), run->results.size());
     } else {
       ++known;
-      std::printf("%s: already stored as run %lld\n", file.c_str(), static_cast<long long>(outcome->run_id));
+      std::printf("%s: already stored as run %lld\n", printable(file).c_str(), static_cast<long long>(outcome->run_id));
     }
   }
   std::printf("%d stored, %d already there, %d rejected\n", added, known, bad);
   return bad ? kExitUsage : kExitOk;
 }
 
+int runRemove(const HistoryArgs& a) {
+  auto store = openStore(a, history::OpenMode::kExisting);
+  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  auto removed = (*store)->remove(a.remove);
+  if (!removed.isOk()) {
+    const int code = removed.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime;
+    return fail(kCmd, code, "remove: " + removed.status().message());
+  }
+  for (const history::RunInfo& r : *removed) {
+    std::printf("removed run %lld (%s, host %s, %s, %d results, from %s)\n", static_cast<long long>(r.id),
+                printable(r.machine(), 80).c_str(), printable(r.host, 80).c_str(), printable(r.timestamp, 40).c_str(),
+                r.results, printable(r.source, 120).c_str());
+  }
+  return kExitOk;
+}
+
 int runList(const HistoryArgs& a) {
-  auto store = openStore(a.db);
+  auto store = openStore(a, history::OpenMode::kExisting);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   auto runs = (*store)->runs();
   if (!runs.isOk()) return fail(kCmd, kExitRuntime, runs.status().message());
@@ -98,170 +163,216 @@ int runList(const HistoryArgs& a) {
     nlohmann::json arr = nlohmann::json::array();
     for (const history::RunInfo& r : *runs) {
       arr.push_back({{"id", r.id},
+                     {"content_hash", r.content_hash},
                      {"host", r.host},
                      {"kind", r.kind},
                      {"git_sha", r.git_sha},
                      {"timestamp", r.timestamp},
+                     {"time", r.time},
+                     {"ingested_at", r.ingested_at},
                      {"results", r.results},
                      {"driver", r.driver},
                      {"cuda", r.cuda},
                      {"nccl", r.nccl},
                      {"gpus", r.gpus},
-                     {"source", r.source}});
+                     {"source", r.source},
+                     {"verdict", r.verdict},
+                     {"checks", r.checks}});
     }
-    std::printf("%s\n", nlohmann::json({{"runs", arr}}).dump(2).c_str());
+    // Strings from run files are kept as they are: JSON escapes every control character.
+    Status st = writeOutput(
+        "-", nlohmann::json({{"runs", arr}}).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!st.isOk()) return fail(kCmd, kExitRuntime, st.message());
     return kExitOk;
   }
-  std::printf("%-5s %-20s %-16s %-12s %-20s %8s  %s\n", "id", "timestamp", "kind", "git", "host", "results", "driver");
+  // Run-file strings go through printable(): an escape sequence in a host name is shown, not obeyed.
+  std::printf("%-5s %-20s %-16s %-12s %-20s %8s  %-7s %-40s %s\n", "id", "time", "kind", "git", "host", "results",
+              "verdict", "checks", "driver");
   for (const history::RunInfo& r : *runs) {
-    std::printf("%-5lld %-20s %-16s %-12s %-20s %8d  %s\n", static_cast<long long>(r.id), r.timestamp.c_str(),
-                r.kind.c_str(), r.git_sha.substr(0, 12).c_str(), r.host.c_str(), r.results, r.driver.c_str());
+    std::string time = r.time;
+    if (history::normalizeTimestamp(r.timestamp) != r.time) time += " (file: " + printable(r.timestamp, 40) + ")";
+    std::string checks;
+    if (r.checks.contains("total")) {
+      checks = std::to_string(r.checks.value("total", 0)) + ": " + std::to_string(r.checks.value("failed", 0)) +
+               " failed, " + std::to_string(r.checks.value("warnings", 0)) + " warn, " +
+               std::to_string(r.checks.value("unsupported", 0) + r.checks.value("skipped", 0)) + " not checked";
+    }
+    std::printf("%-5lld %-20s %-16s %-12s %-20s %8d  %-7s %-40s %s\n", static_cast<long long>(r.id), time.c_str(),
+                printable(r.kind, 64).c_str(), printable(r.git_sha.substr(0, 12)).c_str(),
+                printable(r.host, 64).c_str(), r.results, r.verdict.empty() ? "-" : r.verdict.c_str(), checks.c_str(),
+                printable(r.driver, 64).c_str());
   }
   std::printf("%zu runs\n", runs->size());
   return kExitOk;
 }
 
-history::EDivisiveOptions detectOptions(const HistoryArgs& a) {
+history::EDivisiveOptions detectOptions(const Numbers& n) {
   history::EDivisiveOptions o;
-  o.max_p_value = a.max_p_value;
-  o.permutations = a.permutations;
-  o.min_change_pct = a.min_change_pct;
+  o.max_p_value = n.max_p_value;
+  o.permutations = n.permutations;
+  o.min_change_pct = n.min_change_pct;
   return o;
 }
 
+std::string jsonText(const nlohmann::json& doc) {
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 int runRegressions(const HistoryArgs& a) {
-  auto store = openStore(a.db);
+  auto n = parseNumbers(a);
+  if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
+  auto store = openStore(a, history::OpenMode::kExisting);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, a.by_host});
   if (!h.isOk()) return fail(kCmd, kExitRuntime, h.status().message());
-  history::detectChangePoints(*h, detectOptions(a));
-  const std::vector<history::Regression> regs = history::findRegressions(*h, a.threshold_pct);
-  std::printf("%zu runs, %zu series; %zu regressions (latest change point worse by more than %g%%)\n", h->runs.size(),
-              h->series.size(), regs.size(), a.threshold_pct);
+  history::detectChangePoints(*h, detectOptions(*n));
+  const std::vector<history::Regression> regs = history::findRegressions(*h, n->threshold_pct);
+  // With --json - the JSON is stdout's only content.
+  FILE* out = summaryStream(a.json_out);
+  std::fprintf(out, "%zu runs, %zu series; %zu regressions (latest change point worse by more than %g%%)\n",
+               h->runs.size(), h->series.size(), regs.size(), n->threshold_pct);
   for (const history::Regression& r : regs) {
     std::string fp;
     for (const std::string& c : r.fingerprint_changes)
       fp += (fp.empty() ? " [" : ", ") + c;
     if (!fp.empty()) fp += "]";
-    std::printf("  %+.1f%%  %s  %s: %.4g -> %.4g %s (p %.2f) since %s %s on %s%s\n", r.change.change_pct,
-                r.series->metric.field.c_str(), r.series->id.c_str(), r.change.before, r.change.after,
-                r.series->metric.unit.c_str(), r.change.p_value, r.run->git_sha.substr(0, 12).c_str(),
-                r.run->timestamp.c_str(), r.run->host.c_str(), fp.c_str());
+    std::fprintf(out, "  %+.1f%%  %s  %s: %.4g -> %.4g %s (p %.2f) since %s %s on %s%s\n", r.change.change_pct,
+                 r.series->metric.field.c_str(), printable(r.series->id, 200).c_str(), r.change.before, r.change.after,
+                 r.series->metric.unit.c_str(), r.change.p_value, printable(r.run->git_sha.substr(0, 12)).c_str(),
+                 r.run->time.c_str(), printable(r.run->host, 64).c_str(), printable(fp, 300).c_str());
   }
   if (!a.json_out.empty()) {
     nlohmann::json arr = nlohmann::json::array();
     for (const history::Regression& r : regs)
       arr.push_back(history::toJson(r));
-    Status st = writeText(a.json_out, nlohmann::json({{"regressions", arr}}).dump(2) + "\n");
+    Status st = writeOutput(a.json_out, jsonText({{"regressions", arr}}));
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
   return regs.empty() ? kExitOk : kExitCheckFailed;
 }
 
 int runFleet(const HistoryArgs& a) {
-  auto store = openStore(a.db);
+  auto n = parseNumbers(a);
+  if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
+  auto store = openStore(a, history::OpenMode::kExisting);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, false});
   if (!h.isOk()) return fail(kCmd, kExitRuntime, h.status().message());
   history::FleetOptions fo;
-  fo.z_threshold = a.z_threshold;
-  fo.min_change_pct = a.min_change_pct;
-  fo.min_hosts = a.min_hosts;
-  const std::vector<history::FleetOutlier> out = history::fleetOutliers(*h, fo);
-  std::printf(
-      "%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
-      "fleets of %d or more hosts)\n",
-      h->series.size(), out.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
-  for (const history::FleetOutlier& f : out) {
-    std::printf("  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g), z %+.1f\n", f.host.c_str(), f.series->id.c_str(),
-                f.value, f.series->metric.unit.c_str(), f.median, f.mad, f.z);
+  fo.z_threshold = n->z_threshold;
+  fo.min_change_pct = n->min_change_pct;
+  fo.min_hosts = n->min_hosts;
+  const std::vector<history::FleetOutlier> found = history::fleetOutliers(*h, fo);
+  FILE* out = summaryStream(a.json_out);
+  std::fprintf(out,
+               "%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
+               "fleets of %d or more hosts)\n",
+               h->series.size(), found.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
+  for (const history::FleetOutlier& f : found) {
+    std::fprintf(out, "  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g), z %+.1f\n", printable(f.host, 64).c_str(),
+                 printable(f.series->id, 200).c_str(), f.value, f.series->metric.unit.c_str(), f.median, f.mad, f.z);
   }
   if (!a.json_out.empty()) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const history::FleetOutlier& f : out)
+    for (const history::FleetOutlier& f : found)
       arr.push_back(history::toJson(f));
-    Status st = writeText(a.json_out, nlohmann::json({{"outliers", arr}}).dump(2) + "\n");
+    Status st = writeOutput(a.json_out, jsonText({{"outliers", arr}}));
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
-  return out.empty() ? kExitOk : kExitCheckFailed;
-}
-
-// Renders the pages into `dir` (and writes the model where asked); without the renderer built in, the model only.
-Status writeSite(const nlohmann::json& model, const std::string& dir, std::string modelPath) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return PEERLAB_INVALID_ARGUMENT("--out " + dir + ": " + ec.message());
-#ifdef PEERLAB_HAVE_HISTORY_SITE
-  PEERLAB_RETURN_IF_ERROR(report::renderHistorySite(model, dir));
-#else
-  if (modelPath.empty()) modelPath = (std::filesystem::path(dir) / "history.json").string();
-  std::printf("the site renderer (harness/report/site.h) is not built in: writing the model only\n");
-#endif
-  if (!modelPath.empty()) PEERLAB_RETURN_IF_ERROR(writeText(modelPath, model.dump() + "\n"));
-  return Status::ok();
+  return found.empty() ? kExitOk : kExitCheckFailed;
 }
 
 int runHtml(const HistoryArgs& a) {
   if (a.out_dir.empty()) return fail(kCmd, kExitUsage, "html: --out DIR is required");
-  auto store = openStore(a.db);
+  if (a.out_dir == "-") return fail(kCmd, kExitUsage, "html: --out takes a directory, not \"-\"");
+  auto n = parseNumbers(a);
+  if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
+  // Everything that can be refused is checked before the output directory is touched.
+  auto store = openStore(a, history::OpenMode::kExisting);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   history::SiteOptions so;
-  so.detect = detectOptions(a);
-  so.threshold_pct = a.threshold_pct;
-  so.fleet.z_threshold = a.z_threshold;
-  so.fleet.min_hosts = a.min_hosts;
+  so.detect = detectOptions(*n);
+  so.threshold_pct = n->threshold_pct;
+  so.fleet.z_threshold = n->z_threshold;
+  so.fleet.min_hosts = n->min_hosts;
   auto model = history::buildSiteModel(**store, so);
   if (!model.isOk()) return fail(kCmd, kExitRuntime, model.status().message());
-  Status st = writeSite(*model, a.out_dir, a.model_out);
-  if (!st.isOk())
-    return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime, st.message());
-  std::printf("wrote %s\n", a.out_dir.c_str());
+  FILE* out = summaryStream(a.model_out);
+  if (!a.model_out.empty()) {
+    Status st = writeOutput(a.model_out, model->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!st.isOk()) return fail(kCmd, kExitUsage, "--model: " + st.message());
+  }
+#ifdef PEERLAB_HAVE_HISTORY_SITE
+  std::vector<std::string> failures;
+  Status st = report::renderHistorySite(*model, a.out_dir, &failures);
+  if (!failures.empty()) {
+    // The other kinds and index.html are written; the kinds that are not are named on one line.
+    return fail(kCmd, kExitUsage, "html: " + st.message());
+  }
+  if (!st.isOk()) return fail(kCmd, kExitRuntime, "html: " + st.message());
+  std::fprintf(out, "wrote %s (%zu kinds)\n", printable(a.out_dir).c_str(), (*model)["kinds"].size());
+#else
+  if (a.model_out.empty()) {
+    Status st = writeOutput((std::filesystem::path(a.out_dir) / "history.json").string(), model->dump() + "\n");
+    if (!st.isOk()) return fail(kCmd, kExitRuntime, "html: " + st.message());
+  }
+  std::fprintf(out, "the site renderer (harness/report/site.h) is not built in: wrote the model only\n");
+#endif
   return kExitOk;
 }
 
+CLI::App* addDb(CLI::App* s, HistoryArgs& a, bool create_flag) {
+  s->add_option("--db", a.db, "SQLite path or postgresql:// URL (an existing history)")->required();
+  if (create_flag) s->add_flag("--create", a.create, "Create an empty history when --db names none");
+  return s;
+}
+
 void addDetectOptions(CLI::App* s, HistoryArgs& a) {
-  s->add_option("--min-change", a.min_change_pct, "Smallest change point kept, percent of the median (default 3)")
-      ->check(CLI::Range(0.0, 1000.0));
-  s->add_option("--p-value", a.max_p_value, "Permutation test significance (default 0.01)")
-      ->check(CLI::Range(0.0, 1.0));
-  s->add_option("--permutations", a.permutations, "Permutations per test (default 99)")->check(CLI::Range(1, 100000));
+  s->add_option("--min-change", a.min_change, "Smallest change point kept, percent of the median (default 3)");
+  s->add_option("--p-value", a.p_value, "Permutation test significance, 0 to 1 (default 0.01)");
+  s->add_option("--permutations", a.permutations, "Permutations per test, 1 to 100000 (default 99)");
 }
 
 std::function<int()> setup(CLI::App& sub) {
   auto a = std::make_shared<HistoryArgs>();
   sub.require_subcommand(1);
   CLI::App* ingest = sub.add_subcommand("ingest", "Store run files (idempotent; one transaction per file)");
-  ingest->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
+  ingest->add_option("--db", a->db, "SQLite path or postgresql:// URL (created when missing)")->required();
   ingest->add_option("--kind", a->kind, "Machine kind of these runs (default: the run file's `kind`)");
   ingest->add_option("files", a->files, "Run files")->required();
 
+  CLI::App* remove = sub.add_subcommand("remove", "Remove stored runs by id or content hash (one transaction)");
+  addDb(remove, *a, false);
+  remove->add_option("runs", a->remove, "Run ids or content hashes (history list --json shows both)")->required();
+
   CLI::App* list = sub.add_subcommand("list", "List stored runs");
-  list->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
-  list->add_flag("--json", a->json, "Print {\"runs\":[...]} as JSON");
+  addDb(list, *a, true);
+  list->add_flag("--json", a->json, "Print {\"runs\":[...]} as JSON (stdout holds only the JSON)");
 
   CLI::App* regs = sub.add_subcommand("regressions", "Series whose latest change point is a worsening; exit 1 if any");
-  regs->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
-  regs->add_option("--json", a->json_out, "Write {\"regressions\":[...]} here (\"-\": stdout)");
+  addDb(regs, *a, true);
+  regs->add_option("--json", a->json_out, "Write {\"regressions\":[...]} here (\"-\": stdout, the summary to stderr)");
   regs->add_option("--kind", a->kind, "Only runs of this kind (or host)");
   regs->add_flag("--by-host", a->by_host, "One series per host instead of per kind");
-  regs->add_option("--threshold", a->threshold_pct, "Worsening that counts, percent (default 3)")
-      ->check(CLI::Range(0.0, 1000.0));
+  regs->add_option("--threshold", a->threshold, "Worsening that counts, percent: 3 or 2.5% (default 3)");
   addDetectOptions(regs, *a);
 
   CLI::App* fleet =
       sub.add_subcommand("fleet", "Hosts whose latest figures sit outside their kind's fleet; exit 1 if any");
-  fleet->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
+  addDb(fleet, *a, true);
   fleet->add_option("--kind", a->kind, "Only this machine kind");
-  fleet->add_option("--json", a->json_out, "Write {\"outliers\":[...]} here (\"-\": stdout)");
-  fleet->add_option("--z", a->z_threshold, "Modified z-score threshold (default 3.5)")->check(CLI::Range(0.5, 100.0));
-  fleet->add_option("--min-change", a->min_change_pct, "And at least this far from the median, percent (default 3)");
-  fleet->add_option("--min-hosts", a->min_hosts, "Smallest fleet (default 4)")->check(CLI::Range(3, 100000));
+  fleet->add_option("--json", a->json_out, "Write {\"outliers\":[...]} here (\"-\": stdout, the summary to stderr)");
+  fleet->add_option("--z", a->z, "Modified z-score threshold, 0.5 to 100 (default 3.5)");
+  fleet->add_option("--min-change", a->min_change, "And at least this far from the median, percent (default 3)");
+  fleet->add_option("--min-hosts", a->min_hosts, "Smallest fleet, 3 or more (default 4)");
 
   CLI::App* html = sub.add_subcommand("html", "Write the history site: one page per machine kind");
-  html->add_option("--db", a->db, "SQLite path or postgresql:// URL")->required();
-  html->add_option("--out", a->out_dir, "Output directory")->required();
-  html->add_option("--threshold", a->threshold_pct, "Worsening listed as a regression, percent (default 3)");
-  html->add_option("--model", a->model_out, "Also write the site's data model (JSON) here");
+  addDb(html, *a, true);
+  html->add_option("--out", a->out_dir, "Output directory (created when missing)")->required();
+  html->add_option("--threshold", a->threshold, "Worsening listed as a regression, percent (default 3)");
+  html->add_option("--model", a->model_out, "Also write the site's data model (JSON) here (\"-\": stdout)");
   addDetectOptions(html, *a);
 
   sub.footer(
@@ -270,14 +381,16 @@ std::function<int()> setup(CLI::App& sub) {
       "  peerlab history list --db postgresql://peerlab@db/peerlab --json\n"
       "  peerlab history regressions --db history.sqlite --json regressions.json\n"
       "  peerlab history fleet --db history.sqlite --kind nvidia-h200-x4\n"
-      "  peerlab history html --db history.sqlite --out site/");
-  return [a, ingest, list, regs, fleet, html]() -> int {
+      "  peerlab history html --db history.sqlite --out site/\n"
+      "  peerlab history remove --db history.sqlite 12");
+  return [a, ingest, remove, list, regs, fleet, html]() -> int {
     if (ingest->parsed()) return runIngest(*a);
+    if (remove->parsed()) return runRemove(*a);
     if (list->parsed()) return runList(*a);
     if (regs->parsed()) return runRegressions(*a);
     if (fleet->parsed()) return runFleet(*a);
     if (html->parsed()) return runHtml(*a);
-    return fail(kCmd, kExitUsage, "no subcommand (ingest, list, regressions, fleet, html)");
+    return fail(kCmd, kExitUsage, "no subcommand (ingest, remove, list, regressions, fleet, html)");
   };
 }
 

@@ -25,6 +25,7 @@
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
 #include "reference/core/files.h"
+#include "reference/core/text.h"
 #include "reference/probe/inject.h"
 #include "reference/probe/probe.h"
 
@@ -52,15 +53,20 @@ struct ProbeArgs {
   uint64_t seed = 0;
 };
 
+// Checked before the probe runs: the run file can be written there (missing parents are created when it is).
 Status checkOutputPath(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": is a directory");
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    return PEERLAB_INVALID_ARGUMENT(path + ": directory " + dir.string() + " does not exist");
-  if (::access(dir.c_str(), W_OK) != 0) return PEERLAB_INVALID_ARGUMENT(path + ": directory is not writable");
+  // The nearest directory that exists must take the new file or directories.
+  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir)
+    dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": " + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(path + ": directory " + dir.string() + " is not writable");
+  }
   if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
     return PEERLAB_INVALID_ARGUMENT(path + ": not writable");
   return Status::ok();
@@ -95,22 +101,24 @@ std::string describeCell(const CellReport& c) {
     s += ": " + std::to_string(c.result.wrong) + " of " + std::to_string(c.result.words) +
          " 8-byte words wrong, first bad byte at offset " + std::to_string(c.result.first_bad);
   } else if (!c.result.error.empty()) {
-    s += ": " + c.result.error;
+    s += ": " + printable(c.result.error, 300);
   }
   s += c.claimed ? (j.lie ? " [the driver claims yes: LIE]" : " [the driver claims yes]") : " [the driver says no]";
   return s;
 }
 
-void printMatrices(const Inventory& inv, const std::vector<CellReport>& cells, const std::vector<Method>& methods,
-                   const std::vector<uint64_t>& sizes) {
+void printMatrices(FILE* out, const Inventory& inv, const std::vector<CellReport>& cells,
+                   const std::vector<Method>& methods, const std::vector<uint64_t>& sizes) {
   const int n = inv.count();
   std::string size_list;
   for (size_t i = 0; i < sizes.size(); ++i)
     size_list += (i ? " / " : "") + formatBytes(sizes[i]);
-  std::printf("rows: source GPU, columns: destination GPU; + the driver claims the method works, - it says no;\n");
-  std::printf("verdicts for %s (one when all agree); staged: verified, but the driver copied through host memory;\n",
-              size_list.c_str());
-  std::printf("LIE: the driver claims yes and the data did not verify on the destination's GPU\n");
+  std::fprintf(out,
+               "rows: source GPU, columns: destination GPU; + the driver claims the method works, - it says no;\n");
+  std::fprintf(out,
+               "verdicts for %s (one when all agree); staged: verified, but the driver copied through host memory;\n",
+               size_list.c_str());
+  std::fprintf(out, "LIE: the driver claims yes and the data did not verify on the destination's GPU\n");
   for (Method m : methods) {
     std::map<std::pair<int, int>, std::vector<const CellReport*>> by_pair;
     for (const CellReport& c : cells) {
@@ -126,8 +134,8 @@ void printMatrices(const Inventory& inv, const std::vector<CellReport>& cells, c
         width = std::max(width, text[s][d].size() + 2);
       }
     }
-    std::printf("\n%s: %s\n", std::string(methodName(m)).c_str(), std::string(methodSummary(m)).c_str());
-    std::printf("  claim: %s\n", std::string(claimBasis(m)).c_str());
+    std::fprintf(out, "\n%s: %s\n", std::string(methodName(m)).c_str(), std::string(methodSummary(m)).c_str());
+    std::fprintf(out, "  claim: %s\n", std::string(claimBasis(m)).c_str());
     auto row = [&](const std::string& head, const std::vector<std::string>& cols) {
       std::string line = "  " + head;
       line.resize(std::max<size_t>(line.size() + 1, 10), ' ');
@@ -137,7 +145,7 @@ void printMatrices(const Inventory& inv, const std::vector<CellReport>& cells, c
       }
       while (!line.empty() && line.back() == ' ')
         line.pop_back();
-      std::printf("%s\n", line.c_str());
+      std::fprintf(out, "%s\n", line.c_str());
     };
     std::vector<std::string> header;
     for (int d = 0; d < n; ++d)
@@ -148,7 +156,7 @@ void printMatrices(const Inventory& inv, const std::vector<CellReport>& cells, c
   }
 }
 
-void printProblems(const std::vector<CellReport>& cells, bool verbose) {
+void printProblems(FILE* out, const std::vector<CellReport>& cells, bool verbose) {
   std::vector<std::string> lines;
   int quiet = 0;
   for (const CellReport& c : cells) {
@@ -161,12 +169,12 @@ void printProblems(const std::vector<CellReport>& cells, bool verbose) {
     lines.push_back(describeCell(c));
   }
   if (!lines.empty()) {
-    std::printf("\nproblems:\n");
+    std::fprintf(out, "\nproblems:\n");
     for (const auto& l : lines)
-      std::printf("  %s\n", l.c_str());
+      std::fprintf(out, "  %s\n", l.c_str());
   }
   if (quiet > 0) {
-    std::printf("\n%d cells unsupported where the driver says no (--verbose lists them)\n", quiet);
+    std::fprintf(out, "\n%d cells unsupported where the driver says no (--verbose lists them)\n", quiet);
   }
 }
 
@@ -187,8 +195,8 @@ std::string summaryLine(const Inventory& inv, const std::vector<CellReport>& cel
   std::snprintf(buf, sizeof(buf),
                 "probe: %d GPUs (%s), driver %s; %zu cells: %d ok, %d corrupt, %d hang, %d error, %d unsupported; "
                 "%d claimed-yes failures; %d workers; wall %.3f s",
-                inv.count(), gpus.c_str(), inv.driverString().c_str(), cells.size(), counts[0], counts[1], counts[2],
-                counts[3], counts[4], lies, workers, wall_us / 1e6);
+                inv.count(), printable(gpus, 200).c_str(), printable(inv.driverString(), 60).c_str(), cells.size(),
+                counts[0], counts[1], counts[2], counts[3], counts[4], lies, workers, wall_us / 1e6);
   return buf;
 }
 
@@ -206,8 +214,18 @@ int writeJson(const Inventory& inv, const std::vector<CellReport>& cells, Report
   if (path.empty()) return kExitOk;
   ctx.parent_loaded_cuda = cudaDriverLoadedHere();
   report::Run run = buildRunReport(inv, cells, ctx);
-  if (Status st = report::writeRun(run, path); !st.isOk()) return fail(kCommand, kExitRuntime, st.message());
+  if (Status st = writeOutput(path, report::toJson(run).dump(2) + "\n"); !st.isOk()) {
+    return fail(kCommand, kExitRuntime, "--json: " + st.message());
+  }
   return kExitOk;
+}
+
+// The line every output of an injected probe starts with: its verdicts are not the driver's.
+std::string injectedNotice(const ReportContext& ctx) {
+  std::string what;
+  if (!ctx.inject_spec.empty()) what = std::string(kInjectEnv) + "=" + printable(ctx.inject_spec, 200);
+  if (!ctx.worker.empty()) what += (what.empty() ? "" : ", ") + std::string("worker ") + printable(ctx.worker, 200);
+  return "INJECTED: " + what + ": failures below are injected or come from a stand-in worker, not from the driver";
 }
 
 int runProbe(const ProbeArgs& a) {
@@ -249,16 +267,18 @@ int runProbe(const ProbeArgs& a) {
   if (!setup_timeout.isOk()) return fail(kCommand, kExitUsage, "--setup-timeout: " + setup_timeout.status().message());
   auto inject = injectFromEnvironment();
   if (!inject.isOk()) return fail(kCommand, kExitUsage, inject.status().message());
-  if (!a.json.empty()) {
+  if (!a.json.empty() && a.json != "-") {
     if (Status st = checkOutputPath(a.json); !st.isOk()) return fail(kCommand, kExitUsage, "--json: " + st.message());
   }
+  // With --json - the run file is stdout's only content.
+  FILE* out = summaryStream(a.json);
   // Injected faults never touch the cache, nor do the transport methods (their verdict depends on the NIXL or UCX
   // found at run time, which the cache key does not hold). A bad --cache is a usage error; an unusable default
   // location only turns the cache off.
   bool use_cache = !a.no_cache && inject->empty() && std::none_of(methods->begin(), methods->end(), isTransportMethod);
   const std::string cache_path = a.cache.empty() ? defaultCachePath() : a.cache;
   if (use_cache) {
-    if (Status st = checkCachePath(cache_path, a.cache.empty()); !st.isOk()) {
+    if (Status st = checkCachePath(cache_path, /*create_dir=*/true); !st.isOk()) {
       if (!a.cache.empty()) return fail(kCommand, kExitUsage, "--cache: " + st.message());
       std::fprintf(stderr, "peerlab probe: cache off: %s\n", st.message().c_str());
       use_cache = false;
@@ -300,10 +320,15 @@ int runProbe(const ProbeArgs& a) {
   ReportContext ctx;
   ctx.run_seed = opt.run_seed;
   ctx.timeout_ms = static_cast<uint32_t>(opt.cell_timeout.count());
+  if (const char* spec = std::getenv(kInjectEnv); spec && *spec) ctx.inject_spec = spec;
+  ctx.inject = *inject;
+  if (const char* w = std::getenv(kWorkerEnv); w && *w) ctx.worker = w;
+  const bool injected = !ctx.inject_spec.empty() || !ctx.worker.empty();
+  if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
 
   if (specs->empty()) {
     (*session)->stop();
-    std::printf("probe: %d GPU%s visible: no ordered pair to probe\n", inv.count(), inv.count() == 1 ? "" : "s");
+    std::fprintf(out, "probe: %d GPU%s visible: no ordered pair to probe\n", inv.count(), inv.count() == 1 ? "" : "s");
     return writeJson(inv, {}, ctx, a.json);
   }
 
@@ -316,11 +341,12 @@ int runProbe(const ProbeArgs& a) {
       ctx.cached_created = hit.entry.created;
       ctx.workers = (*session)->workersStarted();
       ctx.wall_us = static_cast<double>(hit.entry.wall_us);
-      printMatrices(inv, hit.cells, opt.methods, opt.sizes);
-      printProblems(hit.cells, a.verbose);
-      std::printf("\n%s\n", summaryLine(inv, hit.cells, ctx.workers, ctx.wall_us).c_str());
-      std::printf("cached: measured %s, read from %s (--refresh probes again)\n", hit.entry.created.c_str(),
-                  cache_path.c_str());
+      printMatrices(out, inv, hit.cells, opt.methods, opt.sizes);
+      printProblems(out, hit.cells, a.verbose);
+      std::fprintf(out, "\n%s\n", summaryLine(inv, hit.cells, ctx.workers, ctx.wall_us).c_str());
+      if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
+      std::fprintf(out, "cached: measured %s, read from %s (--refresh probes again)\n", hit.entry.created.c_str(),
+                   cache_path.c_str());
       if (int rc = writeJson(inv, hit.cells, ctx, a.json); rc != kExitOk) return rc;
       return claimsHold(hit.cells) ? kExitOk : kExitCheckFailed;
     }
@@ -346,9 +372,10 @@ int runProbe(const ProbeArgs& a) {
       std::fprintf(stderr, "peerlab probe: cache not written: %s\n", st.message().c_str());
     }
   }
-  printMatrices(inv, result->cells, opt.methods, opt.sizes);
-  printProblems(result->cells, a.verbose);
-  std::printf("\n%s\n", summaryLine(inv, result->cells, result->workers_started, result->wall_us).c_str());
+  printMatrices(out, inv, result->cells, opt.methods, opt.sizes);
+  printProblems(out, result->cells, a.verbose);
+  std::fprintf(out, "\n%s\n", summaryLine(inv, result->cells, result->workers_started, result->wall_us).c_str());
+  if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
   if (a.verbose) {
     std::string phases;
     for (const PhaseTime& p : result->phases) {
@@ -356,14 +383,14 @@ int runProbe(const ProbeArgs& a) {
       std::snprintf(buf, sizeof(buf), "%s%s %.1f", phases.empty() ? "" : ", ", p.name.c_str(), p.ms);
       phases += buf;
     }
-    std::printf("phases (ms): %s; shutdown %.1f\n", phases.c_str(), (*session)->shutdownMs());
-    std::printf("owner worker (ms): %s\n", timingsText(result->owner_timings).c_str());
+    std::fprintf(out, "phases (ms): %s; shutdown %.1f\n", phases.c_str(), (*session)->shutdownMs());
+    std::fprintf(out, "owner worker (ms): %s\n", timingsText(result->owner_timings).c_str());
     if (!result->importer_timings.empty()) {
-      std::printf("importer worker (ms): %s\n", timingsText(result->importer_timings).c_str());
+      std::fprintf(out, "importer worker (ms): %s\n", timingsText(result->importer_timings).c_str());
     }
-    std::printf("seed %llu, per-cell deadline %lld ms, %d worker restarts, worker: %s %s\n",
-                static_cast<unsigned long long>(opt.run_seed), static_cast<long long>(opt.cell_timeout.count()),
-                result->restarts, opt.worker_argv[0].c_str(), kWorkerSubcommand);
+    std::fprintf(out, "seed %llu, per-cell deadline %lld ms, %d worker restarts, worker: %s %s\n",
+                 static_cast<unsigned long long>(opt.run_seed), static_cast<long long>(opt.cell_timeout.count()),
+                 result->restarts, opt.worker_argv[0].c_str(), kWorkerSubcommand);
   }
   ctx.workers = result->workers_started;
   ctx.wall_us = result->wall_us;
@@ -387,7 +414,8 @@ PEERLAB_REGISTER_COMMAND(
       sub.add_option("--timeout", args->timeout, "deadline per cell answer, e.g. 5s or 500ms")->capture_default_str();
       sub.add_option("--setup-timeout", args->setup_timeout, "deadline for a worker's CUDA setup")
           ->capture_default_str();
-      sub.add_option("--json", args->json, "write the run file (reports/schema) here");
+      sub.add_option("--json", args->json,
+                     "write the run file (reports/schema) here (\"-\": stdout, the rest to stderr)");
       sub.add_option("--cache", args->cache, "verdict cache file (default $XDG_CACHE_HOME/peerlab/probe.json)");
       sub.add_flag("--refresh", args->refresh, "probe again even when the cache matches");
       sub.add_flag("--no-cache", args->no_cache, "neither read nor write the cache");

@@ -22,6 +22,9 @@
 #include "harness/topology/topology.h"
 #include "reference/core/files.h"
 #include "reference/core/process.h"
+#include "reference/core/text.h"
+#include "reference/probe/inject.h"
+#include "reference/probe/probe.h"
 
 namespace peerlab::cli {
 namespace {
@@ -46,7 +49,46 @@ struct FailingCell {
   std::string verdict;
   bool claimed = false;
   std::string detail;
+  std::string injected;  ///< the fault kind injected into this cell, "" when none
 };
+
+std::string knownMethods() {
+  std::string known;
+  for (probe::Method m : probe::kAllMethods)
+    known += (known.empty() ? "" : ", ") + std::string(probe::methodName(m));
+  return known;
+}
+
+// A run-file string in a Markdown table cell: printable, and no '|' or '`' that would end the cell or open code.
+std::string mdCell(const std::string& text) {
+  std::string out;
+  for (char c : printable(text, 300)) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '`') {
+      out += '\'';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// What the probe run file says about injected faults or a stand-in worker, "" when nothing was injected.
+std::string injectedBy(const report::Run& probe) {
+  auto it = probe.extra.find("injected");
+  if (it == probe.extra.end() || it->is_null()) return "";
+  std::string what;
+  if (it->is_object()) {
+    if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
+      what = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>());
+    }
+    if (auto worker = it->find("worker"); worker != it->end() && worker->is_string()) {
+      what += (what.empty() ? "" : ", ") + std::string("worker ") + qualify::shellQuote(worker->get<std::string>());
+    }
+  }
+  return what.empty() ? std::string("faults injected") : printable(what, 300);
+}
 
 std::string osRelease() {
   std::ifstream f("/etc/os-release");
@@ -68,6 +110,25 @@ std::string firstLine(const std::string& path) {
   return s;
 }
 
+std::string methodOf(const report::Result& r) {
+  auto m = r.extra.find("method");
+  return m != r.extra.end() && m->is_string() ? m->get<std::string>() : r.name.substr(0, r.name.find('/'));
+}
+
+// Every probe cell must name a known method: a name from the file ends up in the command the README gives.
+Status checkProbeMethods(const report::Run& probe, const std::string& file) {
+  for (size_t i = 0; i < probe.results.size(); ++i) {
+    const report::Result& r = probe.results[i];
+    if (r.suite != "probe" || !r.src || !r.dst) continue;
+    const std::string m = methodOf(r);
+    if (!probe::parseMethod(m)) {
+      return PEERLAB_INVALID_ARGUMENT(file + ": $.results[" + std::to_string(i) + "].method \"" + printable(m, 60) +
+                                      "\" is not a probe method (known: " + knownMethods() + ")");
+    }
+  }
+  return Status::ok();
+}
+
 std::vector<FailingCell> failingCells(const report::Run& probe) {
   std::vector<FailingCell> out;
   for (const report::Result& r : probe.results) {
@@ -79,8 +140,9 @@ std::vector<FailingCell> failingCells(const report::Run& probe) {
         (claimed && r.status != "ok") || r.status == "corrupt" || r.status == "hang" || r.status == "error";
     if (!bad) continue;
     FailingCell c;
-    c.method = r.extra.contains("method") && r.extra["method"].is_string() ? r.extra["method"].get<std::string>()
-                                                                           : r.name.substr(0, r.name.find('/'));
+    c.method = methodOf(r);
+    if (auto inj = r.extra.find("injected"); inj != r.extra.end() && inj->is_string())
+      c.injected = inj->get<std::string>();
     c.src = *r.src;
     c.dst = *r.dst;
     c.bytes = r.bytes.value_or(0);
@@ -125,10 +187,13 @@ std::string reproCommand(const std::vector<FailingCell>& cells, const ReproArgs&
     if (!a.pairs.empty()) cmd += " --pairs " + qualify::shellQuote(a.pairs);
     if (!a.sizes.empty()) cmd += " --sizes " + qualify::shellQuote(a.sizes);
   } else {
-    cmd += " --methods " + join(methods, [](const std::string& x) { return x; });
-    cmd += " --pairs " + join(pairs, [](const std::string& x) { return x; });
+    // Every argument quoted: method names come from a file (validated, and quoted all the same).
+    cmd += " --methods " + qualify::shellQuote(join(methods, [](const std::string& x) { return x; }));
+    cmd += " --pairs " + qualify::shellQuote(join(pairs, [](const std::string& x) { return x; }));
     if (!sizes.empty()) {
-      cmd += " --sizes " + join(sizes, [](double b) { return std::to_string(static_cast<unsigned long long>(b)); });
+      cmd += " --sizes " + qualify::shellQuote(join(sizes, [](double b) {
+               return std::to_string(b >= 0 && b < 1.8e19 ? static_cast<unsigned long long>(b) : 0ull);
+             }));
     }
   }
   if (!a.timeout.empty()) cmd += " --timeout " + qualify::shellQuote(a.timeout);
@@ -142,14 +207,49 @@ std::string probeArgsText(const std::vector<std::string>& argv) {
   return s;
 }
 
+// The probe's own options, checked before anything is written (a bundle must never tell a vendor to run a typo).
+Status checkProbeOptions(const ReproArgs& a) {
+  if (!a.methods.empty()) {
+    auto m = probe::parseMethods(a.methods);
+    if (!m.isOk()) return PEERLAB_INVALID_ARGUMENT("--methods: " + m.status().message());
+  }
+  if (!a.pairs.empty()) {
+    auto p = probe::parsePairs(a.pairs);
+    if (!p.isOk()) return PEERLAB_INVALID_ARGUMENT("--pairs: " + p.status().message());
+  }
+  if (!a.sizes.empty()) {
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = a.sizes.find(',', start);
+      auto b = probe::parseBytes(a.sizes.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!b.isOk()) return PEERLAB_INVALID_ARGUMENT("--sizes: " + b.status().message());
+      if (Status st = probe::validateCellBytes(*b); !st.isOk())
+        return PEERLAB_INVALID_ARGUMENT("--sizes: " + st.message());
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (!a.timeout.empty()) {
+    auto t = probe::parseDuration(a.timeout);
+    if (!t.isOk()) return PEERLAB_INVALID_ARGUMENT("--timeout: " + t.status().message());
+  }
+  return Status::ok();
+}
+
 int runRepro(const ReproArgs& a) {
   if (!a.probe_json.empty() && a.skip_probe)
     return fail(kCmd, kExitUsage, "--probe-json and --skip-probe exclude each other");
+  if (Status st = checkProbeOptions(a); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   std::optional<report::Run> givenProbe;
+  std::string givenProbeText;
   if (!a.probe_json.empty()) {
     auto r = report::readRun(a.probe_json);
     if (!r.isOk()) return fail(kCmd, kExitUsage, r.status().message());
+    if (Status st = checkProbeMethods(*r, a.probe_json); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
+    auto text = readTextFile(a.probe_json);
+    if (!text.isOk()) return fail(kCmd, kExitUsage, text.status().message());
     givenProbe = std::move(*r);
+    givenProbeText = std::move(*text);
   }
   const std::string dir = a.out.empty() ? qualify::defaultOutputName("peerlab-repro") : a.out;
   std::error_code ec;
@@ -157,10 +257,18 @@ int runRepro(const ReproArgs& a) {
   if (ec || !std::filesystem::is_directory(dir)) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
+  // What other programs write (lspci, the probe child) goes to a private directory first and is copied into the
+  // bundle the safe way: a symlink planted in the bundle directory is replaced, never followed.
+  auto scratch = TempDir::make("peerlab-repro");
+  if (!scratch.isOk()) return fail(kCmd, kExitRuntime, scratch.status().message());
   auto write = [&](const std::string& name, const std::string& text) -> bool {
     Status st = writeTextFile(dir + "/" + name, text);
-    if (!st.isOk()) std::fprintf(stderr, "peerlab repro: %s\n", st.message().c_str());
+    if (!st.isOk()) std::fprintf(stderr, "peerlab repro: %s\n", printable(st.message()).c_str());
     return st.isOk();
+  };
+  auto copyIn = [&](const std::string& from, const std::string& name) -> bool {
+    auto text = readTextFile(from);
+    return text.isOk() && write(name, *text);
   };
   std::vector<std::string> files;
 
@@ -211,11 +319,12 @@ int runRepro(const ReproArgs& a) {
   if (const std::string lspci = findInPath("lspci"); !lspci.empty()) {
     process::ProcessOptions po;
     po.argv = {lspci, "-vvv"};
-    po.stdout_path = dir + "/lspci.txt";
-    po.stderr_path = dir + "/lspci.txt";
+    po.stdout_path = scratch->file("lspci.txt");
+    po.stderr_path = scratch->file("lspci.txt");
     po.timeout = std::chrono::seconds(60);
     auto r = process::runProcess(po);
-    if (r.isOk() && r->ok()) files.push_back("lspci.txt: lspci -vvv");
+    if (r.isOk() && r->ok() && copyIn(scratch->file("lspci.txt"), "lspci.txt"))
+      files.push_back("lspci.txt: lspci -vvv");
   } else {
     write("lspci.txt", "unreadable: lspci is not installed (pciutils); acs.txt decodes ACS from sysfs instead\n");
   }
@@ -226,50 +335,75 @@ int runRepro(const ReproArgs& a) {
   int probeExit = -1;
   std::string probeError;
   if (givenProbe) {
-    std::filesystem::copy_file(a.probe_json, dir + "/probe.json", std::filesystem::copy_options::overwrite_existing,
-                               ec);
-    files.push_back("probe.json: the probe run file given with --probe-json (" + a.probe_json + ")");
+    write("probe.json", givenProbeText);
+    files.push_back("probe.json: the probe run file given with --probe-json (" + mdCell(a.probe_json) + ")");
   } else if (!a.skip_probe) {
+    const std::string probeJson = scratch->file("probe.json");
+    const std::string probeLog = scratch->file("probe.log");
     process::ProcessOptions po;
-    po.argv = {selfExecutable(), "probe", "--json", dir + "/probe.json", "--no-cache", "--verbose"};
+    po.argv = {selfExecutable(), "probe", "--json", probeJson, "--no-cache", "--verbose"};
     if (!a.methods.empty()) po.argv.insert(po.argv.end(), {"--methods", a.methods});
     if (!a.pairs.empty()) po.argv.insert(po.argv.end(), {"--pairs", a.pairs});
     if (!a.sizes.empty()) po.argv.insert(po.argv.end(), {"--sizes", a.sizes});
     if (!a.timeout.empty()) po.argv.insert(po.argv.end(), {"--timeout", a.timeout});
-    po.stdout_path = dir + "/probe.log";
-    po.stderr_path = dir + "/probe.log";
+    po.stdout_path = probeLog;
+    po.stderr_path = probeLog;
     po.timeout = std::chrono::minutes(15);
     probeCommand = probeArgsText(po.argv);
+    // The command as the bundle shows it: with the bundle's file names, not the private directory's.
+    probeCommand.replace(probeCommand.find(qualify::shellQuote(probeJson)), qualify::shellQuote(probeJson).size(),
+                         qualify::shellQuote(dir + "/probe.json"));
     std::printf("repro: %s\n", probeCommand.c_str());
     std::fflush(stdout);
     auto r = process::runProcess(po);
+    copyIn(probeLog, "probe.log");
     if (!r.isOk()) {
       probeError = r.status().message();
     } else {
       probeExit = r->exit_code;
-      if (std::filesystem::exists(dir + "/probe.json")) {
-        auto run = report::readRun(dir + "/probe.json");
-        if (run.isOk()) {
+      if (std::filesystem::exists(probeJson)) {
+        copyIn(probeJson, "probe.json");
+        auto run = report::readRun(probeJson);
+        Status methods = run.isOk() ? checkProbeMethods(*run, "probe.json") : run.status();
+        if (methods.isOk()) {
           probe = std::move(*run);
         } else {
-          probeError = run.status().message();
+          probeError = methods.message();
         }
       } else {
-        probeError =
-            "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(dir + "/probe.log", 1);
+        probeError = "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(probeLog, 1);
       }
     }
     files.push_back("probe.json, probe.log: the verified probe's run file (reports/schema) and its output");
   }
 
   const std::vector<FailingCell> cells = probe ? failingCells(*probe) : std::vector<FailingCell>{};
-  const std::string command = reproCommand(cells, a);
+  // A probe under fault injection (or with a stand-in worker) is never presented as a driver fault.
+  const std::string injected = probe ? injectedBy(*probe) : std::string();
+  int injectedCells = 0;
+  for (const FailingCell& c : cells)
+    injectedCells += !c.injected.empty();
+  const bool notDriver = !injected.empty() || injectedCells > 0;
+  std::string command = reproCommand(cells, a);
+  if (probe) {
+    if (auto it = probe->extra.find("injected"); it != probe->extra.end() && it->is_object()) {
+      if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
+        command = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>()) + " " + command;
+      }
+    }
+  }
 
   std::ostringstream md;
-  md << "# peerlab bug bundle: " << (fp.hostname.empty() ? "unknown host" : fp.hostname) << ", "
-     << report::utcTimestamp() << "\n\n";
+  md << "# peerlab " << (notDriver ? "fault-injection run (not a driver bug bundle)" : "bug bundle") << ": "
+     << (fp.hostname.empty() ? "unknown host" : mdCell(fp.hostname)) << ", " << report::utcTimestamp() << "\n\n";
+  if (notDriver) {
+    md << "**INJECTED: these failures were injected** (" << (injected.empty() ? "faults injected" : injected)
+       << "), or come from a stand-in probe worker: they are not driver faults. Do not send this bundle to a driver "
+          "vendor; probe again without "
+       << probe::kInjectEnv << " and PEERLAB_PROBE_WORKER.\n\n";
+  }
   if (!probe) {
-    md << "The probe did not run" << (probeError.empty() ? "" : ": " + probeError) << ".\n\n";
+    md << "The probe did not run" << (probeError.empty() ? "" : ": " + mdCell(probeError)) << ".\n\n";
   } else if (cells.empty()) {
     md << "No failing cell: every cell the driver claims works verified (" << probe->results.size()
        << " probe results).\n\n";
@@ -287,23 +421,25 @@ int runRepro(const ReproArgs& a) {
   if (!probeCommand.empty())
     md << "This bundle's probe ran as: `" << probeCommand << "` (exit " << probeExit << ").\n\n";
   if (!cells.empty()) {
-    md << "## Failing cells\n\n| method | src -> dst | size | verdict | driver claims it works | detail |\n"
-       << "|---|---|---|---|---|---|\n";
+    md << "## Failing cells\n\n| method | src -> dst | size | verdict | driver claims it works | detail | injected |\n"
+       << "|---|---|---|---|---|---|---|\n";
     for (const FailingCell& c : cells) {
-      md << "| " << c.method << " | " << c.src << " -> " << c.dst << " | " << report::formatBytes(c.bytes) << " | "
-         << c.verdict << " | " << (c.claimed ? "yes" : "no") << " | " << c.detail << " |\n";
+      md << "| " << mdCell(c.method) << " | " << c.src << " -> " << c.dst << " | " << report::formatBytes(c.bytes)
+         << " | " << mdCell(c.verdict) << " | " << (c.claimed ? "yes" : "no") << " | " << mdCell(c.detail) << " | "
+         << (c.injected.empty() ? (notDriver ? "run injected" : "no") : "yes: " + mdCell(c.injected)) << " |\n";
     }
     md << "\n";
   }
-  md << "## Machine\n\n- driver " << fp.driver << ", CUDA runtime " << fp.cuda_runtime << ", NCCL " << fp.nccl << "\n- "
-     << fpj.value("kernel", "kernel unknown") << "\n- " << fpj.value("os", "") << "\n- kernel command line: `"
-     << qualify::kernelCommandLine() << "`\n\n";
+  md << "## Machine\n\n- driver " << mdCell(fp.driver) << ", CUDA runtime " << mdCell(fp.cuda_runtime) << ", NCCL "
+     << mdCell(fp.nccl) << "\n- " << mdCell(fpj.value("kernel", "kernel unknown")) << "\n- "
+     << mdCell(fpj.value("os", "")) << "\n- kernel command line: `" << mdCell(qualify::kernelCommandLine()) << "`\n\n";
   // The probe's workers report the GPUs as well (this process may see none, e.g. with a stand-in worker).
   const std::vector<report::GpuFingerprint>& gpus = !fp.gpus.empty() || !probe ? fp.gpus : probe->fingerprint.gpus;
   if (!gpus.empty()) {
     md << "| ordinal | GPU | UUID | bus id |\n|---|---|---|---|\n";
     for (const auto& g : gpus) {
-      md << "| " << g.ordinal << " | " << g.name << " | " << g.uuid << " | " << g.bus_id << " |\n";
+      md << "| " << g.ordinal << " | " << mdCell(g.name) << " | " << mdCell(g.uuid) << " | " << mdCell(g.bus_id)
+         << " |\n";
     }
     md << "\n";
     if (fp.gpus.empty()) md << "(GPUs as the probe's workers saw them; this process saw none.)\n\n";
@@ -316,8 +452,12 @@ int runRepro(const ReproArgs& a) {
   md << "- README.md: this file\n";
   write("README.md", md.str());
 
-  std::printf("repro: bundle %s: %zu failing cell%s\nreproduce with: %s\n", dir.c_str(), cells.size(),
-              cells.size() == 1 ? "" : "s", command.c_str());
+  std::printf("repro: bundle %s: %zu failing cell%s\nreproduce with: %s\n", printable(dir).c_str(), cells.size(),
+              cells.size() == 1 ? "" : "s", printable(command).c_str());
+  if (notDriver) {
+    std::printf("INJECTED: %s: %d of %zu failing cells injected; not a driver fault, not a bundle for a vendor\n",
+                injected.empty() ? "faults injected" : injected.c_str(), injectedCells, cells.size());
+  }
   if (!probe && !a.skip_probe) {
     if (probeExit == kExitNoGpu) return fail(kCmd, kExitNoGpu, "no GPU to probe; bundle written to " + dir);
     return fail(kCmd, kExitRuntime, "the probe did not run: " + probeError + "; bundle written to " + dir);

@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "reference/core/status.h"
 
 namespace peerlab::cli {
 
@@ -35,8 +38,23 @@ struct CommandRegistrar {
   CommandRegistrar(std::string name, std::string description, CommandSetup setup);
 };
 
-/// Prints "peerlab <command>: <message>" as one line on stderr and returns `code`.
+/// Prints "peerlab <command>: <message>" as one line on stderr and returns `code`. The message is made safe to print:
+/// newlines become spaces, control characters are escaped (peerlab::printable) and passwords in URLs are redacted.
 int fail(const std::string& command, int code, const std::string& message);
+
+/// Writes an output file the one way every command does: "-" is stdout; anything else goes through
+/// peerlab::writeTextFile (a temporary renamed into place, parent directories created). The message on failure is
+/// "cannot write PATH: <reason>".
+Status writeOutput(const std::string& path, const std::string& text);
+
+/// Where a command prints its human-readable lines: stderr when `json_path` is "-" (stdout then holds exactly one
+/// JSON document), else stdout.
+FILE* summaryStream(const std::string& json_path);
+
+/// An option's number, checked here so that a bad value gets a readable message: "--z \"abc\": expected a number
+/// from 0.5 to 100". `integer`: whole numbers only.
+StatusOr<double> parseNumberOption(const std::string& option, const std::string& text, double min, double max,
+                                   bool integer = false);
 
 }  // namespace peerlab::cli
 

@@ -1,9 +1,15 @@
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 
 #include "harness/cli/command.h"
+#include "reference/core/files.h"
+#include "reference/core/text.h"
 
 namespace peerlab::cli {
 
@@ -21,8 +27,60 @@ int fail(const std::string& command, int code, const std::string& message) {
   for (char& c : line) {
     if (c == '\n') c = ' ';
   }
-  std::fprintf(stderr, "peerlab %s: %s\n", command.c_str(), line.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "peerlab %s: %s\n", command.c_str(), printable(redactSecrets(line)).c_str());
   return code;
+}
+
+Status writeOutput(const std::string& path, const std::string& text) {
+  if (path != "-") return writeTextFile(path, text);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(std::string("cannot write stdout: ") + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+FILE* summaryStream(const std::string& json_path) {
+  return json_path == "-" ? stderr : stdout;
+}
+
+StatusOr<double> parseNumberOption(const std::string& option, const std::string& text, double min, double max,
+                                   bool integer) {
+  auto range = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  const std::string expected =
+      std::string(integer ? "a whole number" : "a number") + " from " + range(min) + " to " + range(max);
+  char* end = nullptr;
+  errno = 0;
+  const double v = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+  const bool whole = end != nullptr && *end == '\0';
+  if (!whole || errno == ERANGE || !std::isfinite(v) || v < min || v > max || (integer && v != std::floor(v))) {
+    return PEERLAB_INVALID_ARGUMENT(option + " \"" + printable(text, 40) + "\": expected " + expected);
+  }
+  return v;
+}
+
+// CLI11's range checks print their bounds with %f: the largest double becomes 309 digits. Numbers longer than 15
+// digits are shown as %g ("1.79769e+308").
+std::string readableNumbers(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.'))
+      ++j;
+    if (j - i > 15 && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", std::strtod(text.substr(i, j - i).c_str(), nullptr));
+      out += buf;
+    } else {
+      out.append(text, i, std::max<size_t>(j - i, 1));
+    }
+    i = std::max(j, i + 1);
+  }
+  return out;
 }
 
 }  // namespace peerlab::cli
@@ -42,6 +100,20 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);
     runners[sub] = cmd.setup(*sub);
   }
+  // A first word that is no command is a typo: say so and list the commands (CLI11 would say "A subcommand is
+  // required" or list the word as an unexpected argument).
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (auto& cmd : commands()) {
+      known = known || cmd.name == argv[1];
+      if (!app.get_subcommand(cmd.name)->get_group().empty()) names += (names.empty() ? "" : ", ") + cmd.name;
+    }
+    if (!known) {
+      return fail("usage", kExitUsage,
+                  std::string("unknown command ") + peerlab::printable(argv[1], 60) + " (known: " + names + ")");
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -54,7 +126,7 @@ int main(int argc, char** argv) {
     std::string where = "usage";
     for (CLI::App* sub : app.get_subcommands())
       where = sub->get_name();
-    return fail(where, kExitUsage, std::string(e.what()) + " (see peerlab --help)");
+    return fail(where, kExitUsage, readableNumbers(e.what()) + " (see peerlab --help)");
   }
   for (CLI::App* sub : app.get_subcommands()) {
     auto it = runners.find(sub);

@@ -41,6 +41,29 @@ TEST(HealthCli, DowntrainedLinkFailsWithExitCode1) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("fail        GPU 0 pcie_link      Gen3 x8 of Gen5 x16"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("FAIL: 20 checks, 1 failed"), std::string::npos) << r.out;
+  // A failing command says so on stderr, in one line, as every command does.
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("peerlab health: FAIL: 1 of 20 checks failed (first: GPU 0 pcie_link"), std::string::npos)
+      << r.err;
+}
+
+TEST(HealthCli, JsonDashIsTheOnlyThingOnStdout) {
+  CliRun r = runPeerlab({"health", "--watch", "0", "--json", "-"}, fakeEnv("healthy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << r.out.substr(0, 300);
+  EXPECT_TRUE(doc["results"].is_array());
+  EXPECT_NE(r.err.find("peerlab health: PASS: 20 checks"), std::string::npos) << r.err;
+}
+
+TEST(HealthCli, WatchOutOfRangeIsOneReadableLine) {
+  for (const char* bad : {"-1", "1e400", "forever"}) {
+    CliRun r = runPeerlab({"health", "--watch", bad}, fakeEnv("healthy"));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(std::string("--watch \"") + bad + "\": expected a number from 0 to 86400"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  }
 }
 
 TEST(HealthCli, XidDuringTheWatchFails) {

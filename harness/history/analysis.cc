@@ -45,11 +45,12 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
   PEERLAB_RETURN_IF_ERROR(store.forEachResult([&](const StoredResult& s) {
     auto run = h.run_index.find(s.run_id);
     if (run == h.run_index.end()) return;
+    if (!s.valid) return;
     const report::Result& r = s.result;
     std::optional<report::SeriesMetric> metric = report::seriesMetric(r);
     if (!metric || r.status != "ok") return;
     std::optional<double> value = report::metricValue(r, *metric);
-    if (!value) return;
+    if (!value || !std::isfinite(*value) || *value <= 0) return;
     const RunInfo& info = h.runs[run->second];
     const std::string& machine = options.by_host ? info.host : info.machine();
     const std::string id = seriesId(machine, r);
@@ -176,7 +177,7 @@ nlohmann::json toJson(const Regression& r) {
   j["kind"] = r.run->kind;
   j["run_id"] = r.run->id;
   j["git_sha"] = r.run->git_sha;
-  j["timestamp"] = r.run->timestamp;
+  j["timestamp"] = r.run->time;
   j["previous_git_sha"] = r.previous->git_sha;
   j["before"] = r.change.before;
   j["after"] = r.change.after;

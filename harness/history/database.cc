@@ -5,9 +5,16 @@
 #include <libpq-fe.h>
 #endif
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <map>
+
+#include "reference/core/text.h"
 
 namespace peerlab::history {
 namespace {
@@ -111,21 +118,55 @@ class SqliteDatabase : public Database {
   std::map<std::string, sqlite3_stmt*> cache_;
 };
 
-StatusOr<std::unique_ptr<Database>> openSqlite(const std::string& path) {
+// Refuses what must not be opened as a SQLite database: a directory, a device, a file of another format.
+Status checkSqliteFile(const std::string& path, OpenMode mode) {
+  const std::string name = "--db " + printable(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT && mode == OpenMode::kCreate) return Status::ok();
+    if (err == ENOENT) {
+      return PEERLAB_INVALID_ARGUMENT(name +
+                                      ": no such history database (only `peerlab history ingest`, or --create, "
+                                      "makes a new one)");
+    }
+    return PEERLAB_INVALID_ARGUMENT(name + ": " + std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) return PEERLAB_INVALID_ARGUMENT(name + ": is a directory, not a SQLite database");
+  if (!S_ISREG(st.st_mode)) return PEERLAB_INVALID_ARGUMENT(name + ": not a regular file");
+  if (st.st_size == 0) {
+    if (mode == OpenMode::kCreate) return Status::ok();
+    return PEERLAB_INVALID_ARGUMENT(name + ": empty file, not a history database");
+  }
+  static constexpr char kHeader[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+  char head[16] = {};
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return PEERLAB_INVALID_ARGUMENT(name + ": cannot read: " + std::strerror(errno));
+  f.read(head, sizeof(head));
+  if (f.gcount() != static_cast<std::streamsize>(sizeof(head)) || std::memcmp(head, kHeader, sizeof(head)) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(name + ": not a SQLite database (left as it is)");
+  }
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Database>> openSqlite(const std::string& path, OpenMode mode) {
+  PEERLAB_RETURN_IF_ERROR(checkSqliteFile(path, mode));
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  const int flags = SQLITE_OPEN_READWRITE | (mode == OpenMode::kCreate ? SQLITE_OPEN_CREATE : 0);
+  const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);
-    return PEERLAB_INVALID_ARGUMENT("--db " + path + ": cannot open SQLite database: " + msg);
+    return PEERLAB_INVALID_ARGUMENT("--db " + printable(path) + ": cannot open SQLite database: " + msg);
   }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   auto out = std::make_unique<SqliteDatabase>(db);
-  // WAL lets readers run beside the one writer; NORMAL sync is durable at each WAL checkpoint.
-  Status st = out->exec("PRAGMA journal_mode=WAL");
-  if (st.isOk()) st = out->exec("PRAGMA synchronous=NORMAL");
+  // NORMAL sync is durable at each WAL checkpoint (the store sets WAL, stored in the file, when it makes the schema).
+  Status st = out->exec("PRAGMA synchronous=NORMAL");
   if (st.isOk()) st = out->exec("PRAGMA foreign_keys=ON");
-  if (!st.isOk()) return PEERLAB_INVALID_ARGUMENT("--db " + path + ": not a usable SQLite database: " + st.message());
+  if (!st.isOk()) {
+    return PEERLAB_INVALID_ARGUMENT("--db " + printable(path) + ": not a usable SQLite database: " + st.message());
+  }
   return std::unique_ptr<Database>(std::move(out));
 }
 
@@ -220,7 +261,7 @@ class PgDatabase : public Database {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
       s.pop_back();
     for (char& c : s)
-      if (c == '\n') c = ' ';
+      if (c == '\n' || c == '\t') c = ' ';
     return s;
   }
   PGconn* conn_;
@@ -240,8 +281,8 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
       msg.pop_back();
     for (char& c : msg)
-      if (c == '\n') c = ' ';
-    return PEERLAB_INVALID_ARGUMENT("--db " + url + ": cannot connect to PostgreSQL: " + msg);
+      if (c == '\n' || c == '\t') c = ' ';
+    return PEERLAB_INVALID_ARGUMENT("--db " + redactUrl(url) + ": cannot connect to PostgreSQL: " + redactSecrets(msg));
   }
   auto out = std::make_unique<PgDatabase>(conn);
   Status st = out->exec("SET client_min_messages TO warning");
@@ -252,7 +293,7 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
 }
 #else
 StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url) {
-  return PEERLAB_INVALID_ARGUMENT("--db " + url +
+  return PEERLAB_INVALID_ARGUMENT("--db " + redactUrl(url) +
                                   ": this peerlab was built without PostgreSQL's client library (libpq); install "
                                   "libpq-dev and rebuild, or use a SQLite path");
 }
@@ -264,10 +305,14 @@ bool isPostgresUrl(const std::string& url) {
   return url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
 }
 
-StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url) {
+std::string redactUrl(const std::string& url) {
+  return printable(redactSecrets(url));
+}
+
+StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url, OpenMode mode) {
   if (url.empty()) return PEERLAB_INVALID_ARGUMENT("--db: empty (give a SQLite path or a postgresql:// URL)");
   if (isPostgresUrl(url)) return openPostgres(url);
-  return openSqlite(url);
+  return openSqlite(url, mode);
 }
 
 }  // namespace peerlab::history

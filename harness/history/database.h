@@ -43,11 +43,21 @@ class Database {
   virtual Status rollback() = 0;
 };
 
-/// Opens `url`: "postgresql://..." or "postgres://..." connects with libpq, anything else is a SQLite file path
-/// (created when missing). `invalid_argument` names the URL and the reason.
-StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url);
+/// Whether opening may create a database.
+enum class OpenMode {
+  kCreate,    ///< a missing SQLite file is created (an empty file is taken as a new database)
+  kExisting,  ///< the SQLite file must exist and be a SQLite database; nothing is created
+};
+
+/// Opens `url`: "postgresql://..." or "postgres://..." connects with libpq, anything else is a SQLite file path.
+/// An existing file that is not a SQLite database (its first 16 bytes are not "SQLite format 3\0") is never opened
+/// in either mode, so it is never converted. `invalid_argument` names the URL (secrets redacted) and the reason.
+StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url, OpenMode mode = OpenMode::kCreate);
 
 /// True for a PostgreSQL URL.
 bool isPostgresUrl(const std::string& url);
+
+/// The URL as messages show it: a password in it replaced by "***" (reference/core/text.h redactSecrets).
+std::string redactUrl(const std::string& url);
 
 }  // namespace peerlab::history

@@ -1,8 +1,13 @@
 // `peerlab history` through the built binary, on SQLite and PostgreSQL: rejected files, parallel writers, list,
 // regressions and fleet exit codes and JSON, and the committed run files as the first history.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -11,6 +16,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
+#include "harness/report/site.h"
 #include "harness/testing/cli.h"
 #include "reference/testing/testing.h"
 
@@ -190,7 +196,215 @@ TEST_P(HistoryCliTest, FleetNamesTheBadNode) {
     EXPECT_EQ(o["host"], "node-5");
     EXPECT_GT(o["z"].get<double>(), 3.5);
   }
-  EXPECT_EQ(runPeerlab({"history", "fleet", "--db", url_, "--kind", "other-kind"}).exit_code, 0);
+  // A kind the store does not hold is a typo, not an empty fleet.
+  EXPECT_EQ(runPeerlab({"history", "fleet", "--db", url_, "--kind", "other-kind"}).exit_code, 2);
+}
+
+// Read-only commands open an existing history only: on a fresh PostgreSQL database (or a SQLite store that is not
+// there) they exit 2 naming it and create nothing; --create makes an empty history.
+TEST_P(HistoryCliTest, ReadOnlyCommandsNeverCreateAHistory) {
+  const std::string target = GetParam() == "sqlite" ? dir_ + "/typo.sqlite" : url_;
+  const std::string site = dir_ + "/site";
+  std::filesystem::create_directories(site);
+  std::ofstream(site + "/index.html") << "published";
+  const auto published = std::filesystem::last_write_time(site + "/index.html");
+  const std::vector<std::vector<std::string>> commands = {
+      {"history", "list", "--db", target},
+      {"history", "regressions", "--db", target, "--json", dir_ + "/r.json"},
+      {"history", "fleet", "--db", target},
+      {"history", "html", "--db", target, "--out", site},
+      {"history", "remove", "--db", target, "1"},
+  };
+  for (const auto& args : commands) {
+    CliRun r = runPeerlab(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.out << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(GetParam() == "sqlite" ? "typo.sqlite" : "not a peerlab history"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("0 runs"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/r.json"));
+  EXPECT_EQ(readFile(site + "/index.html"), "published");
+  EXPECT_EQ(std::filesystem::last_write_time(site + "/index.html"), published);
+  EXPECT_EQ(std::vector<std::string>({"index.html"}), [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(site))
+      names.push_back(e.path().filename().string());
+    return names;
+  }());
+  if (GetParam() == "sqlite") {
+    EXPECT_FALSE(std::filesystem::exists(target));
+  } else {
+    // The database holds no table afterwards.
+    auto db = openDatabase(url_);
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    std::int64_t tables = -1;
+    ASSERT_TRUE((*db)
+                    ->query("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()", {},
+                            [&](const SqlRow& row) { tables = row.integer(0); })
+                    .isOk());
+    EXPECT_EQ(tables, 0);
+  }
+  // --create: an empty history, "0 runs".
+  CliRun created = runPeerlab({"history", "list", "--db", target, "--create"});
+  EXPECT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.out.find("0 runs"), std::string::npos) << created.out;
+  EXPECT_EQ(runPeerlab({"history", "list", "--db", target}).exit_code, 0);
+}
+
+TEST_P(HistoryCliTest, UnknownKindExitsTwoListingTheKnownKinds) {
+  std::mt19937_64 rng(7);
+  const std::string a = writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), "a.json");
+  const std::string b = writeRun(testing::syntheticRun(rng, 1, "node-b", "kind-y"), "b.json");
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, a, b}).exit_code, 0);
+  for (const char* cmd : {"regressions", "fleet"}) {
+    CliRun r = runPeerlab({"history", cmd, "--db", url_, "--kind", "kind-z", "--json", dir_ + "/out.json"});
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("--kind kind-z: no stored run of that kind or host (known: kind-x, kind-y)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.json"));
+    // A kind or a host that is stored answers.
+    EXPECT_EQ(runPeerlab({"history", cmd, "--db", url_, "--kind", "kind-y"}).exit_code, 0);
+    EXPECT_EQ(runPeerlab({"history", cmd, "--db", url_, "--kind", "node-a"}).exit_code, 0);
+  }
+}
+
+TEST_P(HistoryCliTest, JsonDashIsTheOnlyThingOnStdout) {
+  std::mt19937_64 rng(8);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 6; ++i)
+    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-" + std::to_string(i % 4), "kind-x"),
+                            "j" + std::to_string(i) + ".json"));
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  struct Case {
+    std::vector<std::string> args;
+    const char* key;
+    const char* summary;
+  };
+  const std::vector<Case> cases = {
+      {{"history", "regressions", "--db", url_, "--json", "-"}, "regressions", "regressions (latest change point"},
+      {{"history", "fleet", "--db", url_, "--json", "-"}, "outliers", "outliers (modified z"},
+      {{"history", "list", "--db", url_, "--json"}, "runs", nullptr},
+      {{"history", "html", "--db", url_, "--out", dir_ + "/site", "--model", "-"}, "kinds", "wrote "},
+  };
+  for (const Case& c : cases) {
+    CliRun r = runPeerlab(c.args);
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
+    // The whole of stdout is one JSON document.
+    const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << c.args[1] << ": stdout is not one JSON document:\n" << r.out.substr(0, 300);
+    EXPECT_TRUE(doc.contains(c.key)) << c.key;
+    if (c.summary) {
+      EXPECT_NE(r.err.find(c.summary), std::string::npos) << r.err;
+    }
+  }
+}
+
+// An operator takes a bad run out: by id or content hash, all named runs or none.
+TEST_P(HistoryCliTest, RemoveTakesRunsOutAllOrNothing) {
+  std::mt19937_64 rng(9);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 3; ++i)
+    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x"), "m" + std::to_string(i) + ".json"));
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  const nlohmann::json list = nlohmann::json::parse(runPeerlab({"history", "list", "--db", url_, "--json"}).out);
+  ASSERT_EQ(list["runs"].size(), 3u);
+  const std::string first = std::to_string(list["runs"][0]["id"].get<std::int64_t>());
+  const std::string hash = list["runs"][2]["content_hash"];
+  // One unknown id among known ones: nothing removed.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{first, "9999"}, std::vector<std::string>{hash, "nonsense; DROP TABLE runs"}}) {
+    std::vector<std::string> rm = {"history", "remove", "--db", url_};
+    rm.insert(rm.end(), bad.begin(), bad.end());
+    CliRun r = runPeerlab(rm);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+    EXPECT_EQ(count("runs"), 3);
+    EXPECT_EQ(count("results"), 3 * testing::syntheticResults());
+  }
+  CliRun r = runPeerlab({"history", "remove", "--db", url_, first, hash});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("removed run " + first), std::string::npos) << r.out;
+  EXPECT_EQ(count("runs"), 1);
+  EXPECT_EQ(count("results"), testing::syntheticResults());
+  // Removed runs can be ingested again.
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  EXPECT_EQ(count("runs"), 3);
+}
+
+// What is already stored renders whatever it holds: pairs far outside any GPU count, expectations of the wrong type,
+// kinds that sanitize alike, a 300-character kind, timestamps in the far future or not ISO at all.
+TEST_P(HistoryCliTest, SiteRendersWhatIsStoredKindByKind) {
+  auto store = HistoryStore::open(url_);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  std::mt19937_64 rng(10);
+  const std::string longKind(300, 'k');
+  const std::vector<std::string> kinds = {"a/b", "a_b", longKind, "kind-x"};
+  int index = 0;
+  for (const std::string& kind : kinds) {
+    for (int i = 0; i < 4; ++i) {
+      report::Run run = testing::syntheticRun(rng, index++, "node-a", kind);
+      if (kind == "kind-x" && i == 1) run.timestamp = "9999-12-31T23:59:59Z";
+      if (kind == "kind-x" && i == 2) run.timestamp = "yesterday <!--<script>";
+      if (kind == "a/b" && i == 3) {
+        for (int bad : {1024, -1, INT_MAX}) {
+          report::Result r = run.results.front();
+          r.src = bad;
+          r.dst = 0;
+          run.results.push_back(r);
+        }
+      }
+      run.extra["plan"] = {{"expectations", {{{"suite", "peer_copy"}, {"gbps", 400.0}}}}};
+      ASSERT_TRUE((*store)->ingest(run).isOk());
+    }
+  }
+  // A run that names neither a kind nor a host.
+  ASSERT_TRUE((*store)->ingest(testing::syntheticRun(rng, index++, "", "")).isOk());
+  // Expectations stored by an older peerlab, whose suite is a number.
+  {
+    auto db = openDatabase(url_);
+    ASSERT_TRUE(db.isOk());
+    ASSERT_TRUE((*db)->exec("UPDATE runs SET expectations = '[{\"suite\": 5, \"gbps\": \"x\"}, 7]'").isOk());
+  }
+  store->reset();
+  const std::string site = dir_ + "/site";
+  CliRun r = runPeerlab({"history", "html", "--db", url_, "--out", site, "--model", dir_ + "/model.json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string indexPage = readFile(site + "/index.html");
+  std::set<std::string> pages;
+  for (const std::string& kind : kinds) {
+    const std::string page = report::kindPageName(kind);
+    EXPECT_LT(page.size(), 80u);
+    EXPECT_TRUE(pages.insert(page).second) << page;
+    EXPECT_TRUE(std::filesystem::is_regular_file(site + "/" + page)) << kind.substr(0, 20);
+    EXPECT_NE(indexPage.find("href=\"" + page + "\""), std::string::npos) << page;
+  }
+  EXPECT_NE(indexPage.find("href=\"" + report::kindPageName("(no kind or host)") + "\""), std::string::npos);
+  // Runs dated 9999 or not dated in ISO are placed at their ingest time: every point's time is a valid one before
+  // the year 9999.
+  const nlohmann::json model = nlohmann::json::parse(readFile(dir_ + "/model.json"));
+  for (const auto& k : model["kinds"]) {
+    for (const auto& s : k["series"]) {
+      for (const auto& p : s["points"]) {
+        const std::string ts = p["timestamp"];
+        EXPECT_TRUE(normalizeTimestamp(ts).has_value()) << ts;
+        EXPECT_LT(ts, "9999") << ts;
+      }
+      // Out-of-range pairs make no series.
+      if (s["src"].is_number()) {
+        EXPECT_GE(s["src"].get<std::int64_t>(), 0);
+        EXPECT_LT(s["src"].get<std::int64_t>(), 4);
+      }
+    }
+    int leftOut = 0;
+    for (const auto& hm : k["heatmaps"]) {
+      EXPECT_LE(hm["gpus"].get<int>(), 4);
+      leftOut += hm.value("left_out", 0);
+    }
+    EXPECT_EQ(leftOut, k["kind"] == "a/b" ? 3 : 0) << k["kind"];
+  }
+  EXPECT_EQ(indexPage.find("9999-12"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryCliTest, ::testing::Values("sqlite", "postgresql"),
@@ -215,6 +429,197 @@ TEST(HistoryCli, BadInputsAreOneLineErrorsWithExitTwo) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A --db that names something else than a SQLite database is never opened, so never converted: by no command.
+TEST(HistoryCli, ForeignFilesAreLeftAsTheyAre) {
+  const std::string dir = scratchDir("history-foreign");
+  std::mt19937_64 rng(11);
+  const std::string run = dir + "/run.json";
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), run).isOk());
+  const std::string before = readFile(run);
+  // A SQLite database that is not a peerlab history.
+  const std::string other = dir + "/other.sqlite";
+  {
+    auto db = openDatabase(other);
+    ASSERT_TRUE(db.isOk());
+    ASSERT_TRUE((*db)->exec("PRAGMA journal_mode=DELETE").isOk());
+    ASSERT_TRUE((*db)->exec("CREATE TABLE notes (text TEXT)").isOk());
+  }
+  const std::string otherBefore = readFile(other);
+  std::ofstream(dir + "/empty.sqlite").close();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"history", "ingest", "--db", run, run}, "run.json: not a SQLite database"},
+      {{"history", "list", "--db", run}, "run.json: not a SQLite database"},
+      {{"history", "html", "--db", run, "--out", dir + "/site"}, "run.json: not a SQLite database"},
+      {{"history", "regressions", "--db", other}, "not a peerlab history"},
+      {{"history", "ingest", "--db", other, run}, "a SQLite database of something else"},
+      {{"history", "list", "--db", dir + "/empty.sqlite"}, "empty file"},
+      {{"history", "list", "--db", dir}, "is a directory"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = runPeerlab(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args[1] << " " << c.args[3] << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  }
+  EXPECT_EQ(readFile(run), before);
+  EXPECT_EQ(readFile(other), otherBefore);
+  EXPECT_EQ(readFile(dir + "/empty.sqlite"), "");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/site"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HistoryCli, OptionValuesAreCheckedWithReadableMessages) {
+  const std::string dir = scratchDir("history-options");
+  const std::string db = dir + "/h.sqlite";
+  std::mt19937_64 rng(12);
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), dir + "/a.json").isOk());
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", db, dir + "/a.json"}).exit_code, 0);
+  // "2.5%" is a threshold as report and qualify take it.
+  CliRun pct = runPeerlab({"history", "regressions", "--db", db, "--threshold", "2.5%"});
+  EXPECT_EQ(pct.exit_code, 0) << pct.err;
+  EXPECT_NE(pct.out.find("worse by more than 2.5%"), std::string::npos) << pct.out;
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"regressions", "--threshold", "-1"}, "--threshold \"-1\": expected a percentage"},
+      {{"regressions", "--min-change", "-3"}, "--min-change \"-3\": expected a percentage"},
+      {{"html", "--out", dir + "/site", "--threshold", "abc"}, "--threshold \"abc\": expected a percentage"},
+      {{"regressions", "--p-value", "2"}, "--p-value \"2\": expected a number from 1e-09 to 1"},
+      {{"regressions", "--permutations", "1e400"},
+       "--permutations \"1e400\": expected a whole number from 1 to 100000"},
+      {{"regressions", "--permutations", "2.5"}, "--permutations \"2.5\": expected a whole number"},
+      {{"fleet", "--z", "nan"}, "--z \"nan\": expected a number from 0.5 to 100"},
+      {{"fleet", "--min-hosts", "2"}, "--min-hosts \"2\": expected a whole number from 3 to 100000"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"history", c.args[0], "--db", db};
+    args.insert(args.end(), c.args.begin() + 1, c.args.end());
+    CliRun r = runPeerlab(args);
+    EXPECT_EQ(r.exit_code, 2) << c.says << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+    EXPECT_LT(r.err.size(), 200u) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/site"));
+  std::filesystem::remove_all(dir);
+}
+
+// Writes name the file and the reason, replace a symlink instead of following it, and never leave a temporary.
+TEST(HistoryCli, OutputFilesAreWrittenSafely) {
+  const std::string dir = scratchDir("history-writes");
+  const std::string db = dir + "/h.sqlite";
+  std::mt19937_64 rng(13);
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), dir + "/a.json").isOk());
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", db, dir + "/a.json"}).exit_code, 0);
+  // A directory that refuses new files (as root, 0555 does not: /sys refuses them to everyone).
+  std::string denied = dir + "/ro";
+  std::filesystem::create_directories(denied);
+  std::filesystem::permissions(denied, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  int fd = ::open((denied + "/probe").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink((denied + "/probe").c_str());
+    denied = "/sys";
+    fd = ::open((denied + "/peerlab-probe").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  }
+  if (fd < 0) {
+    const std::string reason = std::strerror(errno);
+    CliRun r = runPeerlab({"history", "regressions", "--db", db, "--json", denied + "/r.json"});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("cannot write " + denied + "/r.json: " + reason), std::string::npos) << r.err;
+    EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  } else {
+    ::close(fd);
+    ADD_FAILURE() << "no directory refuses new files here: the permission case is not checked";
+  }
+  std::filesystem::permissions(dir + "/ro", std::filesystem::perms::owner_all);
+  // A symlink at the target and at the old temporary's name: both point at a file that must stay as it is.
+  const std::string outside = dir + "/outside.txt";
+  std::ofstream(outside) << "keep";
+  std::filesystem::create_symlink(outside, dir + "/r.json");
+  const std::string site = dir + "/site";
+  std::filesystem::create_directories(site);
+  std::filesystem::create_symlink(outside, site + "/index.html.tmp");
+  std::filesystem::create_symlink(outside, site + "/index.html");
+  EXPECT_EQ(runPeerlab({"history", "regressions", "--db", db, "--json", dir + "/r.json"}).exit_code, 0);
+  CliRun html = runPeerlab({"history", "html", "--db", db, "--out", site});
+  EXPECT_EQ(html.exit_code, 0) << html.err;
+  EXPECT_EQ(readFile(outside), "keep");
+  EXPECT_FALSE(std::filesystem::is_symlink(dir + "/r.json"));
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir + "/r.json"))["regressions"].is_array());
+  EXPECT_FALSE(std::filesystem::is_symlink(site + "/index.html"));
+  EXPECT_NE(readFile(site + "/index.html").find("peerlab history"), std::string::npos);
+  for (const auto& e : std::filesystem::directory_iterator(site))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // Missing parent directories are created (one rule for every output file).
+  CliRun nested = runPeerlab({"history", "regressions", "--db", db, "--json", dir + "/a/b/c/r.json"});
+  EXPECT_EQ(nested.exit_code, 0) << nested.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/a/b/c/r.json"));
+  std::filesystem::remove_all(dir);
+}
+
+// One kind that cannot be written does not take the others or the index down; the failure is one line, exit 2.
+TEST(HistoryCli, OneKindFailingLeavesTheOthersAndTheIndex) {
+  const std::string dir = scratchDir("history-kind-fails");
+  const std::string db = dir + "/h.sqlite";
+  std::mt19937_64 rng(14);
+  std::vector<std::string> args = {"history", "ingest", "--db", db};
+  for (const char* kind : {"kind-x", "kind-y"})
+    for (int i = 0; i < 2; ++i) {
+      const std::string f = dir + "/" + kind + std::to_string(i) + ".json";
+      ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, i, "node-a", kind), f).isOk());
+      args.push_back(f);
+    }
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  const std::string site = dir + "/site";
+  // A directory where kind-y's page goes: that page cannot be written.
+  std::filesystem::create_directories(site + "/" + report::kindPageName("kind-y"));
+  CliRun r = runPeerlab({"history", "html", "--db", db, "--out", site});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("1 of 2 kinds not rendered"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kind \"kind-y\""), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(site + "/" + report::kindPageName("kind-x")));
+  const std::string index = readFile(site + "/index.html");
+  EXPECT_NE(index.find("href=\"" + report::kindPageName("kind-x") + "\""), std::string::npos);
+  EXPECT_NE(index.find("not rendered"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Strings from run files reach the terminal escaped; passwords in database URLs never reach it.
+TEST(HistoryCli, NothingRawReachesTheTerminal) {
+  const std::string dir = scratchDir("history-terminal");
+  const std::string db = dir + "/h.sqlite";
+  std::mt19937_64 rng(15);
+  report::Run run = testing::syntheticRun(rng, 0, "node-\x1b]0;owned\x07-a\x1b[2J", "kind-\x1b[31mred");
+  auto store = HistoryStore::open(db);
+  ASSERT_TRUE(store.isOk());
+  ASSERT_TRUE((*store)->ingest(run).isOk());
+  store->reset();
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"history", "list", "--db", db},
+        std::vector<std::string>{"history", "regressions", "--db", db, "--kind", "x\x1b[31m"}}) {
+    CliRun r = runPeerlab(args);
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  }
+  EXPECT_NE(runPeerlab({"history", "list", "--db", db}).out.find("node-\\x1b]0;owned\\x07-a"), std::string::npos);
+  CliRun pg = runPeerlab({"history", "list", "--db", "postgresql://peerlab:s3cr3t-pw@127.0.0.1:1/none"});
+  EXPECT_EQ(pg.exit_code, 2);
+  EXPECT_EQ(pg.err.find("s3cr3t-pw"), std::string::npos) << pg.err;
+  EXPECT_NE(pg.err.find("postgresql://peerlab:***@127.0.0.1:1/none"), std::string::npos) << pg.err;
+  CliRun param = runPeerlab({"history", "list", "--db", "postgresql://127.0.0.1:1/none?user=a&password=s3cr3t-pw"});
+  EXPECT_EQ(param.err.find("s3cr3t-pw"), std::string::npos) << param.err;
   std::filesystem::remove_all(dir);
 }
 

@@ -18,6 +18,38 @@ namespace {
 using testing::syntheticResults;
 using testing::syntheticRun;
 
+TEST(StoredRuns, TimestampsAreNormalizedToUtcOrRefused) {
+  EXPECT_EQ(normalizeTimestamp("2026-11-21T19:45:53Z"), "2026-11-21T19:45:53Z");
+  EXPECT_EQ(normalizeTimestamp("2026-11-21T19:45:53.123456Z"), "2026-11-21T19:45:53Z");
+  EXPECT_EQ(normalizeTimestamp("2026-11-21T21:45:53+02:00"), "2026-11-21T19:45:53Z");
+  EXPECT_EQ(normalizeTimestamp("2026-11-21T00:15:00-01:00"), "2026-11-21T01:15:00Z");
+  EXPECT_EQ(normalizeTimestamp("2026-11-21T19:45:53"), "2026-11-21T19:45:53Z");
+  EXPECT_EQ(normalizeTimestamp("9999-12-31T23:59:59Z"), "9999-12-31T23:59:59Z");  // valid; the store orders it
+  for (const char* bad : {"yesterday", "", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2025-02-29T00:00:00Z",
+                          "2026-11-21 19:45", "2026-11-21T19:45:53Zjunk", "1969-12-31T23:59:59Z",
+                          "2026-11-21T25:00:00Z", "2026-11-21T19:45:53+24:00", "<!--<script>2026-11-21T19:45:53Z"}) {
+    EXPECT_FALSE(normalizeTimestamp(bad).has_value()) << bad;
+  }
+}
+
+TEST(StoredRuns, ExpectationsKeepOnlyWellTypedEntries) {
+  const nlohmann::json in = nlohmann::json::parse(R"([
+    {"suite": "peer_copy", "impl": "peerlab.*", "gbps": 380.5, "src": 0, "dst": 1, "min_bytes": 1048576},
+    {"suite": 5, "gbps": 380},
+    {"suite": "peer_copy", "gbps": "fast"},
+    {"suite": "peer_copy", "src": 1024, "gbps": 1},
+    {"suite": "peer_copy", "src": -1, "gbps": 1},
+    {"suite": "peer_copy", "gbps": -3},
+    7, "text", null,
+    {"suite": "host_copy", "metric": "busbw_gbps", "gbps": 50.4}
+  ])");
+  const nlohmann::json out = sanitizeExpectations(in);
+  ASSERT_EQ(out.size(), 2u) << out.dump();
+  EXPECT_EQ(out[0]["impl"], "peerlab.*");
+  EXPECT_EQ(out[1]["suite"], "host_copy");
+  EXPECT_TRUE(sanitizeExpectations(nlohmann::json::object()).empty());
+}
+
 TEST(SeriesMetric, TimeForSmallSizesAndBandwidthAboveNothingForTestsAndProbes) {
   report::Result r;
   r.suite = "zcopy";

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <map>
 #include <set>
@@ -36,17 +37,31 @@ bool glob(const std::string& pattern, const std::string& text) {
   return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }
 
-// The expected figure for a result: {metric, GB/s} of the first expectation that applies.
+std::string textAt(const nlohmann::json& e, const char* key, const char* fallback) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+}
+
+std::optional<double> numberAt(const nlohmann::json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+// The expected figure for a result: {metric, GB/s} of the first expectation that applies. Expectations come from the
+// store (sanitizeExpectations); every key is read with its type checked all the same.
 std::optional<std::pair<std::string, double>> expectedFor(const report::Result& r, const nlohmann::json& expectations) {
+  if (!expectations.is_array()) return std::nullopt;
   for (const auto& e : expectations) {
-    if (!e.is_object() || e.value("suite", "") != r.suite) continue;
-    if (!glob(e.value("impl", "*"), r.impl) || !glob(e.value("name", "*"), r.name)) continue;
-    if (e.contains("src") && e["src"].is_number() && (!r.src || *r.src != e["src"].get<int>())) continue;
-    if (e.contains("dst") && e["dst"].is_number() && (!r.dst || *r.dst != e["dst"].get<int>())) continue;
-    if (e.contains("min_bytes") && e["min_bytes"].is_number() && (!r.bytes || *r.bytes < e["min_bytes"].get<double>()))
-      continue;
-    if (!e.contains("gbps") || !e["gbps"].is_number()) continue;
-    return std::make_pair(e.value("metric", std::string("algbw_gbps")), e["gbps"].get<double>());
+    if (!e.is_object() || textAt(e, "suite", "") != r.suite) continue;
+    if (!glob(textAt(e, "impl", "*"), r.impl) || !glob(textAt(e, "name", "*"), r.name)) continue;
+    if (const auto src = numberAt(e, "src"); src && (!r.src || *r.src != *src)) continue;
+    if (const auto dst = numberAt(e, "dst"); dst && (!r.dst || *r.dst != *dst)) continue;
+    if (const auto minBytes = numberAt(e, "min_bytes"); minBytes && (!r.bytes || *r.bytes < *minBytes)) continue;
+    const auto gbps = numberAt(e, "gbps");
+    if (!gbps) continue;
+    return std::make_pair(textAt(e, "metric", "algbw_gbps"), *gbps);
   }
   return std::nullopt;
 }
@@ -57,14 +72,21 @@ std::string groupOf(const Series& s) {
 
 }  // namespace
 
-nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations) {
+nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations, int gpus) {
   using Key = std::tuple<std::string, std::string, std::string, std::string>;  // suite, name, impl, metric
   std::map<Key, std::vector<const report::Result*>> byKey;
+  std::map<Key, int> leftOut;
+  const int limit = gpus > 0 ? std::min(gpus, kMaxHeatmapGpus) : kMaxHeatmapGpus;
   for (const StoredResult& s : results) {
     const report::Result& r = s.result;
-    if (!r.src || !r.dst || !r.bytes) continue;
     auto m = report::seriesMetric(r);
-    if (!m || r.status != "ok" || !report::metricValue(r, *m)) continue;
+    if (!m || r.status != "ok") continue;
+    // A cell outside the run's GPUs (or a row the store found invalid) is counted, not drawn.
+    if (!s.valid || (r.src && r.dst && (*r.src < 0 || *r.dst < 0 || *r.src >= limit || *r.dst >= limit))) {
+      ++leftOut[{r.suite, r.name, r.impl, m->field}];
+      continue;
+    }
+    if (!r.src || !r.dst || !r.bytes || !report::metricValue(r, *m)) continue;
     byKey[{r.suite, r.name, r.impl, m->field}].push_back(&r);
   }
   nlohmann::json out = nlohmann::json::array();
@@ -79,11 +101,11 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
     for (const report::Result* r : rows)
       if (*r->bytes == size) cells.emplace(std::make_pair(*r->src, *r->dst), r);
     if (cells.size() < 2) continue;
-    std::set<int> gpus;
+    std::set<int> used;
     bool anyExpected = false;
     for (auto& [pair, r] : cells) {
-      gpus.insert(pair.first);
-      gpus.insert(pair.second);
+      used.insert(pair.first);
+      used.insert(pair.second);
       if (bandwidth && expectedFor(*r, expectations)) anyExpected = true;
     }
     nlohmann::json hm;
@@ -91,7 +113,8 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
     hm["title"] = suite + " " + name + " " + impl + " " + bytesLabel(size) +
                   (anyExpected ? " (% of expected)" : " (" + unit + ")");
     hm["unit"] = unit;
-    hm["gpus"] = *gpus.rbegin() + 1;  // GPU count: ordinals 0..gpus-1
+    hm["gpus"] = *used.rbegin() + 1;  // GPU count: ordinals 0..gpus-1
+    if (auto lo = leftOut.find(key); lo != leftOut.end()) hm["left_out"] = lo->second;
     nlohmann::json jc = nlohmann::json::array();
     for (auto& [pair, r] : cells) {
       nlohmann::json c = {{"src", pair.first}, {"dst", pair.second}, {"expected", nullptr}};
@@ -122,7 +145,8 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   auto kindOf = [&](const std::string& machine) -> nlohmann::json& {
     nlohmann::json& k = kinds[machine];
     if (k.is_null()) {
-      k = {{"kind", machine},
+      // Runs that name neither a kind nor a host still get a page.
+      k = {{"kind", machine.empty() ? std::string("(no kind or host)") : machine},
            {"series", nlohmann::json::array()},
            {"regressions", nlohmann::json::array()},
            {"fleet", nlohmann::json::array()},
@@ -153,7 +177,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
       for (const SeriesPoint& p : s.points) {
         const RunInfo& run = h.run(p.run_id);
         pts.push_back({{"run_id", p.run_id},
-                       {"timestamp", run.timestamp},
+                       {"timestamp", run.time},
                        {"git_sha", run.git_sha},
                        {"driver", run.driver},
                        {"value", p.value},
@@ -190,7 +214,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   for (auto& [machine, run] : latest) {
     std::vector<StoredResult> rows;
     PEERLAB_RETURN_IF_ERROR(store.forEachResultOfRun(run->id, [&](const StoredResult& s) { rows.push_back(s); }));
-    kindOf(machine)["heatmaps"] = runHeatmaps(rows, run->expectations);
+    kindOf(machine)["heatmaps"] = runHeatmaps(rows, run->expectations, static_cast<int>(run->gpus.size()));
   }
   nlohmann::json model = {{"generated", options.generated.empty() ? nowUtc() : options.generated},
                           {"kinds", nlohmann::json::array()}};

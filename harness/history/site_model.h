@@ -5,7 +5,8 @@
 ///   "unit","host","points":[{"run_id","timestamp","git_sha","driver","value","p10","p90"}],
 ///   "change_points":[{"index","before","after","change_pct","p_value"}]}], "regressions":[...as `history
 ///   regressions --json`...], "fleet":[{"host","series_id","value","median","mad","z"}],
-///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}]}]}]}
+///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}],"left_out" (cells not
+///   drawn, when any)}]}]}
 
 #include <nlohmann/json.hpp>
 
@@ -29,9 +30,13 @@ struct SiteOptions {
 /// Loads the history, finds change points, regressions and fleet outliers, and builds the model.
 StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options = {});
 
+/// Largest heatmap drawn for a run that does not say how many GPUs it had.
+inline constexpr int kMaxHeatmapGpus = 128;
+
 /// Heatmaps of one run: per (suite, name, impl) with pair results, bandwidth at the largest size in GB/s with the
 /// run's expected figure beside each cell where its plan has one (the page shows the percentage), and time at the
-/// smallest size in us.
-nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations);
+/// smallest size in us. Cells naming a GPU outside [0, gpus) (the run's GPU count; kMaxHeatmapGpus when 0) are
+/// counted in "left_out" and not drawn.
+nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations, int gpus = 0);
 
 }  // namespace peerlab::history

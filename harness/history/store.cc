@@ -1,7 +1,13 @@
 #include "harness/history/store.h"
 
+#include "harness/report/evaluate.h"
+
+#include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
+
+#include "reference/core/text.h"
 
 namespace peerlab::history {
 namespace {
@@ -33,7 +39,158 @@ std::optional<double> column(const SqlRow& row, int col) {
   return row.real(col);
 }
 
+// Larger figures are not measurements (1e15 GB/s, 31 years in us).
+constexpr double kMaxFigure = 1e15;
+
+// A stored figure: nullopt for NULL; `ok` false for one that is not finite, negative or absurdly large.
+std::optional<double> figure(const SqlRow& row, int col, bool& ok) {
+  std::optional<double> v = column(row, col);
+  if (v && (!std::isfinite(*v) || *v < 0 || *v > kMaxFigure)) {
+    ok = false;
+    return std::nullopt;
+  }
+  return v;
+}
+
+// A stored GPU ordinal: nullopt for NULL; `ok` false when it lies outside [0, kMaxGpus).
+std::optional<int> gpuColumn(const SqlRow& row, int col, bool& ok) {
+  if (row.isNull(col)) return std::nullopt;
+  const std::int64_t v = row.integer(col);
+  if (v < 0 || v >= kMaxGpus) {
+    ok = false;
+    return std::nullopt;
+  }
+  return static_cast<int>(v);
+}
+
+// Depth of a JSON value, walked without recursion (a run file's unknown keys may nest arbitrarily).
+size_t jsonDepth(const nlohmann::json& root) {
+  size_t deepest = 0;
+  std::vector<std::pair<const nlohmann::json*, size_t>> todo{{&root, 1}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, depth);
+    if (j->is_structured()) {
+      for (const auto& child : *j)
+        if (child.is_structured()) todo.emplace_back(&child, depth + 1);
+    }
+  }
+  return deepest;
+}
+
+// Deeper values are refused at ingest: the content hash and the stored JSON are written recursively.
+constexpr size_t kMaxStoredDepth = 64;
+
+int digits(const std::string& s, size_t at, size_t n) {
+  int v = 0;
+  for (size_t i = at; i < at + n; ++i) {
+    if (i >= s.size() || s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+std::optional<std::time_t> parseUtc(const std::string& text) {
+  auto norm = normalizeTimestamp(text);
+  if (!norm) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = digits(*norm, 0, 4) - 1900;
+  tm.tm_mon = digits(*norm, 5, 2) - 1;
+  tm.tm_mday = digits(*norm, 8, 2);
+  tm.tm_hour = digits(*norm, 11, 2);
+  tm.tm_min = digits(*norm, 14, 2);
+  tm.tm_sec = digits(*norm, 17, 2);
+  return timegm(&tm);
+}
+
+// The time a run is ordered by (RunInfo::time).
+std::string orderTime(const std::string& timestamp, const std::string& ingested_at) {
+  const auto ingested = parseUtc(ingested_at);
+  const auto norm = normalizeTimestamp(timestamp);
+  if (norm && ingested && *parseUtc(*norm) <= *ingested + kClockSkewSeconds) return *norm;
+  if (ingested) return *normalizeTimestamp(ingested_at);
+  return norm ? *norm : std::string();
+}
+
+bool isKey(const std::string& s, size_t len, const char* allowed) {
+  return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
+}
+
 }  // namespace
+
+std::optional<std::string> normalizeTimestamp(const std::string& text) {
+  // YYYY-MM-DDTHH:MM:SS[.frac][Z|+hh:mm|-hh:mm]
+  if (text.size() < 19 || text.size() > 40) return std::nullopt;
+  const int year = digits(text, 0, 4), mon = digits(text, 5, 2), day = digits(text, 8, 2);
+  const int hour = digits(text, 11, 2), min = digits(text, 14, 2), sec = digits(text, 17, 2);
+  if (text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != 't' && text[10] != ' ') || text[13] != ':' ||
+      text[16] != ':') {
+    return std::nullopt;
+  }
+  if (year < 1970 || year > 9999 || mon < 1 || mon > 12 || day < 1 || hour < 0 || hour > 23 || min < 0 || min > 59 ||
+      sec < 0 || sec > 60) {
+    return std::nullopt;
+  }
+  static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  if (day > kDays[mon - 1] || (mon == 2 && day == 29 && !leap)) return std::nullopt;
+  size_t at = 19;
+  if (at < text.size() && (text[at] == '.' || text[at] == ',')) {
+    ++at;
+    const size_t start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9')
+      ++at;
+    if (at == start) return std::nullopt;
+  }
+  long offset = 0;
+  if (at == text.size() || ((text[at] == 'Z' || text[at] == 'z') && at + 1 == text.size())) {
+    offset = 0;
+  } else if ((text[at] == '+' || text[at] == '-') && text.size() == at + 6 && text[at + 3] == ':') {
+    const int oh = digits(text, at + 1, 2), om = digits(text, at + 4, 2);
+    if (oh < 0 || oh > 23 || om < 0 || om > 59) return std::nullopt;
+    offset = (text[at] == '+' ? 1 : -1) * (oh * 3600L + om * 60L);
+  } else {
+    return std::nullopt;
+  }
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = mon - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = min;
+  tm.tm_sec = std::min(sec, 59);
+  const std::time_t utc = timegm(&tm) - offset;
+  std::tm out{};
+  if (gmtime_r(&utc, &out) == nullptr || out.tm_year + 1900 < 1970 || out.tm_year + 1900 > 9999) return std::nullopt;
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &out);
+  return std::string(buf);
+}
+
+nlohmann::json sanitizeExpectations(const nlohmann::json& expectations) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!expectations.is_array()) return out;
+  for (const auto& e : expectations) {
+    if (!e.is_object()) continue;
+    bool ok = true;
+    for (const char* key : {"suite", "impl", "name", "metric"}) {
+      if (auto it = e.find(key); it != e.end() && !it->is_string()) ok = false;
+    }
+    for (const char* key : {"src", "dst"}) {
+      if (auto it = e.find(key); it != e.end() && !it->is_null()) {
+        ok = ok && it->is_number_integer() && it->get<std::int64_t>() >= 0 && it->get<std::int64_t>() < kMaxGpus;
+      }
+    }
+    for (const char* key : {"min_bytes", "gbps"}) {
+      if (auto it = e.find(key); it != e.end() && !it->is_null()) {
+        ok = ok && it->is_number() && std::isfinite(it->get<double>()) && it->get<double>() >= 0;
+      }
+    }
+    if (ok && jsonDepth(e) <= 4) out.push_back(e);
+  }
+  return out;
+}
 
 const std::vector<std::string>& schemaMigrations() {
   static const std::vector<std::string> steps = {
@@ -54,6 +211,9 @@ const std::vector<std::string>& schemaMigrations() {
       " PRIMARY KEY (run_id, seq))",
       // 2: the qualify plan's expectations, for heatmaps as a percentage of the expected figure.
       "ALTER TABLE runs ADD COLUMN expectations TEXT NOT NULL DEFAULT '[]'",
+      // 3: the run's verdict and check counts from the checks engine, as qualify and report give them.
+      "ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE runs ADD COLUMN checks TEXT NOT NULL DEFAULT '{}'",
   };
   return steps;
 }
@@ -72,15 +232,57 @@ std::string runContentHash(const report::Run& run) {
   return buf;
 }
 
-StatusOr<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& url) {
-  PEERLAB_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, openDatabase(url));
+StatusOr<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& url, OpenMode mode) {
+  PEERLAB_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, openDatabase(url, mode));
   std::unique_ptr<HistoryStore> store(new HistoryStore(std::move(db)));
-  Status st = store->migrate();
-  if (!st.isOk()) return PEERLAB_INVALID_ARGUMENT("--db " + url + ": schema migration failed: " + st.message());
+  PEERLAB_RETURN_IF_ERROR(store->migrate(mode, url));
   return store;
 }
 
-Status HistoryStore::migrate() {
+Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
+  const std::string name = "--db " + redactUrl(url);
+  // What is there already (one statement, so one snapshot): a store at the latest version is only read.
+  const bool sqlite = std::string(db_->dialect()) == "sqlite";
+  bool hasSchema = false;
+  int tables = 0;
+  PEERLAB_RETURN_IF_ERROR(
+      db_->query(sqlite ? "SELECT name FROM sqlite_master WHERE type = 'table'"
+                        : "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()",
+                 {}, [&](const SqlRow& r) {
+                   ++tables;
+                   hasSchema = hasSchema || r.text(0) == "schema_version";
+                 }));
+  if (!hasSchema && mode == OpenMode::kExisting) {
+    return PEERLAB_INVALID_ARGUMENT(name +
+                                    ": not a peerlab history (no schema_version table; only `peerlab history "
+                                    "ingest`, or --create, makes one)");
+  }
+  if (!hasSchema && sqlite) {
+    // A SQLite file is one program's: one that holds other tables is not made a history.
+    if (tables > 0) {
+      return PEERLAB_INVALID_ARGUMENT(name + ": a SQLite database of something else (" + std::to_string(tables) +
+                                      " tables, none of them peerlab's); left as it is");
+    }
+    // WAL lets readers run beside the one writer; the mode is kept in the file.
+    PEERLAB_RETURN_IF_ERROR(db_->exec("PRAGMA journal_mode=WAL"));
+  }
+  const int latest = static_cast<int>(schemaMigrations().size());
+  if (hasSchema) {
+    int current = 0;
+    PEERLAB_RETURN_IF_ERROR(db_->query("SELECT MAX(version) FROM schema_version", {}, [&](const SqlRow& r) {
+      if (!r.isNull(0)) current = static_cast<int>(r.integer(0));
+    }));
+    if (current == latest) {
+      version_ = latest;
+      return Status::ok();
+    }
+  }
+  Status st = applyMigrations();
+  if (!st.isOk()) return PEERLAB_INVALID_ARGUMENT(name + ": schema migration failed: " + st.message());
+  return Status::ok();
+}
+
+Status HistoryStore::applyMigrations() {
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
@@ -124,6 +326,15 @@ Status HistoryStore::migrate() {
 }
 
 StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const IngestOptions& options) {
+  if (jsonDepth(run.extra) > kMaxStoredDepth) {
+    return PEERLAB_INVALID_ARGUMENT("nests deeper than " + std::to_string(kMaxStoredDepth) + " levels");
+  }
+  for (size_t i = 0; i < run.results.size(); ++i) {
+    if (jsonDepth(run.results[i].extra) > kMaxStoredDepth) {
+      return PEERLAB_INVALID_ARGUMENT("$.results[" + std::to_string(i) + "] nests deeper than " +
+                                      std::to_string(kMaxStoredDepth) + " levels");
+    }
+  }
   const std::string hash = runContentHash(run);
   std::string kind = options.kind;
   if (kind.empty()) {
@@ -135,19 +346,24 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
     gpus.push_back(g.name);
   nlohmann::json expectations = nlohmann::json::array();
   if (auto plan = run.extra.find("plan"); plan != run.extra.end() && plan->is_object()) {
-    if (auto e = plan->find("expectations"); e != plan->end() && e->is_array()) expectations = *e;
+    if (auto e = plan->find("expectations"); e != plan->end()) expectations = sanitizeExpectations(*e);
   }
+
+  // The verdict the checks engine gives the run: the same qualify --results and report give it.
+  const report::RunVerdict verdict = report::verdictOf(run);
 
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   IngestOutcome out;
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        " source, ingested_at, expectations, verdict, checks)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
-         options.source, nowUtc(), expectations.dump()},
+         options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
+         report::toJson(verdict.counts).dump()},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -188,7 +404,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   Status parseError;
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source,"
-      " expectations FROM runs ORDER BY timestamp, id",
+      " expectations, ingested_at, verdict, checks FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RunInfo info;
         info.id = r.integer(0);
@@ -208,11 +424,59 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         }
         info.results = static_cast<int>(r.integer(11));
         info.source = r.text(12);
-        auto exp = nlohmann::json::parse(r.text(13), nullptr, false);
-        if (exp.is_array()) info.expectations = std::move(exp);
+        info.expectations = sanitizeExpectations(nlohmann::json::parse(r.text(13), nullptr, false));
+        info.ingested_at = r.text(14);
+        info.verdict = r.text(15);
+        auto checks = nlohmann::json::parse(r.text(16), nullptr, false);
+        if (checks.is_object()) info.checks = checks;
+        info.time = orderTime(info.timestamp, info.ingested_at);
         out.push_back(std::move(info));
       }));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const RunInfo& a, const RunInfo& b) { return a.time != b.time ? a.time < b.time : a.id < b.id; });
   return out;
+}
+
+StatusOr<std::vector<RunInfo>> HistoryStore::remove(const std::vector<std::string>& which) {
+  if (which.empty()) return PEERLAB_INVALID_ARGUMENT("no run named (a run id or a content hash)");
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, runs());
+  std::vector<RunInfo> chosen;
+  for (const std::string& w : which) {
+    const RunInfo* found = nullptr;
+    const bool isId = !w.empty() && w.size() <= 18 && w.find_first_not_of("0123456789") == std::string::npos;
+    const bool isHash = isKey(w, 32, "0123456789abcdef");
+    if (!isId && !isHash) {
+      return PEERLAB_INVALID_ARGUMENT("\"" + printable(w, 64) +
+                                      "\" is neither a run id nor a content hash (32 hex digits; see history list)");
+    }
+    for (const RunInfo& r : all) {
+      if ((isId && std::to_string(r.id) == w) || (isHash && r.content_hash == w)) found = &r;
+    }
+    if (found == nullptr) return PEERLAB_INVALID_ARGUMENT("no stored run " + w + " (nothing removed)");
+    bool dup = false;
+    for (const RunInfo& c : chosen)
+      dup = dup || c.id == found->id;
+    if (!dup) chosen.push_back(*found);
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  auto body = [&]() -> Status {
+    for (const RunInfo& r : chosen) {
+      // Results first: a store opened without foreign keys enforced keeps no orphans either.
+      PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM results WHERE run_id = $1", {r.id}));
+      bool gone = false;
+      PEERLAB_RETURN_IF_ERROR(
+          db_->query("DELETE FROM runs WHERE id = $1 RETURNING id", {r.id}, [&](const SqlRow&) { gone = true; }));
+      if (!gone) return PEERLAB_INVALID_ARGUMENT("run " + std::to_string(r.id) + " was removed meanwhile");
+    }
+    return Status::ok();
+  };
+  Status st = body();
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  return chosen;
 }
 
 Status HistoryStore::forEachResult(const std::function<void(const StoredResult&)>& fn) {
@@ -236,18 +500,21 @@ Status HistoryStore::readResults(const std::string& where, const std::vector<Sql
         x.suite = r.text(1);
         x.impl = r.text(2);
         x.name = r.text(3);
-        x.src = r.isNull(4) ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(4)));
-        x.dst = r.isNull(5) ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(5)));
-        x.ranks = static_cast<int>(r.integer(6));
-        x.bytes = column(r, 7);
-        x.time_us = column(r, 8);
-        x.algbw_gbps = column(r, 9);
-        x.busbw_gbps = column(r, 10);
-        x.wrong = column(r, 11);
+        s.valid = true;
+        x.src = gpuColumn(r, 4, s.valid);
+        x.dst = gpuColumn(r, 5, s.valid);
+        const std::int64_t ranks = r.integer(6);
+        x.ranks = ranks >= 1 && ranks <= kMaxGpus ? static_cast<int>(ranks) : 1;
+        s.valid = s.valid && ranks >= 1 && ranks <= kMaxGpus;
+        x.bytes = figure(r, 7, s.valid);
+        x.time_us = figure(r, 8, s.valid);
+        x.algbw_gbps = figure(r, 9, s.valid);
+        x.busbw_gbps = figure(r, 10, s.valid);
+        x.wrong = figure(r, 11, s.valid);
         x.status = r.text(12);
-        s.p10_us = column(r, 13);
-        s.p90_us = column(r, 14);
-        s.samples = column(r, 15);
+        s.p10_us = figure(r, 13, s.valid);
+        s.p90_us = figure(r, 14, s.valid);
+        s.samples = figure(r, 15, s.valid);
         s.sample_values = r.text(16);
         fn(s);
       });

@@ -197,11 +197,12 @@ TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
   PEERLAB_REQUIRE_CHARTJS();
   const std::string dir = scratchDir("browser-site");
   ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
-  for (const std::string page : {"index.html", "kind-nvidia-h200-x4.html", "kind-nvidia-h200-x2.html"}) {
+  const std::string x4 = report::kindPageName("nvidia-h200-x4");
+  for (const std::string& page : {std::string("index.html"), x4, report::kindPageName("nvidia-h200-x2")}) {
     SCOPED_TRACE(page);
     const std::string html = readFile(dir + "/" + page);
     const int promised = promisedCharts(html);
-    if (page == "kind-nvidia-h200-x4.html") {
+    if (page == x4) {
       EXPECT_EQ(promised, 5);
     }
     const Loaded l = loadAndCheck(page, dir + "/" + page);

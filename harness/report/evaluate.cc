@@ -263,6 +263,8 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
       if (!unclaimedOk.empty()) reason += "; verified although not claimed: " + joinSome(unclaimedOk);
       if (!unclaimedBad.empty()) reason += "; unclaimed and not working: " + joinSome(unclaimedBad);
     }
+    const std::string injected = injectionNote(run);
+    if (!injected.empty()) reason += " (fault injection in this run: " + injected + "; not the driver's verdict)";
     out.push_back(make("probe", "probe " + method + ": claimed cells verify", passOrFail(pass),
                        std::to_string(verified) + " of " + std::to_string(claimed) + " claimed cells verified (" +
                            std::to_string(n) + (n == 1 ? " cell" : " cells") + ")",
@@ -526,6 +528,26 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
 }
 
 }  // namespace
+
+std::string injectionNote(const Run& run) {
+  std::string what;
+  if (run.extra.is_object() && run.extra.contains("injected") && run.extra["injected"].is_object()) {
+    const auto& i = run.extra["injected"];
+    if (i.contains("probe_inject") && i["probe_inject"].is_string()) {
+      what = "PEERLAB_PROBE_INJECT=" + i["probe_inject"].get<std::string>();
+    }
+    if (i.contains("worker") && i["worker"].is_string()) {
+      what += (what.empty() ? "" : ", ") + std::string("probe worker ") + i["worker"].get<std::string>();
+    }
+  }
+  std::map<std::string, int> cells;
+  for (const Result& r : run.results) {
+    if (r.extra.contains("injected") && r.extra["injected"].is_string()) ++cells[r.extra["injected"].get<std::string>()];
+  }
+  for (const auto& [fault, n] : cells)
+    what += (what.empty() ? "" : ", ") + fault + " injected into " + std::to_string(n) + (n == 1 ? " cell" : " cells");
+  return what;
+}
 
 bool globMatch(const std::string& pattern, const std::string& text) {
   return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;

@@ -53,6 +53,10 @@ struct ExpectedFigure {
 };
 std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const Result& r);
 
+/// What a run says of injected faults or a stand-in probe worker ("PEERLAB_PROBE_INJECT=corrupt:0-1 on 2 cells"), ""
+/// when its verdicts are the machine's own. Every output shows it: such a failure is not a driver fault.
+std::string injectionNote(const Run& run);
+
 /// Shell-style glob through fnmatch(3), as the plan's impl and name patterns are matched.
 bool globMatch(const std::string& pattern, const std::string& text);
 

@@ -139,6 +139,7 @@ ul.legend li{display:flex;align-items:center;gap:6px}
 details summary{cursor:pointer;color:#2b5fad}
 code{background:var(--soft);padding:0 4px;border-radius:3px}
 .note{color:var(--muted);font-size:13px}
+p.injected{background:#fff3cd;border:1px solid #d39e00;padding:6px 10px}
 .tile{display:inline-block;vertical-align:top;max-width:440px}
 table.probe td.pcell{width:30px;text-align:center;font-weight:700;color:#fff}
 td.p-ok{background:#59a14f}td.p-skip{background:#d9d9d9;color:#444!important}td.p-bad{background:#d62728}
@@ -728,6 +729,11 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     meta << " &middot; " << htmlEscape(run.extra["kind"].get<std::string>());
   }
   meta << "</span></header>\n<nav>" << nav.str() << "</nav>\n";
+  if (const std::string injected = injectionNote(run); !injected.empty()) {
+    meta << "<p class=\"injected\"><strong>Fault injection:</strong> " << htmlEscape(injected)
+         << ". The verdicts of these cells come from injected faults or a stand-in worker, not from this machine's "
+            "driver.</p>\n";
+  }
   if (!absent.empty()) {
     meta << "<p class=\"note\">Not in this run: ";
     for (size_t i = 0; i < absent.size(); ++i)

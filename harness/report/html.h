@@ -23,7 +23,6 @@ struct HtmlOptions {
 /// and data-peerlab-height to the page height.
 std::string renderHtml(const Run& run, const HtmlOptions& options = {});
 
-/// Checks stored in a run by qualify (run.extra "qualify"."checks"); empty when the run has none.
-std::vector<Check> checksInRun(const Run& run);
+
 
 }  // namespace peerlab::report

@@ -18,6 +18,7 @@
 #include "harness/report/checks.h"
 #include "harness/report/json_in.h"
 #include "reference/core/devices.h"
+#include "reference/core/files.h"
 #include "reference/nccl/comm.h"
 
 namespace peerlab::report {
@@ -165,7 +166,7 @@ constexpr double kMaxCount = 9007199254740992.0;
 void readResultExtra(const In& r) {
   for (const char* k : {"claimed", "lie", "cached"})
     r.boolean(k, false);
-  for (const char* k : {"method", "path", "error", "log", "benchmark"})
+  for (const char* k : {"method", "path", "error", "log", "benchmark", "injected"})
     r.str(k, "", kMaxTextBytes);
   for (const char* k : {"first_bad", "words", "samples", "p10_us", "p90_us", "nvlink_gbps", "cells", "workers",
                         "failed_claims", "kernel_us", "numa_local"}) {
@@ -224,6 +225,13 @@ void readRunExtra(const In& doc, Run& run) {
     }
   }
   if (auto h = doc.opt("health")) h->requireObject();
+  if (auto i = doc.opt("injected")) {
+    i->requireObject();
+    i->str("probe_inject", "");
+    i->str("worker", "");
+    i->str("note", "");
+    i->num("faults", 0, 1e9);
+  }
   if (auto p = doc.opt("probe")) p->requireObject();
   if (auto s = doc.opt("sources")) readStrings(*s, 10000);
 }
@@ -477,20 +485,8 @@ Status attachPlan(Run& run) {
 }
 
 Status writeRun(const Run& run, const std::string& path) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return bad(path, std::string("cannot write: ") + std::strerror(errno));
-    f << toJson(run).dump(2) << "\n";
-    if (!f) return bad(path, "write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return bad(path, "cannot rename into place: " + ec.message());
-  }
-  return Status::ok();
+  // The one safe writer: a temporary made with O_EXCL|O_NOFOLLOW beside the target, renamed into place.
+  return writeTextFile(path, toJson(run).dump(2) + "\n");
 }
 
 std::string utcTimestamp() {

@@ -11,6 +11,8 @@
 
 #include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
+#include "reference/core/files.h"
+#include "reference/core/text.h"
 
 namespace peerlab::report {
 
@@ -70,17 +72,21 @@ std::string metricAxis(const std::string& metric, const std::string& unit) {
   return name + " (" + (unit.empty() ? "?" : unit) + ")";
 }
 
+/// A GPU ordinal or rank count as text: whole numbers in int range as themselves, anything else as a short number.
+std::string ordinal(const std::optional<double>& v) {
+  if (!v) return "?";
+  if (*v >= 0 && *v <= 1e6 && *v == std::floor(*v)) return std::to_string(static_cast<long>(*v));
+  return shortNumber(*v);
+}
+
 /// "peer_copy uni peerlab.ce 0->1 256 MiB x2" from a series or regression object.
 std::string describe(const json& s) {
   std::string d = str(s, "suite") + " " + str(s, "name") + " " + str(s, "impl");
   const auto src = num(s, "src");
   const auto dst = num(s, "dst");
-  if (src || dst) {
-    d += " " + (src ? std::to_string(static_cast<int>(*src)) : std::string("?")) + "->" +
-         (dst ? std::to_string(static_cast<int>(*dst)) : std::string("?"));
-  }
+  if (src || dst) d += " " + ordinal(src) + "->" + ordinal(dst);
   if (const auto bytes = num(s, "bytes"); bytes && *bytes > 0) d += " " + formatBytes(*bytes);
-  if (const auto ranks = num(s, "ranks"); ranks && *ranks > 1) d += " x" + std::to_string(static_cast<int>(*ranks));
+  if (const auto ranks = num(s, "ranks"); ranks && *ranks > 1) d += " x" + ordinal(ranks);
   return d;
 }
 
@@ -100,55 +106,53 @@ Status checkArray(const json& j, const char* key, const std::string& where) {
   return Status();
 }
 
-Status validateModel(const json& model) {
+Status validateRoot(const json& model) {
   if (!model.is_object()) return PEERLAB_INVALID_ARGUMENT("history site model: must be an object");
   if (!model.contains("kinds") || !model["kinds"].is_array()) {
     return PEERLAB_INVALID_ARGUMENT("history site model: needs a \"kinds\" array");
   }
-  for (size_t k = 0; k < model["kinds"].size(); ++k) {
-    const json& kind = model["kinds"][k];
-    const std::string where = "kinds[" + std::to_string(k) + "]";
-    if (!kind.is_object() || !kind.contains("kind") || !kind["kind"].is_string() ||
-        kind["kind"].get<std::string>().empty()) {
-      return PEERLAB_INVALID_ARGUMENT(where + ": needs a non-empty string \"kind\"");
+  return Status();
+}
+
+// One kind's part of the model; `where` is "kinds[k]".
+Status validateKind(const json& kind, const std::string& where) {
+  if (!kind.is_object() || !kind.contains("kind") || !kind["kind"].is_string() ||
+      kind["kind"].get<std::string>().empty()) {
+    return PEERLAB_INVALID_ARGUMENT(where + ": needs a non-empty string \"kind\"");
+  }
+  for (const char* key : {"series", "regressions", "fleet", "heatmaps"})
+    PEERLAB_RETURN_IF_ERROR(checkArray(kind, key, where));
+  const json& series = arrayAt(kind, "series");
+  for (size_t i = 0; i < series.size(); ++i) {
+    const std::string sw = where + ".series[" + std::to_string(i) + "]";
+    const json& s = series[i];
+    if (!s.is_object() || !s.contains("points") || !s["points"].is_array()) {
+      return PEERLAB_INVALID_ARGUMENT(sw + ": needs a \"points\" array");
     }
-    for (const char* key : {"series", "regressions", "fleet", "heatmaps"})
-      PEERLAB_RETURN_IF_ERROR(checkArray(kind, key, where));
-    const json& series = arrayAt(kind, "series");
-    for (size_t i = 0; i < series.size(); ++i) {
-      const std::string sw = where + ".series[" + std::to_string(i) + "]";
-      const json& s = series[i];
-      if (!s.is_object() || !s.contains("points") || !s["points"].is_array()) {
-        return PEERLAB_INVALID_ARGUMENT(sw + ": needs a \"points\" array");
-      }
-      PEERLAB_RETURN_IF_ERROR(checkArray(s, "change_points", sw));
-      for (size_t p = 0; p < s["points"].size(); ++p) {
-        const json& pt = s["points"][p];
-        if (!pt.is_object() || (pt.contains("value") && !pt["value"].is_number() && !pt["value"].is_null())) {
-          return PEERLAB_INVALID_ARGUMENT(sw + ".points[" + std::to_string(p) + "]: \"value\" must be a number");
-        }
-      }
-      for (size_t c = 0; c < arrayAt(s, "change_points").size(); ++c) {
-        const json& cp = s["change_points"][c];
-        const auto idx = num(cp, "index");
-        if (!idx || *idx < 0 || *idx >= static_cast<double>(s["points"].size())) {
-          return PEERLAB_INVALID_ARGUMENT(sw + ".change_points[" + std::to_string(c) +
-                                          "]: \"index\" must point into \"points\"");
-        }
+    PEERLAB_RETURN_IF_ERROR(checkArray(s, "change_points", sw));
+    for (size_t p = 0; p < s["points"].size(); ++p) {
+      const json& pt = s["points"][p];
+      if (!pt.is_object() || (pt.contains("value") && !pt["value"].is_number() && !pt["value"].is_null())) {
+        return PEERLAB_INVALID_ARGUMENT(sw + ".points[" + std::to_string(p) + "]: \"value\" must be a number");
       }
     }
-    const json& heatmaps = arrayAt(kind, "heatmaps");
-    for (size_t h = 0; h < heatmaps.size(); ++h) {
-      const json& hm = heatmaps[h];
-      const std::string hw = where + ".heatmaps[" + std::to_string(h) + "]";
-      const auto gpus = num(hm, "gpus");
-      if (!gpus || *gpus < 1 || *gpus > 1024 || !hm.contains("cells") || !hm["cells"].is_array()) {
-        return PEERLAB_INVALID_ARGUMENT(hw + ": needs \"gpus\" (1..1024) and a \"cells\" array");
+    for (size_t c = 0; c < arrayAt(s, "change_points").size(); ++c) {
+      const json& cp = s["change_points"][c];
+      const auto idx = num(cp, "index");
+      if (!idx || *idx < 0 || *idx >= static_cast<double>(s["points"].size())) {
+        return PEERLAB_INVALID_ARGUMENT(sw + ".change_points[" + std::to_string(c) +
+                                        "]: \"index\" must point into \"points\"");
       }
     }
   }
   return Status();
 }
+
+/// Characters of the kind kept in its page name (the hash suffix keeps names unique).
+constexpr size_t kPageNamePrefix = 40;
+
+/// Largest heatmap side drawn.
+constexpr int kMaxHeatmapSide = 128;
 
 /// The runs of a kind in time order, each with its axis label.
 constexpr size_t kMaxTrendRuns = 200;
@@ -348,7 +352,14 @@ std::string renderFleet(const json& fleet, const json& series) {
 }
 
 std::string renderHeatmap(const json& hm) {
-  const int gpus = static_cast<int>(*num(hm, "gpus"));
+  const auto count = num(hm, "gpus");
+  const std::string title = str(hm, "title");
+  if (!count || *count < 1 || *count > kMaxHeatmapSide || *count != std::floor(*count) || !hm.contains("cells") ||
+      !hm["cells"].is_array()) {
+    return "<p class=\"muted\">" + htmlEscape(title) + ": not drawn (needs \"gpus\" from 1 to " +
+           std::to_string(kMaxHeatmapSide) + " and a \"cells\" array)</p>";
+  }
+  const int gpus = static_cast<int>(*count);
   std::vector<HeatCell> cells(static_cast<size_t>(gpus) * static_cast<size_t>(gpus));
   for (const json& c : hm["cells"]) {
     const auto src = num(c, "src");
@@ -358,7 +369,12 @@ std::string renderHeatmap(const json& hm) {
     cell.value = num(c, "value");
     cell.expected = num(c, "expected");
   }
-  return heatmapTable(str(hm, "title"), str(hm, "unit"), gpus, cells);
+  std::string out = heatmapTable(title, str(hm, "unit"), gpus, cells);
+  if (const auto left = num(hm, "left_out"); left && *left > 0) {
+    out += "<p class=\"muted\">" + ordinal(left) + " result" + (*left == 1 ? "" : "s") +
+           " naming a GPU outside the run's GPUs left out</p>";
+  }
+  return out;
 }
 
 std::string renderKindPage(const json& kind, const std::string& generated) {
@@ -391,14 +407,25 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   return out.str();
 }
 
-std::string renderIndex(const json& model) {
+std::string renderIndex(const json& model, const std::vector<std::string>& pages,
+                        const std::vector<std::string>& problems) {
   const std::string generated = str(model, "generated");
   std::ostringstream out;
   out << pageBegin("peerlab history");
   out << "<h1>peerlab history</h1>\n<p class=\"muted\">generated " << htmlEscape(generated) << "</p>\n";
   out << "<table class=\"kinds\"><tr><th class=\"l\">machine kind</th><th>series</th><th>runs</th><th>latest "
          "run</th><th>regressions</th><th>fleet outliers</th></tr>\n";
-  for (const json& kind : model["kinds"]) {
+  const json& kinds = model["kinds"];
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const json& kind = kinds[k];
+    if (pages[k].empty()) {
+      const std::string name = kind.is_object() && kind.contains("kind") && kind["kind"].is_string()
+                                   ? kind["kind"].get<std::string>()
+                                   : "kinds[" + std::to_string(k) + "]";
+      out << "<tr><td class=\"l\">" << htmlEscape(name)
+          << "</td><td class=\"l cell-fail\" colspan=\"5\">not rendered: " << htmlEscape(problems[k]) << "</td></tr>\n";
+      continue;
+    }
     const std::string name = kind["kind"].get<std::string>();
     const json& series = arrayAt(kind, "series");
     std::set<std::string> runs;
@@ -411,59 +438,79 @@ std::string renderIndex(const json& model) {
     }
     const size_t regressions = arrayAt(kind, "regressions").size();
     const size_t fleet = arrayAt(kind, "fleet").size();
-    out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(kindPageName(name)) << "\">" << htmlEscape(name)
-        << "</a></td><td>" << series.size() << "</td><td>" << runs.size() << "</td><td>"
-        << htmlEscape(shortTime(latest)) << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">"
-        << regressions << "</td><td class=\"" << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
+    out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a></td><td>"
+        << series.size() << "</td><td>" << runs.size() << "</td><td>" << htmlEscape(shortTime(latest))
+        << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions << "</td><td class=\""
+        << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
   }
   out << "</table>\n";
-  if (model["kinds"].empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
+  if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
   out << pageEnd(false);
   return out.str();
-}
-
-Status writeFile(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return PEERLAB_INTERNAL("cannot write " + tmp.string());
-    f << text;
-    if (!f.flush()) return PEERLAB_INTERNAL("write failed: " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return PEERLAB_INTERNAL("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  return Status();
 }
 
 }  // namespace
 
 std::string kindPageName(const std::string& kind) {
-  std::string name = kind;
-  for (char& c : name) {
-    const bool keep =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-    if (!keep) c = '_';
+  // FNV-1a 64 of the whole kind: pages of kinds that sanitize alike ("a/b", "a_b") differ.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : kind)
+    h = (h ^ c) * 0x100000001b3ull;
+  std::string prefix;
+  for (char c : kind) {
+    if (prefix.size() >= kPageNamePrefix) break;
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    prefix += keep ? c : '_';
   }
-  return "kind-" + name + ".html";
+  char hash[24];
+  std::snprintf(hash, sizeof(hash), "%012llx", static_cast<unsigned long long>(h >> 16));
+  return "kind-" + prefix + "-" + hash + ".html";
 }
 
-Status renderHistorySite(const json& model, const std::string& out_dir) {
-  PEERLAB_RETURN_IF_ERROR(validateModel(model));
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return PEERLAB_INTERNAL("cannot create " + out_dir + ": " + ec.message());
+Status renderHistorySite(const json& model, const std::string& out_dir, std::vector<std::string>* failures) {
+  PEERLAB_RETURN_IF_ERROR(validateRoot(model));
   const std::filesystem::path dir(out_dir);
   const std::string generated = str(model, "generated");
-  std::set<std::string> pages;
-  for (const json& kind : model["kinds"]) {
-    const std::string page = kindPageName(kind["kind"].get<std::string>());
-    if (!pages.insert(page).second) {
-      return PEERLAB_INVALID_ARGUMENT("history site model: two kinds map to the page " + page);
+  const json& kinds = model["kinds"];
+  std::vector<std::string> pages(kinds.size());
+  std::vector<std::string> problems(kinds.size());
+  std::map<std::string, std::string> pageOwner;
+  std::vector<std::string> failed;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const json& kind = kinds[k];
+    const std::string where = "kinds[" + std::to_string(k) + "]";
+    Status st = validateKind(kind, where);
+    std::string name = where;
+    if (kind.is_object() && kind.contains("kind") && kind["kind"].is_string()) name = kind["kind"].get<std::string>();
+    if (st.isOk()) {
+      const std::string page = kindPageName(name);
+      auto [owner, fresh] = pageOwner.emplace(page, name);
+      if (!fresh) {
+        st = PEERLAB_INVALID_ARGUMENT("its page name " + page + " is taken by the kind \"" +
+                                      printable(owner->second, 80) + "\"");
+      } else {
+        // NOTE: rendering reads the model defensively; an exception here would be a bug, and it costs this kind only.
+        try {
+          st = writeTextFile((dir / page).string(), renderKindPage(kind, generated));
+        } catch (const std::exception& e) {
+          st = PEERLAB_INTERNAL(std::string("cannot render: ") + e.what());
+        }
+        if (st.isOk()) pages[k] = page;
+      }
     }
-    PEERLAB_RETURN_IF_ERROR(writeFile(dir / page, renderKindPage(kind, generated)));
+    if (!st.isOk()) {
+      problems[k] = st.message();
+      failed.push_back("kind \"" + printable(name, 80) + "\": " + st.message());
+    }
   }
-  return writeFile(dir / "index.html", renderIndex(model));
+  PEERLAB_RETURN_IF_ERROR(writeTextFile((dir / "index.html").string(), renderIndex(model, pages, problems)));
+  if (failures != nullptr) *failures = failed;
+  if (failed.empty()) return Status();
+  std::string all;
+  for (const std::string& f : failed)
+    all += (all.empty() ? "" : "; ") + f;
+  return PEERLAB_INVALID_ARGUMENT(std::to_string(failed.size()) + " of " + std::to_string(kinds.size()) +
+                                  " kinds not rendered (index.html and the other pages written): " + all);
 }
 
 }  // namespace peerlab::report

@@ -27,6 +27,9 @@ size_t countOf(const std::string& text, const std::string& needle) {
   return n;
 }
 
+const std::string kPageX4 = kindPageName("nvidia-h200-x4");
+const std::string kPageX2 = kindPageName("nvidia-h200-x2");
+
 class SiteTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,10 +46,10 @@ class SiteTest : public ::testing::Test {
 TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   const std::string index = readFile((dir_ / "index.html").string());
-  ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x4.html"));
-  ASSERT_TRUE(fs::exists(dir_ / "kind-nvidia-h200-x2.html"));
-  EXPECT_NE(index.find("href=\"kind-nvidia-h200-x4.html\""), std::string::npos);
-  EXPECT_NE(index.find("href=\"kind-nvidia-h200-x2.html\""), std::string::npos);
+  ASSERT_TRUE(fs::exists(dir_ / kPageX4));
+  ASSERT_TRUE(fs::exists(dir_ / kPageX2));
+  EXPECT_NE(index.find("href=\"" + kindPageName("nvidia-h200-x4") + "\""), std::string::npos);
+  EXPECT_NE(index.find("href=\"" + kindPageName("nvidia-h200-x2") + "\""), std::string::npos);
   // The x4 kind has one regression and one fleet outlier, shown in the index.
   EXPECT_NE(index.find("<td class=\"cell-fail\">1</td>"), std::string::npos) << index;
   EXPECT_NE(index.find("<td class=\"cell-warn\">1</td>"), std::string::npos);
@@ -54,7 +57,7 @@ TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
 
 TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(12, 2, 10), dir_.string()));
-  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string page = readFile((dir_ / kPageX4).string());
   // 2 groups of 10 series -> 2 plots each, plus the latency group: 5 plots.
   EXPECT_EQ(countOf(page, "class=\"plchart\""), 5u);
   std::regex series("data-series=\"([0-9]+)\"");
@@ -77,7 +80,7 @@ TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
 
 TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string page = readFile((dir_ / kPageX4).string());
   EXPECT_NE(page.find("\"label\":\"change point\""), std::string::npos);
   EXPECT_NE(page.find("-5.0%, p=0.001"), std::string::npos);
   EXPECT_NE(page.find("driver 580.159.04 -\\u003e 590.10.01"), std::string::npos);
@@ -88,19 +91,19 @@ TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
 
 TEST_F(SiteTest, RegressionsAndFleetListed) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string page = readFile((dir_ / kPageX4).string());
   EXPECT_NE(page.find("peer_copy uni peerlab.ce 0-&gt;1 256 MiB"), std::string::npos);
   EXPECT_NE(page.find("<td class=\"cell-fail\">-5.0%</td>"), std::string::npos);
   EXPECT_NE(page.find("driver 580.159.04 -&gt; 590.10.01"), std::string::npos);
   EXPECT_NE(page.find("node-q"), std::string::npos);
   EXPECT_NE(page.find("-44.9"), std::string::npos);
-  const std::string small = readFile((dir_ / "kind-nvidia-h200-x2.html").string());
+  const std::string small = readFile((dir_ / kPageX2).string());
   EXPECT_NE(small.find("No series' latest change point is a worsening"), std::string::npos);
 }
 
 TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string page = readFile((dir_ / kPageX4).string());
   // Bandwidth as % of expected: the 1->2 link at 50% is red, the others (99.3%) green.
   EXPECT_NE(page.find("background:hsl(0, 65%, 80%)\" title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" "
                       "data-fraction=\"0.500\">50.0%"),
@@ -111,26 +114,97 @@ TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
   EXPECT_NE(page.find("Microseconds per pair"), std::string::npos);
 }
 
-TEST_F(SiteTest, MalformedModelNamesThePart) {
+TEST_F(SiteTest, MalformedModelRootWritesNothing) {
+  EXPECT_EQ(renderHistorySite(nlohmann::json::array(), dir_.string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(renderHistorySite({{"kinds", 3}}, dir_.string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(dir_));
+}
+
+// A malformed kind is named and left out; the other kinds and the index are written all the same.
+TEST_F(SiteTest, MalformedKindIsLeftOutAndTheRestWritten) {
   nlohmann::json model = testing::historyModel();
   model["kinds"][0]["series"][0]["change_points"][0]["index"] = 999;
-  Status st = renderHistorySite(model, dir_.string());
+  model["kinds"].push_back({{"kind", 42}});
+  std::vector<std::string> failures;
+  Status st = renderHistorySite(model, dir_.string(), &failures);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("kinds[0].series[0].change_points[0]"), std::string::npos) << st.message();
-  EXPECT_EQ(renderHistorySite(nlohmann::json::array(), dir_.string()).code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(fs::exists(dir_ / "index.html"));
+  ASSERT_EQ(failures.size(), 2u) << st.message();
+  EXPECT_NE(failures[0].find("kind \"nvidia-h200-x4\": kinds[0].series[0].change_points[0]"), std::string::npos)
+      << failures[0];
+  EXPECT_NE(failures[1].find("kinds[2]: needs a non-empty string \"kind\""), std::string::npos) << failures[1];
+  EXPECT_NE(st.message().find("2 of 3 kinds not rendered"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(dir_ / kPageX4));
+  EXPECT_TRUE(fs::exists(dir_ / kPageX2));
+  const std::string index = readFile((dir_ / "index.html").string());
+  EXPECT_EQ(countOf(index, "not rendered: "), 2u) << index;
+  EXPECT_NE(index.find("href=\"" + kPageX2 + "\""), std::string::npos);
+}
+
+// Page names: short, stable, unique for kinds that sanitize alike, and usable for any kind a run file may carry.
+TEST(SitePages, NamesAreShortStableAndUnique) {
+  EXPECT_EQ(kindPageName("a/b"), kindPageName("a/b"));
+  EXPECT_NE(kindPageName("a/b"), kindPageName("a_b"));
+  EXPECT_NE(kindPageName("a/b"), kindPageName("a:b"));
+  EXPECT_EQ(kindPageName("a/b").rfind("kind-a_b-", 0), 0u) << kindPageName("a/b");
+  const std::string longKind(300, 'x');
+  EXPECT_LE(kindPageName(longKind).size(), 64u);
+  EXPECT_NE(kindPageName(longKind), kindPageName(longKind + "y"));
+  for (const std::string& kind :
+       {std::string("../../etc/passwd"), std::string("<script>"), std::string("nul\0in", 6), std::string("\x1b[2J")}) {
+    const std::string page = kindPageName(kind);
+    EXPECT_EQ(page.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"),
+              std::string::npos)
+        << page;
+    EXPECT_EQ(page.find(".."), std::string::npos) << page;
+  }
+}
+
+TEST_F(SiteTest, KindsThatSanitizeAlikeAndLongKindsAllGetPages) {
+  nlohmann::json model = testing::historyModel();
+  nlohmann::json base = model["kinds"][1];
+  model["kinds"] = nlohmann::json::array();
+  for (const std::string& kind : {std::string("a/b"), std::string("a_b"), std::string(300, 'k')}) {
+    base["kind"] = kind;
+    model["kinds"].push_back(base);
+  }
+  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+  const std::string index = readFile((dir_ / "index.html").string());
+  for (const auto& k : model["kinds"]) {
+    const std::string page = kindPageName(k["kind"]);
+    EXPECT_TRUE(fs::is_regular_file(dir_ / page)) << page;
+    EXPECT_NE(index.find("href=\"" + page + "\""), std::string::npos) << page;
+  }
+}
+
+// Numbers the store never holds but a model may: pairs far out of range, huge heatmaps, text where numbers go.
+TEST_F(SiteTest, OddNumbersInTheModelRenderWithoutHarm) {
+  nlohmann::json model = testing::historyModel();
+  nlohmann::json& kind = model["kinds"][0];
+  kind["series"][0]["src"] = 1e300;
+  kind["series"][1]["dst"] = -2147483648.0;
+  kind["regressions"][0]["src"] = "zero";
+  kind["heatmaps"].push_back(
+      {{"title", "too big"}, {"unit", "GB/s"}, {"gpus", 5000}, {"cells", nlohmann::json::array()}});
+  kind["heatmaps"].push_back({{"title", "no cells"}, {"unit", "GB/s"}, {"gpus", 2}});
+  kind["heatmaps"][0]["cells"].push_back({{"src", 2147483647}, {"dst", -1}, {"value", 1.0}});
+  kind["heatmaps"][0]["left_out"] = 3;
+  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+  const std::string page = readFile((dir_ / kPageX4).string());
+  EXPECT_NE(page.find("too big: not drawn"), std::string::npos);
+  EXPECT_NE(page.find("no cells: not drawn"), std::string::npos);
+  EXPECT_NE(page.find("3 results naming a GPU outside the run's GPUs left out"), std::string::npos);
 }
 
 TEST_F(SiteTest, ChartJsInlinedOrPageSaysUnavailable) {
   if (chartJsSource().empty()) GTEST_SKIP() << "Chart.js (libjs-chart.js) not installed: nothing to inline";
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string page = readFile((dir_ / kPageX4).string());
   EXPECT_NE(page.find("Chart.js v3"), std::string::npos);
   EXPECT_EQ(page.find("<script src"), std::string::npos) << "the page must not load anything";
   ::setenv("PEERLAB_CHARTJS", "", 1);
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   ::unsetenv("PEERLAB_CHARTJS");
-  const std::string bare = readFile((dir_ / "kind-nvidia-h200-x4.html").string());
+  const std::string bare = readFile((dir_ / kPageX4).string());
   EXPECT_EQ(bare.find("Chart.js v3"), std::string::npos);
   EXPECT_NE(bare.find("Charts are unavailable"), std::string::npos);
 }
@@ -159,7 +233,7 @@ TEST(SiteScale, DISABLED_ThousandRunsElevenHundredSeries) {
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir.string()));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("site of %zu series x 1000 runs: %.2f s, page %ju bytes\n", model["kinds"][0]["series"].size(), s,
-              static_cast<uintmax_t>(std::filesystem::file_size(dir / "kind-nvidia-h200-x4.html")));
+              static_cast<uintmax_t>(std::filesystem::file_size(dir / kPageX4)));
   std::filesystem::remove_all(dir);
 }
 

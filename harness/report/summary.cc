@@ -8,6 +8,7 @@
 
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
+#include "harness/report/evaluate.h"
 
 namespace peerlab::report {
 
@@ -55,6 +56,10 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   md << "- run: " << run.timestamp << ", " << run.tool << " (" << run.git_sha << "), " << run.results.size()
      << " results\n";
   if (!options.command.empty()) md << "- command: `" << options.command << "`\n";
+  if (const std::string injected = injectionNote(run); !injected.empty()) {
+    md << "- **fault injection**: " << cell(injected)
+       << " (these verdicts come from injected faults or a stand-in worker, not from this machine's driver)\n";
+  }
   for (const std::string& n : options.notes)
     md << "- " << n << "\n";
   md << "\n";

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -209,6 +211,38 @@ TEST(TopoCli, LiveMachineAnswersWithoutCrashing) {
   ASSERT_FALSE(doc.is_discarded()) << j.out;
   EXPECT_EQ(doc["source"], "live");
   EXPECT_EQ(doc["gpus"].size(), live->gpus().size());
+}
+
+// One 100 KB internal entity referenced 4,000 times (400 MB once expanded), in an NCCL and in an hwloc XML: refused
+// at once with exit 2, before peerlab copies the document or hwloc's loader (in its contained child) sees it.
+TEST(TopoCli, EntityExpansionIsRefusedQuickly) {
+  TempDir tmp;
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = tmp.file(name);
+    EXPECT_TRUE(testing::writeFile(path, text));
+    return path;
+  };
+  const std::string entity = "<!DOCTYPE %ROOT% [<!ENTITY big \"" + std::string(100 * 1024, 'x') + "\">]>\n";
+  std::string refs;
+  for (int i = 0; i < 4000; ++i)
+    refs += "&big;";
+  const std::string nccl = write("nccl.xml", std::regex_replace(entity, std::regex("%ROOT%"), "system") +
+                                                 "<system version=\"1\"><cpu numaid=\"0\" "
+                                                 "affinity=\"" +
+                                                 refs + "\" arch=\"x86_64\"/></system>\n");
+  const std::string hwloc =
+      write("hwloc.xml", std::regex_replace(entity, std::regex("%ROOT%"), "topology") +
+                             "<topology version=\"2.0\"><object type=\"Machine\" os_index=\"0\" cpuset=\"0x1\" "
+                             "complete_cpuset=\"0x1\" name=\"" +
+                             refs + "\"/></topology>\n");
+  for (const std::string& path : {nccl, hwloc}) {
+    const auto start = std::chrono::steady_clock::now();
+    CliRun r = runTopo({"--fixture", path});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, kExitUsage) << r.out << r.err;
+    expectOneErrorLine(r, path, "declares the entity \"big\"");
+    EXPECT_LT(seconds, 5.0);
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "harness/topology/topology_internal.h"
 #include "harness/topology/xml_document.h"
 #include "reference/core/devices.h"
+#include "reference/core/files.h"
 
 namespace peerlab::topology {
 
@@ -587,12 +588,18 @@ Status Topology::exportXml(const std::string& path) const {
     return PEERLAB_UNAVAILABLE(printable(data_->source) +
                                " is an NCCL topology; only hwloc topologies export to hwloc XML");
   }
+  // Exported to memory, then written the one safe way (a temporary renamed into place, no symlink followed).
+  char* buffer = nullptr;
+  int length = 0;
   errno = 0;
-  if (hwloc_topology_export_xml(data_->hwloc->get(), path.c_str(), 0) != 0) {
-    return PEERLAB_INVALID_ARGUMENT(printable(path) + ": cannot write hwloc XML" +
+  if (hwloc_topology_export_xmlbuffer(data_->hwloc->get(), &buffer, &length, 0) != 0 || buffer == nullptr) {
+    return PEERLAB_INVALID_ARGUMENT(printable(path) + ": cannot export hwloc XML" +
                                     (errno ? std::string(": ") + std::strerror(errno) : std::string()));
   }
-  return Status::ok();
+  // The length counts the terminating NUL.
+  const std::string xml(buffer, length > 0 ? static_cast<size_t>(length - 1) : 0);
+  hwloc_free_xmlbuffer(data_->hwloc->get(), buffer);
+  return writeTextFile(path, xml);
 }
 
 namespace {

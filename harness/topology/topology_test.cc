@@ -689,7 +689,10 @@ TEST(TopologyLive, ExportedXmlLoadsBackTheSameMachine) {
     int b = live_index[back.gpus()[p.b].bus_id];
     EXPECT_EQ(p.pci, live.pair(a, b)->pci);
   }
-  EXPECT_FALSE(live.exportXml(tmp.path() + "/no/such/dir/x.xml").isOk());
+  // One rule for every output file: missing parent directories are created; a directory is not a file.
+  PEERLAB_EXPECT_OK(live.exportXml(tmp.path() + "/no/such/dir/x.xml"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(tmp.path() + "/no/such/dir/x.xml"));
+  EXPECT_FALSE(live.exportXml(tmp.path() + "/no").isOk());
 }
 
 }  // namespace

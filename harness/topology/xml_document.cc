@@ -1,5 +1,6 @@
 #include "harness/topology/xml_document.h"
 
+#include <libxml/SAX2.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 #include <libxml/xmlerror.h>
@@ -7,6 +8,8 @@
 #include <climits>
 #include <cstdio>
 #include <memory>
+
+#include "reference/core/text.h"
 
 namespace peerlab::topology {
 namespace {
@@ -30,6 +33,28 @@ void onError(void* ctx, xmlErrorPtr error) {
   first->message = error->message ? error->message : "unknown error";
   while (!first->message.empty() && (first->message.back() == '\n' || first->message.back() == ' '))
     first->message.pop_back();
+}
+
+// An entity declaration in the document's DTD: the document is refused at once. Topology files declare none, and an
+// entity referenced many times multiplies the document (every attribute value that names it is expanded).
+struct EntityRefusal {
+  bool declared = false;
+  int line = 0;
+  std::string name;
+};
+
+// The parse in progress on this thread (xmlCtxtReadMemory resets the context's own fields).
+thread_local EntityRefusal* tRefusal = nullptr;
+
+void onEntityDecl(void* ctx, const xmlChar* name, int, const xmlChar*, const xmlChar*, xmlChar*) {
+  auto* ctxt = static_cast<xmlParserCtxtPtr>(ctx);
+  EntityRefusal* refusal = tRefusal;
+  if (refusal != nullptr && !refusal->declared) {
+    refusal->declared = true;
+    refusal->line = xmlSAX2GetLineNumber(ctx);
+    refusal->name = name ? reinterpret_cast<const char*>(name) : "";
+  }
+  xmlStopParser(ctxt);
 }
 
 struct DocDeleter {
@@ -98,6 +123,9 @@ StatusOr<XmlElement> parseXml(std::string_view s) {
   xmlInitParser();
   std::unique_ptr<xmlParserCtxt, CtxtDeleter> ctxt(xmlNewParserCtxt());
   if (!ctxt) return PEERLAB_INTERNAL("libxml2: cannot create a parser");
+  EntityRefusal refusal;
+  tRefusal = &refusal;
+  ctxt->sax->entityDecl = onEntityDecl;
   FirstError first;
   // NOTE: the structured handler is per thread in libxml2; it also keeps libxml2 from printing to stderr.
   xmlSetStructuredErrorFunc(&first, onError);
@@ -105,6 +133,14 @@ StatusOr<XmlElement> parseXml(std::string_view s) {
       xmlCtxtReadMemory(ctxt.get(), s.data(), static_cast<int>(s.size()), nullptr, nullptr,
                         XML_PARSE_NONET | XML_PARSE_NOWARNING | XML_PARSE_BIG_LINES));
   xmlSetStructuredErrorFunc(nullptr, nullptr);
+  tRefusal = nullptr;
+  if (refusal.declared) {
+    return PEERLAB_INVALID_ARGUMENT("line " + std::to_string(std::max(refusal.line, 1)) +
+                                    ": the document declares "
+                                    "the entity \"" +
+                                    printable(refusal.name, kQuoteLimit) +
+                                    "\"; topology XML with entity declarations is not read");
+  }
   if (!doc || !ctxt->wellFormed || first.set) {
     std::string why = first.set ? printable(first.message, 2 * kQuoteLimit) : "not well-formed XML";
     // The file stops inside a construct (a mismatched end tag or an empty file is reported at the end too).
@@ -120,28 +156,7 @@ StatusOr<XmlElement> parseXml(std::string_view s) {
 }
 
 std::string printable(std::string_view text, size_t max_bytes) {
-  const bool cut = text.size() > max_bytes;
-  if (cut) text = text.substr(0, max_bytes);
-  std::string out;
-  out.reserve(text.size() + 3);
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  if (cut) out += "...";
-  return out;
+  return peerlab::printable(text, max_bytes);
 }
 
 }  // namespace peerlab::topology

@@ -1,7 +1,8 @@
 #pragma once
 /// Topology XML files read through libxml2 into a plain element tree (names, attributes with entities decoded,
 /// children, line numbers; text ignored), which the NCCL reader walks and the hwloc pre-checks inspect. libxml2
-/// gives a malformed or truncated file its one-line reason; no network access and no external entities are loaded.
+/// gives a malformed or truncated file its one-line reason; no network access and no external entities are loaded,
+/// and a document that declares any entity (internal or external) is refused before it is expanded.
 
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@ constexpr size_t kQuoteLimit = 64;
 
 /// Input text as it may be quoted in a one-line message: control characters escaped as \n, \r, \t or \xNN; text
 /// longer than `max_bytes` is cut there and ends in "...".
+/// peerlab::printable (reference/core/text.h), the one helper every message uses.
 std::string printable(std::string_view text, size_t max_bytes = std::string_view::npos);
 
 }  // namespace peerlab::topology

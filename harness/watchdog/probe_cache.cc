@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reference/core/files.h"
+
 namespace peerlab::probe {
 
 using nlohmann::json;
@@ -281,31 +283,8 @@ CacheLookup lookupCache(const std::string& path, const CacheKey& key, const std:
 }
 
 Status writeCache(const std::string& path, const CacheEntry& entry) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path dir = fs::path(path).parent_path();
-  if (!dir.empty() && !fs::exists(dir, ec)) {
-    fs::create_directories(dir, ec);
-    if (ec) return PEERLAB_INVALID_ARGUMENT(path + ": cannot create directory: " + ec.message());
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot write: " + std::strerror(errno));
-    f << encodeCache(entry);
-    f.flush();
-    if (!f) {
-      fs::remove(tmp, ec);
-      return PEERLAB_INVALID_ARGUMENT(path + ": write failed");
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    return PEERLAB_INVALID_ARGUMENT(path + ": cannot rename into place: " + ec.message());
-  }
-  return Status::ok();
+  // The one way output files are written: a temporary beside the cache, renamed into place, no symlink followed.
+  return writeTextFile(path, encodeCache(entry));
 }
 
 std::string defaultCachePath() {

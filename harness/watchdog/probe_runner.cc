@@ -1047,6 +1047,12 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
     r.extra["words"] = c.result.words;
     r.extra["error"] = c.result.error;
     r.extra["cached"] = context.cached;
+    for (const Fault& f : context.inject.faults()) {
+      if (f.matches(c.spec)) {
+        r.extra["injected"] = std::string(faultName(f.kind));
+        break;
+      }
+    }
     run.results.push_back(std::move(r));
   }
   report::Result wall;
@@ -1063,6 +1069,13 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   run.extra["probe"] = {{"seed", context.run_seed},          {"timeout_ms", context.timeout_ms},
                         {"cached", context.cached},          {"cached_created", context.cached_created},
                         {"claims_hold", failed_claims == 0}, {"parent_loaded_cuda", context.parent_loaded_cuda}};
+  if (!context.inject_spec.empty() || !context.worker.empty()) {
+    run.extra["injected"] = {
+        {"probe_inject", context.inject_spec.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.inject_spec)},
+        {"faults", context.inject.faults().size()},
+        {"worker", context.worker.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.worker)},
+        {"note", "verdicts come from injected faults or a stand-in worker, not from this machine's driver"}};
+  }
   return run;
 }
 

@@ -21,6 +21,7 @@
 #include "harness/watchdog/watchdog.h"
 #include "reference/core/status.h"
 #include "reference/probe/backend.h"
+#include "reference/probe/inject.h"
 #include "reference/probe/probe.h"
 
 namespace peerlab::probe {
@@ -110,10 +111,15 @@ struct ReportContext {
   int workers = 0;
   double wall_us = 0;
   bool parent_loaded_cuda = false;  ///< cudaDriverLoadedHere() in the parent, recorded for the run file
+  std::string inject_spec;          ///< PEERLAB_PROBE_INJECT as given; "" when no fault was injected
+  InjectPlan inject;                ///< its faults: the cells they match are marked in the run file
+  std::string worker;               ///< the worker executable when it is not this peerlab (PEERLAB_PROBE_WORKER)
 };
 /// The run file: one result per cell (suite "probe", impl "peerlab.probe", name "<method>/<bytes>", status the
 /// verdict, extra claimed / lie / path / first_bad / error) plus "matrix_wall"; the fingerprint comes from the
-/// worker's inventory, never from CUDA in this process.
+/// worker's inventory, never from CUDA in this process. A probe with injected faults or another worker says so:
+/// top-level "injected": {"probe_inject": spec or null, "faults": count, "worker": path or null, "note"}, and each
+/// cell a fault matches carries "injected": "<fault kind>".
 report::Run buildRunReport(const Inventory& inventory, const std::vector<CellReport>& cells,
                            const ReportContext& context);
 

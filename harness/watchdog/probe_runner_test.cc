@@ -399,6 +399,8 @@ int lines(const std::string& s) {
 }
 
 TEST_F(ProbeCli, UsageErrorsExitTwoWithOneLine) {
+  // A regular file where a directory would have to be: the one path no rule can create.
+  std::ofstream(dir_ + "/file") << "x";
   const std::vector<std::vector<std::string>> bad = {
       {"--bytes", "17"},
       {"--bytes", "lots"},
@@ -408,10 +410,10 @@ TEST_F(ProbeCli, UsageErrorsExitTwoWithOneLine) {
       {"--methods", "ce_write,warp_drive"},
       {"--pairs", "0-0"},
       {"--pairs", "1:2"},
-      {"--json", "/nonexistent-dir/run.json"},
+      {"--json", dir_ + "/file/run.json"},
       {"--json", dir_},
       {"--cache", dir_},
-      {"--cache", "/nonexistent-dir/probe.json"},
+      {"--cache", dir_ + "/file/probe.json"},
       {"--bytes", "1M", "--sizes", "4K"},
   };
   for (const auto& args : bad) {

@@ -1,5 +1,6 @@
 #include "reference/core/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,11 +11,25 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
+
+#include "reference/core/fd.h"
 
 namespace peerlab {
 
 namespace {
+
+bool writeAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 bool isExecutable(const std::string& path) {
   struct stat st {};
@@ -72,11 +87,53 @@ StatusOr<std::string> readTextFile(const std::string& path) {
 }
 
 Status writeTextFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot write: " + std::strerror(errno));
-  f << text;
-  f.flush();
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": write failed");
+  namespace fs = std::filesystem;
+  auto cannot = [&](const std::string& why) { return PEERLAB_INVALID_ARGUMENT("cannot write " + path + ": " + why); };
+  if (path.empty()) return PEERLAB_INVALID_ARGUMENT("cannot write a file without a name");
+  const fs::path target(path);
+  if (!target.has_filename()) return cannot("names a directory");
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) return cannot("cannot create " + dir.string() + ": " + ec.message());
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return cannot("is a directory");
+    // A device or a pipe cannot be replaced: written in place (through a symlink such as /dev/stdout too).
+    struct stat to {};
+    const bool special = ::stat(path.c_str(), &to) == 0 && (S_ISCHR(to.st_mode) || S_ISFIFO(to.st_mode));
+    if (special) {
+      Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!static_cast<bool>(fd)) return cannot(std::strerror(errno));
+      if (!writeAll(fd.get(), text)) return cannot(std::strerror(errno));
+      return Status::ok();
+    }
+  }
+  std::random_device rd;
+  std::string tmp;
+  Fd fd;
+  for (int attempt = 0; attempt < 100 && !static_cast<bool>(fd); ++attempt) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof(suffix), ".tmp-%08x", static_cast<unsigned>(rd()));
+    tmp = (dir / ("." + target.filename().string() + suffix)).string();
+    fd = Fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
+    if (!static_cast<bool>(fd) && errno != EEXIST) return cannot(std::strerror(errno));
+  }
+  if (!static_cast<bool>(fd)) return cannot("no free temporary name in " + dir.string());
+  const bool written = writeAll(fd.get(), text) && ::fsync(fd.get()) == 0;
+  const int err = errno;
+  fd = Fd();
+  if (!written) {
+    ::unlink(tmp.c_str());
+    return cannot(std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rename_err = errno;
+    ::unlink(tmp.c_str());
+    return cannot(std::strerror(rename_err));
+  }
   return Status::ok();
 }
 

@@ -34,7 +34,11 @@ class TempDir {
 
 /// Whole file as a string; `invalid_argument` names the file when it cannot be read.
 StatusOr<std::string> readTextFile(const std::string& path);
-/// Writes a file (truncating); `invalid_argument` names the file when it cannot be written.
+/// Writes a file so that a reader never sees it half written and nothing outside it is touched: the text goes into a
+/// new temporary in the target's directory (created O_CREAT | O_EXCL | O_NOFOLLOW, so no symlink is followed), which
+/// is then renamed over `path` (a symlink at `path` is replaced, not followed). Missing parent directories are created.
+/// A FIFO or character device at `path` (/dev/null, /dev/stdout) is written in place. `invalid_argument`:
+/// "cannot write PATH: <reason>".
 Status writeTextFile(const std::string& path, const std::string& text);
 /// The last `lines` lines of a text file ("" when unreadable).
 std::string tailOfFile(const std::string& path, int lines);

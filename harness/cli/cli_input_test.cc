@@ -1,0 +1,200 @@
+// Untrusted input at the command line and in the files commands read: an unknown command, probe method names from a
+// user or a file, strings that would drive a terminal or a shell, injected probe faults, symlinks in an output
+// directory. Each case asserts the exit code, the one line on stderr and that nothing was written or changed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/report/report.h"
+#include "harness/testing/cli.h"
+#include "reference/testing/testing.h"
+
+namespace peerlab::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(CliInput, UnknownCommandListsTheCommands) {
+  CliRun r = runPeerlab({"bogus", "--json", "x"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("peerlab usage: unknown command bogus (known: ", 0), 0u) << r.err;
+  for (const char* name : {"history", "probe", "repro", "health", "report", "qualify"})
+    EXPECT_NE(r.err.find(name), std::string::npos) << name;
+  EXPECT_EQ(r.err.find("probe-worker"), std::string::npos) << "the hidden worker command is not listed: " << r.err;
+  EXPECT_EQ(r.out, "");
+  CliRun esc = runPeerlab({"bo\x1b[2Jgus"});
+  EXPECT_EQ(esc.exit_code, 2);
+  EXPECT_EQ(esc.err.find('\x1b'), std::string::npos) << esc.err;
+}
+
+// Option values get messages a person can read: no 309-digit bounds, whatever checks the value.
+TEST(CliInput, OptionRangeMessagesAreReadable) {
+  CliRun bench = runPeerlab({"bench", "--dry-run", "--timeout", "0"});
+  EXPECT_EQ(bench.exit_code, 2) << bench.out << bench.err;
+  EXPECT_NE(bench.err.find("--timeout \"0\": expected a number from 1 to 604800 seconds"), std::string::npos)
+      << bench.err;
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"qualify", "--dry-run", "--timeout", "0"},
+                                               std::vector<std::string>{"bench", "--timeout", "1e400"}}) {
+    CliRun r = runPeerlab(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.out << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+    EXPECT_LT(r.err.size(), 200u) << r.err;
+  }
+}
+
+// A probe run file with the given cells (method name, verdict) and anything else merged in.
+report::Run probeRun(const std::vector<std::pair<std::string, std::string>>& cells) {
+  auto run = report::readRun(sourcePath("reports/schema/sample-run.json"));
+  EXPECT_TRUE(run.isOk()) << run.status().message();
+  report::Run out = *run;
+  out.results.clear();
+  int k = 0;
+  for (const auto& [method, verdict] : cells) {
+    report::Result r;
+    r.suite = "probe";
+    r.impl = "peerlab.probe";
+    r.name = method + "/4096";
+    r.src = k % 2;
+    r.dst = 1 - k % 2;
+    r.bytes = 4096;
+    r.status = verdict;
+    r.extra = {{"method", method}, {"claimed", true}, {"lie", verdict != "ok"}, {"error", ""}};
+    out.results.push_back(r);
+    ++k;
+  }
+  return out;
+}
+
+class ReproInput : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = scratchDir("repro-input"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(ReproInput, UnknownMethodsAreRefusedBeforeAnythingIsWritten) {
+  CliRun r = runPeerlab({"repro", "--skip-probe", "--methods", "ce_write,bogus", "--out", dir_ + "/bundle"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--methods: unknown method \"bogus\" (known: ce_write, ce_read"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/bundle"));
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--pairs", "0-x"}, std::vector<std::string>{"--sizes", "4K,lots"},
+        std::vector<std::string>{"--timeout", "soon"}}) {
+    std::vector<std::string> args = {"repro", "--skip-probe", "--out", dir_ + "/bundle"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    CliRun b = runPeerlab(args);
+    EXPECT_EQ(b.exit_code, 2) << bad[0] << ": " << b.err;
+    EXPECT_NE(b.err.find(bad[0] + ": "), std::string::npos) << b.err;
+    EXPECT_FALSE(fs::exists(dir_ + "/bundle"));
+  }
+}
+
+// A method name from a probe file would be pasted into a shell: it must be a known one.
+TEST_F(ReproInput, MethodNamesFromAProbeFileAreChecked) {
+  const std::string marker = dir_ + "/pwned";
+  report::Run run = probeRun({{"ce_write", "ok"}, {"ce_write $(touch " + marker + ")", "corrupt"}});
+  ASSERT_TRUE(report::writeRun(run, dir_ + "/probe.json").isOk());
+  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", dir_ + "/bundle"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("probe.json: $.results[1].method \"ce_write $(touch "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is not a probe method (known: ce_write"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/bundle"));
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+// Strings from the probe file reach the README and the terminal escaped; the bundle's files replace symlinks.
+TEST_F(ReproInput, BundleTextIsQuotedEscapedAndWrittenSafely) {
+  report::Run run = probeRun({{"ce_write", "corrupt"}});
+  run.results[0].extra["error"] = "bad | cell \x1b[2J`rm -rf ~`";
+  for (auto& g : run.fingerprint.gpus)
+    g.name = "GPU | \x1b]0;title\x07";
+  ASSERT_TRUE(report::writeRun(run, dir_ + "/probe.json").isOk());
+  const std::string bundle = dir_ + "/bundle";
+  fs::create_directories(bundle);
+  std::ofstream(dir_ + "/outside.txt") << "keep";
+  fs::create_symlink(dir_ + "/outside.txt", bundle + "/README.md");
+  fs::create_symlink(dir_ + "/outside.txt", bundle + "/probe.json");
+  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", bundle, "--timeout", "5s"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(readFile(dir_ + "/outside.txt"), "keep");
+  EXPECT_FALSE(fs::is_symlink(bundle + "/README.md"));
+  EXPECT_FALSE(fs::is_symlink(bundle + "/probe.json"));
+  const std::string readme = readFile(bundle + "/README.md");
+  EXPECT_EQ(readme.find('\x1b'), std::string::npos);
+  EXPECT_EQ(readme.find('\x07'), std::string::npos);
+  // The reader removes control characters from everything a run file says; the cell keeps the rest.
+  EXPECT_NE(readme.find("bad \\| cell [2J'rm -rf ~'"), std::string::npos) << readme;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reproduce with: peerlab probe --methods ce_write --pairs 0-1 --sizes 4096 --timeout 5s"),
+            std::string::npos)
+      << r.out;
+}
+
+// A probe that ran with injected faults or a stand-in worker is never presented as a driver fault.
+TEST_F(ReproInput, InjectedFailuresAreNotDriverFaults) {
+  report::Run run = probeRun({{"ce_write", "corrupt"}, {"sm_store", "ok"}});
+  run.results[0].extra["injected"] = "corrupt";
+  run.extra["injected"] = {{"probe_inject", "corrupt:ce_write:0:1"}, {"faults", 1}, {"worker", nullptr}};
+  ASSERT_TRUE(report::writeRun(run, dir_ + "/probe.json").isOk());
+  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", dir_ + "/bundle"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("INJECTED: PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1: 1 of 1 failing cells injected; not a "
+                       "driver fault"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("reproduce with: PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1 peerlab probe"), std::string::npos)
+      << r.out;
+  const std::string readme = readFile(dir_ + "/bundle/README.md");
+  EXPECT_NE(readme.find("# peerlab fault-injection run (not a driver bug bundle)"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("they are not driver faults"), std::string::npos) << readme;
+  EXPECT_NE(readme.find("| yes: corrupt |"), std::string::npos) << readme;
+  EXPECT_EQ(readme.find("# peerlab bug bundle"), std::string::npos);
+}
+
+#ifdef PEERLAB_STANDIN_PATH
+// `peerlab probe` under PEERLAB_PROBE_INJECT with the stand-in worker: the run file says so at the top and in the cell
+// the fault hit, --json - puts only the run file on stdout, and the console says INJECTED.
+TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
+  const std::string dir = scratchDir("probe-input");
+  const std::vector<std::string> env = {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
+                                        "PEERLAB_STANDIN_GPUS=2", "PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1",
+                                        "XDG_CACHE_HOME=" + dir};
+  CliRun r = runPeerlab({"probe", "--no-cache", "--methods", "ce_write,sm_store", "--sizes", "4K", "--json", "-"}, env);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << r.out.substr(0, 400);
+  ASSERT_TRUE(doc.contains("injected")) << doc.dump().substr(0, 400);
+  EXPECT_EQ(doc["injected"]["probe_inject"], "corrupt:ce_write:0:1");
+  EXPECT_EQ(doc["injected"]["worker"], PEERLAB_STANDIN_PATH);
+  int marked = 0;
+  for (const auto& res : doc["results"]) {
+    if (!res.contains("injected")) continue;
+    ++marked;
+    EXPECT_EQ(res["injected"], "corrupt");
+    EXPECT_EQ(res["name"], "ce_write/4096");
+    EXPECT_EQ(res["src"], 0);
+    EXPECT_EQ(res["dst"], 1);
+  }
+  EXPECT_EQ(marked, 1);
+  EXPECT_NE(r.err.find("INJECTED: PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1"), std::string::npos) << r.err;
+  // Without injection the stand-in worker is still named: its verdicts are not this machine's. The run file's
+  // missing parent directories are created, as for every output file.
+  CliRun plain = runPeerlab({"probe", "--no-cache", "--sizes", "4K", "--json", dir + "/new/dir/p.json"},
+                            {env[0], env[1], "XDG_CACHE_HOME=" + dir});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("INJECTED: worker "), std::string::npos) << plain.out;
+  auto file = report::readRun(dir + "/new/dir/p.json");
+  ASSERT_TRUE(file.isOk()) << file.status().message();
+  EXPECT_TRUE(file->extra["injected"]["probe_inject"].is_null());
+  fs::remove_all(dir);
+}
+#endif
+
+}  // namespace
+}  // namespace peerlab::testing

@@ -1,0 +1,41 @@
+// Fuzz target: the history site renderer (harness/report renderHistorySite) on any model JSON. It renders kind by kind:
+// any input gives a status, never a crash; a model with a "kinds" array always gets its index.html, and every kind
+// is either written or named in the failures.
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/faults/fuzz/fuzz_util.h"
+#include "harness/report/site.h"
+#include "reference/core/files.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace peerlab;
+  static const std::string dir = [] {
+    auto d = makePrivateDir("peerlab-fuzz-site");
+    return d.isOk() ? *d : std::string("/tmp/peerlab-fuzz-site");
+  }();
+  const nlohmann::json model = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (model.is_discarded()) return 0;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::vector<std::string> failures;
+  Status st = report::renderHistorySite(model, dir, &failures);
+  const bool root = model.is_object() && model.contains("kinds") && model["kinds"].is_array();
+  if (!root) {
+    if (st.isOk()) fuzz::invariantFailed("a model without a kinds array rendered");
+    return 0;
+  }
+  if (!std::filesystem::is_regular_file(dir + "/index.html")) fuzz::invariantFailed("no index.html for a model");
+  if (st.isOk() != failures.empty()) fuzz::invariantFailed("the status and the failures disagree");
+  size_t pages = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    pages += e.path().filename() != "index.html";
+  if (pages + failures.size() != model["kinds"].size()) fuzz::invariantFailed("a kind is neither written nor named");
+  return 0;
+}
