@@ -15,11 +15,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/report/aggregate.h"
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
@@ -179,11 +181,22 @@ void printProblems(FILE* out, const std::vector<CellReport>& cells, bool verbose
 }
 
 std::string summaryLine(const Inventory& inv, const std::vector<CellReport>& cells, int workers, double wall_us) {
+  // A cell is an ordered pair and a method, as every output counts it: the worst verdict over the sizes probed.
+  std::map<std::tuple<int, int, int>, std::pair<Verdict, bool>> worst;  // (method, src, dst) -> verdict, a lie
+  for (const CellReport& c : cells) {
+    auto [it, fresh] = worst.try_emplace(
+        std::make_tuple(static_cast<int>(c.spec.method), c.spec.src, c.spec.dst), std::make_pair(c.result.verdict, false));
+    if (!fresh && report::probeSeverity(std::string(verdictName(c.result.verdict))) >
+                      report::probeSeverity(std::string(verdictName(it->second.first)))) {
+      it->second.first = c.result.verdict;
+    }
+    it->second.second = it->second.second || judge(c.claimed, c.result).lie;
+  }
   int counts[5] = {};
   int lies = 0;
-  for (const CellReport& c : cells) {
-    counts[static_cast<int>(c.result.verdict)]++;
-    lies += judge(c.claimed, c.result).lie ? 1 : 0;
+  for (const auto& [key, v] : worst) {
+    counts[static_cast<int>(v.first)]++;
+    lies += v.second ? 1 : 0;
   }
   std::map<std::string, int> names;
   for (const GpuInfo& g : inv.gpus)
@@ -193,10 +206,10 @@ std::string summaryLine(const Inventory& inv, const std::vector<CellReport>& cel
     gpus += (gpus.empty() ? "" : ", ") + std::to_string(count) + "x " + name;
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "probe: %d GPUs (%s), driver %s; %zu cells: %d ok, %d corrupt, %d hang, %d error, %d unsupported; "
-                "%d claimed-yes failures; %d workers; wall %.3f s",
-                inv.count(), printable(gpus, 200).c_str(), printable(inv.driverString(), 60).c_str(), cells.size(),
-                counts[0], counts[1], counts[2], counts[3], counts[4], lies, workers, wall_us / 1e6);
+                "probe: %d GPUs (%s), driver %s; %zu cells (ordered pair x method; %zu transfers): %d ok, %d corrupt, "
+                "%d hang, %d error, %d unsupported; %d claimed-yes cells failed; %d workers; wall %.3f s",
+                inv.count(), printable(gpus, 200).c_str(), printable(inv.driverString(), 60).c_str(), worst.size(),
+                cells.size(), counts[0], counts[1], counts[2], counts[3], counts[4], lies, workers, wall_us / 1e6);
   return buf;
 }
 

@@ -462,7 +462,8 @@ TEST_F(ProbeCli, ExitCodesAndRunFile) {
   CliRun ok = cli({"--no-cache", "--json", json, "--bytes", "1M"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err << ok.out;
   EXPECT_NE(ok.out.find("sm_store"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find("0 claimed-yes failures"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("0 claimed-yes cells failed"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find(" cells (ordered pair x method; "), std::string::npos) << ok.out;
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, report::readRun(json));
   EXPECT_EQ(run.results.size(), kAllMethods.size() * 2 * kGpus * (kGpus - 1) + 1);
 
