@@ -59,7 +59,9 @@ StatusOr<Samples> timeBatches(const SampleSpec& spec, const std::function<Status
   }
   Samples out;
   out.lane_us.resize(n);
-  for (int s = 0; s < spec.samples; ++s) {
+  const int most = std::max(spec.samples, spec.max_samples);
+  for (int s = 0; s < most; ++s) {
+    if (s >= spec.samples && relativeSpread(out.slowest_us) <= spec.settle_spread) break;
     const uint32_t want = ++gate->value;
     // Opens the gate on every exit, so an error never leaves a gate kernel spinning.
     struct Opener {
@@ -101,6 +103,20 @@ StatusOr<Samples> timeBatches(const SampleSpec& spec, const std::function<Status
     out.slowest_us.push_back(slowest);
   }
   return out;
+}
+
+double relativeSpread(const std::vector<double>& us) {
+  if (us.size() < 2) return 0;
+  std::vector<double> v = us;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  const double median = at(0.5);
+  return median > 0 ? (at(0.9) - at(0.1)) / median : 0;
 }
 
 }  // namespace peerlab::bench

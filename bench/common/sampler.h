@@ -25,6 +25,11 @@ struct SampleSpec {
   size_t batch = 1;  ///< operations per lane per sample
   int samples = 5;
   bool gated = true;
+  /// Up to this many samples in all (0: `samples`) while the spread of the slowest lane's times, (p90 - p10) /
+  /// median, stays above `settle_spread`: a burst of interference from outside (another tenant of the PCIe switch, a
+  /// busy host) then passes instead of deciding the median. A spread that persists stays in the numbers reported.
+  int max_samples = 0;
+  double settle_spread = 0.10;
 };
 
 struct Samples {
@@ -32,8 +37,12 @@ struct Samples {
   std::vector<std::vector<double>> lane_us;  ///< per lane, per sample: time per operation
 };
 
-/// Runs `samples` batches; `issue(lane)` enqueues one operation on lanes[lane].stream (called batch times per lane,
-/// lanes interleaved). Every host wait has a deadline; a gate that times out on the device fails the sample.
+/// Runs `samples` batches (more, up to max_samples, while the times have not settled); `issue(lane)` enqueues one
+/// operation on lanes[lane].stream (called batch times per lane, lanes interleaved). Every host wait has a deadline;
+/// a gate that times out on the device fails the sample.
 StatusOr<Samples> timeBatches(const SampleSpec& spec, const std::function<Status(size_t lane)>& issue);
+
+/// (p90 - p10) / median of `us` (0 for fewer than 2 values).
+double relativeSpread(const std::vector<double>& us);
 
 }  // namespace peerlab::bench

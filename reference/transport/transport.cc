@@ -83,9 +83,16 @@ Status judgeCapability(const CapabilityReport& r) {
         registered += (registered.empty() ? "" : ", ") + ucx::memoryTypeName(t);
     }
     if (!context_cuda || !all_cuda) {
+      // A context that lists CUDA yet registers a GPU buffer as host memory: UCX's memory type detection missed it
+      // (typically its memory type cache, which only knows allocations its CUDA memory hooks saw).
+      const std::string hint =
+          context_cuda ? "; the context lists CUDA, so UCX's memory type detection took the GPU buffers for host "
+                         "memory (its memory type cache learns of GPU allocations only through the CUDA memory "
+                         "hooks, ucx/libucm_cuda.so; UCX_MEMTYPE_CACHE=n makes it ask the driver)"
+                       : "";
       return PEERLAB_UNAVAILABLE(
           std::string(kUcxNoCudaReason) + " (context memory types: " + memoryTypesText(r.context_types) +
-          (registered.empty() ? std::string() : "; GPU buffers registered as " + registered) + ")");
+          (registered.empty() ? std::string() : "; GPU buffers registered as " + registered) + ")" + hint);
     }
     return Status::ok();
   }

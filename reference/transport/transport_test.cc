@@ -1,9 +1,12 @@
 // The transports without a GPU: the capability check's judgement, the loaders and the error paths against stand-in
 // libraries, and real two-process transfers of host memory through UCX and NIXL where they are installed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -144,6 +147,41 @@ TEST(Locate, EnvironmentNamesTheLibrary) {
   testing::ScopedEnv nixl("PEERLAB_NIXL_DIR", "/nonexistent/nixl");
   testing::ScopedEnv no_file("PEERLAB_NIXL_LIBRARY", nullptr);
   EXPECT_NE(findLibrary(Library::kNixl).describe(Library::kNixl).find("NIXL not found"), std::string::npos);
+}
+
+TEST(Locate, CudaModuleWithoutMemoryHooksTurnsTheMemtypeCacheOff) {
+  // A UCX tree with the CUDA transport but not UCM's CUDA hooks: its memory type cache would never hear of a GPU
+  // allocation and would answer "host" for every GPU pointer.
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("peerlab-ucx-tree-" + std::to_string(::getpid()));
+  fs::create_directories(root / "lib" / "ucx");
+  auto cleanup = testing::Finally([&] {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  });
+  auto touch = [](const fs::path& p) { std::ofstream(p).put('\0'); };
+  const std::string lib = (root / "lib" / "libucp.so.0").string();
+  touch(lib);
+  testing::ScopedEnv unset("UCX_MEMTYPE_CACHE", nullptr);
+  EXPECT_EQ(ucx::prepareMemoryTypeDetection(lib), "") << "no CUDA transport: nothing to detect";
+  EXPECT_EQ(std::getenv("UCX_MEMTYPE_CACHE"), nullptr);
+  touch(root / "lib" / "ucx" / "libuct_cuda.so.0");
+  EXPECT_TRUE(ucx::ucxHasCudaModule(lib));
+  EXPECT_FALSE(ucx::ucxHasCudaHooks(lib));
+  EXPECT_NE(ucx::prepareMemoryTypeDetection(lib).find("UCX_MEMTYPE_CACHE=n"), std::string::npos);
+  ASSERT_NE(std::getenv("UCX_MEMTYPE_CACHE"), nullptr);
+  EXPECT_STREQ(std::getenv("UCX_MEMTYPE_CACHE"), "n");
+  {
+    // The user's own choice stands.
+    testing::ScopedEnv mine("UCX_MEMTYPE_CACHE", "y");
+    EXPECT_EQ(ucx::prepareMemoryTypeDetection(lib), "");
+    EXPECT_STREQ(std::getenv("UCX_MEMTYPE_CACHE"), "y");
+  }
+  testing::ScopedEnv unset_again("UCX_MEMTYPE_CACHE", nullptr);
+  touch(root / "lib" / "ucx" / "libucm_cuda.so.0");
+  EXPECT_TRUE(ucx::ucxHasCudaHooks(lib));
+  EXPECT_EQ(ucx::prepareMemoryTypeDetection(lib), "") << "the hooks keep the cache right";
+  EXPECT_EQ(std::getenv("UCX_MEMTYPE_CACHE"), nullptr);
 }
 
 TEST(Locate, IncompleteLibraryIsRefusedNamingTheMissingEntryPoint) {

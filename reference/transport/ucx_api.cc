@@ -107,13 +107,32 @@ Location locateUcx() {
   return out;
 }
 
-bool ucxHasCudaModule(const std::string& library) {
+namespace {
+
+bool hasModule(const std::string& library, const std::string& prefix) {
   std::error_code ec;
   const fs::path modules = fs::path(library).parent_path() / "ucx";
   for (const auto& entry : fs::directory_iterator(modules, ec)) {
-    if (entry.path().filename().string().rfind("libuct_cuda.so", 0) == 0) return true;
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool ucxHasCudaModule(const std::string& library) {
+  return hasModule(library, "libuct_cuda.so");
+}
+
+bool ucxHasCudaHooks(const std::string& library) {
+  return hasModule(library, "libucm_cuda.so");
+}
+
+std::string prepareMemoryTypeDetection(const std::string& library) {
+  if (!ucxHasCudaModule(library) || ucxHasCudaHooks(library)) return "";
+  if (const char* set = std::getenv("UCX_MEMTYPE_CACHE"); set != nullptr) return "";
+  ::setenv("UCX_MEMTYPE_CACHE", "n", 0);
+  return "UCX_MEMTYPE_CACHE=n (no CUDA memory hooks, ucx/libucm_cuda.so, beside it)";
 }
 
 }  // namespace peerlab::transport::ucx

@@ -189,5 +189,16 @@ std::string findOnLoaderPath(const std::string& soname);
 /// True when the UCX at `library` ships its CUDA transport module (ucx/libuct_cuda.so* beside libucp): a cheap
 /// file check that loads nothing; the capability check at run time has the last word.
 bool ucxHasCudaModule(const std::string& library);
+/// True when the UCX at `library` ships UCM's CUDA memory hooks (ucx/libucm_cuda.so* beside libucp). UCX's memory
+/// type cache learns of GPU allocations only through them; without them the cache is still created, never hears of
+/// a cudaMalloc, and UCX takes every GPU pointer it does not know (ucp_mem_map without a memory type, put / get of
+/// an unregistered buffer) for host memory: "not found in memtype cache, assuming host memory".
+bool ucxHasCudaHooks(const std::string& library);
+/// Called before the UCX at `library` is loaded: where it has the CUDA transport (ucx/libuct_cuda.so*) but not the
+/// CUDA memory hooks, sets UCX_MEMTYPE_CACHE=n (unless the environment already names a value), so that UCX asks its
+/// CUDA memory domain (cuPointerGetAttributes) about every pointer instead of trusting the cache. libucs reads the
+/// variable once, when it is loaded: a copy already in the process keeps what it read. Returns what it did ("" when
+/// nothing), for the endpoint's description.
+std::string prepareMemoryTypeDetection(const std::string& library);
 
 }  // namespace peerlab::transport::ucx

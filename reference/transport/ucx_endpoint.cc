@@ -75,10 +75,12 @@ class UcxEndpoint final : public Endpoint {
 Status UcxEndpoint::setupLocal(const EndpointOptions& o) {
   const ucx::Location loc = ucx::locateUcx();
   if (!loc.found) return PEERLAB_UNAVAILABLE("UCX not found (" + loc.how + ")");
+  // Before libucs loads: a UCX without its CUDA memory hooks would take every GPU buffer for host memory.
+  const std::string detection = ucx::prepareMemoryTypeDetection(loc.library);
   PEERLAB_ASSIGN_OR_RETURN(lib_, ucx::Library::open(loc.library));
   report_.library = Library::kUcx;
   report_.version = lib_->version();
-  description_ = "UCX " + report_.version + " " + loc.library;
+  description_ = "UCX " + report_.version + " " + loc.library + (detection.empty() ? "" : ", " + detection);
   local_ = o.regions;
 
   ucx::Config* config = nullptr;
