@@ -197,15 +197,35 @@ Status setupWorld(World& w) {
   return w.boot->barrier(deadline);
 }
 
+// The world lives until exit, and goes in an exit handler of its own rather than as a static object: a static
+// registers its destructor on the first call of world(), before NIXL, its UCX plugin and the CUDA runtime register
+// theirs, so at exit it would run after them and tear the endpoint down through freed library state (rank 0 died of
+// SIGABRT, "malloc(): unsorted double linked list corrupted", after its last row). Exit handlers run in reverse order
+// of registration: one registered once setupWorld returned runs before the libraries' own.
+World* g_world = nullptr;
+
+void teardownWorld() {
+  World* w = g_world;
+  g_world = nullptr;
+  if (w == nullptr) return;
+  if (w->device >= 0 && cudaSetDevice(w->device) != cudaSuccess) (void)cudaGetLastError();
+  // In order: nothing watches the progress thread any more, the endpoint (its progress thread joined, requests
+  // released, memory deregistered) before the buffers it registered.
+  w->completion.reset();
+  w->ep.reset();
+  delete w;
+}
+
 World& world() {
-  static std::unique_ptr<World> w;
-  if (w) return *w;
-  w = std::make_unique<World>();
-  w->boot = bootstrap();
-  w->me = w->boot->rank();
-  w->peer = 1 - w->me;
-  w->status = setupWorld(*w);
-  return *w;
+  if (g_world != nullptr) return *g_world;
+  g_world = new World();
+  World& w = *g_world;
+  w.boot = bootstrap();
+  w.me = w.boot->rank();
+  w.peer = 1 - w.me;
+  w.status = setupWorld(w);
+  std::atexit(teardownWorld);
+  return w;
 }
 
 // ---- one row ----

@@ -119,6 +119,16 @@ fi
 python3 - "$out" >"$out/summary.txt" 2>&1 <<'EOF'
 import json, os, sys
 out = sys.argv[1]
+def num(v, digits):
+    # A missing value (null in the run file: a skipped or failed row, a counter the row does not have) prints "-".
+    if v is None or isinstance(v, bool):
+        return "-"
+    try:
+        return str(round(float(v), digits))
+    except (TypeError, ValueError):
+        return "-"
+def text(v):
+    return "-" if v is None or v == "" else str(v)
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -135,8 +145,8 @@ if probe:
         if not m.startswith(("nixl", "ucx")):
             continue
         e = dict(r.get("extra", {}), **r)
-        print(f"  {r['name']:<22} {r['src']}->{r['dst']}  {r['status']:<12} claimed={str(e.get('claimed')).lower():<5} "
-              f"{(e.get('error') or '')[:70]}")
+        print(f"  {text(r.get('name')):<22} {text(r.get('src'))}->{text(r.get('dst'))}  {text(r.get('status')):<12} "
+              f"claimed={str(e.get('claimed')).lower():<5} {(e.get('error') or '')[:70]}")
 else:
     print("  no probe.json")
 print("== bench (time_us one-way or per transfer, GB/s, CPU us per transfer of the posting thread)")
@@ -146,23 +156,21 @@ if bench:
     for r in bench["results"]:
         if r.get("suite") not in ("transport", "zcopy") or not r.get("bytes"):
             continue
-        rows[(r["impl"], r["name"], int(r["bytes"]), r.get("src"), r.get("dst"))] = r
+        rows[(text(r.get("impl")), text(r.get("name")), int(r["bytes"]), r.get("src"), r.get("dst"))] = r
     print(f"  {'impl':<14} {'name':<18} {'bytes':>10} {'time_us':>9} {'GB/s':>8} {'cpu_us':>8} {'post':>6} {'xfer':>8} wrong status")
     for key in sorted(rows, key=lambda k: (k[2], k[0], k[1])):
         r = rows[key]
         e = dict(r.get("extra", {}), **r)
-        t = r.get("time_us")
-        bw = r.get("algbw_gbps")
-        print(f"  {key[0]:<14} {key[1]:<18} {key[2]:>10} {t if t is None else round(t, 2):>9} "
-              f"{bw if bw is None else round(bw, 1):>8} {str(round(e['cpu_us'], 2)) if 'cpu_us' in e else '':>8} "
-              f"{str(round(e['post_us'], 2)) if 'post_us' in e else '':>6} "
-              f"{str(round(e['transfer_us'], 1)) if 'transfer_us' in e else '':>8} {r.get('wrong')} {r.get('status')}")
+        print(f"  {key[0]:<14} {key[1]:<18} {key[2]:>10} {num(r.get('time_us'), 2):>9} "
+              f"{num(r.get('algbw_gbps'), 1):>8} {num(e.get('cpu_us'), 2):>8} {num(e.get('post_us'), 2):>6} "
+              f"{num(e.get('transfer_us'), 1):>8} {num(r.get('wrong'), 1):>5} {text(r.get('status'))[:70]}")
     print("== large transfers against peerlab.put (target >= 0.9)")
     for (impl, name, b, s, d), r in sorted(rows.items()):
         if impl not in ("nixl.write", "ucx.put", "nixl.read", "ucx.get") or name != "uni" or b < (64 << 20):
             continue
         base = rows.get(("peerlab.put", "uni", b, s, d))
-        if base and base.get("algbw_gbps") and r.get("algbw_gbps"):
+        if base and isinstance(base.get("algbw_gbps"), (int, float)) and isinstance(r.get("algbw_gbps"), (int, float)) \
+                and base["algbw_gbps"] > 0:
             print(f"  {impl:<11} {b >> 20:>5} MiB {s}->{d}: {r['algbw_gbps']:.1f} GB/s = "
                   f"{r['algbw_gbps'] / base['algbw_gbps']:.2f} x peerlab.put ({base['algbw_gbps']:.1f})")
 else:
@@ -171,9 +179,10 @@ print("== scorecard")
 rel = load("reliability.json")
 if rel:
     for f in rel.get("faults", []):
-        print(f"  {f['name']:<12} injected {f['injected']} detected {f['detected']} misclassified {f['misclassified']} "
-              f"missed {f['missed']} skipped {f['skipped']}")
-    print(f"  false positives: {rel.get('false_positives')}")
+        print(f"  {text(f.get('name')):<12} injected {text(f.get('injected'))} detected {text(f.get('detected'))} "
+              f"misclassified {text(f.get('misclassified'))} missed {text(f.get('missed'))} "
+              f"skipped {text(f.get('skipped'))}")
+    print(f"  false positives: {text(rel.get('false_positives'))}")
 else:
     print("  no reliability.json")
 EOF

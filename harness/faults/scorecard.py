@@ -765,36 +765,45 @@ def git_sha():
     return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-def main():
+def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/default", help="build directory with bin/peerlab and bin/fault_drill")
     ap.add_argument("--out", default=None, help="report file (default reports/reliability/<date>.json)")
+    # One --only: the label match every branch had, and the target match the MoE branch added.
     ap.add_argument("--only", default=None, help="regex: run only scenarios whose label or target matches")
-    ap.add_argument("--only", default=None, help="regex: run only scenarios whose label matches")
     ap.add_argument("--target", default=None,
                     help="comma list: run only scenarios of these targets (probe, zcopy, alltoallv, health, transport)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--transport-deps", default=None,
                     help="the NIXL / UCX folder of ci/transport_deps.sh (default $PEERLAB_TRANSPORT_DEPS, .deps/transport)")
-    args = ap.parse_args()
+    return ap
 
-    tools = Tools(os.path.abspath(args.build))
-    if args.transport_deps:
-        tools.transport_deps = args.transport_deps
-    gpus = gpu_memory_used()
-    tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
-    all_scenarios = scenarios(tools)
-    if args.target:
-        targets = set(args.target.split(","))
+
+def select_scenarios(all_scenarios, only=None, target=None):
+    """The scenarios --target (exact target names) and --only (regex on label or target) leave."""
+    if target:
+        targets = set(target.split(","))
         all_scenarios = [sc for sc in all_scenarios if sc["target"] in targets]
-    if args.only:
-        picked = [sc for sc in all_scenarios if re.search(args.only, sc["label"]) or re.search(args.only, sc["target"])]
+    if only:
+        picked = [sc for sc in all_scenarios if re.search(only, sc["label"]) or re.search(only, sc["target"])]
         # Health faults are judged against the clean health run: keep it.
         if any(sc["target"] == "health" for sc in picked) and not any(
                 sc["target"] == "health" and sc["spec"] == "none" for sc in picked):
             picked.insert(next(i for i, sc in enumerate(picked) if sc["target"] == "health"),
                           next(sc for sc in all_scenarios if sc["target"] == "health" and sc["spec"] == "none"))
         all_scenarios = picked
+    return all_scenarios
+
+
+def main():
+    args = arg_parser().parse_args()
+
+    tools = Tools(os.path.abspath(args.build))
+    if args.transport_deps:
+        tools.transport_deps = args.transport_deps
+    gpus = gpu_memory_used()
+    tools.gpus = len(gpus) if gpus else 4  # alltoallv drills use up to 4 ranks, one per GPU
+    all_scenarios = select_scenarios(scenarios(tools), args.only, args.target)
     if args.list:
         for sc in all_scenarios:
             print(f"{sc['label']:22} {sc['target']:10} {sc['spec']}")

@@ -354,5 +354,54 @@ class HealthJudgement(unittest.TestCase):
             self.assertIn("cannot report row_remap", r["detail"])
 
 
+class Options(unittest.TestCase):
+    """The command line: one --only (two merged branches had each declared it), matching labels and targets."""
+
+    def table(self):
+        tools = sc.Tools("/nonexistent")
+        tools.gpus = 2
+        return sc.scenarios(tools)
+
+    def test_the_parser_builds_and_takes_every_option(self):
+        a = sc.arg_parser().parse_args(["--only", "ucx", "--target", "transport,probe", "--list",
+                                        "--transport-deps", "/deps", "--build", "b", "--out", "o.json"])
+        self.assertEqual((a.only, a.target, a.list, a.transport_deps, a.build, a.out),
+                         ("ucx", "transport,probe", True, "/deps", "b", "o.json"))
+        self.assertEqual(sum(1 for act in sc.arg_parser()._actions if "--only" in act.option_strings), 1)
+
+    def test_only_matches_the_label(self):
+        picked = sc.select_scenarios(self.table(), only="^ucx_no_cuda$")
+        self.assertTrue(picked)
+        self.assertTrue(all(s["label"] == "ucx_no_cuda" for s in picked))
+        self.assertEqual({s["spec"] for s in picked},
+                         {"debian_ucx", "ucx_without_cuda_module", "nixl_ucx_without_cuda_module"})
+
+    def test_only_matches_the_target(self):
+        table = self.table()
+        picked = sc.select_scenarios(table, only="^moe_ll$")
+        self.assertTrue(picked)
+        self.assertEqual(picked, [s for s in table if s["target"] == "moe_ll"])
+        transport = sc.select_scenarios(table, only="^transport$")
+        self.assertEqual(transport, [s for s in table if s["target"] == "transport"])
+
+    def test_target_then_only_narrow_together_and_health_keeps_its_clean_run(self):
+        table = self.table()
+        picked = sc.select_scenarios(table, only="none", target="transport")
+        self.assertEqual([(s["target"], s["spec"]) for s in picked], [("transport", "none")])
+        health = sc.select_scenarios(table, only="xid")
+        self.assertEqual(health[0]["target"], "health")
+        self.assertEqual(health[0]["spec"], "none")
+        self.assertTrue(any(s["spec"] != "none" for s in health))
+        self.assertEqual(sc.select_scenarios(table), table)
+
+    def test_list_runs_without_gpus(self):
+        import subprocess
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scorecard.py")
+        out = subprocess.run([sys.executable, script, "--build", "/nonexistent", "--list", "--only", "transport"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("ucx_no_cuda", out.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
