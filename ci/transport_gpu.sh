@@ -73,14 +73,13 @@ stage() {  # stage NAME SECONDS COMMAND...
 } >"$work/env.txt" 2>&1
 
 targets=(peerlab transport_test transport_gpu_test transport_bench zcopy_bench)
-need_build=0
-for t in "${targets[@]}"; do [ -x "$bin/$t" ] || need_build=1; done
-if [ $need_build -eq 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    stage configure 300 cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${PEERLAB_CUDA_ARCHITECTURES:-native}"
-  fi
-  stage build 420 cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" || tail -30 "$work/build.log"
+# Always an (incremental) build: binaries left from an earlier run of another checkout would otherwise be run as they
+# are. Nothing to do costs a second.
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  stage configure 300 cmake --preset default -DCMAKE_CUDA_ARCHITECTURES="${PEERLAB_CUDA_ARCHITECTURES:-native}"
 fi
+stage build 420 cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" || tail -30 "$work/build.log"
+
 
 # 1. The transport tests (CPU and GPU cases; the real ones use the libraries above).
 stage tests 120 ctest --test-dir "$build" -R '^transport(_gpu)?_test\.' --output-on-failure --timeout 120 \
