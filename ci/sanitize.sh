@@ -114,9 +114,11 @@ run_job() {
   local tool="$1" name="$2" wd="$3" envs="$4" cmd="$5" shard="$6" nshards="$7"
   local test_argv test_env env_args logs start rc counts
   split_row "$envs" "$cmd"
+  # Parametrized test names hold '/' (Cases/Suite.Test/param): file names get '_' instead.
+  local file="${name//\//_}"
   env_args=(PEERLAB_TEST_MAX_ITERATIONS="$iterations" PEERLAB_UNDER_SANITIZER="$tool" GTEST_TOTAL_SHARDS="$nshards"
     GTEST_SHARD_INDEX="$shard" "${test_env[@]}")
-  logs="$out/$tool-$name-s$shard"
+  logs="$out/$tool-$file-s$shard"
   rm -f "$logs".*.log
   start=$(date +%s)
   # CUDA API errors are not reported: the tests provoke them on purpose (invalid device, peer access already
@@ -138,7 +140,7 @@ for line in sys.stdin:
         internal += 1
 print(max(0, total - internal), internal)')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" ${counts:-0 0} "$rc" "$(( $(date +%s) - start ))" \
-    "$nshards" >"$out/jobs/$tool-$name-$shard.tsv"
+    "$nshards" >"$out/jobs/$tool-$file-$shard.tsv"
   log "$tool $name shard $shard/$nshards: ${counts%% *} errors, ${counts##* } untracked (rc $rc, $(( $(date +%s) - start ))s)"
 }
 
