@@ -37,9 +37,36 @@ struct BenchArgs {
   std::string kind;
   std::vector<std::string> bench_args;
   bool probe = false;
+  std::vector<std::string> import;  ///< Google Benchmark JSON files of peerlab's benches, turned into a run file
 };
 
+// The Google Benchmark JSON of peerlab benches run by hand (a script, another launcher) as one run file: the same
+// conversion `peerlab bench` applies to the processes it starts. The fingerprint is left empty (this is not the machine
+// they ran on): ci/assemble_run.py takes it from a run file of that machine.
+int importGbench(const BenchArgs& a) {
+  if (a.out.empty()) return fail(kCmd, kExitUsage, "--import needs --out RUN.json");
+  report::Run run = report::newRun();
+  run.fingerprint.hostname = "imported";
+  run.fingerprint.driver = run.fingerprint.cuda_runtime = run.fingerprint.nccl = "unknown";
+  for (const std::string& file : a.import) {
+    auto rows = qualify::readGbenchFile(file);
+    if (!rows.isOk()) return fail(kCmd, kExitUsage, "--import " + rows.status().message());
+    run.results.insert(run.results.end(), rows->begin(), rows->end());
+    run.extra["sources"].push_back(file);
+  }
+  if (!a.kind.empty()) run.extra["kind"] = a.kind;
+  // What the import wrote must read back through the one reader.
+  if (auto back = report::fromJson(report::toJson(run)); !back.isOk()) {
+    return fail(kCmd, kExitUsage, "--import: " + back.status().message());
+  }
+  if (Status st = report::writeRun(run, a.out); !st.isOk()) return fail(kCmd, kExitUsage, "--out " + st.message());
+  std::fprintf(stderr, "peerlab bench: wrote %s: %zu results from %zu files\n", a.out.c_str(), run.results.size(),
+               a.import.size());
+  return kExitOk;
+}
+
 int runBench(BenchArgs a) {
+  if (!a.import.empty()) return importGbench(a);
   if (a.quick && a.full) return fail(kCmd, kExitUsage, "--quick and --full exclude each other");
   if (!a.timeout.empty()) {
     auto t = parseNumberOption("--timeout", a.timeout, 1, 7 * 86400);
@@ -167,6 +194,9 @@ std::function<int()> setup(CLI::App& sub) {
                "Short sweep: the sizes that matter for each suite (the default; what qualify runs)");
   sub.add_flag("--full", a->full, "Every size and case the benchmarks have");
   sub.add_option("--out", a->out, "Run file to write (default ./peerlab-bench-<host>-<date>.json)");
+  sub.add_option("--import", a->import,
+                 "Turn Google Benchmark JSON written by peerlab's benches (run by hand) into a run file (--out); "
+                 "nothing is measured");
   sub.add_option("--gbench-dir", a->gbench_dir, "Keep each process's Google Benchmark JSON and log in this directory");
   sub.add_option("--bench-dir", a->bench_dir,
                  "Where the bench binaries are (default: libexec/peerlab of the installed tree, or beside peerlab in "
