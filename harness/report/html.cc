@@ -252,25 +252,49 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         const std::string caseTitle = suite + " " + head.name +
                                       (head.ranks > 1 ? " x" + std::to_string(head.ranks) : "") + ": " +
                                       (time ? std::string("time (us)") : metricLabel(head.metric));
-        // One size, or no Chart.js: a table (a line over one size is a stack of dots; a missing chart an empty box).
-        if (sizes.size() < 2 || !drawCharts) {
-          bw << "<table class=\"series\"><caption>" << htmlEscape(caseTitle) << "</caption><tr><th>implementation</th>";
-          for (double b : sizes)
-            bw << "<th>" << formatBytes(b) << "</th>";
-          bw << "</tr>";
-          for (size_t k = begin; k < end; ++k) {
-            bw << "<tr><td>" << htmlEscape(series[k].impl) << "</td>";
-            for (double b : sizes) {
-              auto pt = std::find_if(series[k].points.begin(), series[k].points.end(),
-                                     [&](const SeriesPoint& p) { return p.bytes == b; });
-              bw << "<td class=\"num\""
-                 << (pt != series[k].points.end() && pt->n > 1
-                         ? " title=\"median of " + std::to_string(pt->n) + " pairs, " + figure(pt->min) + " to " +
-                               figure(pt->max) + "\""
-                         : std::string())
-                 << ">" << (pt == series[k].points.end() ? std::string("-") : figure(pt->median)) << "</td>";
+        // A case whose implementations were each measured at one size (MoE's T=128, a quick sweep's 256 MiB) is a table:
+        // as a line chart it would be a vertical stack of dots. Without Chart.js every case is a table.
+        bool line = false;
+        for (size_t k = begin; k < end; ++k)
+          line |= series[k].points.size() > 1;
+        if (!line && time) {
+          // Its time at a bandwidth size is the bandwidth table again.
+          const bool shownAsBandwidth =
+              std::all_of(sizes.begin(), sizes.end(), [](double b) { return b >= kLatencyMaxBytes; });
+          if (shownAsBandwidth) {
+            begin = end;
+            continue;
+          }
+        }
+        if (!line || !drawCharts) {
+          bw << "<table class=\"series\"><caption>" << htmlEscape(caseTitle) << "</caption>";
+          if (!line) {
+            bw << "<tr><th>implementation</th><th>size</th><th>" << (time ? "us" : "GB/s") << "</th></tr>";
+            for (size_t k = begin; k < end; ++k) {
+              for (const SeriesPoint& pt : series[k].points) {
+                bw << "<tr><td>" << htmlEscape(series[k].impl) << "</td><td class=\"num\">" << formatBytes(pt.bytes)
+                   << "</td><td class=\"num\""
+                   << (pt.n > 1 ? " title=\"median of " + std::to_string(pt.n) + " pairs, " + figure(pt.min) +
+                                      " to " + figure(pt.max) + "\""
+                                : std::string())
+                   << ">" << figure(pt.median) << "</td></tr>";
+              }
             }
+          } else {
+            bw << "<tr><th>implementation</th>";
+            for (double b : sizes)
+              bw << "<th>" << formatBytes(b) << "</th>";
             bw << "</tr>";
+            for (size_t k = begin; k < end; ++k) {
+              bw << "<tr><td>" << htmlEscape(series[k].impl) << "</td>";
+              for (double b : sizes) {
+                auto pt = std::find_if(series[k].points.begin(), series[k].points.end(),
+                                       [&](const SeriesPoint& p) { return p.bytes == b; });
+                bw << "<td class=\"num\">" << (pt == series[k].points.end() ? std::string("-") : figure(pt->median))
+                   << "</td>";
+              }
+              bw << "</tr>";
+            }
           }
           bw << "</table>";
           begin = end;
