@@ -650,7 +650,17 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   CliRun html = runPeerlab({"history", "html", "--db", db, "--out", dir + "/site", "--model", dir + "/model.json"});
   EXPECT_EQ(html.exit_code, 0) << html.err;
   EXPECT_TRUE(std::filesystem::exists(dir + "/site/index.html")) << html.out;
+  // Each kind's latest run with the checks engine's verdict and counts.
+  EXPECT_NE(readFile(dir + "/site/index.html").find(">PASS: "), std::string::npos);
   const nlohmann::json model = nlohmann::json::parse(readFile(dir + "/model.json"));
+  for (const auto& k : model["kinds"]) {
+    EXPECT_TRUE(k.contains("latest_verdict")) << k["kind"];
+    EXPECT_EQ(k["latest_verdict"]["checks"]["total"].get<int>(),
+              k["latest_verdict"]["checks"]["passed"].get<int>() + k["latest_verdict"]["checks"]["failed"].get<int>() +
+                  k["latest_verdict"]["checks"]["warnings"].get<int>() +
+                  k["latest_verdict"]["checks"]["unsupported"].get<int>() +
+                  k["latest_verdict"]["checks"]["skipped"].get<int>());
+  }
   EXPECT_GE(model["kinds"].size(), 2u);
   int with_pairs = 0;
   for (const auto& k : model["kinds"]) {

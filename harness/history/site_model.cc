@@ -155,6 +155,13 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     return k;
   };
 
+  // The latest run of each kind and the verdict the checks engine gave it at ingest (runs are oldest first).
+  for (const RunInfo& r : h.runs) {
+    kindOf(r.machine())["latest_verdict"] = {{"run_id", r.id},           {"time", r.time},
+                                             {"git_sha", r.git_sha},     {"verdict", r.verdict},
+                                             {"checks", r.checks}};
+  }
+
   // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.
   std::map<std::pair<std::string, std::string>, std::vector<const Series*>> groups;
   for (const Series& s : h.series)
@@ -207,14 +214,18 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
                                           {"mad", f.mad},
                                           {"z", f.z}});
   }
-  // Heatmaps from the latest run of each kind.
-  std::map<std::string, const RunInfo*> latest;
-  for (const RunInfo& r : h.runs)
-    latest[r.machine()] = &r;
-  for (auto& [machine, run] : latest) {
+  // Heatmaps from the latest run of each kind that measured GPU pairs (a later run of one suite alone, MoE rows say,
+  // has none to draw); newest first, so most kinds read one run.
+  std::set<std::string> drawn;
+  for (auto r = h.runs.rbegin(); r != h.runs.rend(); ++r) {
+    if (drawn.count(r->machine())) continue;
     std::vector<StoredResult> rows;
-    PEERLAB_RETURN_IF_ERROR(store.forEachResultOfRun(run->id, [&](const StoredResult& s) { rows.push_back(s); }));
-    kindOf(machine)["heatmaps"] = runHeatmaps(rows, run->expectations, static_cast<int>(run->gpus.size()));
+    PEERLAB_RETURN_IF_ERROR(store.forEachResultOfRun(r->id, [&](const StoredResult& s) { rows.push_back(s); }));
+    nlohmann::json maps = runHeatmaps(rows, r->expectations, static_cast<int>(r->gpus.size()));
+    if (maps.empty()) continue;
+    kindOf(r->machine())["heatmaps"] = std::move(maps);
+    kindOf(r->machine())["heatmaps_run"] = {{"run_id", r->id}, {"time", r->time}, {"git_sha", r->git_sha}};
+    drawn.insert(r->machine());
   }
   nlohmann::json model = {{"generated", options.generated.empty() ? nowUtc() : options.generated},
                           {"kinds", nlohmann::json::array()}};

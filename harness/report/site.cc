@@ -84,7 +84,12 @@ std::string describe(const json& s) {
   std::string d = str(s, "suite") + " " + str(s, "name") + " " + str(s, "impl");
   const auto src = num(s, "src");
   const auto dst = num(s, "dst");
-  if (src || dst) d += " " + ordinal(src) + "->" + ordinal(dst);
+  // A pair as "0->1"; one GPU's own figure (host copies: no destination) as "gpu 0".
+  if (src && dst && *src != *dst) {
+    d += " " + ordinal(src) + "->" + ordinal(dst);
+  } else if (src || dst) {
+    d += " gpu " + ordinal(src ? src : dst);
+  }
   if (const auto bytes = num(s, "bytes"); bytes && *bytes > 0) d += " " + formatBytes(*bytes);
   if (const auto ranks = num(s, "ranks"); ranks && *ranks > 1) d += " x" + ordinal(ranks);
   return d;
@@ -254,6 +259,8 @@ std::string renderTrends(const json& series, int* charts) {
       chart.x_label = "run (date, commit)";
       const json& first = series[idx[parts[part].first]];
       chart.y_label = metricAxis(str(first, "metric"), str(first, "unit"));
+      // Trends zoom to the data so a few percent show; the axis title says so.
+      chart.y_autoscale = true;
       chart.x_labels = axis.labels;
       ChartMarkers changes{"change point", "#d62728", "triangle", json::array()};
       ChartMarkers drivers{"driver change", "#444444", "rectRot", json::array()};
@@ -414,7 +421,8 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
   out << pageBegin("peerlab history");
   out << "<h1>peerlab history</h1>\n<p class=\"muted\">generated " << htmlEscape(generated) << "</p>\n";
   out << "<table class=\"kinds\"><tr><th class=\"l\">machine kind</th><th>series</th><th>runs</th><th>latest "
-         "run</th><th>regressions</th><th>fleet outliers</th></tr>\n";
+         "run</th><th class=\"l\">its verdict (the checks engine's, as qualify and report give it)</th>"
+         "<th>regressions</th><th>fleet outliers</th></tr>\n";
   const json& kinds = model["kinds"];
   for (size_t k = 0; k < kinds.size(); ++k) {
     const json& kind = kinds[k];
@@ -423,7 +431,7 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
                                    ? kind["kind"].get<std::string>()
                                    : "kinds[" + std::to_string(k) + "]";
       out << "<tr><td class=\"l\">" << htmlEscape(name)
-          << "</td><td class=\"l cell-fail\" colspan=\"5\">not rendered: " << htmlEscape(problems[k]) << "</td></tr>\n";
+          << "</td><td class=\"l cell-fail\" colspan=\"6\">not rendered: " << htmlEscape(problems[k]) << "</td></tr>\n";
       continue;
     }
     const std::string name = kind["kind"].get<std::string>();
@@ -438,9 +446,29 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
     }
     const size_t regressions = arrayAt(kind, "regressions").size();
     const size_t fleet = arrayAt(kind, "fleet").size();
+    // The latest run's verdict and counts, as stored at ingest.
+    std::string verdict = "-", verdictClass = "muted";
+    if (kind.contains("latest_verdict") && kind["latest_verdict"].is_object()) {
+      const json& v = kind["latest_verdict"];
+      const std::string word = str(v, "verdict");
+      if (!word.empty()) {
+        verdict = word;
+        verdictClass = word == "PASS" ? "cell-ok" : "cell-fail";
+        if (v.contains("checks") && v["checks"].is_object()) {
+          const json& c = v["checks"];
+          auto n = [&](const char* key) {
+            return c.contains(key) && c[key].is_number_integer() ? std::to_string(c[key].get<long long>())
+                                                                 : std::string("?");
+          };
+          verdict += ": " + n("total") + " checks: " + n("passed") + " passed, " + n("failed") + " failed, " +
+                     n("warnings") + " warnings, " + n("unsupported") + " unsupported, " + n("skipped") + " skipped";
+        }
+      }
+    }
     out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a></td><td>"
         << series.size() << "</td><td>" << runs.size() << "</td><td>" << htmlEscape(shortTime(latest))
-        << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions << "</td><td class=\""
+        << "</td><td class=\"l " << verdictClass << "\">" << htmlEscape(verdict) << "</td><td class=\""
+        << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions << "</td><td class=\""
         << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
   }
   out << "</table>\n";

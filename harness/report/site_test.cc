@@ -73,9 +73,10 @@ TEST_F(SiteTest, SplitsGroupsToAtMostEightSeriesPerPlot) {
   EXPECT_EQ(plots, 5);
   EXPECT_EQ(total, 21);
   EXPECT_NE(page.find("peer_copy uni peerlab.ce (GB/s) (1/2)"), std::string::npos);
-  // Axes carry units.
-  EXPECT_NE(page.find("\"text\":\"algbw (GB/s)\""), std::string::npos);
-  EXPECT_NE(page.find("\"text\":\"time (us)\""), std::string::npos);
+  // Axes carry units, and a trend's zoomed axis says so.
+  EXPECT_NE(page.find("\"text\":\"algbw (GB/s) (axis zoomed to the data)\""), std::string::npos);
+  EXPECT_NE(page.find("\"text\":\"time (us) (axis zoomed to the data)\""), std::string::npos);
+  EXPECT_NE(page.find("\"beginAtZero\":false"), std::string::npos);
 }
 
 TEST_F(SiteTest, MarksChangePointsAndDriverChanges) {
