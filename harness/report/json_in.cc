@@ -20,22 +20,29 @@ std::string shortValue(const json& v) {
   return s;
 }
 
+std::string In::path() const {
+  if (!parent_) return root_;
+  std::string p = parent_->path();
+  if (key_) return p + "." + key_;
+  return p + "[" + std::to_string(index_) + "]";
+}
+
 void In::fail(const std::string& why) const {
-  throw BadJson{path_, why};
+  throw BadJson{path(), why};
 }
 
 In In::at(const char* key) const {
   requireObject();
   auto it = j_->find(key);
   if (it == j_->end()) fail(std::string("missing key \"") + key + "\"");
-  return In(*it, path_ + "." + key);
+  return In(*it, this, key, 0);
 }
 
 std::optional<In> In::opt(const char* key) const {
   requireObject();
   auto it = j_->find(key);
   if (it == j_->end() || it->is_null()) return std::nullopt;
-  return In(*it, path_ + "." + key);
+  return In(*it, this, key, 0);
 }
 
 void In::requireObject() const {
@@ -53,7 +60,7 @@ size_t In::size() const {
 
 In In::item(size_t i) const {
   requireArray();
-  return In((*j_)[i], path_ + "[" + std::to_string(i) + "]");
+  return In((*j_)[i], this, nullptr, i);
 }
 
 std::string In::str(size_t max_bytes) const {

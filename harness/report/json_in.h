@@ -28,12 +28,15 @@ struct BadJson {
 /// "12", "\"abc\"", "[...]" (at most ~40 characters) for messages.
 std::string shortValue(const nlohmann::json& v);
 
+/// A value and where it sits. Its path is put together only when it is needed (a refusal, a message), so reading a
+/// large document costs no string per key: a child refers to its parent, which must outlive it (read children from
+/// named values, as the readers here do).
 class In {
  public:
-  In(const nlohmann::json& j, std::string path) : j_(&j), path_(std::move(path)) {}
+  In(const nlohmann::json& j, std::string path) : j_(&j), root_(std::move(path)) {}
 
   const nlohmann::json& json() const { return *j_; }
-  const std::string& path() const { return path_; }
+  std::string path() const;
 
   /// The member `key` (required: absent is an error); null counts as present.
   In at(const char* key) const;
@@ -45,6 +48,8 @@ class In {
   void requireArray() const;
   size_t size() const;  ///< array length (requires an array)
   In item(size_t i) const;
+  /// A member met while iterating this object: `key` must be the object's own key (it outlives the child).
+  In member(const std::string& key, const nlohmann::json& value) const { return In(value, this, key.c_str(), 0); }
 
   std::string str(size_t max_bytes = kMaxTextBytes) const;
   double num(double lo, double hi) const;  ///< finite, within [lo, hi]
@@ -60,8 +65,14 @@ class In {
   [[noreturn]] void fail(const std::string& why) const;
 
  private:
+  In(const nlohmann::json& j, const In* parent, const char* key, size_t index)
+      : j_(&j), parent_(parent), key_(key), index_(index) {}
+
   const nlohmann::json* j_;
-  std::string path_;
+  const In* parent_ = nullptr;
+  const char* key_ = nullptr;  ///< member name, or nullptr for an array element (index_)
+  size_t index_ = 0;
+  std::string root_;  ///< the root's path ("$", "$.plan")
 };
 
 /// Runs `read` and turns a refusal into `invalid_argument` "<path>: <why>".

@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "harness/report/checks.h"
 #include "harness/report/json_in.h"
@@ -38,8 +39,6 @@ Status bad(const std::string& path, const std::string& why) {
   return PEERLAB_INVALID_ARGUMENT(path + ": " + why);
 }
 
-const char* kResultKeys[] = {"suite",   "name",       "impl",       "src",   "dst",    "ranks",  "bytes",
-                             "time_us", "algbw_gbps", "busbw_gbps", "wrong", "status", "detail", "numa"};
 const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
 
 bool isKnown(const char* const* keys, size_t n, const std::string& k) {
@@ -162,22 +161,72 @@ constexpr double kMaxBytes = 1e15;
 constexpr double kMaxTimeUs = 1e12;
 constexpr double kMaxCount = 9007199254740992.0;
 
-// Result keys beyond the fixed ones that peerlab reads, with their types.
-void readResultExtra(const In& r) {
-  for (const char* k : {"claimed", "lie", "cached"})
-    r.boolean(k, false);
-  for (const char* k : {"method", "path", "error", "log", "benchmark", "injected"})
-    r.str(k, "", kMaxTextBytes);
-  for (const char* k : {"first_bad", "words", "samples", "p10_us", "p90_us", "nvlink_gbps", "cells", "workers",
-                        "failed_claims", "kernel_us", "numa_local"}) {
-    r.num(k, 0, kMaxTimeUs * 1e3);
-  }
-  if (auto t = r.opt("throttled")) readStrings(*t, 64, kMaxNameBytes);
-  if (auto s = r.opt("samples_us")) {
-    if (s->size() > 1000000) s->fail("holds more than the 1000000 samples allowed");
-    for (size_t i = 0; i < s->size(); ++i)
-      s->item(i).num(0, kMaxTimeUs);
-  }
+// Every key of a result peerlab reads, with how it is read. A result's members are read in one pass, each by its
+// entry here; keys not listed are kept as they are (and read by nobody).
+enum class ResultKey {
+  kSuite,
+  kName,
+  kImpl,
+  kStatus,
+  kSrc,
+  kDst,
+  kRanks,
+  kBytes,
+  kTimeUs,
+  kAlgbw,
+  kBusbw,
+  kWrong,
+  kNuma,
+  kDetail,
+  kFlag,       // true or false
+  kText,       // a string
+  kFigure,     // a finite number, not negative
+  kThrottled,  // clock event reasons
+  kSamplesUs,  // per-sample times
+  kOther,
+};
+
+ResultKey resultKeyOf(const std::string& key) {
+  static const std::unordered_map<std::string, ResultKey> kKeys = {
+      {"suite", ResultKey::kSuite},
+      {"name", ResultKey::kName},
+      {"impl", ResultKey::kImpl},
+      {"status", ResultKey::kStatus},
+      {"src", ResultKey::kSrc},
+      {"dst", ResultKey::kDst},
+      {"ranks", ResultKey::kRanks},
+      {"bytes", ResultKey::kBytes},
+      {"time_us", ResultKey::kTimeUs},
+      {"algbw_gbps", ResultKey::kAlgbw},
+      {"busbw_gbps", ResultKey::kBusbw},
+      {"wrong", ResultKey::kWrong},
+      {"numa", ResultKey::kNuma},
+      {"detail", ResultKey::kDetail},
+      {"claimed", ResultKey::kFlag},
+      {"lie", ResultKey::kFlag},
+      {"cached", ResultKey::kFlag},
+      {"method", ResultKey::kText},
+      {"path", ResultKey::kText},
+      {"error", ResultKey::kText},
+      {"log", ResultKey::kText},
+      {"benchmark", ResultKey::kText},
+      {"injected", ResultKey::kText},
+      {"first_bad", ResultKey::kFigure},
+      {"words", ResultKey::kFigure},
+      {"samples", ResultKey::kFigure},
+      {"p10_us", ResultKey::kFigure},
+      {"p90_us", ResultKey::kFigure},
+      {"nvlink_gbps", ResultKey::kFigure},
+      {"cells", ResultKey::kFigure},
+      {"workers", ResultKey::kFigure},
+      {"failed_claims", ResultKey::kFigure},
+      {"kernel_us", ResultKey::kFigure},
+      {"numa_local", ResultKey::kFigure},
+      {"throttled", ResultKey::kThrottled},
+      {"samples_us", ResultKey::kSamplesUs},
+  };
+  auto it = kKeys.find(key);
+  return it == kKeys.end() ? ResultKey::kOther : it->second;
 }
 
 // Top-level keys beyond the fixed ones that peerlab reads.
@@ -236,7 +285,8 @@ void readRunExtra(const In& doc, Run& run) {
   if (auto s = doc.opt("sources")) readStrings(*s, 10000);
 }
 
-Run readRunDocument(const json& j) {
+// `keep`: build the run (its extra keys copied); validate() only checks.
+Run readRunDocument(const json& j, bool keep = true) {
   const In doc(j, "$");
   doc.requireObject();
   const int version = doc.at("schema_version").integer(0, 1 << 20);
@@ -290,23 +340,13 @@ Run readRunDocument(const json& j) {
   const In results = doc.at("results");
   if (results.size() > kMaxResults)
     results.fail("holds more than the " + std::to_string(kMaxResults) + " results allowed");
-  run.results.reserve(results.size());
+  if (keep) run.results.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     const In r = results.item(i);
     r.requireObject();
     Result out;
-    out.suite = r.at("suite").str(kMaxNameBytes);
-    out.name = r.at("name").str(kMaxNameBytes);
-    out.impl = r.at("impl").str(kMaxNameBytes);
-    out.status = r.at("status").str(4096);
-    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"suite", &out.suite},
-                                     {"name", &out.name},
-                                     {"impl", &out.impl},
-                                     {"status", &out.status}}) {
-      if (value->empty()) r.at(key).fail("must not be empty");
-    }
-    auto gpuIndex = [&](const char* key) -> std::optional<int> {
-      const In v = r.at(key);
+    unsigned seen = 0;  // bit per fixed key present
+    auto gpuIndex = [&](const In& v) -> std::optional<int> {
       if (v.json().is_null()) return std::nullopt;
       if (!v.json().is_number_integer()) v.fail("must be an integer or null (got " + shortValue(v.json()) + ")");
       const long long g =
@@ -319,32 +359,103 @@ Run readRunDocument(const json& j) {
       }
       return static_cast<int>(g);
     };
-    out.src = gpuIndex("src");
-    out.dst = gpuIndex("dst");
-    out.ranks = r.at("ranks").integer(1, 4096);
-    auto number = [&](const char* key, double lo, double hi) -> std::optional<double> {
-      const In v = r.at(key);
+    auto number = [](const In& v, double lo, double hi) -> std::optional<double> {
       if (v.json().is_null()) return std::nullopt;
       return v.num(lo, hi);
     };
-    out.bytes = number("bytes", 0, kMaxBytes);
-    out.time_us = number("time_us", 0, kMaxTimeUs);
+    auto nonEmpty = [](const In& v, size_t max) {
+      std::string text = v.str(max);
+      if (text.empty()) v.fail("must not be empty");
+      return text;
+    };
+    for (auto it = r.json().begin(); it != r.json().end(); ++it) {
+      const In v = r.member(it.key(), it.value());
+      const ResultKey k = resultKeyOf(it.key());
+      seen |= k < ResultKey::kFlag ? 1u << static_cast<unsigned>(k) : 0u;
+      switch (k) {
+        case ResultKey::kSuite:
+          out.suite = nonEmpty(v, kMaxNameBytes);
+          break;
+        case ResultKey::kName:
+          out.name = nonEmpty(v, kMaxNameBytes);
+          break;
+        case ResultKey::kImpl:
+          out.impl = nonEmpty(v, kMaxNameBytes);
+          break;
+        case ResultKey::kStatus:
+          out.status = nonEmpty(v, 4096);
+          break;
+        case ResultKey::kSrc:
+          out.src = gpuIndex(v);
+          break;
+        case ResultKey::kDst:
+          out.dst = gpuIndex(v);
+          break;
+        case ResultKey::kRanks:
+          out.ranks = v.integer(1, 4096);
+          break;
+        case ResultKey::kBytes:
+          out.bytes = number(v, 0, kMaxBytes);
+          break;
+        case ResultKey::kTimeUs:
+          out.time_us = number(v, 0, kMaxTimeUs);
+          break;
+        case ResultKey::kAlgbw:
+          out.algbw_gbps = number(v, 0, kMaxGbps);
+          break;
+        case ResultKey::kBusbw:
+          out.busbw_gbps = number(v, 0, kMaxGbps);
+          break;
+        case ResultKey::kWrong:
+          out.wrong = number(v, 0, kMaxCount);
+          if (out.wrong && *out.wrong != std::floor(*out.wrong)) v.fail("must be a whole number of elements");
+          break;
+        case ResultKey::kNuma:
+          if (!v.json().is_null()) out.numa = v.integer(0, 65535);
+          break;
+        case ResultKey::kDetail:
+          if (!v.json().is_null()) out.detail = v.str(kMaxTextBytes);
+          break;
+        case ResultKey::kFlag:
+          if (!v.json().is_null()) v.boolean();
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+        case ResultKey::kText:
+          if (!v.json().is_null()) v.str(kMaxTextBytes);
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+        case ResultKey::kFigure:
+          if (!v.json().is_null()) v.num(0, kMaxTimeUs * 1e3);
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+        case ResultKey::kThrottled:
+          if (!v.json().is_null()) readStrings(v, 64, kMaxNameBytes);
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+        case ResultKey::kSamplesUs:
+          if (!v.json().is_null()) {
+            if (v.size() > 1000000) v.fail("holds more than the 1000000 samples allowed");
+            for (size_t n = 0; n < v.size(); ++n)
+              v.item(n).num(0, kMaxTimeUs);
+          }
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+        case ResultKey::kOther:
+          if (keep) out.extra[it.key()] = it.value();
+          break;
+      }
+    }
+    // The keys every result must have (src, dst and the figures may be null, not absent).
+    for (const char* key : {"suite", "name", "impl", "src", "dst", "ranks", "bytes", "time_us", "algbw_gbps",
+                            "busbw_gbps", "wrong", "status"}) {
+      if (!(seen & (1u << static_cast<unsigned>(resultKeyOf(key))))) r.fail(std::string("missing key \"") + key + "\"");
+    }
     if (out.time_us && *out.time_us == 0 && out.status == "ok") {
       r.at("time_us").fail("0 is not a time: a measured result's time is positive");
     }
-    out.algbw_gbps = number("algbw_gbps", 0, kMaxGbps);
-    out.busbw_gbps = number("busbw_gbps", 0, kMaxGbps);
-    out.wrong = number("wrong", 0, kMaxCount);
-    if (out.wrong && *out.wrong != std::floor(*out.wrong)) r.at("wrong").fail("must be a whole number of elements");
-    out.numa = r.integer("numa", 0, 65535);
-    out.detail = r.str("detail", "");
-    readResultExtra(r);
-    for (auto it = r.json().begin(); it != r.json().end(); ++it) {
-      if (!isKnown(kResultKeys, std::size(kResultKeys), it.key())) out.extra[it.key()] = it.value();
-    }
-    run.results.push_back(std::move(out));
+    if (keep) run.results.push_back(std::move(out));
   }
-  for (auto it = j.begin(); it != j.end(); ++it) {
+  for (auto it = j.begin(); it != j.end() && keep; ++it) {
     if (!isKnown(kRunKeys, std::size(kRunKeys), it.key())) run.extra[it.key()] = it.value();
   }
   return run;
@@ -422,7 +533,11 @@ std::optional<long long> parseIsoTimestamp(const std::string& t) {
 }
 
 Status validate(const json& doc) {
-  return fromJson(doc).status();
+  // fromJson's checks on the document as it is (no copy; control characters are removed only from what is kept).
+  if (jsonDepth(doc, kMaxJsonDepth) > kMaxJsonDepth) {
+    return PEERLAB_INVALID_ARGUMENT("$: nested deeper than the " + std::to_string(kMaxJsonDepth) + " levels allowed");
+  }
+  return readJson([&] { return readRunDocument(doc, /*keep=*/false); }).status();
 }
 
 StatusOr<Run> fromJson(json doc) {
