@@ -58,5 +58,18 @@ if ! have_cmd nvidia-smi || ! nvidia-smi -L >/dev/null 2>&1; then
   ctest --test-dir build/ci -L gpu -j "$(nproc)" --timeout 120 --output-junit gpu-junit.xml >build/ci/gpu-tests.log 2>&1 || true
   gpu_junit=(--expect-skipped build/ci/gpu-junit.xml)
 fi
+# The fuzz targets of what reads untrusted run files after the parsers (renderers, site, history ingest), a bounded
+# time each from the committed corpus (ci/fuzz.sh: clang with libFuzzer); a crash fails, a missing toolchain skips.
+if have_cmd clang && have_cmd clang++; then
+  frc=0
+  ci/fuzz.sh --seconds "${PEERLAB_CI_FUZZ_SECONDS:-20}" render site history >build/ci/fuzz.log 2>&1 || frc=$?
+  case $frc in
+    0) echo "ci/test.sh: fuzz: $(tail -1 build/ci/fuzz.log)" ;;
+    1) echo "ci/test.sh: fuzz: a target crashed (build/ci/fuzz.log; the input is saved under fixtures/fuzz/)" >&2; rc=1 ;;
+    *) echo "ci/test.sh: fuzz targets skipped: ci/fuzz.sh exit $frc (build/ci/fuzz.log)" >&2 ;;
+  esac
+else
+  echo "ci/test.sh: fuzz targets skipped: no clang (apt-get install clang libclang-rt-14-dev)" >&2
+fi
 python3 ci/ctest_summary.py build/ci/cpu-junit.xml "${gpu_junit[@]}" || rc=1
 exit $rc
