@@ -133,6 +133,29 @@ TEST(Compare, IdentityIncludesPairSizeAndRanks) {
   EXPECT_EQ(rep.count(Verdict::kOnlyNew), 3);
 }
 
+TEST(Compare, IdentityIncludesTheHostMemorysNumaNode) {
+  // The same host copy with host memory on another NUMA node is another measurement, never a regression of it.
+  Result local = bw("host_copy", "peerlab.ce", 0, 0, 268435456.0, 54.0);
+  local.name = "h2d";
+  local.dst.reset();
+  local.numa = 0;
+  Result remote = local;
+  remote.numa = 1;
+  remote.algbw_gbps = 27.0;
+  report::Run base, fresh;
+  base.results = {local, remote};
+  fresh.results = {remote, local};
+  CompareReport same = compareRuns(base, fresh);
+  EXPECT_EQ(same.count(Verdict::kOnlyBase), 0);
+  EXPECT_EQ(same.count(Verdict::kOnlyNew), 0);
+  EXPECT_EQ(same.count(Verdict::kRegressed), 0);
+  fresh.results = {remote};
+  CompareReport missing = compareRuns(base, fresh);
+  EXPECT_EQ(missing.count(Verdict::kOnlyBase), 1);
+  EXPECT_EQ(describeResult(local), "host_copy h2d peerlab.ce gpu 0 host numa 0 256 MiB");
+  EXPECT_EQ(describeResult(remote), "host_copy h2d peerlab.ce gpu 0 host numa 1 256 MiB");
+}
+
 TEST(Compare, StatusRegressionsRegardlessOfNumbers) {
   report::Run base, fresh;
   Result ok = bw("peer_copy", "failed", 0, 1, 4096, 100);
@@ -277,6 +300,11 @@ TEST(SeriesMetric, LatencySizesInTimeBandwidthAboveVerdictsNone) {
   EXPECT_EQ(seriesMetric(r)->field, "busbw_gbps");
   r.bytes.reset();
   EXPECT_EQ(seriesMetric(r)->field, "time_us");
+  // MoE rows of older runs stored algbw in busbw_gbps: MoE is compared on algbw, whose meaning never changed.
+  r.suite = "moe";
+  r.bytes = 1 << 20;
+  EXPECT_EQ(seriesMetric(r)->field, "algbw_gbps");
+  r.bytes.reset();
   for (const char* suite : {"test", "probe", "health"}) {
     r.suite = suite;
     EXPECT_FALSE(seriesMetric(r).has_value()) << suite;

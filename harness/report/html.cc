@@ -613,7 +613,10 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       }
       t << "</table>";
       section("health", "Machine health");
-      body << "<p>" << byGpu.size() << " GPU" << (byGpu.size() == 1 ? "" : "s") << " checked: " << failing
+      // Checks of the whole machine (no GPU) sit on a "host" row and are not counted as a GPU.
+      const size_t gpus = byGpu.size() - byGpu.count(-1);
+      body << "<p>" << gpus << " GPU" << (gpus == 1 ? "" : "s") << (byGpu.count(-1) ? " and the host" : "")
+           << " checked: " << failing
            << " failing, " << warning << " warning" << (warning == 1 ? "" : "s")
            << ". Red: fail, amber: warn, grey: unsupported on this machine.</p>" << t.str() << "</section>";
     }

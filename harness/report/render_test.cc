@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -256,6 +257,27 @@ TEST(Html, CtestTimesInSecondsAndNotPlotted) {
   EXPECT_EQ(html.find("test core_gpu_test"), std::string::npos);
 }
 
+TEST(Html, CellColourNeverFallsAsTheFractionRises) {
+  // The legend reads red -> amber -> green: a cell at 93% of its expected figure is never greener than one at 100%.
+  auto hue = [](double f) {
+    const std::string c = fractionColour(f);
+    int h = -1;
+    EXPECT_EQ(std::sscanf(c.c_str(), "hsl(%d,", &h), 1) << c;
+    EXPECT_NE(c.find(", 65%, 80%)"), std::string::npos) << c;  // one lightness for every cell
+    return h;
+  };
+  int previous = -1;
+  for (int i = 0; i <= 130; ++i) {
+    const int h = hue(i / 100.0);
+    EXPECT_GE(h, previous) << "fraction " << i / 100.0;
+    previous = h;
+  }
+  EXPECT_LT(hue(0.93), hue(1.0));
+  EXPECT_EQ(hue(0.5), 0);
+  EXPECT_EQ(hue(1.0), 120);
+  EXPECT_EQ(fractionColour(std::nan("")), "#eeeeee");
+}
+
 TEST(Html, HostCopyAndHealthTables) {
   report::Run run = syntheticRun(2);
   for (int g = 0; g < 2; ++g) {
@@ -296,6 +318,13 @@ TEST(Html, HostCopyAndHealthTables) {
       run.results.push_back(h);
     }
   }
+  Result machine;  // a check of the whole machine, no GPU: its row says "host", never "-1"
+  machine.suite = "health";
+  machine.impl = "nvml";
+  machine.name = "driver";
+  machine.status = "ok";
+  machine.detail = "580.159.04";
+  run.results.push_back(machine);
   const std::string html = withoutLibrary(renderHtml(run));
   EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
   EXPECT_NE(html.find("<th>peerlab.ce h2d</th>"), std::string::npos);
@@ -305,12 +334,16 @@ TEST(Html, HostCopyAndHealthTables) {
       << html.substr(html.find("id=\"host_copy\""), 1500);
   EXPECT_NE(html.find("<td>1</td><td>1</td>"), std::string::npos);  // GPU 1, NUMA node 1
   EXPECT_NE(html.find("id=\"health\""), std::string::npos);
-  EXPECT_NE(html.find("2 GPUs checked: 1 failing, 1 warning."), std::string::npos);
+  EXPECT_NE(html.find("2 GPUs and the host checked: 1 failing, 1 warning."), std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-fail\" title=\"Gen4 x8, expected Gen5 x16\"><strong>fail</strong>"),
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-warn\" title=\"12 corrected errors\"><strong>warn</strong>"),
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"muted\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>host</td>"), std::string::npos);
+  EXPECT_EQ(html.find("<td>-1</td>"), std::string::npos);
+  EXPECT_EQ(html.find("GPU -1"), std::string::npos);
+  EXPECT_EQ(html.find("0-&gt;?"), std::string::npos);
   // Health checks are not latencies.
   EXPECT_EQ(html.find("<h3>health</h3>"), std::string::npos);
 }
