@@ -64,7 +64,7 @@ if have_cmd clang && have_cmd clang++; then
   frc=0
   ci/fuzz.sh --seconds "${PEERLAB_CI_FUZZ_SECONDS:-20}" render site history >build/ci/fuzz.log 2>&1 || frc=$?
   case $frc in
-    0) echo "ci/test.sh: fuzz: $(tail -1 build/ci/fuzz.log)" ;;
+    0) echo "ci/test.sh: $(tail -1 build/ci/fuzz.log) ($(grep -o 'Done [0-9]* runs' build/ci/fuzz.log | awk '{print $2}' | paste -sd/ -) executions)" ;;
     1) echo "ci/test.sh: fuzz: a target crashed (build/ci/fuzz.log; the input is saved under fixtures/fuzz/)" >&2; rc=1 ;;
     *) echo "ci/test.sh: fuzz targets skipped: ci/fuzz.sh exit $frc (build/ci/fuzz.log)" >&2 ;;
   esac
