@@ -15,9 +15,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <tuple>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness/cli/command.h"
@@ -184,8 +184,8 @@ std::string summaryLine(const Inventory& inv, const std::vector<CellReport>& cel
   // A cell is an ordered pair and a method, as every output counts it: the worst verdict over the sizes probed.
   std::map<std::tuple<int, int, int>, std::pair<Verdict, bool>> worst;  // (method, src, dst) -> verdict, a lie
   for (const CellReport& c : cells) {
-    auto [it, fresh] = worst.try_emplace(
-        std::make_tuple(static_cast<int>(c.spec.method), c.spec.src, c.spec.dst), std::make_pair(c.result.verdict, false));
+    auto [it, fresh] = worst.try_emplace(std::make_tuple(static_cast<int>(c.spec.method), c.spec.src, c.spec.dst),
+                                         std::make_pair(c.result.verdict, false));
     if (!fresh && report::probeSeverity(std::string(verdictName(c.result.verdict))) >
                       report::probeSeverity(std::string(verdictName(it->second.first)))) {
       it->second.first = c.result.verdict;

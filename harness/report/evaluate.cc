@@ -542,7 +542,8 @@ std::string injectionNote(const Run& run) {
   }
   std::map<std::string, int> cells;
   for (const Result& r : run.results) {
-    if (r.extra.contains("injected") && r.extra["injected"].is_string()) ++cells[r.extra["injected"].get<std::string>()];
+    if (r.extra.contains("injected") && r.extra["injected"].is_string())
+      ++cells[r.extra["injected"].get<std::string>()];
   }
   for (const auto& [fault, n] : cells)
     what += (what.empty() ? "" : ", ") + fault + " injected into " + std::to_string(n) + (n == 1 ? " cell" : " cells");

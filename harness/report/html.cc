@@ -252,8 +252,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         const std::string caseTitle = suite + " " + head.name +
                                       (head.ranks > 1 ? " x" + std::to_string(head.ranks) : "") + ": " +
                                       (time ? std::string("time (us)") : metricLabel(head.metric));
-        // A case whose implementations were each measured at one size (MoE's T=128, a quick sweep's 256 MiB) is a table:
-        // as a line chart it would be a vertical stack of dots. Without Chart.js every case is a table.
+        // A case whose implementations were each measured at one size (MoE's T=128, a quick sweep's 256 MiB) is a
+        // table: as a line chart it would be a vertical stack of dots. Without Chart.js every case is a table.
         bool line = false;
         for (size_t k = begin; k < end; ++k)
           line |= series[k].points.size() > 1;
@@ -274,8 +274,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
               for (const SeriesPoint& pt : series[k].points) {
                 bw << "<tr><td>" << htmlEscape(series[k].impl) << "</td><td class=\"num\">" << formatBytes(pt.bytes)
                    << "</td><td class=\"num\""
-                   << (pt.n > 1 ? " title=\"median of " + std::to_string(pt.n) + " pairs, " + figure(pt.min) +
-                                      " to " + figure(pt.max) + "\""
+                   << (pt.n > 1 ? " title=\"median of " + std::to_string(pt.n) + " pairs, " + figure(pt.min) + " to " +
+                                      figure(pt.max) + "\""
                                 : std::string())
                    << ">" << figure(pt.median) << "</td></tr>";
               }
@@ -616,8 +616,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       // Checks of the whole machine (no GPU) sit on a "host" row and are not counted as a GPU.
       const size_t gpus = byGpu.size() - byGpu.count(-1);
       body << "<p>" << gpus << " GPU" << (gpus == 1 ? "" : "s") << (byGpu.count(-1) ? " and the host" : "")
-           << " checked: " << failing
-           << " failing, " << warning << " warning" << (warning == 1 ? "" : "s")
+           << " checked: " << failing << " failing, " << warning << " warning" << (warning == 1 ? "" : "s")
            << ". Red: fail, amber: warn, grey: unsupported on this machine.</p>" << t.str() << "</section>";
     }
   }

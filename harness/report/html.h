@@ -23,6 +23,4 @@ struct HtmlOptions {
 /// and data-peerlab-height to the page height.
 std::string renderHtml(const Run& run, const HtmlOptions& options = {});
 
-
-
 }  // namespace peerlab::report

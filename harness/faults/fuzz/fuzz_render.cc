@@ -1,6 +1,7 @@
 // Fuzz target: what the checks engine and the report renderers do with a run file once the reader has taken it
-// (harness/report: the verdict, the HTML report, the Markdown summary, JUnit, the console lines). Any input the reader accepts must render on every renderer without a crash,
-// a sanitizer report or an exception; what the reader refuses stops there.
+// (harness/report: the verdict, the HTML report, the Markdown summary, JUnit, the console lines). Any input the reader
+// accepts must render on every renderer without a crash, a sanitizer report or an exception; what the reader refuses
+// stops there.
 
 #include <cstddef>
 #include <cstdint>
