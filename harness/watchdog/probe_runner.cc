@@ -11,6 +11,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <tuple>
@@ -317,6 +318,33 @@ struct ProbeSession::Impl {
     return out;
   }
 
+  // A worker's next message before the deadline; a silence, a death or garbage fails the exchange with its reason.
+  std::optional<Decoded> nextAnswer(Worker& w, Deadline deadline, Exchange& ex) {
+    auto fail = [&](Verdict v, std::string why) {
+      ex.failed = true;
+      ex.verdict = v;
+      ex.why = std::move(why);
+    };
+    auto msg = w.child.receive(deadline);
+    if (!msg.isOk()) {
+      if (msg.status().code() == StatusCode::kTimeout) {
+        fail(Verdict::kHang,
+             "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() + " killed");
+      } else if (msg.status().code() == StatusCode::kUnavailable) {
+        fail(Verdict::kError, describeDeath(w));
+      } else {
+        fail(Verdict::kError, w.name() + ": " + msg.status().message());
+      }
+      return std::nullopt;
+    }
+    auto decoded = decode(msg->bytes);
+    if (!decoded.isOk()) {
+      fail(Verdict::kError, w.name() + " answered garbage (" + decoded.status().message() + "); killed");
+      return std::nullopt;
+    }
+    return std::move(*decoded);
+  }
+
   Exchange exchange(Worker& w, Phase phase, const std::vector<uint32_t>& ids) {
     Exchange ex;
     auto fail = [&](Verdict v, std::string why) {
@@ -337,23 +365,8 @@ struct ProbeSession::Impl {
     }
     Deadline deadline = Deadline::after(opt.cell_timeout);
     while (!ex.failed && (!open.empty() || !batch_done)) {
-      auto msg = w.child.receive(deadline);
-      if (!msg.isOk()) {
-        if (msg.status().code() == StatusCode::kTimeout) {
-          fail(Verdict::kHang,
-               "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() + " killed");
-        } else if (msg.status().code() == StatusCode::kUnavailable) {
-          fail(Verdict::kError, describeDeath(w));
-        } else {
-          fail(Verdict::kError, w.name() + ": " + msg.status().message());
-        }
-        break;
-      }
-      auto decoded = decode(msg->bytes);
-      if (!decoded.isOk()) {
-        fail(Verdict::kError, w.name() + " answered garbage (" + decoded.status().message() + "); killed");
-        break;
-      }
+      std::optional<Decoded> decoded = nextAnswer(w, deadline, ex);
+      if (!decoded) break;
       switch (decoded->type) {
         case MessageType::kCellDone: {
           auto& r = decoded->cell;
@@ -492,23 +505,8 @@ struct ProbeSession::Impl {
     };
     bool batch_done = false;
     while (!ex.failed && !batch_done) {
-      auto msg = w.child.receive(deadline);
-      if (!msg.isOk()) {
-        if (msg.status().code() == StatusCode::kTimeout) {
-          fail(Verdict::kHang,
-               "no answer within " + std::to_string(opt.cell_timeout.count()) + " ms; " + w.name() + " killed");
-        } else if (msg.status().code() == StatusCode::kUnavailable) {
-          fail(Verdict::kError, describeDeath(w));
-        } else {
-          fail(Verdict::kError, w.name() + ": " + msg.status().message());
-        }
-        break;
-      }
-      auto decoded = decode(msg->bytes);
-      if (!decoded.isOk()) {
-        fail(Verdict::kError, w.name() + " answered garbage (" + decoded.status().message() + "); killed");
-        break;
-      }
+      std::optional<Decoded> decoded = nextAnswer(w, deadline, ex);
+      if (!decoded) break;
       if (decoded->type == MessageType::kCellDone) {
         if (decoded->cell.id != id || decoded->cell.seed != reports[id].spec.seed) {
           fail(Verdict::kError, w.name() + " answered with a wrong payload (seed echo differs); killed");
