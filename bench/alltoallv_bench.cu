@@ -25,11 +25,18 @@
 //   PEERLAB_ALLTOALLV_CTAS=264          CTAs per launch (up to two per SM; default: one per SM for large sizes)
 //   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 524288)
 //   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
-//   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels without programmatic dependent launch (default on)
+//   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels (the MoE low-latency ones too) without programmatic
+//                                       dependent launch (default on)
 //   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
 //   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
 //   PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES=33554432  large sends below this total split statically instead of queued
 // and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above);
+// PEERLAB_MOE_LL_TAGGED_MAX_TOKENS=0 sends the low-latency rows plain at every T (default: tagged words up to
+// kLlDefaultTaggedMaxTokens tokens per rank; record field ll_tagged says which way a row went).
+// PEERLAB_MOE_LL_PHASES=1 adds, to the low-latency rows, when the last CTA reached each phase (us after the call's
+// start, median, slowest rank): ll_last_start_us, ll_sent_us (rows / partial sums and their flags sent), ll_signals_us
+// (dispatch: every count block read; combine: every partial sum's flag seen), ll_rows_us (dispatch: every row flag
+// seen; combine: every peer's mark seen).
 // PEERLAB_MOE_LL_TIMEOUT_MS=2000 bounds the low-latency kernels' device waits (default 10000; shorter under a profiler
 // that replays kernels, so a replayed kernel whose peer has moved on gives up soon).
 #include <benchmark/benchmark.h>
@@ -591,6 +598,9 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
       ll.ll_max_tokens = tokens;
       ll.ll_payload = payload;
       ll.ll_timeout_ms = static_cast<int64_t>(envOr("PEERLAB_MOE_LL_TIMEOUT_MS", ll.ll_timeout_ms));
+      ll.ll_programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
+      ll.ll_tagged_max_tokens =
+          static_cast<int>(envOr("PEERLAB_MOE_LL_TAGGED_MAX_TOKENS", static_cast<uint64_t>(ll.ll_tagged_max_tokens)));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
@@ -680,24 +690,44 @@ StatusOr<uint64_t> checkLlFp8Dispatch(Env& e, MoeInstance& m, alltoallv::moe::Mo
   return wrong + static_cast<uint64_t>(std::llabs(mine - want_mine));
 }
 
+// PEERLAB_MOE_LL_PHASES=1: the low-latency kernels also stamp their phases (a few atomics more per CTA).
+bool llPhasesRequested() {
+  const char* v = std::getenv("PEERLAB_MOE_LL_PHASES");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // A cleared LlKernelTimes on this rank's GPU, set on `ll` (its next kernels stamp their spans into it).
 StatusOr<DeviceBuffer> startKernelTimes(Env& e, alltoallv::moe::LowLatencyExchange& ll) {
   alltoallv::moe::LlKernelTimes cleared{};
   alltoallv::moe::llClearTimes(&cleared);
   PEERLAB_ASSIGN_OR_RETURN(auto b, allocDevice(e.rank, sizeof(cleared)));
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(b->ptr, &cleared, sizeof(cleared), cudaMemcpyHostToDevice)));
-  ll.setKernelTimes(b->as<alltoallv::moe::LlKernelTimes>());
+  ll.setKernelTimes(b->as<alltoallv::moe::LlKernelTimes>(), llPhasesRequested());
   return b;
 }
 
-// This rank's median kernel span (us) of the dispatch or combine calls stamped into `times`.
-StatusOr<double> kernelMedianUs(Env& e, const DeviceBuffer& times, bool combine) {
+// This rank's median kernel span (us) of the dispatch or combine calls stamped into `times`, and with phase stamps
+// on, the median moment (us after the call's start) of each phase.
+StatusOr<std::map<std::string, double>> kernelMediansUs(Env& e, const DeviceBuffer& times, bool combine) {
   PEERLAB_RETURN_IF_ERROR(waitStream(e.stream.get(), soon(), "ll kernel times"));
   alltoallv::moe::LlKernelTimes t{};
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemcpy(&t, times->ptr, sizeof(t), cudaMemcpyDeviceToHost)));
   const std::vector<double> spans = alltoallv::moe::llKernelSpansUs(t, combine);
   if (spans.empty()) return PEERLAB_INTERNAL("no low-latency kernel stamped its span");
-  return median(spans);
+  std::map<std::string, double> out{{"kernel_us", median(spans)}};
+  if (llPhasesRequested()) {
+    namespace m = alltoallv::moe;
+    const std::pair<int, const char*> phases[] = {{m::kLlStampLastStart, "ll_last_start_us"},
+                                                  {m::kLlStampSent, "ll_sent_us"},
+                                                  {m::kLlStampSignals, "ll_signals_us"},
+                                                  {m::kLlStampRows, "ll_rows_us"}};
+    for (const auto& [stamp, name] : phases) {
+      // Every rank names every phase (the slowest-rank exchange is collective); -1: this rank has no stamp of it.
+      const std::vector<double> at = m::llStampOffsetsUs(t, combine, stamp);
+      out[name] = at.empty() ? -1.0 : median(at);
+    }
+  }
+  return out;
 }
 
 void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int tokens) {
@@ -792,13 +822,16 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
     if (!agree(e, after.isOk())) return fail(state, rec, after.isOk() ? PEERLAB_INTERNAL("a peer failed") : after);
     if (traced != nullptr) addTrace(rec, trace, s);
     if (ll_times) {
-      auto k = kernelMedianUs(e, ll_times, combine);
+      auto k = kernelMediansUs(e, ll_times, combine);
       if (!agree(e, k.isOk())) return fail(state, rec, k.isOk() ? PEERLAB_INTERNAL("a peer failed") : k.status());
-      auto worst = slowest(e, *k);
-      if (!worst.isOk()) return fail(state, rec, worst.status());
-      rec.extra["kernel_us"] = *worst;
+      for (const auto& [name, us] : *k) {
+        auto worst = slowest(e, us);
+        if (!worst.isOk()) return fail(state, rec, worst.status());
+        if (*worst >= 0) rec.extra[name] = *worst;
+      }
     }
     rec.extra["nvlink_bytes"] = static_cast<double>(traffic.nvlink);
+    if (ll) rec.extra["ll_tagged"] = moe.lowLatency()->layout().tagged(tokens) ? 1.0 : 0.0;
     publishTimed(state, e, rec, *us, static_cast<double>(traffic.nvlink));
   }
 }

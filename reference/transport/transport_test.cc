@@ -119,6 +119,10 @@ TEST(UcxLayout, DeclarationsMatchTheHeaders) {
   EXPECT_EQ(offsetof(ucp_mem_attr_t, mem_type), offsetof(ucx::MemAttr, mem_type));
   EXPECT_GE(sizeof(ucx::MemAttr), sizeof(ucp_mem_attr_t));
   EXPECT_EQ(offsetof(ucp_request_param_t, flags), offsetof(ucx::RequestParam, flags));
+  EXPECT_EQ(offsetof(ucp_request_param_t, memory_type), offsetof(ucx::RequestParam, memory_type));
+  EXPECT_EQ(offsetof(ucp_request_param_t, memh), offsetof(ucx::RequestParam, memh));
+  EXPECT_EQ(UCP_OP_ATTR_FIELD_MEMORY_TYPE, ucx::kOpFieldMemoryType);
+  EXPECT_EQ(UCP_OP_ATTR_FIELD_MEMH, ucx::kOpFieldMemh);
   EXPECT_GE(sizeof(ucx::RequestParam), sizeof(ucp_request_param_t));
   EXPECT_EQ(sizeof(ucs_status_t), sizeof(ucx::StatusT));
   EXPECT_EQ(static_cast<int>(UCS_MEMORY_TYPE_CUDA), ucx::kMemoryCuda);

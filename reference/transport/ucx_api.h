@@ -108,13 +108,23 @@ struct MemAttr {
   uint8_t tail[64] = {};
 };
 
-// ucp_request_param_t: op_attr_mask and flags come first.
+// ucp_request_param_t (UCX 1.13 and later): the fields up to memh.
 inline constexpr uint32_t kOpFieldFlags = 1u << 4;
+inline constexpr uint32_t kOpFieldMemoryType = 1u << 6;
+inline constexpr uint32_t kOpFieldMemh = 1u << 8;
 inline constexpr uint32_t kEpCloseFlagForce = 1u << 0;
 struct RequestParam {
   uint32_t op_attr_mask = 0;
   uint32_t flags = 0;
-  uint8_t unused[120] = {};
+  void* request = nullptr;
+  void* cb = nullptr;
+  uint64_t datatype = 0;
+  void* user_data = nullptr;
+  void* reply_buffer = nullptr;
+  int memory_type = 0;  ///< ucs_memory_type_t, with kOpFieldMemoryType: no detection of the buffer's type
+  void* recv_info = nullptr;
+  void* memh = nullptr;  ///< ucp_mem_h of the local buffer, with kOpFieldMemh: no registration per operation
+  uint8_t unused[64] = {};
 };
 
 // Every entry point peerlab uses, as X(name, return type, parameters).

@@ -18,6 +18,9 @@ std::string llShapeError(const LlShape& s) {
   }
   if (s.max_tokens < 1) return "ll: max tokens " + std::to_string(s.max_tokens) + " must be positive";
   if (s.capacity < 1) return "ll: expert capacity " + std::to_string(s.capacity) + " must be positive";
+  if (s.tagged_max_tokens < 0) {
+    return "ll: tagged_max_tokens " + std::to_string(s.tagged_max_tokens) + " must not be negative";
+  }
   const int multiple = s.payload == LlPayload::kFp8 ? kFp8Group : 8;
   if (s.hidden <= 0 || s.hidden % multiple != 0) {
     return "ll: hidden size " + std::to_string(s.hidden) + " is not a multiple of " + std::to_string(multiple) +
@@ -45,16 +48,26 @@ MoeTrafficBytes moeTrafficBytes(const int32_t* ids, int tokens, int top_k, int e
 
 void llClearTimes(LlKernelTimes* t) {
   for (int i = 0; i < kLlTimeSlots; ++i) {
-    t->dispatch[i][0] = t->combine[i][0] = UINT64_MAX;
-    t->dispatch[i][1] = t->combine[i][1] = 0;
+    for (int j = 0; j < kLlStamps; ++j)
+      t->dispatch[i][j] = t->combine[i][j] = 0;
+    t->dispatch[i][kLlStampStart] = t->combine[i][kLlStampStart] = UINT64_MAX;
   }
 }
 
 std::vector<double> llKernelSpansUs(const LlKernelTimes& t, bool combine) {
+  return llStampOffsetsUs(t, combine, kLlStampEnd);
+}
+
+std::vector<double> llStampOffsetsUs(const LlKernelTimes& t, bool combine, int stamp) {
   std::vector<double> us;
+  if (stamp <= kLlStampStart || stamp >= kLlStamps) return us;
   for (int i = 0; i < kLlTimeSlots; ++i) {
     const uint64_t* s = combine ? t.combine[i] : t.dispatch[i];
-    if (s[0] != UINT64_MAX && s[1] >= s[0]) us.push_back(static_cast<double>(s[1] - s[0]) / 1e3);
+    const uint64_t start = s[kLlStampStart];
+    const uint64_t end = s[kLlStampEnd];
+    // A whole call: started and ended; a stamp of it lies between the two.
+    if (start == UINT64_MAX || end < start || s[stamp] < start || s[stamp] > end) continue;
+    us.push_back(static_cast<double>(s[stamp] - start) / 1e3);
   }
   return us;
 }

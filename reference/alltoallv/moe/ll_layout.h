@@ -9,14 +9,22 @@
 /// Every rank's symmetric region holds, each but the marks twice (calls alternate between two parities; a rank
 /// writes into a parity only once every peer has finished the call two before, see low_latency.h):
 ///   count blocks    [parity][source rank]: a flag word (epoch << 32 | tokens the source routes this call), then the
-///                   source's kept pairs per local expert of this rank (int32, at most the capacity)
+///                   source's kept pairs per local expert of this rank, each a tagged word (below)
 ///   dispatch flags  uint64 [parity][source rank][token]: epoch << 32 | that token's kept pairs here (0: nothing
-///                   was sent), written after the row
+///                   was sent)
 ///   dispatch rows   [parity][source rank][token]: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32 scales), then one
 ///                   LlPairEntry per kept pair here
-///   combine flags   uint64 [parity][expert rank][token]: the epoch, written after the row
+///   combine flags   uint64 [parity][expert rank][token]: the epoch (rows sent plain only)
 ///   combine rows    bf16 [parity][expert rank][token][H]: that rank's partial sum for the token (fp32, rounded once)
 ///   combine marks   uint64 [rank]: the last combine rank r has started (so it has finished the one before)
+///
+/// Rows go one of two ways. Plain: the bytes as they are, then a fence, then the flag with release semantics (the
+/// fence waits for the peer to acknowledge every store: microseconds). Tagged: every 4 bytes travel in an 8-byte word
+/// with the call's epoch beside them (epoch << 32 | data, one single-copy-atomic store), so a reader knows each word
+/// is of this call without any ordering between words, and the writer needs no fence: twice the bytes, no round trip.
+/// A source's rows are tagged when it routes at most tagged_max_tokens tokens in the call (its count block says how
+/// many, so every reader knows); the combine rows of its tokens likewise, and those need no flag. Count words are
+/// always tagged.
 
 #include <cuda_runtime_api.h>
 
@@ -33,6 +41,8 @@ enum class LlPayload : uint32_t {
   kFp8 = 1,   ///< e4m3 with one fp32 scale per 128 elements (DeepEP's layout): x ~= q * scale
 };
 
+/// The default LlConfig::tagged_max_tokens (docs/moe.md has the measurements behind it).
+inline constexpr int kLlDefaultTaggedMaxTokens = 16;
 /// Most top-k slots per token (both modes).
 inline constexpr int kMaxTopK = 16;
 inline constexpr int kFp8Group = 128;
@@ -59,6 +69,7 @@ struct LlShape {
   int max_tokens = 1;  ///< tokens per rank per LL call at most (sizes the dispatch and combine rows)
   int capacity = 1;    ///< kept pairs per (source rank, expert) at most
   LlPayload payload = LlPayload::kBf16;
+  int tagged_max_tokens = 0;  ///< a source's rows are tagged when it routes at most this many tokens (0: never)
 };
 
 /// Byte offsets inside one rank's LL region (the same on every rank).
@@ -75,7 +86,10 @@ struct LlLayout {
   uint64_t scale_bytes;        ///< fp8: 4 H / 128
   uint64_t meta_offset;        ///< the pair entries, 16-byte aligned after payload and scales
   uint64_t row_bytes;          ///< a dispatch row: meta_offset + 16 k
-  uint64_t count_block_bytes;  ///< 16 + 4 E / n, rounded up to 16
+  uint64_t row_stride;         ///< between dispatch rows: twice row_bytes when rows may be tagged
+  uint64_t combine_row_stride;  ///< between combine rows: 2H, or 4H when rows may be tagged
+  int tagged_max_tokens;
+  uint64_t count_block_bytes;  ///< 16 + 8 E / n (tagged words), rounded up to 16
   uint64_t count_offset;
   uint64_t dispatch_flag_offset;
   uint64_t dispatch_row_offset;
@@ -88,23 +102,24 @@ struct LlLayout {
   __host__ __device__ uint64_t countBlock(int parity, int src) const {
     return count_offset + (static_cast<uint64_t>(parity) * ranks + src) * count_block_bytes;
   }
-  /// int32 kept pairs of local expert `le` in a count block.
+  /// The tagged word of local expert `le`'s kept pairs in a count block.
   __host__ __device__ uint64_t countOf(int parity, int src, int le) const {
-    return countBlock(parity, src) + 16 + 4ull * le;
+    return countBlock(parity, src) + 16 + 8ull * le;
   }
+  /// Whether a source routing `tokens` tokens sends its rows (and gets its combine rows) tagged.
+  __host__ __device__ bool tagged(int tokens) const { return tokens <= tagged_max_tokens; }
   __host__ __device__ uint64_t dispatchFlag(int parity, int src, int token) const {
     return dispatch_flag_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * 8;
   }
   __host__ __device__ uint64_t dispatchRow(int parity, int src, int token) const {
-    return dispatch_row_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * row_bytes;
+    return dispatch_row_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * row_stride;
   }
   /// Flag of the partial sum rank `from` sends back for `token`.
   __host__ __device__ uint64_t combineFlag(int parity, int from, int token) const {
     return combine_flag_offset + ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * 8;
   }
   __host__ __device__ uint64_t combineRow(int parity, int from, int token) const {
-    return combine_row_offset +
-           ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * 2ull * static_cast<uint64_t>(hidden);
+    return combine_row_offset + ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * combine_row_stride;
   }
   __host__ __device__ uint64_t combineMark(int rank) const {
     return combine_mark_offset + static_cast<uint64_t>(rank) * 8;
@@ -136,13 +151,16 @@ inline LlLayout makeLlLayout(const LlShape& s) {
   l.scale_bytes = s.payload == LlPayload::kFp8 ? 4 * (h / kFp8Group) : 0;
   l.meta_offset = llAlign(l.payload_bytes + l.scale_bytes, 16);
   l.row_bytes = l.meta_offset + sizeof(LlPairEntry) * static_cast<uint64_t>(s.top_k);
-  l.count_block_bytes = llAlign(16 + 4ull * static_cast<uint64_t>(l.local_experts), 16);
+  l.tagged_max_tokens = s.tagged_max_tokens;
+  l.row_stride = s.tagged_max_tokens > 0 ? 2 * l.row_bytes : l.row_bytes;
+  l.combine_row_stride = s.tagged_max_tokens > 0 ? 4 * h : 2 * h;
+  l.count_block_bytes = llAlign(16 + 8ull * static_cast<uint64_t>(l.local_experts), 16);
   l.count_offset = 0;
   l.dispatch_flag_offset = llAlign(l.count_offset + 2 * n * l.count_block_bytes, 256);
   l.dispatch_row_offset = llAlign(l.dispatch_flag_offset + rows * 8, 256);
-  l.combine_flag_offset = llAlign(l.dispatch_row_offset + rows * l.row_bytes, 256);
+  l.combine_flag_offset = llAlign(l.dispatch_row_offset + rows * l.row_stride, 256);
   l.combine_row_offset = llAlign(l.combine_flag_offset + rows * 8, 256);
-  l.combine_mark_offset = llAlign(l.combine_row_offset + rows * 2 * h, 256);
+  l.combine_mark_offset = llAlign(l.combine_row_offset + rows * l.combine_row_stride, 256);
   l.total_bytes = llAlign(l.combine_mark_offset + 8 * n, 4096);
   return l;
 }
@@ -206,16 +224,29 @@ MoeTrafficBytes moeTrafficBytes(const int32_t* ids, int tokens, int top_k, int e
 
 /// Calls whose kernel spans LlKernelTimes keeps (a ring indexed by the call's epoch).
 inline constexpr int kLlTimeSlots = 64;
-/// %globaltimer stamps of recent LL kernels: per call, the first CTA's start of work (after the kernel before it in
-/// the stream has finished) and the last CTA's end. Start words begin at UINT64_MAX, end words at 0 (llClearTimes).
+/// Stamps per call: [kLlStampStart] the first CTA's start of work (after the kernel before it in the stream has
+/// finished), [kLlStampEnd] the last CTA's end; with phase stamps on, the moment the last CTA reached each phase:
+/// dispatch: its rows and flags sent, every count block read, every row flag it waited for seen; combine: its partial
+/// sums sent, every partial sum it waited for seen, every peer's mark seen; and the last CTA's start of work.
+inline constexpr int kLlStampStart = 0;
+inline constexpr int kLlStampEnd = 1;
+inline constexpr int kLlStampSent = 2;
+inline constexpr int kLlStampSignals = 3;  ///< dispatch: count blocks read; combine: partial sums' flags seen
+inline constexpr int kLlStampRows = 4;     ///< dispatch: row flags seen; combine: marks seen
+inline constexpr int kLlStampLastStart = 5;
+inline constexpr int kLlStamps = 6;
+/// %globaltimer stamps of recent LL kernels. Start words begin at UINT64_MAX, the others at 0 (llClearTimes).
 struct LlKernelTimes {
-  uint64_t dispatch[kLlTimeSlots][2];
-  uint64_t combine[kLlTimeSlots][2];
+  uint64_t dispatch[kLlTimeSlots][kLlStamps];
+  uint64_t combine[kLlTimeSlots][kLlStamps];
 };
 static_assert(std::is_trivially_copyable_v<LlKernelTimes>);
 /// Every slot empty.
 void llClearTimes(LlKernelTimes* t);
 /// The spans (us) of the slots that hold a whole call, in slot order.
 std::vector<double> llKernelSpansUs(const LlKernelTimes& t, bool combine);
+/// For the slots that hold a whole call: stamp `stamp` less the call's start (us); slots without that stamp are left
+/// out.
+std::vector<double> llStampOffsetsUs(const LlKernelTimes& t, bool combine, int stamp);
 
 }  // namespace peerlab::alltoallv::moe

@@ -26,15 +26,24 @@ TEST(LlLayout, Fp8RowsCarryScalesAndPairsAndStayVectorAligned) {
   EXPECT_EQ(b.meta_offset, 14336u);
   EXPECT_EQ(b.row_bytes, 14336u + 8 * 16);
   EXPECT_EQ(b.scale_bytes, 0u);
-  EXPECT_EQ(b.count_block_bytes, 16u + 16u);  // flag word, then 4 local experts' counts
+  EXPECT_EQ(b.count_block_bytes, 16u + 32u);  // flag word, then 4 local experts' counts as tagged words
+  EXPECT_EQ(b.row_stride, b.row_bytes);       // never tagged: rows back to back
+  s.tagged_max_tokens = 4;
+  const LlLayout t = makeLlLayout(s);
+  EXPECT_EQ(t.row_stride, 2 * t.row_bytes);  // a tagged row: every 4 bytes in an 8-byte word
+  EXPECT_EQ(t.combine_row_stride, 4u * 7168u);
+  EXPECT_TRUE(t.tagged(4));
+  EXPECT_FALSE(t.tagged(5));
 }
 
 // Every count block, flag, row and mark of both parities is distinct, inside the region and aligned (16 bytes for
 // rows and blocks, 8 for flag words).
 TEST(LlLayout, RegionsAreDisjointAndInside) {
+  for (int tagged : {0, 3})
   for (LlPayload p : {LlPayload::kBf16, LlPayload::kFp8}) {
-    LlShape s{3, 128, 3, 6, 5, 4, p};
+    LlShape s{3, 128, 3, 6, 5, 4, p, tagged};
     const LlLayout l = makeLlLayout(s);
+    const uint64_t widen = tagged > 0 ? 2 : 1;  // tagged rows take twice the bytes
     std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end)
     auto add = [&](uint64_t o, uint64_t bytes, uint64_t align) {
       EXPECT_EQ(o % align, 0u) << "offset " << o;
@@ -43,12 +52,12 @@ TEST(LlLayout, RegionsAreDisjointAndInside) {
     for (int par = 0; par < 2; ++par)
       for (int src = 0; src < s.ranks; ++src) {
         add(l.countBlock(par, src), l.count_block_bytes, 16);
-        EXPECT_EQ(l.countOf(par, src, s.experts / s.ranks - 1) + 4, l.countBlock(par, src) + 16 + 4 * 2);
+        EXPECT_EQ(l.countOf(par, src, s.experts / s.ranks - 1) + 8, l.countBlock(par, src) + 16 + 8 * 2);
         for (int t = 0; t < s.max_tokens; ++t) {
           add(l.dispatchFlag(par, src, t), 8, 8);
-          add(l.dispatchRow(par, src, t), l.row_bytes, 16);
+          add(l.dispatchRow(par, src, t), widen * l.row_bytes, 16);
           add(l.combineFlag(par, src, t), 8, 8);
-          add(l.combineRow(par, src, t), 2ull * s.hidden, 16);
+          add(l.combineRow(par, src, t), widen * 2ull * s.hidden, 16);
         }
       }
     for (int r = 0; r < s.ranks; ++r)
@@ -152,6 +161,24 @@ TEST(LlLayout, KernelSpansSkipEmptySlots) {
   t.combine[0][1] = 13'000;
   EXPECT_EQ(llKernelSpansUs(t, false), std::vector<double>{12.5});
   EXPECT_EQ(llKernelSpansUs(t, true), std::vector<double>{8.0});
+}
+
+// Phase stamps: offsets from the call's start, only for whole calls and stamps inside the call.
+TEST(LlLayout, PhaseStampsAreOffsetsInsideWholeCalls) {
+  LlKernelTimes t{};
+  llClearTimes(&t);
+  t.dispatch[1][kLlStampStart] = 1'000'000;
+  t.dispatch[1][kLlStampEnd] = 1'007'000;
+  t.dispatch[1][kLlStampSent] = 1'004'500;
+  t.dispatch[1][kLlStampRows] = 1'009'000;  // after the end: not a stamp of this call
+  t.dispatch[2][kLlStampStart] = 2'000'000;  // never ended
+  t.dispatch[2][kLlStampSent] = 2'001'000;
+  EXPECT_EQ(llStampOffsetsUs(t, false, kLlStampSent), std::vector<double>{4.5});
+  EXPECT_TRUE(llStampOffsetsUs(t, false, kLlStampRows).empty());
+  EXPECT_TRUE(llStampOffsetsUs(t, false, kLlStampSignals).empty());  // never stamped (0)
+  EXPECT_TRUE(llStampOffsetsUs(t, false, kLlStampStart).empty());    // not a phase
+  EXPECT_TRUE(llStampOffsetsUs(t, false, kLlStamps).empty());
+  EXPECT_TRUE(llStampOffsetsUs(t, true, kLlStampSent).empty());
 }
 
 }  // namespace

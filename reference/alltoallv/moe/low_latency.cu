@@ -53,28 +53,119 @@ __device__ __forceinline__ bool llWait(const uint64_t* p, Pred pred, uint64_t ti
   }
 }
 
+// Tagged words (ll_layout.h): 4 bytes of data beside the call's epoch in one 8-byte word. A tagged row keeps the
+// data byte at offset x in the word at 2 * (x & ~3); 16 data bytes are two 16-byte stores of two words each. Each
+// 8-byte element of a vector access is single-copy atomic, so a reader that sees the tag sees that word's data.
+__device__ __forceinline__ uint64_t tagWord(uint32_t x, uint32_t tag) {
+  return (static_cast<uint64_t>(tag) << 32) | x;
+}
+__device__ __forceinline__ void storeTagged16(uint8_t* row, uint64_t off, const uint4& v, uint32_t tag) {
+  uint8_t* p = row + 2 * off;
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(tagWord(v.x, tag)), "l"(tagWord(v.y, tag))
+               : "memory");
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p + 16), "l"(tagWord(v.z, tag)),
+               "l"(tagWord(v.w, tag))
+               : "memory");
+}
+__device__ __forceinline__ void storeTagged4(uint8_t* row, uint64_t off, uint32_t x, uint32_t tag) {
+  storeRelaxedSys64(reinterpret_cast<volatile uint64_t*>(row + 2 * off), tagWord(x, tag));
+}
+// True when all four words carry `tag`; their data in *v either way.
+__device__ __forceinline__ bool loadTagged16(const uint8_t* row, uint64_t off, uint32_t tag, uint4* v) {
+  const uint8_t* p = row + 2 * off;
+  uint64_t a, b, c, d;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p));
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(c), "=l"(d) : "l"(p + 16));
+  *v = make_uint4(static_cast<uint32_t>(a), static_cast<uint32_t>(b), static_cast<uint32_t>(c),
+                  static_cast<uint32_t>(d));
+  return ((a >> 32) == tag) & ((b >> 32) == tag) & ((c >> 32) == tag) & ((d >> 32) == tag);
+}
+
+// Deadline of a polling loop: false once past it, or at once while an error is on record (checked every 16 spins).
+struct LlSpin {
+  uint64_t start;
+  uint64_t timeout_ns;
+  const LlState* state;
+  uint32_t spin = 0;
+  __device__ bool ok() {
+    if ((++spin & 15u) != 0) return true;
+    if (*reinterpret_cast<const volatile uint32_t*>(&state->code) != kDeviceOk) return false;
+    return globalTimerNs() - start <= timeout_ns;
+  }
+};
+
+// Reads this thread's 16-byte units of a batch of a tagged row (units base + b * kLlThreads + tid below `units`),
+// polling the ones not yet of this call; false at the deadline (the units then hold whatever was there).
+__device__ bool pollTaggedBatch(const uint8_t* row, int base, int units, uint32_t tag, uint4 (&v)[kLlBatch],
+                                uint64_t timeout_ns, const LlState* state) {
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t missing = 0;
+#pragma unroll
+  for (int b = 0; b < kLlBatch; ++b) {
+    const int c = base + b * kLlThreads + tid;
+    v[b] = make_uint4(0, 0, 0, 0);
+    if (c < units && !loadTagged16(row, 16ull * c, tag, &v[b])) missing |= 1u << b;
+  }
+  if (missing == 0) return true;
+  LlSpin spin{globalTimerNs(), timeout_ns, state};
+  while (spin.ok()) {
+#pragma unroll
+    for (int b = 0; b < kLlBatch; ++b) {
+      if (((missing >> b) & 1u) && loadTagged16(row, 16ull * (base + b * kLlThreads + tid), tag, &v[b])) {
+        missing &= ~(1u << b);
+      }
+    }
+    if (missing == 0) return true;
+  }
+  return false;
+}
+
+// One tagged 4-byte value (a count word, an fp8 scale), polled until it is of this call; false at the deadline.
+__device__ bool pollTagged4(const uint64_t* word, uint32_t tag, uint32_t* x, uint64_t timeout_ns,
+                            const LlState* state) {
+  uint64_t w = loadRelaxedSys64(word);
+  LlSpin spin{globalTimerNs(), timeout_ns, state};
+  while ((w >> 32) != tag) {
+    if (!spin.ok()) return false;
+    w = loadRelaxedSys64(word);
+  }
+  *x = static_cast<uint32_t>(w);
+  return true;
+}
+
 // Kernel spans (LlKernelTimes): every CTA stamps its start of work and its end into the call's slot.
-__device__ __forceinline__ void llStampStart(uint64_t (*slots)[2], uint32_t epoch) {
+using LlSlots = uint64_t (*)[kLlStamps];
+// `began` is the CTA's %globaltimer when it started work, read before the epoch was loaded: publishing it needs the
+// epoch (the slot), and a stamp must not make the CTA wait for that load any earlier than its work does.
+__device__ __forceinline__ void llStampStart(LlSlots slots, uint32_t epoch, bool phases, uint64_t began) {
   if (slots != nullptr && threadIdx.x == 0) {
-    atomicMin(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][0]), globalTimerNs());
+    atomicMin(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampStart]), began);
+    if (phases) atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampLastStart]), began);
+  }
+}
+
+// Phase stamps (on only when asked): the moment the last CTA got to `stamp`. Thread 0, after a CTA barrier.
+__device__ __forceinline__ void llStamp(LlSlots slots, uint32_t epoch, bool phases, int stamp) {
+  if (phases && slots != nullptr && threadIdx.x == 0) {
+    atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][stamp]), globalTimerNs());
   }
 }
 
 // The last CTA of a launch advances the epoch (every CTA read it at its start) and empties the next call's time slot.
-__device__ __forceinline__ void llCloseCall(uint32_t* arrived, uint32_t* epoch_word, uint32_t epoch,
-                                            uint64_t (*slots)[2]) {
+__device__ __forceinline__ void llCloseCall(uint32_t* arrived, uint32_t* epoch_word, uint32_t epoch, LlSlots slots) {
   __syncthreads();
   if (threadIdx.x == 0) {
     if (slots != nullptr) {
-      atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][1]), globalTimerNs());
+      atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampEnd]), globalTimerNs());
     }
-    __threadfence();
+    // No fence before the count: the next kernel reads the epoch and the slots only once this grid has completed
+    // (awaitPriorGrids, or stream order), which makes every write of the grid visible.
     if (atomicAdd(arrived, 1u) + 1 == gridDim.x) {
       *arrived = 0;
       *epoch_word = epoch;
       if (slots != nullptr) {
-        slots[(epoch + 1) % kLlTimeSlots][0] = UINT64_MAX;
-        slots[(epoch + 1) % kLlTimeSlots][1] = 0;
+        for (int j = 0; j < kLlStamps; ++j)
+          slots[(epoch + 1) % kLlTimeSlots][j] = j == kLlStampStart ? UINT64_MAX : 0;
       }
     }
   }
@@ -95,12 +186,14 @@ struct DispatchArgs {
   float* row_weight;
   uint32_t* token_dests;
   int32_t* recv_tokens;
-  int32_t* recv_pairs;
-  int2* recv_rows;
+  int32_t* recv_pairs;  // [q]: kept pairs of the q-th row taken (receive order)
+  int2* recv_src;       // [q]: {source rank, source token} of the q-th row taken
+  int2* recv_rows;      // [q][k]: {packed output row, weight bits} per kept pair, slot order
   LlState* state;
   LlKernelTimes* times;
   uint64_t timeout_ns;
   uint32_t fault;
+  bool phases;
 };
 static_assert(std::is_trivially_copyable_v<DispatchArgs>);
 
@@ -121,6 +214,7 @@ struct DispatchShared {
   int tokens[kMaxRanks];  // rows each source sends this call
   int ok[kMaxRanks];      // its count block arrived
   int m;                  // kept pairs in the row being received
+  int first_m;            // the first row's kept pairs, watched with the count blocks (-1: not seen that way)
   int out[kMaxTopK];      // their packed output rows (-1: malformed)
 };
 
@@ -144,13 +238,14 @@ __device__ void sendCounts(const DispatchArgs& a, uint32_t epoch, int parity, Di
     const int pairs = sh.hist[e];
     const int kept = static_cast<int>(pairs - llDropped(pairs, L.capacity));
     dropped += static_cast<unsigned long long>(pairs - kept);
-    *a.region.at<int32_t>(e / L.local_experts, L.countOf(parity, a.rank, e % L.local_experts)) = kept;
+    storeRelaxedSys64(a.region.at<uint64_t>(e / L.local_experts, L.countOf(parity, a.rank, e % L.local_experts)),
+                      tagWord(static_cast<uint32_t>(kept), epoch));
   }
   if (dropped > 0) atomicAdd(&a.state->dropped, dropped);
-  fenceAcqRelSys();
+  // The counts are tagged words: the flag needs no fence before it.
   __syncthreads();
   if (tid < L.ranks && a.fault != static_cast<uint32_t>(LlFault::kSkipDispatchSignals)) {
-    storeReleaseSys64(a.region.at<uint64_t>(tid, L.countBlock(parity, a.rank)),
+    storeRelaxedSys64(a.region.at<uint64_t>(tid, L.countBlock(parity, a.rank)),
                       llFlagWord(epoch, static_cast<uint32_t>(a.num_tokens)));
   }
   for (int e = tid; e < L.experts; e += kLlThreads)
@@ -158,13 +253,28 @@ __device__ void sendCounts(const DispatchArgs& a, uint32_t epoch, int parity, Di
   __syncthreads();
 }
 
+// Token t's routing, lane by lane (lane < k: its top-k slot's expert and weight), loaded by warp 0.
+struct TokenRoute {
+  int expert = -1;
+  float weight = 0.f;
+};
+__device__ __forceinline__ TokenRoute loadRoute(const DispatchArgs& a, int t, int lane) {
+  TokenRoute r;
+  const int k = a.layout.top_k;
+  if (lane < k && t < a.num_tokens) {
+    r.expert = __ldg(a.ids + static_cast<int64_t>(t) * k + lane);
+    r.weight = __ldg(a.weights + static_cast<int64_t>(t) * k + lane);
+  }
+  return r;
+}
+
 // Warp 0: token t's pairs against the pairs before it (sh.hist), which it keeps, and where each goes.
-__device__ void routeToken(const DispatchArgs& a, int t, int parity, DispatchShared& sh, int lane) {
+__device__ void routeToken(const DispatchArgs& a, int t, int parity, DispatchShared& sh, int lane, TokenRoute route) {
   const LlLayout& L = a.layout;
   const int k = L.top_k;
   const bool slot = lane < k;
-  const int e = slot ? __ldg(a.ids + static_cast<int64_t>(t) * k + lane) : -1;
-  const float weight = slot ? __ldg(a.weights + static_cast<int64_t>(t) * k + lane) : 0.f;  // with the id, not after
+  const int e = slot ? route.expert : -1;
+  const float weight = slot ? route.weight : 0.f;
   const bool valid = slot && e >= 0 && e < L.experts;
   // Earlier slots of this token with the same expert come before this one.
   const unsigned same = __match_any_sync(kAll, valid ? e : -1 - lane);
@@ -241,9 +351,10 @@ __device__ __forceinline__ float absMax8(const uint4& v) {
 
 // Stores the batch at unit `base` into every row of sh.row (fp8: quantized per 128 elements, 8 threads per group,
 // the scale by the group's first thread). 16-byte stores.
+// Tagged rows (`tag` nonzero) take each 16 bytes as two 16-byte stores of tagged words.
 template <bool kFp8>
 __device__ __forceinline__ void storeTokenBatch(const DispatchShared& sh, const LlLayout& L, int base, int units,
-                                                const uint4 (&v)[kLlBatch]) {
+                                                const uint4 (&v)[kLlBatch], uint32_t tag) {
   const int tid = static_cast<int>(threadIdx.x);
   const int nrows = sh.nrows;
   if constexpr (!kFp8) {
@@ -251,8 +362,13 @@ __device__ __forceinline__ void storeTokenBatch(const DispatchShared& sh, const 
     for (int b = 0; b < kLlBatch; ++b) {
       const int u = base + b * kLlThreads + tid;
       if (u >= units) continue;
-      for (int i = 0; i < nrows; ++i)
-        reinterpret_cast<uint4*>(sh.row[i])[u] = v[b];
+      for (int i = 0; i < nrows; ++i) {
+        if (tag != 0) {
+          storeTagged16(sh.row[i], 16ull * u, v[b], tag);
+        } else {
+          reinterpret_cast<uint4*>(sh.row[i])[u] = v[b];
+        }
+      }
     }
   } else {
 #pragma unroll
@@ -268,45 +384,72 @@ __device__ __forceinline__ void storeTokenBatch(const DispatchShared& sh, const 
       const uint4 q = quantize16(v[2 * b], v[2 * b + 1], __fdiv_rn(kFp8E4m3Max, amax));
       const float scale = __fdiv_rn(amax, kFp8E4m3Max);
       for (int i = 0; i < nrows; ++i) {
-        reinterpret_cast<uint4*>(sh.row[i])[u] = q;
-        if ((tid & 7) == 0) reinterpret_cast<float*>(sh.row[i] + L.payload_bytes)[u / 8] = scale;
+        if (tag != 0) {
+          storeTagged16(sh.row[i], 16ull * u, q, tag);
+          if ((tid & 7) == 0) storeTagged4(sh.row[i], L.payload_bytes + 4ull * (u / 8), __float_as_uint(scale), tag);
+        } else {
+          reinterpret_cast<uint4*>(sh.row[i])[u] = q;
+          if ((tid & 7) == 0) reinterpret_cast<float*>(sh.row[i] + L.payload_bytes)[u / 8] = scale;
+        }
       }
     }
   }
 }
 
-// One CTA sends token t: routed, read once (its first batch in flight while routing), written once per rank that
-// holds one of its kept pairs, with those pairs; then one flag per rank.
 template <bool kFp8>
-__device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int parity, int* scanned, DispatchShared& sh) {
+__device__ __forceinline__ const uint4* tokenSource(const DispatchArgs& a, int t) {
+  return reinterpret_cast<const uint4*>(a.tokens + static_cast<int64_t>(t) * a.layout.hidden);
+}
+template <bool kFp8>
+__device__ __forceinline__ int tokenUnits(const LlLayout& L) {
+  return kFp8 ? L.hidden / 16 : L.hidden / 8;
+}
+
+// One CTA sends token t: routed, read once, written once per rank that holds one of its kept pairs, with those pairs;
+// then one flag per rank. The token's first batch (`v`) and its route come loaded from the caller, so they are in
+// flight with whatever it loads meanwhile.
+template <bool kFp8>
+__device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int parity, int* scanned, DispatchShared& sh,
+                          uint4 (&v)[kLlBatch], TokenRoute route) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
-  const int units = kFp8 ? L.hidden / 16 : L.hidden / 8;
+  const int units = tokenUnits<kFp8>(L);
   constexpr int kStep = kFp8 ? kLlThreads * kLlBatch / 2 : kLlThreads * kLlBatch;
-  const auto* src = reinterpret_cast<const uint4*>(a.tokens + static_cast<int64_t>(t) * L.hidden);
-  uint4 v[kLlBatch];
-  loadTokenBatch<kFp8>(src, 0, units, v);
+  const uint4* src = tokenSource<kFp8>(a, t);
   countPairs(a.ids, *scanned, t * L.top_k, L.experts, sh.hist);
   *scanned = t * L.top_k;
-  if (tid < 32) routeToken(a, t, parity, sh, lane);
+  if (tid < 32) routeToken(a, t, parity, sh, lane, route);
   __syncthreads();
+  const uint32_t tag = L.tagged(a.num_tokens) ? epoch : 0;
   for (int base = 0;;) {
-    storeTokenBatch<kFp8>(sh, L, base, units, v);
+    storeTokenBatch<kFp8>(sh, L, base, units, v, tag);
     base += kStep;
     if (base >= units) break;
     loadTokenBatch<kFp8>(src, base, units, v);
   }
   if (tid < L.top_k && sh.dest[tid] >= 0) {
     uint8_t* row = a.region.at<uint8_t>(sh.dest[tid], L.dispatchRow(parity, a.rank, t));
-    reinterpret_cast<LlPairEntry*>(row + L.meta_offset)[sh.index[tid]] = sh.entry[tid];
+    if (tag != 0) {
+      uint4 e;
+      memcpy(&e, &sh.entry[tid], sizeof(e));
+      storeTagged16(row, L.meta_offset + 16ull * sh.index[tid], e, tag);
+    } else {
+      reinterpret_cast<LlPairEntry*>(row + L.meta_offset)[sh.index[tid]] = sh.entry[tid];
+    }
   }
-  // Publish: the writers' fences, then (epoch, kept pairs) to every rank, 0 where nothing went.
-  fenceAcqRelSys();
+  // Publish (epoch, kept pairs) to every rank, 0 where nothing went: after the writers' fences for plain rows; at
+  // once for tagged ones, whose words say for themselves which call they belong to.
+  if (tag == 0) fenceAcqRelSys();
   __syncthreads();
   if (tid < L.ranks && a.fault != static_cast<uint32_t>(LlFault::kSkipDispatchSignals)) {
-    storeReleaseSys64(a.region.at<uint64_t>(tid, L.dispatchFlag(parity, a.rank, t)),
-                      llFlagWord(epoch, static_cast<uint32_t>(sh.pairs[tid])));
+    uint64_t* flag = a.region.at<uint64_t>(tid, L.dispatchFlag(parity, a.rank, t));
+    const uint64_t word = llFlagWord(epoch, static_cast<uint32_t>(sh.pairs[tid]));
+    if (tag != 0) {
+      storeRelaxedSys64(flag, word);
+    } else {
+      storeReleaseSys64(flag, word);
+    }
   }
   if (tid == 0) a.token_dests[t] = sh.dest_mask;
 }
@@ -316,66 +459,128 @@ __device__ __forceinline__ int keptFrom(const LlLayout& L, const DispatchShared&
   return sh.hist[s * L.local_experts + le];
 }
 
-// One CTA takes received row (s, t): its flag, its pairs' places in the packed layout (the payload's first batch in
-// flight meanwhile), then the payload fanned out.
-template <bool kFp8>
-__device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity, DispatchShared& sh) {
+// A received row's flag, by one thread: its kept pairs once the flag of this call is there (0 at the deadline, or
+// for a malformed count; both reported).
+__device__ int waitRowFlag(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity) {
   const LlLayout& L = a.layout;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int k = L.top_k;
-  if (tid == 0) {
-    uint64_t w = 0;
-    const bool ok = llWait(
-        a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t)),
-        [epoch](uint64_t x) { return llFlagEpoch(x) == epoch; }, a.timeout_ns, a.state, &w);
-    if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
-    int m = ok ? static_cast<int>(llFlagValue(w)) : 0;
-    if (m > k) {
-      llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
-      m = 0;
-    }
-    sh.m = m;
+  uint64_t w = 0;
+  const bool ok = llWait(
+      a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t)),
+      [epoch](uint64_t x) { return llFlagEpoch(x) == epoch; }, a.timeout_ns, a.state, &w);
+  if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+  int m = ok ? static_cast<int>(llFlagValue(w)) : 0;
+  if (m > L.top_k) {
+    llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
+    m = 0;
   }
-  __syncthreads();
-  const int m = sh.m;
-  const uint8_t* row = a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, s, t));
-  const auto* from = reinterpret_cast<const uint4*>(row);
-  const int vecs = static_cast<int>(L.payload_bytes / 16);
-  constexpr int kStep = kLlThreads * kLlBatch;
+  return m;
+}
+
+// One thread watches row (s, t)'s flag before source s's count block says whether the row exists: its kept pairs
+// once the flag of this call is there, -1 once the count block says s sends fewer rows (or at the deadline, reported,
+// so later waits give up at once).
+__device__ int watchRowFlag(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity) {
+  const LlLayout& L = a.layout;
+  const uint64_t* flag = a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t));
+  const uint64_t* count = a.region.at<uint64_t>(a.rank, L.countBlock(parity, s));
+  const uint64_t start = globalTimerNs();
+  for (uint32_t spin = 0;; ++spin) {
+    const uint64_t w = loadAcquireSys64(flag);
+    if (llFlagEpoch(w) == epoch) {
+      const int m = static_cast<int>(llFlagValue(w));
+      if (m <= L.top_k) return m;
+      llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
+      return 0;
+    }
+    const uint64_t c = loadAcquireSys64(count);
+    if (llFlagEpoch(c) == epoch && min(llFlagValue(c), static_cast<uint32_t>(L.max_tokens)) <= static_cast<uint32_t>(t)) {
+      return -1;
+    }
+    if ((spin & 15u) == 15u) {
+      if (*reinterpret_cast<const volatile uint32_t*>(&a.state->code) != kDeviceOk) return -1;
+      if (globalTimerNs() - start > a.timeout_ns) {
+        llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+        return -1;
+      }
+    }
+  }
+}
+
+// The first batch of a received row's payload and (threads below m) its pair entries.
+struct RowLoad {
   uint4 v[kLlBatch];
-  if (m > 0) {
+  int4 entry;
+};
+
+// Plain rows are read with .cg loads (their flag was acquired first); tagged rows (`tag` nonzero) are polled word by
+// word until each is of this call, bounded by the deadline (a row that never completes is source s's timeout).
+__device__ void loadRow(const DispatchArgs& a, const uint8_t* row, int s, int m, uint32_t tag, RowLoad& r) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int vecs = static_cast<int>(a.layout.payload_bytes / 16);
+  r.entry = make_int4(-1, 0, 0, 0);
+  if (tag == 0) {
+    const auto* from = reinterpret_cast<const uint4*>(row);
 #pragma unroll
     for (int b = 0; b < kLlBatch; ++b) {
       const int c = b * kLlThreads + tid;
-      v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+      r.v[b] = m > 0 && c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+    }
+    if (tid < m) r.entry = __ldcg(reinterpret_cast<const int4*>(row + a.layout.meta_offset) + tid);
+    return;
+  }
+  if (m <= 0) return;
+  uint4 e = make_uint4(0, 0, 0, 0);
+  bool ok = tid >= m || loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e);
+  ok = pollTaggedBatch(row, 0, vecs, tag, r.v, a.timeout_ns, a.state) && ok;
+  if (!ok && tid < m) {
+    LlSpin spin{globalTimerNs(), a.timeout_ns, a.state};
+    while (!(ok = loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e)) && spin.ok()) {
     }
   }
-  const uint64_t slot = static_cast<uint64_t>(s) * L.max_tokens + t;
+  if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+  if (tid < m) memcpy(&r.entry, &e, sizeof(e));
+}
+
+// Received row (s, t), the q-th this rank takes, whose flag said m pairs and whose first batch and entries are in
+// `r`: its pairs' places in the packed layout (from the count blocks in sh.hist), then the payload fanned out.
+// Combine finds the row again by q (recv_src, recv_pairs, recv_rows).
+template <bool kFp8>
+__device__ void placeRow(const DispatchArgs& a, int s, int t, int q, int m, const uint8_t* row, uint32_t tag,
+                         RowLoad& r, DispatchShared& sh) {
+  const LlLayout& L = a.layout;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int k = L.top_k;
   if (tid < k) {
     int out = -1;
     float w = 0.f;
     if (tid < m) {
-      const int4 raw = __ldcg(reinterpret_cast<const int4*>(row + L.meta_offset) + tid);
-      const int le = raw.x;
-      w = __int_as_float(raw.w);
+      const int le = r.entry.x;
+      w = __int_as_float(r.entry.w);
       // A pair must land inside its source's share of the expert's rows: anything else is a malformed row.
-      if (le >= 0 && le < L.local_experts && raw.y >= 0 && raw.y < k && raw.z >= 0 && raw.z < keptFrom(L, sh, s, le)) {
+      if (le >= 0 && le < L.local_experts && r.entry.y >= 0 && r.entry.y < k && r.entry.z >= 0 &&
+          r.entry.z < keptFrom(L, sh, s, le)) {
         int base = 0;
-        for (int q = 0; q < s; ++q)
-          base += keptFrom(L, sh, q, le);
-        out = static_cast<int>(static_cast<uint64_t>(le) * L.expertStride()) + base + raw.z;
-        a.row_source[out] = make_int4(s, t, raw.y, 0);
+        for (int p = 0; p < s; ++p)
+          base += keptFrom(L, sh, p, le);
+        out = static_cast<int>(static_cast<uint64_t>(le) * L.expertStride()) + base + r.entry.z;
+        a.row_source[out] = make_int4(s, t, r.entry.y, 0);
         a.row_weight[out] = w;
       } else {
         llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
       }
     }
     sh.out[tid] = out;
-    a.recv_rows[slot * k + tid] = make_int2(out, __float_as_int(w));
+    a.recv_rows[static_cast<uint64_t>(q) * k + tid] = make_int2(out, __float_as_int(w));
   }
-  if (tid == 0) a.recv_pairs[slot] = m;
+  if (tid == 0) {
+    a.recv_pairs[q] = m;
+    a.recv_src[q] = make_int2(s, t);
+  }
   __syncthreads();
   if (m > 0) {
+    const auto* from = reinterpret_cast<const uint4*>(row);
+    const int vecs = static_cast<int>(L.payload_bytes / 16);
+    constexpr int kStep = kLlThreads * kLlBatch;
     for (int base = 0;;) {
       for (int j = 0; j < m; ++j) {
         const int o = sh.out[j];
@@ -384,22 +589,36 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
 #pragma unroll
         for (int b = 0; b < kLlBatch; ++b) {
           const int c = base + b * kLlThreads + tid;
-          if (c < vecs) to[c] = v[b];
+          if (c < vecs) to[c] = r.v[b];
         }
       }
       base += kStep;
       if (base >= vecs) break;
+      if (tag != 0) {
+        if (!pollTaggedBatch(row, base, vecs, tag, r.v, a.timeout_ns, a.state)) {
+          llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+        }
+        continue;
+      }
 #pragma unroll
       for (int b = 0; b < kLlBatch; ++b) {
         const int c = base + b * kLlThreads + tid;
-        v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+        r.v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
       }
     }
     if constexpr (kFp8) {
       const int groups = L.hidden / kFp8Group;
       const auto* sc = reinterpret_cast<const float*>(row + L.payload_bytes);
       for (int g = tid; g < groups; g += kLlThreads) {
-        const float x = __ldcg(sc + g);
+        float x = 0.f;
+        if (tag == 0) {
+          x = __ldcg(sc + g);
+        } else {
+          uint32_t bits = 0;
+          const auto* word = reinterpret_cast<const uint64_t*>(row + 2 * (L.payload_bytes + 4ull * g));
+          if (!pollTagged4(word, tag, &bits, a.timeout_ns, a.state)) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+          x = __uint_as_float(bits);
+        }
         for (int j = 0; j < m; ++j)
           if (sh.out[j] >= 0) a.scales[static_cast<uint64_t>(sh.out[j]) * groups + g] = x;
       }
@@ -408,29 +627,64 @@ __device__ void receiveRow(const DispatchArgs& a, int s, int t, uint32_t epoch, 
   __syncthreads();
 }
 
+// Received row q in receive order: this rank's own rows first (they are ready first), then rank + 1's, and so on.
+__device__ __forceinline__ int2 receivedRow(const DispatchArgs& a, const DispatchShared& sh, int q) {
+  const int n = a.layout.ranks;
+  int s = a.rank;
+  int t = q;
+  for (int i = 0; i < n; ++i) {
+    s = a.rank + i < n ? a.rank + i : a.rank + i - n;
+    if (t < sh.tokens[s]) break;
+    t -= sh.tokens[s];
+  }
+  return make_int2(s, t);
+}
+
 // Sends: CTA per token (the CTA with the fewest tokens also counts). Receives: every source's count block, then the
-// received rows in turn, this rank's own first (they are ready first).
+// received rows in turn. The first token's loads go out before the epoch is known; the first row a CTA takes is
+// known before any count block when it is one of this rank's own rows or the next rank's, and its flag is watched
+// with the count blocks, so its payload loads go out with the reads of the counts.
 template <bool kFp8>
 __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a) {
   __shared__ DispatchShared sh;
   awaitPriorGrids();
   releaseDependents();
+  const uint64_t began = globalTimerNs();
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
   const int n = L.ranks;
+  const int grid = static_cast<int>(gridDim.x);
+  const int q0 = static_cast<int>(blockIdx.x);
+  int t = q0;
+  uint4 v[kLlBatch];
+  TokenRoute route;
+  if (t < a.num_tokens) {
+    loadTokenBatch<kFp8>(tokenSource<kFp8>(a, t), 0, tokenUnits<kFp8>(L), v);
+    if (tid < 32) route = loadRoute(a, t, lane);
+  }
   const uint32_t epoch = a.state->dispatch_epoch + 1;
   const int parity = llParity(epoch);
-  uint64_t(*slots)[2] = a.times != nullptr ? a.times->dispatch : nullptr;
-  llStampStart(slots, epoch);
+  const LlSlots slots = a.times != nullptr ? a.times->dispatch : nullptr;
   for (int e = tid; e < L.experts; e += kLlThreads)
     sh.hist[e] = 0;
   __syncthreads();
+  llStampStart(slots, epoch, a.phases, began);
 
-  if (static_cast<int>(blockIdx.x) == a.num_tokens % static_cast<int>(gridDim.x)) sendCounts(a, epoch, parity, sh);
+  if (q0 == a.num_tokens % grid) sendCounts(a, epoch, parity, sh);
   int scanned = 0;
-  for (int t = static_cast<int>(blockIdx.x); t < a.num_tokens; t += static_cast<int>(gridDim.x))
-    sendToken<kFp8>(a, t, epoch, parity, &scanned, sh);
+  for (; t < a.num_tokens; t += grid) {
+    if (t != q0) {
+      loadTokenBatch<kFp8>(tokenSource<kFp8>(a, t), 0, tokenUnits<kFp8>(L), v);
+      if (tid < 32) route = loadRoute(a, t, lane);
+    }
+    sendToken<kFp8>(a, t, epoch, parity, &scanned, sh, v, route);
+  }
+  llStamp(slots, epoch, a.phases, kLlStampSent);
 
+  // The row this CTA would take first if the next rank sends enough rows (its own when q0 < its tokens).
+  const int first_s = q0 < a.num_tokens ? a.rank : (a.rank + 1 < n ? a.rank + 1 : 0);
+  const int first_t = q0 < a.num_tokens ? q0 : q0 - a.num_tokens;
   if (tid < n) {
     uint64_t w = 0;
     const bool ok = llWait(
@@ -439,15 +693,43 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
     if (!ok) llReport(a.state, kDeviceTimeout, tid, kWhatDispatch);
     sh.ok[tid] = ok ? 1 : 0;
     sh.tokens[tid] = ok ? static_cast<int>(min(llFlagValue(w), static_cast<uint32_t>(L.max_tokens))) : 0;
+  } else if (tid == kLlThreads - 32) {  // a warp of its own, never one of the count block's waiters
+    sh.first_m = first_t < L.max_tokens ? watchRowFlag(a, first_s, first_t, epoch, parity) : -1;
   }
   __syncthreads();
-  // Every source's kept pairs per local expert, once (the sends are done with hist).
-  for (int x = tid; x < n * L.local_experts; x += kLlThreads) {
+  int total = 0;
+  for (int s = 0; s < n; ++s)
+    total += sh.tokens[s];
+  int2 first = q0 < total ? receivedRow(a, sh, q0) : make_int2(-1, -1);
+  const bool first_seen = q0 < total && first.x == first_s && first.y == first_t && sh.first_m >= 0;
+  // Every source's kept pairs per local expert (tagged words), once (the sends are done with hist); the first word
+  // of each thread is in flight while the first row is read.
+  const int count_words = n * L.local_experts;
+  auto countWord = [&](int x) {
+    return a.region.at<const uint64_t>(a.rank, L.countOf(parity, x / L.local_experts, x % L.local_experts));
+  };
+  const uint64_t first_word = tid < count_words && sh.ok[tid / L.local_experts] ? loadRelaxedSys64(countWord(tid)) : 0;
+  RowLoad r;
+  if (first_seen) {
+    loadRow(a, a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, first.x, first.y)), first.x, sh.first_m,
+            L.tagged(sh.tokens[first.x]) ? epoch : 0, r);
+  }
+  for (int x = tid; x < count_words; x += kLlThreads) {
     const int s = x / L.local_experts;
-    const int c = sh.ok[s] ? __ldcg(a.region.at<const int32_t>(a.rank, L.countOf(parity, s, x % L.local_experts))) : 0;
-    sh.hist[x] = min(max(c, 0), L.capacity);
+    uint32_t c = 0;
+    if (sh.ok[s]) {
+      const uint64_t w = x == tid ? first_word : loadRelaxedSys64(countWord(x));
+      if (llFlagEpoch(w) == epoch) {
+        c = llFlagValue(w);
+      } else if (!pollTagged4(countWord(x), epoch, &c, a.timeout_ns, a.state)) {
+        llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+        c = 0;
+      }
+    }
+    sh.hist[x] = static_cast<int>(min(c, static_cast<uint32_t>(L.capacity)));
   }
   __syncthreads();
+  llStamp(slots, epoch, a.phases, kLlStampSignals);
   if (blockIdx.x == 0) {
     for (int le = tid; le < L.local_experts; le += kLlThreads) {
       int64_t rows = 0;
@@ -457,18 +739,21 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
     }
     if (tid < n) a.recv_tokens[tid] = sh.tokens[tid];
   }
-  int total = 0;
-  for (int s = 0; s < n; ++s)
-    total += sh.tokens[s];
-  for (int q = static_cast<int>(blockIdx.x); q < total; q += static_cast<int>(gridDim.x)) {
-    int s = a.rank;
-    int t = q;
-    for (int i = 0; i < n; ++i) {
-      s = a.rank + i < n ? a.rank + i : a.rank + i - n;
-      if (t < sh.tokens[s]) break;
-      t -= sh.tokens[s];
+  for (int q = q0; q < total; q += grid) {
+    const int2 st = q == q0 ? first : receivedRow(a, sh, q);
+    const uint8_t* row = a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, st.x, st.y));
+    const uint32_t tag = L.tagged(sh.tokens[st.x]) ? epoch : 0;
+    int m = 0;
+    if (q == q0 && first_seen) {
+      m = sh.first_m;
+    } else {
+      if (tid == 0) sh.m = waitRowFlag(a, st.x, st.y, epoch, parity);
+      __syncthreads();
+      m = sh.m;
+      loadRow(a, row, st.x, m, tag, r);
     }
-    receiveRow<kFp8>(a, s, t, epoch, parity, sh);
+    llStamp(slots, epoch, a.phases, kLlStampRows);
+    placeRow<kFp8>(a, st.x, st.y, q, m, row, tag, r, sh);
   }
   llCloseCall(&a.state->dispatch_arrived, &a.state->dispatch_epoch, epoch, slots);
 }
@@ -482,12 +767,14 @@ struct CombineArgs {
   __nv_bfloat16* out;
   const uint32_t* token_dests;
   const int32_t* recv_tokens;
-  const int32_t* recv_pairs;
+  const int32_t* recv_pairs;  // by receive order q, as the dispatch took the rows
+  const int2* recv_src;
   const int2* recv_rows;
   LlState* state;
   LlKernelTimes* times;
   uint64_t timeout_ns;
   uint32_t fault;
+  bool phases;
 };
 static_assert(std::is_trivially_copyable_v<CombineArgs>);
 
@@ -497,7 +784,25 @@ struct CombineShared {
   int out[kMaxTopK];
   float weight[kMaxTopK];
   int m;
+  int2 src;
 };
+
+// What the dispatch recorded of the q-th row it took: where it came from, its pairs, their rows and weights (lanes
+// below k). Loaded by the combine before it knows how many rows there are (q is always inside the arrays).
+struct TakenRow {
+  int2 src;
+  int m;
+  int2 pair;
+};
+__device__ __forceinline__ TakenRow loadTakenRow(const CombineArgs& a, int q) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int k = a.layout.top_k;
+  TakenRow r;
+  r.src = a.recv_src[q];
+  r.m = a.recv_pairs[q];
+  r.pair = tid < k ? a.recv_rows[static_cast<uint64_t>(q) * k + tid] : make_int2(-1, 0);
+  return r;
+}
 
 __device__ __forceinline__ void addBf16x8(float (&acc)[8], const uint4& v) {
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -528,20 +833,29 @@ __device__ __forceinline__ uint4 packBf16x8(const float (&acc)[8]) {
   return o;
 }
 
-// One CTA sends the partial sum of received row (s, t): w * out of its pairs in slot order, fp32, rounded once.
-__device__ void sendPartial(const CombineArgs& a, int s, int t, uint32_t epoch, int parity, CombineShared& sh) {
+// One CTA sends the partial sum of the q-th received row (`row`, loaded by the caller): w * out of its pairs in slot
+// order, fp32, rounded once, into the row's source rank.
+// Tagged (the source routed few enough tokens): the partial sum goes as tagged words and needs neither fence nor flag.
+__device__ void sendPartial(const CombineArgs& a, const TakenRow& row, uint32_t epoch, int parity, CombineShared& sh) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int k = L.top_k;
-  const uint64_t slot = static_cast<uint64_t>(s) * L.max_tokens + t;
-  if (tid == 0) sh.m = min(max(a.recv_pairs[slot], 0), k);
+  if (tid == 0) {
+    const bool inside = row.src.x >= 0 && row.src.x < L.ranks && row.src.y >= 0 && row.src.y < L.max_tokens;
+    sh.m = inside ? min(max(row.m, 0), k) : 0;
+    sh.src = row.src;
+  }
   if (tid < k) {
-    const int2 p = a.recv_rows[slot * k + tid];
-    sh.out[tid] = p.x;
-    sh.weight[tid] = __int_as_float(p.y);
+    sh.out[tid] = row.pair.x;
+    sh.weight[tid] = __int_as_float(row.pair.y);
   }
   __syncthreads();
   const int m = sh.m;
+  const int s = sh.src.x;
+  const int t = sh.src.y;
+  const bool signal = a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals);
+  const bool tagged = m > 0 && L.tagged(sh.tokens[s]);
+  const uint32_t tag = signal ? epoch : 0;  // withheld signals: words that never say "this call"
   if (m > 0) {
     const int vecs = L.hidden / 8;
     auto* to = a.region.at<uint4>(s, L.combineRow(parity, a.rank, t));
@@ -565,26 +879,47 @@ __device__ void sendPartial(const CombineArgs& a, int s, int t, uint32_t epoch, 
 #pragma unroll
       for (int b = 0; b < kLlBatch; ++b) {
         const int c = base + b * kLlThreads + tid;
-        if (c < vecs) to[c] = packBf16x8(acc[b]);
+        if (c >= vecs) continue;
+        if (tagged) {
+          storeTagged16(reinterpret_cast<uint8_t*>(to), 16ull * c, packBf16x8(acc[b]), tag);
+        } else {
+          to[c] = packBf16x8(acc[b]);
+        }
       }
     }
-    fenceAcqRelSys();
+    if (!tagged) fenceAcqRelSys();
   }
   __syncthreads();
-  if (m > 0 && tid == 0 && a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals)) {
+  if (m > 0 && !tagged && tid == 0 && signal) {
     storeReleaseSys64(a.region.at<uint64_t>(s, L.combineFlag(parity, a.rank, t)), llFlagWord(epoch, 0));
   }
+  __syncthreads();  // sh is taken again by the next row
+}
+
+// One thread: every peer has started this combine, so it has finished the one before (the next combine may write
+// into the parity that one read).
+__device__ void waitMark(const CombineArgs& a, int r, uint32_t epoch) {
+  uint64_t w = 0;
+  const bool ok = llWait(
+      a.region.at<uint64_t>(a.rank, a.layout.combineMark(r)),
+      [epoch](uint64_t x) { return llEpochReached(llFlagValue(x), epoch); }, a.timeout_ns, a.state, &w);
+  if (!ok) llReport(a.state, kDeviceTimeout, r, kWhatCombine);
 }
 
 // One CTA finishes this rank's token t: the partial sums of the ranks it went to, in rank order, fp32, rounded once.
-__device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int parity, CombineShared& sh) {
+// With `marks`, a second warp meanwhile waits for every peer's mark (waitMark). Plain rows: their flags first, then
+// .cg loads; tagged rows (this rank routed few enough tokens): the words are polled until they are of this call.
+__device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int parity, CombineShared& sh,
+                            LlSlots slots, bool marks) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int n = L.ranks;
   const uint32_t mask = a.token_dests[t];
+  const bool tagged = L.tagged(a.num_tokens);
+  if (marks && tid >= kLlThreads - 32 && tid < kLlThreads - 32 + n) waitMark(a, tid - (kLlThreads - 32), epoch);
   if (tid < n) {
-    bool ok = false;
-    if ((mask >> tid) & 1u) {
+    bool ok = (mask >> tid) & 1u;
+    if (ok && !tagged) {
       uint64_t w = 0;
       ok = llWait(
           a.region.at<uint64_t>(a.rank, L.combineFlag(parity, tid, t)),
@@ -594,6 +929,7 @@ __device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int par
     sh.ok[tid] = ok ? 1 : 0;
   }
   __syncthreads();
+  llStamp(slots, epoch, a.phases, kLlStampSignals);
   const int vecs = L.hidden / 8;
   auto* to = reinterpret_cast<uint4*>(a.out + static_cast<int64_t>(t) * L.hidden);
   for (int base = 0; base < vecs; base += kLlThreads * kLlBatch) {
@@ -602,10 +938,16 @@ __device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int par
       if (!sh.ok[r]) continue;
       const auto* from = a.region.at<const uint4>(a.rank, L.combineRow(parity, r, t));
       uint4 v[kLlBatch];
+      if (tagged) {
+        if (!pollTaggedBatch(reinterpret_cast<const uint8_t*>(from), base, vecs, epoch, v, a.timeout_ns, a.state)) {
+          llReport(a.state, kDeviceTimeout, r, kWhatCombine);
+        }
+      } else {
 #pragma unroll
-      for (int b = 0; b < kLlBatch; ++b) {
-        const int c = base + b * kLlThreads + tid;
-        v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+        for (int b = 0; b < kLlBatch; ++b) {
+          const int c = base + b * kLlThreads + tid;
+          v[b] = c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+        }
       }
 #pragma unroll
       for (int b = 0; b < kLlBatch; ++b)
@@ -620,48 +962,45 @@ __device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int par
   __syncthreads();
 }
 
-// Sends: CTA per received row, other ranks' rows first (their round trip is longer). Receives: CTA per token.
+// Sends: CTA per received row, in the order the dispatch took them (the first one's record is loaded before the
+// epoch). Receives: CTA per token; block 0 waits for every peer's mark alongside its first token.
 __global__ void __launch_bounds__(kLlThreads, 1) llCombineKernel(CombineArgs a) {
   __shared__ CombineShared sh;
   awaitPriorGrids();
   releaseDependents();
+  const uint64_t began = globalTimerNs();
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int n = L.ranks;
+  const int grid = static_cast<int>(gridDim.x);
+  const int q0 = static_cast<int>(blockIdx.x);
+  const int tokens = tid < n ? a.recv_tokens[tid] : 0;
+  TakenRow first = loadTakenRow(a, q0);
   const uint32_t epoch = a.state->combine_epoch + 1;
   const int parity = llParity(epoch);
-  uint64_t(*slots)[2] = a.times != nullptr ? a.times->combine : nullptr;
-  llStampStart(slots, epoch);
+  const LlSlots slots = a.times != nullptr ? a.times->combine : nullptr;
   const bool signal = a.fault != static_cast<uint32_t>(LlFault::kSkipCombineSignals);
   // This rank has started this combine, so it has finished the one before: peers may write that parity again.
   if (blockIdx.x == 0 && tid < n && signal) {
     storeReleaseSys64(a.region.at<uint64_t>(tid, L.combineMark(a.rank)), llFlagWord(0, epoch));
   }
-  if (tid < n) sh.tokens[tid] = min(max(a.recv_tokens[tid], 0), L.max_tokens);
+  if (tid < n) sh.tokens[tid] = min(max(tokens, 0), L.max_tokens);
   __syncthreads();
+  llStampStart(slots, epoch, a.phases, began);
   int total = 0;
   for (int s = 0; s < n; ++s)
     total += sh.tokens[s];
-  for (int q = static_cast<int>(blockIdx.x); q < total; q += static_cast<int>(gridDim.x)) {
-    int s = a.rank;
-    int t = q;
-    for (int i = 1; i <= n; ++i) {
-      s = a.rank + i < n ? a.rank + i : a.rank + i - n;
-      if (t < sh.tokens[s]) break;
-      t -= sh.tokens[s];
-    }
-    sendPartial(a, s, t, epoch, parity, sh);
-  }
-  for (int t = static_cast<int>(blockIdx.x); t < a.num_tokens; t += static_cast<int>(gridDim.x))
-    finishToken(a, t, epoch, parity, sh);
+  for (int q = q0; q < total; q += grid)
+    sendPartial(a, q == q0 ? first : loadTakenRow(a, q), epoch, parity, sh);
+  llStamp(slots, epoch, a.phases, kLlStampSent);
+  for (int t = q0; t < a.num_tokens; t += grid)
+    finishToken(a, t, epoch, parity, sh, slots, blockIdx.x == 0 && t == 0);
   // Every peer has started this combine, so it has finished the one before: the next combine may write into the
   // parity that one read (a rank whose tokens need nothing from a peer learns it only here).
-  if (blockIdx.x == 0 && tid < n) {
-    uint64_t w = 0;
-    const bool ok = llWait(
-        a.region.at<uint64_t>(a.rank, L.combineMark(tid)),
-        [epoch](uint64_t x) { return llEpochReached(llFlagValue(x), epoch); }, a.timeout_ns, a.state, &w);
-    if (!ok) llReport(a.state, kDeviceTimeout, tid, kWhatCombine);
+  if (blockIdx.x == 0) {
+    if (a.num_tokens == 0 && tid < n) waitMark(a, tid, epoch);
+    __syncthreads();
+    llStamp(slots, epoch, a.phases, kLlStampRows);
   }
   llCloseCall(&a.state->combine_arrived, &a.state->combine_epoch, epoch, slots);
 }
@@ -678,6 +1017,7 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
   shape.max_tokens = config.max_tokens;
   shape.capacity = config.capacity > 0 ? config.capacity : config.max_tokens;
   shape.payload = config.payload;
+  shape.tagged_max_tokens = config.tagged_max_tokens;
   if (const std::string why = llShapeError(shape); !why.empty()) return PEERLAB_INVALID_ARGUMENT(why);
   if (config.timeout_ms <= 0) return PEERLAB_INVALID_ARGUMENT("ll: timeout_ms must be positive");
   LowLatencyExchange x;
@@ -697,6 +1037,7 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
   PEERLAB_ASSIGN_OR_RETURN(x.recv_tokens_, allocDevice(device, n * sizeof(int32_t)));
   PEERLAB_ASSIGN_OR_RETURN(x.recv_pairs_, allocDevice(device, n * T * sizeof(int32_t)));
   PEERLAB_ASSIGN_OR_RETURN(x.recv_rows_, allocDevice(device, n * T * k * sizeof(int2)));
+  PEERLAB_ASSIGN_OR_RETURN(x.recv_src_, allocDevice(device, n * T * sizeof(int2)));
   PEERLAB_ASSIGN_OR_RETURN(x.rows_, allocDevice(device, rows * x.layout_.payload_bytes));
   PEERLAB_ASSIGN_OR_RETURN(x.scales_, allocDevice(device, std::max<uint64_t>(rows * x.layout_.scale_bytes, 16)));
   PEERLAB_ASSIGN_OR_RETURN(x.counts_, allocDevice(device, x.layout_.local_experts * sizeof(int64_t)));
@@ -711,6 +1052,7 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
     // A combine before any dispatch has nothing to send and nothing to wait for.
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.recv_tokens_->ptr, 0, x.recv_tokens_->bytes)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.recv_pairs_->ptr, 0, x.recv_pairs_->bytes)));
+    PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.recv_src_->ptr, 0, x.recv_src_->bytes)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.token_dests_->ptr, 0, x.token_dests_->bytes)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&x.sms_, cudaDevAttrMultiProcessorCount, device)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceSynchronize()));
@@ -762,9 +1104,11 @@ Status LowLatencyExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* 
   a.token_dests = token_dests_->as<uint32_t>();
   a.recv_tokens = recv_tokens_->as<int32_t>();
   a.recv_pairs = recv_pairs_->as<int32_t>();
+  a.recv_src = recv_src_->as<int2>();
   a.recv_rows = recv_rows_->as<int2>();
   a.state = state_->as<LlState>();
   a.times = times_;
+  a.phases = phases_;
   a.timeout_ns = static_cast<uint64_t>(config_.timeout_ms) * 1'000'000ull;
   a.fault = static_cast<uint32_t>(fault_);
   const dim3 grid(static_cast<unsigned>(ctasFor(num_tokens)));
@@ -788,9 +1132,11 @@ Status LowLatencyExchange::combine(const __nv_bfloat16* expert_out, __nv_bfloat1
   a.token_dests = token_dests_->as<uint32_t>();
   a.recv_tokens = recv_tokens_->as<int32_t>();
   a.recv_pairs = recv_pairs_->as<int32_t>();
+  a.recv_src = recv_src_->as<int2>();
   a.recv_rows = recv_rows_->as<int2>();
   a.state = state_->as<LlState>();
   a.times = times_;
+  a.phases = phases_;
   a.timeout_ns = static_cast<uint64_t>(config_.timeout_ms) * 1'000'000ull;
   a.fault = static_cast<uint32_t>(fault_);
   const cudaError_t err = launchKernel(llCombineKernel, dim3(static_cast<unsigned>(ctasFor(num_tokens_))),

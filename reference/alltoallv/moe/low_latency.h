@@ -47,6 +47,9 @@ struct LlConfig {
   int max_tokens = 128;  ///< tokens per rank per call at most
   int capacity = 0;      ///< slots per (source rank, local expert); 0: max_tokens (no drops with distinct top-k)
   LlPayload payload = LlPayload::kBf16;
+  /// A rank's rows (and the combine rows of its tokens) go as tagged words when it routes at most this many tokens
+  /// in a call: twice the bytes, but no fence before the flag (ll_layout.h). 0: always plain.
+  int tagged_max_tokens = kLlDefaultTaggedMaxTokens;
   int64_t timeout_ms = 10'000;      ///< bound of every device wait
   int max_ctas = 0;                 ///< 0: one per SM
   bool programmatic_launch = true;  ///< launch with programmatic dependent launch where the device has it
@@ -115,8 +118,12 @@ class LowLatencyExchange {
   const LlLayout& layout() const { return layout_; }
   const LlConfig& config() const { return config_; }
   void setFault(LlFault f) { fault_ = f; }
-  /// Kernel spans into `times` (device memory, llClearTimes() first; null: off). Captured into graphs as set.
-  void setKernelTimes(LlKernelTimes* times) { times_ = times; }
+  /// Kernel spans into `times` (device memory, llClearTimes() first; null: off), with `phases` the phase stamps too
+  /// (a few atomics more per CTA). Captured into graphs as set.
+  void setKernelTimes(LlKernelTimes* times, bool phases = false) {
+    times_ = times;
+    phases_ = phases;
+  }
   /// Whether kernels launch with programmatic dependent launch.
   bool programmaticLaunch() const { return programmatic_; }
   /// CTAs of a dispatch or combine launch for `num_tokens` tokens on this rank.
@@ -132,13 +139,16 @@ class LowLatencyExchange {
   int num_tokens_ = 0;
   LlFault fault_ = LlFault::kNone;
   LlKernelTimes* times_ = nullptr;
+  bool phases_ = false;
   bool programmatic_ = false;
   uint64_t dropped_ = 0;
   std::unique_ptr<SymmetricRegion> region_;
   DeviceBuffer token_dests_;  // uint32 [max_tokens]: bit d set when the token has a kept pair on rank d
   DeviceBuffer recv_tokens_;  // int32 [n]: rows each source sent in the last dispatch
-  DeviceBuffer recv_pairs_;   // int32 [n, max_tokens]: kept pairs of each received row (0: not sent)
-  DeviceBuffer recv_rows_;    // int2 [n, max_tokens, k]: {packed output row, weight bits} per kept pair, slot order
+  // The rows the last dispatch took, by receive order q (< n * max_tokens), for the combine:
+  DeviceBuffer recv_pairs_;  // int32 [q]: kept pairs of the row
+  DeviceBuffer recv_rows_;   // int2 [q, k]: {packed output row, weight bits} per kept pair, slot order
+  DeviceBuffer recv_src_;    // int2 [q]: {source rank, source token}
   DeviceBuffer rows_;
   DeviceBuffer scales_;
   DeviceBuffer counts_;  // int64 [E / n]

@@ -54,6 +54,8 @@ struct MoeConfig {
   int ll_capacity = 0;  ///< LL kept pairs per (source rank, expert); 0: ll_max_tokens (nothing dropped)
   LlPayload ll_payload = LlPayload::kBf16;
   int64_t ll_timeout_ms = 10'000;  ///< bound of the LL kernels' device waits
+  int ll_tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< LlConfig::tagged_max_tokens
+  bool ll_programmatic_launch = true;  ///< LL kernels go out with programmatic dependent launch where the device has it
 };
 
 /// Bytes of one dispatched row: the token (2H) plus its routing tail (source token, k local expert ids, k weights).

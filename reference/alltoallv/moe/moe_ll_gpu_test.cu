@@ -43,6 +43,7 @@ struct LlCase {
   int ranks;
   LlPayload payload;
   Routing routing;
+  int tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< 0: every row plain; between the ranks' token counts: mixed
 };
 
 // The experts run on the host from the reference's rows (fp8: dequantized, then rounded to bf16).
@@ -97,6 +98,7 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
   cfg.ll_max_tokens = *std::max_element(tokens.begin(), tokens.end());
   cfg.ll_capacity = cap;
   cfg.ll_payload = c.payload;
+  cfg.ll_tagged_max_tokens = c.tagged_max_tokens;
   auto made = MoeExchange::createWithAllToAllV(boot, me, cfg, Transfer::kPush, soon());
   PEERLAB_ASSERT_OK(made.status());
   MoeExchange moe = std::move(made).value();
@@ -215,11 +217,18 @@ INSTANTIATE_TEST_SUITE_P(
                       LlCase{2, LlPayload::kBf16, Routing::kUniform}, LlCase{2, LlPayload::kFp8, Routing::kUniform},
                       LlCase{2, LlPayload::kBf16, Routing::kHot}, LlCase{2, LlPayload::kFp8, Routing::kHot},
                       LlCase{4, LlPayload::kBf16, Routing::kUniform}, LlCase{4, LlPayload::kFp8, Routing::kUniform},
-                      LlCase{4, LlPayload::kBf16, Routing::kHot}),
+                      LlCase{4, LlPayload::kBf16, Routing::kHot},
+                      // Plain rows everywhere, and mixed: rank 0 (37 tokens) plain, rank 1 (none) tagged.
+                      LlCase{1, LlPayload::kFp8, Routing::kUniform, 0}, LlCase{2, LlPayload::kBf16, Routing::kUniform, 0},
+                      LlCase{2, LlPayload::kFp8, Routing::kHot, 0}, LlCase{2, LlPayload::kBf16, Routing::kHot, 20},
+                      LlCase{2, LlPayload::kFp8, Routing::kUniform, 20}),
     [](const auto& info) {
       const LlCase& c = info.param;
+      const std::string rows = c.tagged_max_tokens == kLlDefaultTaggedMaxTokens ? ""
+                               : c.tagged_max_tokens == 0                       ? "_plain"
+                                                                                : "_mixed";
       return std::to_string(c.ranks) + "ranks_" + (c.payload == LlPayload::kFp8 ? "fp8" : "bf16") + "_" +
-             (c.routing == Routing::kHot ? "hot" : "uniform");
+             (c.routing == Routing::kHot ? "hot" : "uniform") + rows;
     });
 
 TEST(MoeLowLatencyDeepSeek, Hidden7168Top8Of256) {
@@ -238,6 +247,13 @@ TEST(MoeLowLatencyDeepSeek, TwoRanksFp8Hidden7168Top8Of256) {
   PEERLAB_REQUIRE_GPUS(2);
   PEERLAB_TEST_RANKS(2, boot);
   llRounds(boot, LlCase{2, LlPayload::kFp8, Routing::kHot}, MoeShape{2, 7168, 8, 256}, 6, {30, 1});
+}
+
+// The same shape with rank 0's rows plain (30 tokens) and rank 1's tagged (1 token).
+TEST(MoeLowLatencyDeepSeek, TwoRanksMixedRowsHidden7168Top8Of256) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  llRounds(boot, LlCase{2, LlPayload::kBf16, Routing::kUniform, 8}, MoeShape{2, 7168, 8, 256}, 30, {30, 1});
 }
 
 TEST(MoeLowLatencyDeepSeek, FourRanksHidden7168Top8Of256) {
@@ -329,12 +345,15 @@ TEST(MoeLowLatencyFaults, MissingSignalsTimeOutAndTheNextCallRecovers) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto stream, createStream(me));
   cudaStream_t s = stream.get();
   const MoeShape shape{1, 128, 2, 8};
+  for (int tagged : {kLlDefaultTaggedMaxTokens, 0}) {
+  SCOPED_TRACE(tagged > 0 ? "tagged rows" : "plain rows");
   LlConfig cfg;
   cfg.hidden = shape.hidden;
   cfg.top_k = shape.top_k;
   cfg.experts = shape.experts;
   cfg.max_tokens = 8;
   cfg.timeout_ms = 50;
+  cfg.tagged_max_tokens = tagged;
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
   const auto in = makeMoeInputs(shape, {8}, 5);
   const auto ref = llDispatchReference(shape, 8, cfg.payload, in);
@@ -367,6 +386,7 @@ TEST(MoeLowLatencyFaults, MissingSignalsTimeOutAndTheNextCallRecovers) {
     EXPECT_EQ(countDiffs(got, combined[0], &first), 0u) << "after recovery, first at " << first;
   }
   PEERLAB_ASSERT_OK(ll.close(boot, soon()));
+  }
 }
 
 // A peer that dies after setup: the survivors' LL dispatch reports a timeout naming it instead of hanging.
