@@ -10,11 +10,11 @@
 # and prints a table per T last. Raw output goes to $OUT (summary.txt, bench.json, gpu_test.json, sanitize.json,
 # reliability.json, ncu.csv and raw.tar.gz with every log).
 #
-#   OUT=/path bench/experiments/moe_ll_2gpu.sh [--build DIR] [--auto-max-tokens N]
+#   OUT=/path bench/experiments/moe_ll_2gpu.sh [--build DIR] [--auto-max-tokens N] [--no-ncu]
 #
 # --build: a configured build directory (default build/default; configured with the default preset and the GPUs'
 # own architecture when it is not). --auto-max-tokens: the ll_auto_max_tokens the table checks the auto choice
-# against (default 256, the largest T with low-latency rows). Multicast stays off for NCCL, NVSHMEM and torch, and
+# against (default 256, the largest T with low-latency rows). --no-ncu: leave step 3 out. Multicast stays off for NCCL, NVSHMEM and torch, and
 # nothing here creates a multicast object. Exit code: 0 every stage ran and passed, 1 a stage failed (the table
 # still prints), 2 usage.
 set -uo pipefail
@@ -24,10 +24,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 build=build/default
 auto_max=256
+no_ncu=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --auto-max-tokens) auto_max="$2"; shift 2 ;;
+    --no-ncu) no_ncu=1; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "moe_ll_2gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -95,7 +97,9 @@ stage_rc bench $?
 
 # 3. Nsight Compute: counters this ncu knows, in one pass (the kernels wait on the peer; a replayed pass would wait
 #    for flags that already came and went, bounded by PEERLAB_MOE_LL_TIMEOUT_MS).
-if command -v ncu >/dev/null; then
+if [ "$no_ncu" = 1 ]; then
+  log "Nsight Compute left out (--no-ncu)"
+elif command -v ncu >/dev/null; then
   ncu --query-metrics >"$work/ncu/query.txt" 2>&1
   metrics=""
   for m in gpu__time_duration.sum launch__grid_size launch__registers_per_thread sm__cycles_active.avg \

@@ -10,8 +10,9 @@
 /// writes into a parity only once every peer has finished the call two before, see low_latency.h):
 ///   count blocks    [parity][source rank]: a flag word (epoch << 32 | tokens the source routes this call), then the
 ///                   source's kept pairs per local expert of this rank, each a tagged word (below)
-///   dispatch flags  uint64 [parity][source rank][token]: epoch << 32 | that token's kept pairs here (0: nothing
-///                   was sent)
+///   dispatch flags  uint64 [parity][source rank][token][slice]: epoch << 32 | that token's kept pairs here (0:
+///                   nothing was sent), one per slice of the row (kLlSlices): a row may be written and read by
+///                   several CTAs, each a group of slices, each slice published on its own
 ///   dispatch rows   [parity][source rank][token]: payload (bf16 H, or fp8 e4m3 H plus H/128 fp32 scales), then one
 ///                   LlPairEntry per kept pair here
 ///   combine flags   uint64 [parity][expert rank][token]: the epoch (rows sent plain only)
@@ -41,6 +42,9 @@ enum class LlPayload : uint32_t {
   kFp8 = 1,   ///< e4m3 with one fp32 scale per 128 elements (DeepEP's layout): x ~= q * scale
 };
 
+/// Slices of a dispatch row, each with its own flag; a slice is a run of 16-byte units, a multiple of 8 of them
+/// (whole fp8 scale groups).
+inline constexpr int kLlSlices = 8;
 /// The default LlConfig::tagged_max_tokens (docs/moe.md has the measurements behind it).
 inline constexpr int kLlDefaultTaggedMaxTokens = 16;
 /// Most top-k slots per token (both modes).
@@ -82,11 +86,11 @@ struct LlLayout {
   int capacity;
   int max_tokens;
   uint32_t payload;
-  uint64_t payload_bytes;      ///< 2H or H
-  uint64_t scale_bytes;        ///< fp8: 4 H / 128
-  uint64_t meta_offset;        ///< the pair entries, 16-byte aligned after payload and scales
-  uint64_t row_bytes;          ///< a dispatch row: meta_offset + 16 k
-  uint64_t row_stride;         ///< between dispatch rows: twice row_bytes when rows may be tagged
+  uint64_t payload_bytes;       ///< 2H or H
+  uint64_t scale_bytes;         ///< fp8: 4 H / 128
+  uint64_t meta_offset;         ///< the pair entries, 16-byte aligned after payload and scales
+  uint64_t row_bytes;           ///< a dispatch row: meta_offset + 16 k
+  uint64_t row_stride;          ///< between dispatch rows: twice row_bytes when rows may be tagged
   uint64_t combine_row_stride;  ///< between combine rows: 2H, or 4H when rows may be tagged
   int tagged_max_tokens;
   uint64_t count_block_bytes;  ///< 16 + 8 E / n (tagged words), rounded up to 16
@@ -108,8 +112,9 @@ struct LlLayout {
   }
   /// Whether a source routing `tokens` tokens sends its rows (and gets its combine rows) tagged.
   __host__ __device__ bool tagged(int tokens) const { return tokens <= tagged_max_tokens; }
-  __host__ __device__ uint64_t dispatchFlag(int parity, int src, int token) const {
-    return dispatch_flag_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * 8;
+  __host__ __device__ uint64_t dispatchFlag(int parity, int src, int token, int slice) const {
+    return dispatch_flag_offset +
+           (((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * kLlSlices + slice) * 8;
   }
   __host__ __device__ uint64_t dispatchRow(int parity, int src, int token) const {
     return dispatch_row_offset + ((static_cast<uint64_t>(parity) * ranks + src) * max_tokens + token) * row_stride;
@@ -119,7 +124,8 @@ struct LlLayout {
     return combine_flag_offset + ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * 8;
   }
   __host__ __device__ uint64_t combineRow(int parity, int from, int token) const {
-    return combine_row_offset + ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * combine_row_stride;
+    return combine_row_offset +
+           ((static_cast<uint64_t>(parity) * ranks + from) * max_tokens + token) * combine_row_stride;
   }
   __host__ __device__ uint64_t combineMark(int rank) const {
     return combine_mark_offset + static_cast<uint64_t>(rank) * 8;
@@ -157,12 +163,24 @@ inline LlLayout makeLlLayout(const LlShape& s) {
   l.count_block_bytes = llAlign(16 + 8ull * static_cast<uint64_t>(l.local_experts), 16);
   l.count_offset = 0;
   l.dispatch_flag_offset = llAlign(l.count_offset + 2 * n * l.count_block_bytes, 256);
-  l.dispatch_row_offset = llAlign(l.dispatch_flag_offset + rows * 8, 256);
+  l.dispatch_row_offset = llAlign(l.dispatch_flag_offset + rows * kLlSlices * 8, 256);
   l.combine_flag_offset = llAlign(l.dispatch_row_offset + rows * l.row_stride, 256);
   l.combine_row_offset = llAlign(l.combine_flag_offset + rows * 8, 256);
   l.combine_mark_offset = llAlign(l.combine_row_offset + rows * l.combine_row_stride, 256);
   l.total_bytes = llAlign(l.combine_mark_offset + 8 * n, 4096);
   return l;
+}
+
+/// The 16-byte units [begin, end) of slices [first, last) of a row of `units` units.
+struct LlUnits {
+  int begin;
+  int end;
+};
+__host__ __device__ inline LlUnits llSliceUnits(int units, int first, int last) {
+  const int per = (units + kLlSlices * 8 - 1) / (kLlSlices * 8) * 8;
+  const int b = first * per < units ? first * per : units;
+  const int e = last * per < units ? last * per : units;
+  return LlUnits{b, e};
 }
 
 /// Empty when `s` is a valid LL shape, else the reason (one line, naming the value).

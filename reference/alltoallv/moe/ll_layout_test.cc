@@ -40,38 +40,39 @@ TEST(LlLayout, Fp8RowsCarryScalesAndPairsAndStayVectorAligned) {
 // rows and blocks, 8 for flag words).
 TEST(LlLayout, RegionsAreDisjointAndInside) {
   for (int tagged : {0, 3})
-  for (LlPayload p : {LlPayload::kBf16, LlPayload::kFp8}) {
-    LlShape s{3, 128, 3, 6, 5, 4, p, tagged};
-    const LlLayout l = makeLlLayout(s);
-    const uint64_t widen = tagged > 0 ? 2 : 1;  // tagged rows take twice the bytes
-    std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end)
-    auto add = [&](uint64_t o, uint64_t bytes, uint64_t align) {
-      EXPECT_EQ(o % align, 0u) << "offset " << o;
-      spans.emplace_back(o, o + bytes);
-    };
-    for (int par = 0; par < 2; ++par)
-      for (int src = 0; src < s.ranks; ++src) {
-        add(l.countBlock(par, src), l.count_block_bytes, 16);
-        EXPECT_EQ(l.countOf(par, src, s.experts / s.ranks - 1) + 8, l.countBlock(par, src) + 16 + 8 * 2);
-        for (int t = 0; t < s.max_tokens; ++t) {
-          add(l.dispatchFlag(par, src, t), 8, 8);
-          add(l.dispatchRow(par, src, t), widen * l.row_bytes, 16);
-          add(l.combineFlag(par, src, t), 8, 8);
-          add(l.combineRow(par, src, t), widen * 2ull * s.hidden, 16);
+    for (LlPayload p : {LlPayload::kBf16, LlPayload::kFp8}) {
+      LlShape s{3, 128, 3, 6, 5, 4, p, tagged};
+      const LlLayout l = makeLlLayout(s);
+      const uint64_t widen = tagged > 0 ? 2 : 1;         // tagged rows take twice the bytes
+      std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end)
+      auto add = [&](uint64_t o, uint64_t bytes, uint64_t align) {
+        EXPECT_EQ(o % align, 0u) << "offset " << o;
+        spans.emplace_back(o, o + bytes);
+      };
+      for (int par = 0; par < 2; ++par)
+        for (int src = 0; src < s.ranks; ++src) {
+          add(l.countBlock(par, src), l.count_block_bytes, 16);
+          EXPECT_EQ(l.countOf(par, src, s.experts / s.ranks - 1) + 8, l.countBlock(par, src) + 16 + 8 * 2);
+          for (int t = 0; t < s.max_tokens; ++t) {
+            for (int slice = 0; slice < kLlSlices; ++slice)
+              add(l.dispatchFlag(par, src, t, slice), 8, 8);
+            add(l.dispatchRow(par, src, t), widen * l.row_bytes, 16);
+            add(l.combineFlag(par, src, t), 8, 8);
+            add(l.combineRow(par, src, t), widen * 2ull * s.hidden, 16);
+          }
+        }
+      for (int r = 0; r < s.ranks; ++r)
+        add(l.combineMark(r), 8, 8);
+      std::sort(spans.begin(), spans.end());
+      for (size_t i = 0; i < spans.size(); ++i) {
+        EXPECT_LE(spans[i].second, l.total_bytes);
+        if (i > 0) {
+          EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap at " << spans[i].first;
         }
       }
-    for (int r = 0; r < s.ranks; ++r)
-      add(l.combineMark(r), 8, 8);
-    std::sort(spans.begin(), spans.end());
-    for (size_t i = 0; i < spans.size(); ++i) {
-      EXPECT_LE(spans[i].second, l.total_bytes);
-      if (i > 0) {
-        EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap at " << spans[i].first;
-      }
+      EXPECT_EQ(l.total_bytes % 4096, 0u);
+      EXPECT_EQ(l.expertStride(), 3u * 4u);
     }
-    EXPECT_EQ(l.total_bytes % 4096, 0u);
-    EXPECT_EQ(l.expertStride(), 3u * 4u);
-  }
 }
 
 // DeepSeek-V3 decode shape on 2 ranks, 128 tokens per rank: the region holds a row per (source, token) and parity,
@@ -163,6 +164,27 @@ TEST(LlLayout, KernelSpansSkipEmptySlots) {
   EXPECT_EQ(llKernelSpansUs(t, true), std::vector<double>{8.0});
 }
 
+// Slices: runs of whole fp8 scale groups (8 units) covering the row once, in order; empty past the end.
+TEST(LlLayout, SlicesCoverTheRowInWholeGroups) {
+  for (int units : {1, 16, 56, 448, 896, 1000}) {
+    int next = 0;
+    for (int j = 0; j < kLlSlices; ++j) {
+      const LlUnits u = llSliceUnits(units, j, j + 1);
+      EXPECT_EQ(u.begin, next) << units << " units, slice " << j;
+      EXPECT_LE(u.begin, u.end);
+      if (u.end < units) {
+        EXPECT_EQ(u.end % 8, 0) << units << " units, slice " << j;
+      }
+      next = u.end;
+    }
+    EXPECT_EQ(next, units);
+    EXPECT_EQ(llSliceUnits(units, 0, kLlSlices).end, units);
+    EXPECT_EQ(llSliceUnits(units, 2, 4).begin, llSliceUnits(units, 2, 3).begin);
+    EXPECT_EQ(llSliceUnits(units, 2, 4).end, llSliceUnits(units, 3, 4).end);
+  }
+  EXPECT_EQ(llSliceUnits(896, 0, 1).end, 112);  // bf16 H = 7168: 112 units per slice
+}
+
 // Phase stamps: offsets from the call's start, only for whole calls and stamps inside the call.
 TEST(LlLayout, PhaseStampsAreOffsetsInsideWholeCalls) {
   LlKernelTimes t{};
@@ -170,7 +192,7 @@ TEST(LlLayout, PhaseStampsAreOffsetsInsideWholeCalls) {
   t.dispatch[1][kLlStampStart] = 1'000'000;
   t.dispatch[1][kLlStampEnd] = 1'007'000;
   t.dispatch[1][kLlStampSent] = 1'004'500;
-  t.dispatch[1][kLlStampRows] = 1'009'000;  // after the end: not a stamp of this call
+  t.dispatch[1][kLlStampRows] = 1'009'000;   // after the end: not a stamp of this call
   t.dispatch[2][kLlStampStart] = 2'000'000;  // never ended
   t.dispatch[2][kLlStampSent] = 2'001'000;
   EXPECT_EQ(llStampOffsetsUs(t, false, kLlStampSent), std::vector<double>{4.5});

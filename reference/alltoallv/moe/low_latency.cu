@@ -63,8 +63,7 @@ __device__ __forceinline__ void storeTagged16(uint8_t* row, uint64_t off, const 
   uint8_t* p = row + 2 * off;
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(tagWord(v.x, tag)), "l"(tagWord(v.y, tag))
                : "memory");
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p + 16), "l"(tagWord(v.z, tag)),
-               "l"(tagWord(v.w, tag))
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p + 16), "l"(tagWord(v.z, tag)), "l"(tagWord(v.w, tag))
                : "memory");
 }
 __device__ __forceinline__ void storeTagged4(uint8_t* row, uint64_t off, uint32_t x, uint32_t tag) {
@@ -140,7 +139,8 @@ using LlSlots = uint64_t (*)[kLlStamps];
 __device__ __forceinline__ void llStampStart(LlSlots slots, uint32_t epoch, bool phases, uint64_t began) {
   if (slots != nullptr && threadIdx.x == 0) {
     atomicMin(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampStart]), began);
-    if (phases) atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampLastStart]), began);
+    if (phases)
+      atomicMax(reinterpret_cast<unsigned long long*>(&slots[epoch % kLlTimeSlots][kLlStampLastStart]), began);
   }
 }
 
@@ -193,6 +193,7 @@ struct DispatchArgs {
   LlKernelTimes* times;
   uint64_t timeout_ns;
   uint32_t fault;
+  int slice_groups;  // CTAs per row on each side (a power of two dividing kLlSlices)
   bool phases;
 };
 static_assert(std::is_trivially_copyable_v<DispatchArgs>);
@@ -405,16 +406,28 @@ __device__ __forceinline__ int tokenUnits(const LlLayout& L) {
   return kFp8 ? L.hidden / 16 : L.hidden / 8;
 }
 
-// One CTA sends token t: routed, read once, written once per rank that holds one of its kept pairs, with those pairs;
-// then one flag per rank. The token's first batch (`v`) and its route come loaded from the caller, so they are in
-// flight with whatever it loads meanwhile.
+// A group of a row's slices: group g of `groups` (a power of two dividing kLlSlices).
+struct SliceGroup {
+  int first;  // slices [first, last)
+  int last;
+};
+__device__ __forceinline__ SliceGroup sliceGroup(int g, int groups) {
+  const int per = kLlSlices / groups;
+  return SliceGroup{g * per, (g + 1) * per};
+}
+
+// One CTA sends slice group g of token t: routed, its units read once, written once per rank that holds one of the
+// token's kept pairs, with those pairs (every group writes the entries, the same bytes); then one flag per rank and
+// slice of the group. The group's first batch (`v`) and the token's route come loaded from the caller, so they are
+// in flight with whatever it loads meanwhile.
 template <bool kFp8>
-__device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int parity, int* scanned, DispatchShared& sh,
-                          uint4 (&v)[kLlBatch], TokenRoute route) {
+__device__ void sendToken(const DispatchArgs& a, int t, int g, uint32_t epoch, int parity, int* scanned,
+                          DispatchShared& sh, uint4 (&v)[kLlBatch], TokenRoute route) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
-  const int units = tokenUnits<kFp8>(L);
+  const SliceGroup group = sliceGroup(g, a.slice_groups);
+  const LlUnits range = llSliceUnits(tokenUnits<kFp8>(L), group.first, group.last);
   constexpr int kStep = kFp8 ? kLlThreads * kLlBatch / 2 : kLlThreads * kLlBatch;
   const uint4* src = tokenSource<kFp8>(a, t);
   countPairs(a.ids, *scanned, t * L.top_k, L.experts, sh.hist);
@@ -422,11 +435,11 @@ __device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int pari
   if (tid < 32) routeToken(a, t, parity, sh, lane, route);
   __syncthreads();
   const uint32_t tag = L.tagged(a.num_tokens) ? epoch : 0;
-  for (int base = 0;;) {
-    storeTokenBatch<kFp8>(sh, L, base, units, v, tag);
+  for (int base = range.begin; base < range.end;) {
+    storeTokenBatch<kFp8>(sh, L, base, range.end, v, tag);
     base += kStep;
-    if (base >= units) break;
-    loadTokenBatch<kFp8>(src, base, units, v);
+    if (base >= range.end) break;
+    loadTokenBatch<kFp8>(src, base, range.end, v);
   }
   if (tid < L.top_k && sh.dest[tid] >= 0) {
     uint8_t* row = a.region.at<uint8_t>(sh.dest[tid], L.dispatchRow(parity, a.rank, t));
@@ -442,16 +455,18 @@ __device__ void sendToken(const DispatchArgs& a, int t, uint32_t epoch, int pari
   // once for tagged ones, whose words say for themselves which call they belong to.
   if (tag == 0) fenceAcqRelSys();
   __syncthreads();
-  if (tid < L.ranks && a.fault != static_cast<uint32_t>(LlFault::kSkipDispatchSignals)) {
-    uint64_t* flag = a.region.at<uint64_t>(tid, L.dispatchFlag(parity, a.rank, t));
-    const uint64_t word = llFlagWord(epoch, static_cast<uint32_t>(sh.pairs[tid]));
+  const int per = group.last - group.first;
+  if (tid < L.ranks * per && a.fault != static_cast<uint32_t>(LlFault::kSkipDispatchSignals)) {
+    const int r = tid / per;
+    uint64_t* flag = a.region.at<uint64_t>(r, L.dispatchFlag(parity, a.rank, t, group.first + tid % per));
+    const uint64_t word = llFlagWord(epoch, static_cast<uint32_t>(sh.pairs[r]));
     if (tag != 0) {
       storeRelaxedSys64(flag, word);
     } else {
       storeReleaseSys64(flag, word);
     }
   }
-  if (tid == 0) a.token_dests[t] = sh.dest_mask;
+  if (tid == 0 && g == 0) a.token_dests[t] = sh.dest_mask;
 }
 
 // Kept pairs of local expert `le` that source `s` sends this call (0 when its count block never came).
@@ -459,71 +474,110 @@ __device__ __forceinline__ int keptFrom(const LlLayout& L, const DispatchShared&
   return sh.hist[s * L.local_experts + le];
 }
 
-// A received row's flag, by one thread: its kept pairs once the flag of this call is there (0 at the deadline, or
-// for a malformed count; both reported).
-__device__ int waitRowFlag(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity) {
+// The flags of slice group g of row (s, t), one thread per slice (threads below the group's slice count), then a
+// CTA barrier: the row's kept pairs once every flag of this call is there, in sh.m (0 at the deadline, or for a
+// malformed or inconsistent count; both reported).
+__device__ int waitRowFlags(const DispatchArgs& a, int s, int t, int g, uint32_t epoch, int parity,
+                            DispatchShared& sh) {
   const LlLayout& L = a.layout;
-  uint64_t w = 0;
-  const bool ok = llWait(
-      a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t)),
-      [epoch](uint64_t x) { return llFlagEpoch(x) == epoch; }, a.timeout_ns, a.state, &w);
-  if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
-  int m = ok ? static_cast<int>(llFlagValue(w)) : 0;
-  if (m > L.top_k) {
-    llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
-    m = 0;
+  const int tid = static_cast<int>(threadIdx.x);
+  const SliceGroup group = sliceGroup(g, a.slice_groups);
+  if (tid == 0) sh.m = -1;
+  __syncthreads();
+  if (tid < group.last - group.first) {
+    uint64_t w = 0;
+    const bool ok = llWait(
+        a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t, group.first + tid)),
+        [epoch](uint64_t x) { return llFlagEpoch(x) == epoch; }, a.timeout_ns, a.state, &w);
+    if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+    int m = ok ? static_cast<int>(llFlagValue(w)) : 0;
+    if (m > L.top_k) {
+      llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
+      m = 0;
+    }
+    // Every slice says the same count, or the row is malformed.
+    const int seen = atomicCAS(&sh.m, -1, m);
+    if (seen != -1 && seen != m) {
+      llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
+      atomicExch(&sh.m, 0);
+    }
   }
+  __syncthreads();
+  const int m = max(sh.m, 0);
+  __syncthreads();  // sh.m is taken again by the next row
   return m;
 }
 
-// One thread watches row (s, t)'s flag before source s's count block says whether the row exists: its kept pairs
-// once the flag of this call is there, -1 once the count block says s sends fewer rows (or at the deadline, reported,
-// so later waits give up at once).
-__device__ int watchRowFlag(const DispatchArgs& a, int s, int t, uint32_t epoch, int parity) {
+// A warp watches the flags of slice group g of row (s, t) before source s's count block says whether the row exists,
+// a lane per slice: the row's kept pairs (on every lane) once every flag of the group is of this call, -1 once the
+// count block says s sends fewer rows (or at the deadline, reported, so later waits give up at once).
+__device__ int watchRowFlags(const DispatchArgs& a, int s, int t, int g, uint32_t epoch, int parity) {
   const LlLayout& L = a.layout;
-  const uint64_t* flag = a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t));
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const SliceGroup group = sliceGroup(g, a.slice_groups);
   const uint64_t* count = a.region.at<uint64_t>(a.rank, L.countBlock(parity, s));
-  const uint64_t start = globalTimerNs();
-  for (uint32_t spin = 0;; ++spin) {
-    const uint64_t w = loadAcquireSys64(flag);
-    if (llFlagEpoch(w) == epoch) {
-      const int m = static_cast<int>(llFlagValue(w));
-      if (m <= L.top_k) return m;
-      llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
-      return 0;
-    }
-    const uint64_t c = loadAcquireSys64(count);
-    if (llFlagEpoch(c) == epoch && min(llFlagValue(c), static_cast<uint32_t>(L.max_tokens)) <= static_cast<uint32_t>(t)) {
-      return -1;
-    }
-    if ((spin & 15u) == 15u) {
-      if (*reinterpret_cast<const volatile uint32_t*>(&a.state->code) != kDeviceOk) return -1;
-      if (globalTimerNs() - start > a.timeout_ns) {
-        llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
-        return -1;
+  int m = 0;
+  bool seen = true;
+  if (lane < group.last - group.first) {
+    const uint64_t* flag = a.region.at<uint64_t>(a.rank, L.dispatchFlag(parity, s, t, group.first + lane));
+    LlSpin spin{globalTimerNs(), a.timeout_ns, a.state};
+    for (;;) {
+      const uint64_t w = loadAcquireSys64(flag);
+      if (llFlagEpoch(w) == epoch) {
+        m = static_cast<int>(llFlagValue(w));
+        break;
+      }
+      const uint64_t c = loadAcquireSys64(count);
+      if (llFlagEpoch(c) == epoch &&
+          min(llFlagValue(c), static_cast<uint32_t>(L.max_tokens)) <= static_cast<uint32_t>(t)) {
+        seen = false;
+        break;
+      }
+      if (!spin.ok()) {
+        if (*reinterpret_cast<const volatile uint32_t*>(&a.state->code) == kDeviceOk) {
+          llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+        }
+        seen = false;
+        break;
       }
     }
   }
+  if (__ballot_sync(kAll, !seen) != 0) return -1;
+  const int m0 = __shfl_sync(kAll, m, 0);
+  // Every slice says the same count, within top-k, or the row is malformed.
+  if (__ballot_sync(kAll, lane < group.last - group.first && m != m0) != 0 || m0 > L.top_k) {
+    if (lane == 0) llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
+    return 0;
+  }
+  return m0;
 }
 
 // The first batch of a received row's payload and (threads below m) its pair entries.
 struct RowLoad {
   uint4 v[kLlBatch];
   int4 entry;
+  uint64_t scale;  // fp8: the scale of group range.begin / 8 + tid, as stored (a tagged word, or the float's bits)
 };
 
 // Plain rows are read with .cg loads (their flag was acquired first); tagged rows (`tag` nonzero) are polled word by
 // word until each is of this call, bounded by the deadline (a row that never completes is source s's timeout).
-__device__ void loadRow(const DispatchArgs& a, const uint8_t* row, int s, int m, uint32_t tag, RowLoad& r) {
+__device__ void loadRow(const DispatchArgs& a, const uint8_t* row, LlUnits range, int s, int m, uint32_t tag,
+                        RowLoad& r) {
   const int tid = static_cast<int>(threadIdx.x);
-  const int vecs = static_cast<int>(a.layout.payload_bytes / 16);
   r.entry = make_int4(-1, 0, 0, 0);
+  r.scale = 0;
+  const int g = range.begin / 8 + tid;
+  if (a.layout.scale_bytes > 0 && m > 0 && g < range.end / 8) {
+    const uint64_t off = a.layout.payload_bytes + 4ull * g;
+    r.scale = tag == 0 ? __ldcg(reinterpret_cast<const uint32_t*>(row + off))
+                       : loadRelaxedSys64(reinterpret_cast<const uint64_t*>(row + 2 * off));
+  }
   if (tag == 0) {
     const auto* from = reinterpret_cast<const uint4*>(row);
 #pragma unroll
     for (int b = 0; b < kLlBatch; ++b) {
-      const int c = b * kLlThreads + tid;
-      r.v[b] = m > 0 && c < vecs ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
+      const int c = range.begin + b * kLlThreads + tid;
+      r.v[b] = m > 0 && c < range.end ? __ldcg(from + c) : make_uint4(0, 0, 0, 0);
     }
     if (tid < m) r.entry = __ldcg(reinterpret_cast<const int4*>(row + a.layout.meta_offset) + tid);
     return;
@@ -531,7 +585,7 @@ __device__ void loadRow(const DispatchArgs& a, const uint8_t* row, int s, int m,
   if (m <= 0) return;
   uint4 e = make_uint4(0, 0, 0, 0);
   bool ok = tid >= m || loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e);
-  ok = pollTaggedBatch(row, 0, vecs, tag, r.v, a.timeout_ns, a.state) && ok;
+  ok = pollTaggedBatch(row, range.begin, range.end, tag, r.v, a.timeout_ns, a.state) && ok;
   if (!ok && tid < m) {
     LlSpin spin{globalTimerNs(), a.timeout_ns, a.state};
     while (!(ok = loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e)) && spin.ok()) {
@@ -544,12 +598,14 @@ __device__ void loadRow(const DispatchArgs& a, const uint8_t* row, int s, int m,
 // Received row (s, t), the q-th this rank takes, whose flag said m pairs and whose first batch and entries are in
 // `r`: its pairs' places in the packed layout (from the count blocks in sh.hist), then the payload fanned out.
 // Combine finds the row again by q (recv_src, recv_pairs, recv_rows).
+// A CTA takes the units `range` of the row (slice group g); group 0 also keeps the row's records.
 template <bool kFp8>
-__device__ void placeRow(const DispatchArgs& a, int s, int t, int q, int m, const uint8_t* row, uint32_t tag,
-                         RowLoad& r, DispatchShared& sh) {
+__device__ void placeRow(const DispatchArgs& a, int s, int t, int q, int g, LlUnits range, int m, const uint8_t* row,
+                         uint32_t tag, RowLoad& r, DispatchShared& sh) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int k = L.top_k;
+  const bool records = g == 0;
   if (tid < k) {
     int out = -1;
     float w = 0.f;
@@ -563,25 +619,27 @@ __device__ void placeRow(const DispatchArgs& a, int s, int t, int q, int m, cons
         for (int p = 0; p < s; ++p)
           base += keptFrom(L, sh, p, le);
         out = static_cast<int>(static_cast<uint64_t>(le) * L.expertStride()) + base + r.entry.z;
-        a.row_source[out] = make_int4(s, t, r.entry.y, 0);
-        a.row_weight[out] = w;
+        if (records) {
+          a.row_source[out] = make_int4(s, t, r.entry.y, 0);
+          a.row_weight[out] = w;
+        }
       } else {
         llReport(a.state, kDeviceBadInput, s, kWhatDispatch);
       }
     }
     sh.out[tid] = out;
-    a.recv_rows[static_cast<uint64_t>(q) * k + tid] = make_int2(out, __float_as_int(w));
+    if (records) a.recv_rows[static_cast<uint64_t>(q) * k + tid] = make_int2(out, __float_as_int(w));
   }
-  if (tid == 0) {
+  if (tid == 0 && records) {
     a.recv_pairs[q] = m;
     a.recv_src[q] = make_int2(s, t);
   }
   __syncthreads();
-  if (m > 0) {
+  if (m > 0 && range.begin < range.end) {
     const auto* from = reinterpret_cast<const uint4*>(row);
-    const int vecs = static_cast<int>(L.payload_bytes / 16);
+    const int vecs = range.end;
     constexpr int kStep = kLlThreads * kLlBatch;
-    for (int base = 0;;) {
+    for (int base = range.begin;;) {
       for (int j = 0; j < m; ++j) {
         const int o = sh.out[j];
         if (o < 0) continue;
@@ -607,16 +665,20 @@ __device__ void placeRow(const DispatchArgs& a, int s, int t, int q, int m, cons
       }
     }
     if constexpr (kFp8) {
-      const int groups = L.hidden / kFp8Group;
+      const int groups = L.hidden / kFp8Group;  // 8 units each; the slices hold whole groups
       const auto* sc = reinterpret_cast<const float*>(row + L.payload_bytes);
-      for (int g = tid; g < groups; g += kLlThreads) {
+      for (int g = range.begin / 8 + tid; g < range.end / 8; g += kLlThreads) {
+        // The first group's scale came with the row (r.scale).
+        const bool loaded = g == range.begin / 8 + tid;
         float x = 0.f;
         if (tag == 0) {
-          x = __ldcg(sc + g);
+          x = loaded ? __uint_as_float(static_cast<uint32_t>(r.scale)) : __ldcg(sc + g);
         } else {
-          uint32_t bits = 0;
+          uint32_t bits = static_cast<uint32_t>(r.scale);
           const auto* word = reinterpret_cast<const uint64_t*>(row + 2 * (L.payload_bytes + 4ull * g));
-          if (!pollTagged4(word, tag, &bits, a.timeout_ns, a.state)) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+          if (!(loaded && (r.scale >> 32) == tag) && !pollTagged4(word, tag, &bits, a.timeout_ns, a.state)) {
+            llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+          }
           x = __uint_as_float(bits);
         }
         for (int j = 0; j < m; ++j)
@@ -640,10 +702,10 @@ __device__ __forceinline__ int2 receivedRow(const DispatchArgs& a, const Dispatc
   return make_int2(s, t);
 }
 
-// Sends: CTA per token (the CTA with the fewest tokens also counts). Receives: every source's count block, then the
-// received rows in turn. The first token's loads go out before the epoch is known; the first row a CTA takes is
-// known before any count block when it is one of this rank's own rows or the next rank's, and its flag is watched
-// with the count blocks, so its payload loads go out with the reads of the counts.
+// Sends: a CTA per (token, slice group) (the CTA with the fewest of them also counts). Receives: every source's count
+// block, then the received rows' slice groups in turn. The first item's loads go out before the epoch is known; the
+// first row a CTA takes is known before any count block when it is one of this rank's own rows or the next rank's,
+// and its flags are watched with the count blocks, so its payload loads go out with the reads of the counts.
 template <bool kFp8>
 __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a) {
   __shared__ DispatchShared sh;
@@ -655,13 +717,21 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
   const int lane = tid & 31;
   const int n = L.ranks;
   const int grid = static_cast<int>(gridDim.x);
-  const int q0 = static_cast<int>(blockIdx.x);
-  int t = q0;
+  const int groups = a.slice_groups;
+  const int units = tokenUnits<kFp8>(L);
+  const int b0 = static_cast<int>(blockIdx.x);
+  auto groupUnits = [&](int g) {
+    const SliceGroup sg = sliceGroup(g, groups);
+    return llSliceUnits(units, sg.first, sg.last);
+  };
+  const int items = a.num_tokens * groups;
+  int item = b0;
   uint4 v[kLlBatch];
   TokenRoute route;
-  if (t < a.num_tokens) {
-    loadTokenBatch<kFp8>(tokenSource<kFp8>(a, t), 0, tokenUnits<kFp8>(L), v);
-    if (tid < 32) route = loadRoute(a, t, lane);
+  if (item < items) {
+    const LlUnits u = groupUnits(item % groups);
+    loadTokenBatch<kFp8>(tokenSource<kFp8>(a, item / groups), u.begin, u.end, v);
+    if (tid < 32) route = loadRoute(a, item / groups, lane);
   }
   const uint32_t epoch = a.state->dispatch_epoch + 1;
   const int parity = llParity(epoch);
@@ -671,18 +741,22 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
   __syncthreads();
   llStampStart(slots, epoch, a.phases, began);
 
-  if (q0 == a.num_tokens % grid) sendCounts(a, epoch, parity, sh);
+  if (b0 == items % grid) sendCounts(a, epoch, parity, sh);
   int scanned = 0;
-  for (; t < a.num_tokens; t += grid) {
-    if (t != q0) {
-      loadTokenBatch<kFp8>(tokenSource<kFp8>(a, t), 0, tokenUnits<kFp8>(L), v);
+  for (; item < items; item += grid) {
+    const int t = item / groups;
+    if (item != b0) {
+      const LlUnits u = groupUnits(item % groups);
+      loadTokenBatch<kFp8>(tokenSource<kFp8>(a, t), u.begin, u.end, v);
       if (tid < 32) route = loadRoute(a, t, lane);
     }
-    sendToken<kFp8>(a, t, epoch, parity, &scanned, sh, v, route);
+    sendToken<kFp8>(a, t, item % groups, epoch, parity, &scanned, sh, v, route);
   }
   llStamp(slots, epoch, a.phases, kLlStampSent);
 
-  // The row this CTA would take first if the next rank sends enough rows (its own when q0 < its tokens).
+  // The row this CTA would take first if the next rank sends enough rows (its own when it is below its tokens).
+  const int q0 = b0 / groups;
+  const int g0 = b0 % groups;
   const int first_s = q0 < a.num_tokens ? a.rank : (a.rank + 1 < n ? a.rank + 1 : 0);
   const int first_t = q0 < a.num_tokens ? q0 : q0 - a.num_tokens;
   if (tid < n) {
@@ -693,14 +767,15 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
     if (!ok) llReport(a.state, kDeviceTimeout, tid, kWhatDispatch);
     sh.ok[tid] = ok ? 1 : 0;
     sh.tokens[tid] = ok ? static_cast<int>(min(llFlagValue(w), static_cast<uint32_t>(L.max_tokens))) : 0;
-  } else if (tid == kLlThreads - 32) {  // a warp of its own, never one of the count block's waiters
-    sh.first_m = first_t < L.max_tokens ? watchRowFlag(a, first_s, first_t, epoch, parity) : -1;
+  } else if (tid >= kLlThreads - 32) {  // a warp of its own, never one of the count block's waiters
+    const int m = first_t < L.max_tokens ? watchRowFlags(a, first_s, first_t, g0, epoch, parity) : -1;
+    if (tid == kLlThreads - 32) sh.first_m = m;
   }
   __syncthreads();
   int total = 0;
   for (int s = 0; s < n; ++s)
     total += sh.tokens[s];
-  int2 first = q0 < total ? receivedRow(a, sh, q0) : make_int2(-1, -1);
+  const int2 first = q0 < total ? receivedRow(a, sh, q0) : make_int2(-1, -1);
   const bool first_seen = q0 < total && first.x == first_s && first.y == first_t && sh.first_m >= 0;
   // Every source's kept pairs per local expert (tagged words), once (the sends are done with hist); the first word
   // of each thread is in flight while the first row is read.
@@ -711,8 +786,8 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
   const uint64_t first_word = tid < count_words && sh.ok[tid / L.local_experts] ? loadRelaxedSys64(countWord(tid)) : 0;
   RowLoad r;
   if (first_seen) {
-    loadRow(a, a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, first.x, first.y)), first.x, sh.first_m,
-            L.tagged(sh.tokens[first.x]) ? epoch : 0, r);
+    loadRow(a, a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, first.x, first.y)), groupUnits(g0), first.x,
+            sh.first_m, L.tagged(sh.tokens[first.x]) ? epoch : 0, r);
   }
   for (int x = tid; x < count_words; x += kLlThreads) {
     const int s = x / L.local_experts;
@@ -739,21 +814,22 @@ __global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a
     }
     if (tid < n) a.recv_tokens[tid] = sh.tokens[tid];
   }
-  for (int q = q0; q < total; q += grid) {
+  for (item = b0; item < total * groups; item += grid) {
+    const int q = item / groups;
+    const int g = item % groups;
     const int2 st = q == q0 ? first : receivedRow(a, sh, q);
     const uint8_t* row = a.region.at<const uint8_t>(a.rank, L.dispatchRow(parity, st.x, st.y));
     const uint32_t tag = L.tagged(sh.tokens[st.x]) ? epoch : 0;
+    const LlUnits range = groupUnits(g);
     int m = 0;
-    if (q == q0 && first_seen) {
+    if (item == b0 && first_seen) {
       m = sh.first_m;
     } else {
-      if (tid == 0) sh.m = waitRowFlag(a, st.x, st.y, epoch, parity);
-      __syncthreads();
-      m = sh.m;
-      loadRow(a, row, st.x, m, tag, r);
+      m = waitRowFlags(a, st.x, st.y, g, epoch, parity, sh);
+      loadRow(a, row, range, st.x, m, tag, r);
     }
     llStamp(slots, epoch, a.phases, kLlStampRows);
-    placeRow<kFp8>(a, st.x, st.y, q, m, row, tag, r, sh);
+    placeRow<kFp8>(a, st.x, st.y, q, g, range, m, row, tag, r, sh);
   }
   llCloseCall(&a.state->dispatch_arrived, &a.state->dispatch_epoch, epoch, slots);
 }
@@ -909,8 +985,8 @@ __device__ void waitMark(const CombineArgs& a, int r, uint32_t epoch) {
 // One CTA finishes this rank's token t: the partial sums of the ranks it went to, in rank order, fp32, rounded once.
 // With `marks`, a second warp meanwhile waits for every peer's mark (waitMark). Plain rows: their flags first, then
 // .cg loads; tagged rows (this rank routed few enough tokens): the words are polled until they are of this call.
-__device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int parity, CombineShared& sh,
-                            LlSlots slots, bool marks) {
+__device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int parity, CombineShared& sh, LlSlots slots,
+                            bool marks) {
   const LlLayout& L = a.layout;
   const int tid = static_cast<int>(threadIdx.x);
   const int n = L.ranks;
@@ -1065,6 +1141,20 @@ int LowLatencyExchange::ctasFor(int num_tokens) const {
   return std::max(1, std::min(cap, layout_.ranks * std::max(num_tokens, 1)));
 }
 
+int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
+  const int cap = config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
+  const int rows = layout_.ranks * std::max(num_tokens, 1);
+  int groups = 1;
+  while (groups < kLlSlices && 2 * groups * rows <= cap)
+    groups *= 2;
+  return groups;
+}
+
+int LowLatencyExchange::dispatchCtasFor(int num_tokens) const {
+  const int cap = config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
+  return std::max(1, std::min(cap, layout_.ranks * std::max(num_tokens, 1) * sliceGroupsFor(num_tokens)));
+}
+
 LlDispatchOutput LowLatencyExchange::output() const {
   LlDispatchOutput o{};
   o.rows = rows_->as<uint8_t>();
@@ -1111,7 +1201,8 @@ Status LowLatencyExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* 
   a.phases = phases_;
   a.timeout_ns = static_cast<uint64_t>(config_.timeout_ms) * 1'000'000ull;
   a.fault = static_cast<uint32_t>(fault_);
-  const dim3 grid(static_cast<unsigned>(ctasFor(num_tokens)));
+  a.slice_groups = sliceGroupsFor(num_tokens);
+  const dim3 grid(static_cast<unsigned>(dispatchCtasFor(num_tokens)));
   const dim3 block(kLlThreads);
   const cudaError_t err = config_.payload == LlPayload::kFp8
                               ? launchKernel(llDispatchKernel<true>, grid, block, stream, programmatic_, a)

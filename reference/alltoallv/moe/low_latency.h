@@ -2,18 +2,19 @@
 /// MoE low-latency (LL) dispatch and combine: one kernel per phase over fixed buffers in symmetric memory (layout and
 /// rules in ll_layout.h), no count exchange first and no host sync, so both are graph-capturable.
 ///
-/// Dispatch: one CTA per token (tokens beyond the grid go round again). It ranks its token's pairs against the pairs
-/// of every token before it (a per-expert count in shared memory), keeps those below the capacity, reads the token
-/// once, quantizes it once (fp8), and writes it once into every rank that holds one of its kept pairs, with the list
-/// of those pairs; one release store of (epoch, pairs) per (token, rank) follows, a zero for a rank it skips. One CTA
-/// also counts every pair of the call and sends each rank its kept pairs per local expert in a count block (epoch,
-/// tokens). Every CTA then waits for the count blocks (bounded by %globaltimer), takes received rows in turn, waits
-/// for each row's flag and fans the row out into the packed expert layout (LlDispatchOutput): expert by expert,
-/// source rank by source rank, each source's pairs in (token, slot) order.
-/// Combine: for every received row, the CTA that takes it sums w * out of its local experts in fp32 in slot order,
-/// rounds once to bf16 and writes that partial sum once back into the token's rank, then a release store of the
-/// epoch; every token sums its partial sums in fp32 in rank order and rounds once to bf16. A pair beyond its
-/// expert's capacity is dropped: not sent, counted, reported by checkStatus(), and left out of its token's combine.
+/// Dispatch: one CTA per token and slice group (a row's 16-byte units split in kLlSlices slices, each with its own
+/// flag; at small T several CTAs share a row on each side; items beyond the grid go round again). It ranks its token's
+/// pairs against the pairs of every token before it (a per-expert count in shared memory), keeps those below the
+/// capacity, reads the token once, quantizes it once (fp8), and writes it once into every rank that holds one of its
+/// kept pairs, with the list of those pairs; one release store of (epoch, pairs) per (token, rank) follows, a zero for
+/// a rank it skips. One CTA also counts every pair of the call and sends each rank its kept pairs per local expert in a
+/// count block (epoch, tokens). Every CTA then waits for the count blocks (bounded by %globaltimer), takes received
+/// rows in turn, waits for each row's flag and fans the row out into the packed expert layout (LlDispatchOutput):
+/// expert by expert, source rank by source rank, each source's pairs in (token, slot) order. Combine: for every
+/// received row, the CTA that takes it sums w * out of its local experts in fp32 in slot order, rounds once to bf16 and
+/// writes that partial sum once back into the token's rank, then a release store of the epoch; every token sums its
+/// partial sums in fp32 in rank order and rounds once to bf16. A pair beyond its expert's capacity is dropped: not
+/// sent, counted, reported by checkStatus(), and left out of its token's combine.
 ///
 /// Calls alternate between two buffer parities. A dispatch waits for every peer's count block of the same call, and
 /// a combine for every peer's mark of the same call, so a rank writes into a parity only once every peer has finished
@@ -126,8 +127,12 @@ class LowLatencyExchange {
   }
   /// Whether kernels launch with programmatic dependent launch.
   bool programmaticLaunch() const { return programmatic_; }
-  /// CTAs of a dispatch or combine launch for `num_tokens` tokens on this rank.
+  /// CTAs of a combine launch for `num_tokens` tokens on this rank: one per row it may take, at most one per SM.
   int ctasFor(int num_tokens) const;
+  /// CTAs per dispatch row on each side (slice groups: 1, 2, 4 or 8): as many as the SMs allow beside one per row.
+  int sliceGroupsFor(int num_tokens) const;
+  /// CTAs of a dispatch launch: ctasFor's rows times sliceGroupsFor, at most one per SM.
+  int dispatchCtasFor(int num_tokens) const;
 
  private:
   LowLatencyExchange() = default;

@@ -53,7 +53,7 @@ struct MoeConfig {
   int ll_auto_max_tokens = 0;
   int ll_capacity = 0;  ///< LL kept pairs per (source rank, expert); 0: ll_max_tokens (nothing dropped)
   LlPayload ll_payload = LlPayload::kBf16;
-  int64_t ll_timeout_ms = 10'000;  ///< bound of the LL kernels' device waits
+  int64_t ll_timeout_ms = 10'000;                        ///< bound of the LL kernels' device waits
   int ll_tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< LlConfig::tagged_max_tokens
   bool ll_programmatic_launch = true;  ///< LL kernels go out with programmatic dependent launch where the device has it
 };

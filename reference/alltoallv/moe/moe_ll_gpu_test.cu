@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "reference/alltoallv/moe/low_latency.h"
@@ -218,14 +219,19 @@ INSTANTIATE_TEST_SUITE_P(
                       LlCase{2, LlPayload::kBf16, Routing::kHot}, LlCase{2, LlPayload::kFp8, Routing::kHot},
                       LlCase{4, LlPayload::kBf16, Routing::kUniform}, LlCase{4, LlPayload::kFp8, Routing::kUniform},
                       LlCase{4, LlPayload::kBf16, Routing::kHot},
-                      // Plain rows everywhere, and mixed: rank 0 (37 tokens) plain, rank 1 (none) tagged.
-                      LlCase{1, LlPayload::kFp8, Routing::kUniform, 0}, LlCase{2, LlPayload::kBf16, Routing::kUniform, 0},
-                      LlCase{2, LlPayload::kFp8, Routing::kHot, 0}, LlCase{2, LlPayload::kBf16, Routing::kHot, 20},
+                      // Every row tagged (37 and 42 tokens are above the default limit), every row plain, and
+                      // mixed: rank 0 (37 tokens) plain, rank 1 (none) tagged.
+                      LlCase{1, LlPayload::kBf16, Routing::kHot, 64},
+                      LlCase{2, LlPayload::kBf16, Routing::kUniform, 64}, LlCase{2, LlPayload::kFp8, Routing::kHot, 64},
+                      LlCase{4, LlPayload::kFp8, Routing::kHot, 64}, LlCase{1, LlPayload::kFp8, Routing::kUniform, 0},
+                      LlCase{2, LlPayload::kBf16, Routing::kUniform, 0}, LlCase{2, LlPayload::kFp8, Routing::kHot, 0},
+                      LlCase{2, LlPayload::kBf16, Routing::kHot, 20},
                       LlCase{2, LlPayload::kFp8, Routing::kUniform, 20}),
     [](const auto& info) {
       const LlCase& c = info.param;
       const std::string rows = c.tagged_max_tokens == kLlDefaultTaggedMaxTokens ? ""
                                : c.tagged_max_tokens == 0                       ? "_plain"
+                               : c.tagged_max_tokens >= 64                      ? "_tagged"
                                                                                 : "_mixed";
       return std::to_string(c.ranks) + "ranks_" + (c.payload == LlPayload::kFp8 ? "fp8" : "bf16") + "_" +
              (c.routing == Routing::kHot ? "hot" : "uniform") + rows;
@@ -264,10 +270,11 @@ TEST(MoeLowLatencyDeepSeek, FourRanksHidden7168Top8Of256) {
 
 // Dispatch and combine captured once in a CUDA graph and replayed: the epochs live on the GPU, so every replay is a
 // fresh call with its own parity. The kernel spans land in LlKernelTimes, one per call.
-class MoeLowLatencyGraph : public ::testing::TestWithParam<int> {};
+// Both row kinds: tagged rows carry the epoch in every word.
+class MoeLowLatencyGraph : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(MoeLowLatencyGraph, ReplaysEqualTheReference) {
-  const int ranks = GetParam();
+  const int ranks = GetParam().first;
   PEERLAB_REQUIRE_GPUS(ranks);
   PEERLAB_TEST_RANKS(ranks, boot);
   const int me = boot.rank();
@@ -282,6 +289,7 @@ TEST_P(MoeLowLatencyGraph, ReplaysEqualTheReference) {
   cfg.experts = shape.experts;
   cfg.max_tokens = T;
   cfg.payload = LlPayload::kFp8;
+  cfg.tagged_max_tokens = GetParam().second;
   PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
   const auto in = makeMoeInputs(shape, std::vector<int>(ranks, T), 31, /*drop=*/true);
   const auto ref = llDispatchReference(shape, cap, cfg.payload, in);
@@ -332,8 +340,13 @@ TEST_P(MoeLowLatencyGraph, ReplaysEqualTheReference) {
   PEERLAB_ASSERT_OK(ll.close(boot, soon()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, MoeLowLatencyGraph, ::testing::Values(1, 2),
-                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeLowLatencyGraph,
+                         ::testing::Values(std::make_pair(1, 0), std::make_pair(2, 0), std::make_pair(1, 64),
+                                           std::make_pair(2, 64)),
+                         [](const auto& info) {
+                           return std::to_string(info.param.first) + "ranks" +
+                                  (info.param.second > 0 ? "_tagged" : "_plain");
+                         });
 
 // A signal that never comes (the scorecard's dropped writes; a dead peer looks the same) ends the wait at the
 // deadline with a timeout naming the peer, not a hang; the next call works again.
@@ -346,46 +359,46 @@ TEST(MoeLowLatencyFaults, MissingSignalsTimeOutAndTheNextCallRecovers) {
   cudaStream_t s = stream.get();
   const MoeShape shape{1, 128, 2, 8};
   for (int tagged : {kLlDefaultTaggedMaxTokens, 0}) {
-  SCOPED_TRACE(tagged > 0 ? "tagged rows" : "plain rows");
-  LlConfig cfg;
-  cfg.hidden = shape.hidden;
-  cfg.top_k = shape.top_k;
-  cfg.experts = shape.experts;
-  cfg.max_tokens = 8;
-  cfg.timeout_ms = 50;
-  cfg.tagged_max_tokens = tagged;
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
-  const auto in = makeMoeInputs(shape, {8}, 5);
-  const auto ref = llDispatchReference(shape, 8, cfg.payload, in);
-  const auto expert_out = runLlExperts(shape, 8, cfg.payload, ref);
-  const auto combined = llCombineReference(shape, 8, in, ref, expert_out);
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[0].x));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[0].ids));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto w, upload(me, in[0].weights));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto eo, upload(me, expert_out[0]));
-  PEERLAB_ASSERT_OK_AND_ASSIGN(auto out, allocDevice(me, in[0].x.size() * 2));
-  auto both = [&] {
-    PEERLAB_RETURN_IF_ERROR(ll.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), 8, s));
-    PEERLAB_RETURN_IF_ERROR(ll.combine(eo->as<__nv_bfloat16>(), out->as<__nv_bfloat16>(), s));
-    return ll.checkStatus(s, Deadline::afterMs(10'000));
-  };
-  for (LlFault f : {LlFault::kSkipDispatchSignals, LlFault::kSkipCombineSignals}) {
-    ll.setFault(f);
-    const auto t0 = Deadline::Clock::now();
-    const Status st = both();
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - t0).count();
-    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
-    EXPECT_NE(st.message().find("no signal from rank 0"), std::string::npos) << st.toString();
-    EXPECT_NE(st.message().find(f == LlFault::kSkipDispatchSignals ? "dispatch" : "combine"), std::string::npos);
-    EXPECT_LT(ms, 5'000) << "the device waits must end at their 50 ms deadline";
-    ll.setFault(LlFault::kNone);
-    PEERLAB_ASSERT_OK(both());
-    std::vector<uint16_t> got;
-    PEERLAB_ASSERT_OK(download(got, out->ptr, in[0].x.size()));
-    size_t first = 0;
-    EXPECT_EQ(countDiffs(got, combined[0], &first), 0u) << "after recovery, first at " << first;
-  }
-  PEERLAB_ASSERT_OK(ll.close(boot, soon()));
+    SCOPED_TRACE(tagged > 0 ? "tagged rows" : "plain rows");
+    LlConfig cfg;
+    cfg.hidden = shape.hidden;
+    cfg.top_k = shape.top_k;
+    cfg.experts = shape.experts;
+    cfg.max_tokens = 8;
+    cfg.timeout_ms = 50;
+    cfg.tagged_max_tokens = tagged;
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto ll, LowLatencyExchange::create(boot, me, cfg, soon()));
+    const auto in = makeMoeInputs(shape, {8}, 5);
+    const auto ref = llDispatchReference(shape, 8, cfg.payload, in);
+    const auto expert_out = runLlExperts(shape, 8, cfg.payload, ref);
+    const auto combined = llCombineReference(shape, 8, in, ref, expert_out);
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto x, upload(me, in[0].x));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto ids, upload(me, in[0].ids));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto w, upload(me, in[0].weights));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto eo, upload(me, expert_out[0]));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(auto out, allocDevice(me, in[0].x.size() * 2));
+    auto both = [&] {
+      PEERLAB_RETURN_IF_ERROR(ll.dispatch(x->as<__nv_bfloat16>(), ids->as<int32_t>(), w->as<float>(), 8, s));
+      PEERLAB_RETURN_IF_ERROR(ll.combine(eo->as<__nv_bfloat16>(), out->as<__nv_bfloat16>(), s));
+      return ll.checkStatus(s, Deadline::afterMs(10'000));
+    };
+    for (LlFault f : {LlFault::kSkipDispatchSignals, LlFault::kSkipCombineSignals}) {
+      ll.setFault(f);
+      const auto t0 = Deadline::Clock::now();
+      const Status st = both();
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - t0).count();
+      EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+      EXPECT_NE(st.message().find("no signal from rank 0"), std::string::npos) << st.toString();
+      EXPECT_NE(st.message().find(f == LlFault::kSkipDispatchSignals ? "dispatch" : "combine"), std::string::npos);
+      EXPECT_LT(ms, 5'000) << "the device waits must end at their 50 ms deadline";
+      ll.setFault(LlFault::kNone);
+      PEERLAB_ASSERT_OK(both());
+      std::vector<uint16_t> got;
+      PEERLAB_ASSERT_OK(download(got, out->ptr, in[0].x.size()));
+      size_t first = 0;
+      EXPECT_EQ(countDiffs(got, combined[0], &first), 0u) << "after recovery, first at " << first;
+    }
+    PEERLAB_ASSERT_OK(ll.close(boot, soon()));
   }
 }
 
