@@ -243,11 +243,20 @@ __device__ void sendCounts(const DispatchArgs& a, uint32_t epoch, int parity, Di
                       tagWord(static_cast<uint32_t>(kept), epoch));
   }
   if (dropped > 0) atomicAdd(&a.state->dropped, dropped);
-  // The counts are tagged words: the flag needs no fence before it.
+  // The counts are tagged words, so with tagged rows the flag needs no fence before it. With plain rows the fence
+  // goes first anyway (this CTA has time to spare while the rows go out), so a reader finds every count of this
+  // call once it has the flag, without polling them.
+  const bool plain = !L.tagged(a.num_tokens);
+  if (plain) fenceAcqRelSys();
   __syncthreads();
   if (tid < L.ranks && a.fault != static_cast<uint32_t>(LlFault::kSkipDispatchSignals)) {
-    storeRelaxedSys64(a.region.at<uint64_t>(tid, L.countBlock(parity, a.rank)),
-                      llFlagWord(epoch, static_cast<uint32_t>(a.num_tokens)));
+    uint64_t* flag = a.region.at<uint64_t>(tid, L.countBlock(parity, a.rank));
+    const uint64_t word = llFlagWord(epoch, static_cast<uint32_t>(a.num_tokens));
+    if (plain) {
+      storeReleaseSys64(flag, word);
+    } else {
+      storeRelaxedSys64(flag, word);
+    }
   }
   for (int e = tid; e < L.experts; e += kLlThreads)
     sh.hist[e] = 0;
