@@ -593,14 +593,14 @@ __device__ void loadRow(const DispatchArgs& a, const uint8_t* row, LlUnits range
   }
   if (m <= 0) return;
   uint4 e = make_uint4(0, 0, 0, 0);
-  bool ok = tid >= m || loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e);
-  ok = pollTaggedBatch(row, range.begin, range.end, tag, r.v, a.timeout_ns, a.state) && ok;
-  if (!ok && tid < m) {
+  bool entry = tid >= m || loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e);
+  const bool payload = pollTaggedBatch(row, range.begin, range.end, tag, r.v, a.timeout_ns, a.state);
+  if (!entry) {
     LlSpin spin{globalTimerNs(), a.timeout_ns, a.state};
-    while (!(ok = loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e)) && spin.ok()) {
+    while (!(entry = loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e)) && spin.ok()) {
     }
   }
-  if (!ok) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
+  if (!entry || !payload) llReport(a.state, kDeviceTimeout, s, kWhatDispatch);
   if (tid < m) memcpy(&r.entry, &e, sizeof(e));
 }
 
