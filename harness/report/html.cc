@@ -19,6 +19,38 @@ namespace peerlab::report {
 
 namespace {
 
+// Case names in reading order: runs of digits compare as numbers ("T=32" before "T=128", "graph/T=8" after "T=4096").
+bool naturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool da = std::isdigit(static_cast<unsigned char>(a[i])) != 0;
+    const bool db = std::isdigit(static_cast<unsigned char>(b[j])) != 0;
+    if (da && db) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei])))
+        ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej])))
+        ++ej;
+      // Without leading zeros the longer run is the larger number; equal lengths compare as text.
+      size_t za = i, zb = j;
+      while (za + 1 < ei && a[za] == '0')
+        ++za;
+      while (zb + 1 < ej && b[zb] == '0')
+        ++zb;
+      if (ei - za != ej - zb) return ei - za < ej - zb;
+      const int c = a.compare(za, ei - za, b, zb, ej - zb);
+      if (c != 0) return c < 0;
+      i = ei;
+      j = ej;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
@@ -236,7 +268,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     auto plots = [&](std::vector<Series> series, bool time) {
       // Group by case (name and ranks), peerlab's own first within a case.
       std::stable_sort(series.begin(), series.end(), [](const Series& x, const Series& y) {
-        return std::tie(x.name, x.ranks) < std::tie(y.name, y.ranks);
+        if (x.name != y.name) return naturalLess(x.name, y.name);
+        return x.ranks < y.ranks;
       });
       for (size_t begin = 0; begin < series.size();) {
         size_t end = begin;

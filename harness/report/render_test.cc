@@ -191,6 +191,29 @@ TEST(Html, AtMostEightSeriesPerChart) {
   EXPECT_GE(total, 40);  // 20 bandwidth + 20 time series at least
 }
 
+// Cases read in numeric order: T=8 before T=32 before T=128 (not "T=128" < "T=32" as text), eager before graph.
+TEST(Html, CasesAreInNumericOrder) {
+  report::Run run = syntheticRun(2);
+  for (const char* name : {"graph/T=8", "T=128", "T=8", "T=32", "T=4096"}) {
+    Result r;
+    r.suite = "moe";
+    r.name = name;
+    r.impl = "peerlab.dispatch";
+    r.ranks = 2;
+    r.bytes = 1 << 20;
+    r.time_us = 50;
+    r.algbw_gbps = 20;
+    run.results.push_back(r);
+  }
+  const std::string html = withoutLibrary(renderHtml(run));
+  std::vector<size_t> at;
+  for (const char* title : {"moe T=8 x2", "moe T=32 x2", "moe T=128 x2", "moe T=4096 x2", "moe graph/T=8 x2"}) {
+    at.push_back(html.find(title));
+    ASSERT_NE(at.back(), std::string::npos) << title;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end()));
+}
+
 // Latency suites: no "0 B" bandwidth matrix of zeros, a pair matrix in microseconds where the slow pair stands out.
 TEST(Html, LatencySuitesShowMicrosecondMatrices) {
   report::Run run = syntheticRun(4);
