@@ -34,23 +34,33 @@ __device__ __forceinline__ void llReport(LlState* s, uint32_t code, int peer, ui
   }
 }
 
+// Deadline of a polling loop: false once past it, or at once while an error is on record (checked every 16 spins).
+struct LlSpin {
+  uint64_t start;
+  uint64_t timeout_ns;
+  const LlState* state;
+  uint32_t spin = 0;
+  __device__ bool ok() {
+    if ((++spin & 15u) != 0) return true;
+    if (*reinterpret_cast<const volatile uint32_t*>(&state->code) != kDeviceOk) return false;
+    return globalTimerNs() - start <= timeout_ns;
+  }
+};
+
 // Spins until `pred(*p)` (acquire, system scope); true with the word in *word. False at the deadline, and at once
 // while an error is on record (a call behind a failed one does not wait out a deadline of its own).
 template <class Pred>
 __device__ __forceinline__ bool llWait(const uint64_t* p, Pred pred, uint64_t timeout_ns, const LlState* state,
                                        uint64_t* word) {
-  const uint64_t start = globalTimerNs();
-  for (uint32_t spin = 0;; ++spin) {
+  LlSpin spin{globalTimerNs(), timeout_ns, state};
+  do {
     const uint64_t w = loadAcquireSys64(p);
     if (pred(w)) {
       *word = w;
       return true;
     }
-    if ((spin & 15u) == 15u) {
-      if (*reinterpret_cast<const volatile uint32_t*>(&state->code) != kDeviceOk) return false;
-      if (globalTimerNs() - start > timeout_ns) return false;
-    }
-  }
+  } while (spin.ok());
+  return false;
 }
 
 // Tagged words (ll_layout.h): 4 bytes of data beside the call's epoch in one 8-byte word. A tagged row keeps the
@@ -79,19 +89,6 @@ __device__ __forceinline__ bool loadTagged16(const uint8_t* row, uint64_t off, u
                   static_cast<uint32_t>(d));
   return ((a >> 32) == tag) & ((b >> 32) == tag) & ((c >> 32) == tag) & ((d >> 32) == tag);
 }
-
-// Deadline of a polling loop: false once past it, or at once while an error is on record (checked every 16 spins).
-struct LlSpin {
-  uint64_t start;
-  uint64_t timeout_ns;
-  const LlState* state;
-  uint32_t spin = 0;
-  __device__ bool ok() {
-    if ((++spin & 15u) != 0) return true;
-    if (*reinterpret_cast<const volatile uint32_t*>(&state->code) != kDeviceOk) return false;
-    return globalTimerNs() - start <= timeout_ns;
-  }
-};
 
 // Reads this thread's 16-byte units of a batch of a tagged row (units base + b * kLlThreads + tid below `units`),
 // polling the ones not yet of this call; false at the deadline (the units then hold whatever was there).
@@ -1145,13 +1142,16 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
   return x;
 }
 
+int LowLatencyExchange::ctaCap() const {
+  return config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
+}
+
 int LowLatencyExchange::ctasFor(int num_tokens) const {
-  const int cap = config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
-  return std::max(1, std::min(cap, layout_.ranks * std::max(num_tokens, 1)));
+  return std::max(1, std::min(ctaCap(), layout_.ranks * std::max(num_tokens, 1)));
 }
 
 int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
-  const int cap = config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
+  const int cap = ctaCap();
   const int rows = layout_.ranks * std::max(num_tokens, 1);
   int groups = 1;
   while (groups < kLlSlices && 2 * groups * rows <= cap)
@@ -1160,8 +1160,7 @@ int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
 }
 
 int LowLatencyExchange::dispatchCtasFor(int num_tokens) const {
-  const int cap = config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
-  return std::max(1, std::min(cap, layout_.ranks * std::max(num_tokens, 1) * sliceGroupsFor(num_tokens)));
+  return std::max(1, std::min(ctaCap(), layout_.ranks * std::max(num_tokens, 1) * sliceGroupsFor(num_tokens)));
 }
 
 LlDispatchOutput LowLatencyExchange::output() const {

@@ -136,6 +136,7 @@ class LowLatencyExchange {
 
  private:
   LowLatencyExchange() = default;
+  int ctaCap() const;  ///< CTAs a launch may have: one per SM, or config.max_ctas
   LlConfig config_;
   LlLayout layout_{};
   int rank_ = 0;
