@@ -33,7 +33,10 @@
 // and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above);
 // PEERLAB_MOE_LL_TAGGED_MAX_TOKENS=0 sends the low-latency rows plain at every T (default: tagged words up to
 // kLlDefaultTaggedMaxTokens tokens per rank; record field ll_tagged says which way a row went).
-// PEERLAB_MOE_LL_PHASES=1 adds, to the low-latency rows, when the last CTA reached each phase (us after the call's
+// PEERLAB_MOE_LL_CTAS_PER_SM=1 keeps the low-latency launches to one CTA per SM (default kLlDefaultCtasPerSm, where
+// the kernels fit; record fields ll_ctas and ll_ctas_per_sm say what a row used).
+// PEERLAB_MOE_LL_PHASES=1 adds, to the low-latency rows (named .../phases in the run file, as the stamps cost a few
+// atomics per CTA), when the last CTA reached each phase (us after the call's
 // start, median, slowest rank): ll_last_start_us, ll_sent_us (rows / partial sums and their flags sent), ll_signals_us
 // (dispatch: every count block read; combine: every partial sum's flag seen), ll_rows_us (dispatch: every row flag
 // seen; combine: every peer's mark seen).
@@ -601,6 +604,8 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
       ll.ll_programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
       ll.ll_tagged_max_tokens =
           static_cast<int>(envOr("PEERLAB_MOE_LL_TAGGED_MAX_TOKENS", static_cast<uint64_t>(ll.ll_tagged_max_tokens)));
+      ll.ll_ctas_per_sm =
+          static_cast<int>(envOr("PEERLAB_MOE_LL_CTAS_PER_SM", static_cast<uint64_t>(ll.ll_ctas_per_sm)));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
@@ -735,6 +740,10 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
   rec.suite = "moe";
   rec.impl = moeImpl(path, combine);
   rec.name = (graph ? "graph/T=" : "T=") + std::to_string(tokens);
+  // Phase stamps cost a few atomics per CTA: those rows are a measurement of their own.
+  if ((path == MoePath::kPeerlabLowLatency || path == MoePath::kPeerlabLowLatencyFp8) && llPhasesRequested()) {
+    rec.name += "/phases";
+  }
   for (auto _ : state) {
     auto got = getEnv();
     if (!got.isOk()) return skip(state, rec, got.status().message());
@@ -831,7 +840,12 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
       }
     }
     rec.extra["nvlink_bytes"] = static_cast<double>(traffic.nvlink);
-    if (ll) rec.extra["ll_tagged"] = moe.lowLatency()->layout().tagged(tokens) ? 1.0 : 0.0;
+    if (ll) {
+      const auto* x = moe.lowLatency();
+      rec.extra["ll_tagged"] = x->layout().tagged(tokens) ? 1.0 : 0.0;
+      rec.extra["ll_ctas"] = static_cast<double>(combine ? x->ctasFor(tokens) : x->dispatchCtasFor(tokens));
+      rec.extra["ll_ctas_per_sm"] = static_cast<double>(x->ctasPerSm());
+    }
     publishTimed(state, e, rec, *us, static_cast<double>(traffic.nvlink));
   }
 }

@@ -14,6 +14,10 @@
 //     status ("spin", what NIXL's own examples do), polling with sleeps in between ("yield"), blocking while the
 //     endpoint's progress thread polls ("progress"), or not at all: the end of the transfer is delivered into a CUDA
 //     stream ("stream", StreamCompletion) and the host learns of it from a word the stream writes afterwards.
+// NIXL: PEERLAB_NIXL_DESCRIPTOR_BYTES=N splits a transfer above N bytes into descriptors of at most N bytes in one
+// request (0: one descriptor; default EndpointOptions::nixl_descriptor_bytes; counter nixl_descriptors);
+// PEERLAB_NIXL_BACKEND_PARAMS=num_workers=2,... sets UCX backend parameters over the plugin's defaults;
+// PEERLAB_NIXL_PROGRESS_THREAD=1 starts NIXL's own progress thread (default off; counter nixl_progress_thread).
 // Counters: p10_us, p90_us, samples, cpu_us (CPU time of the posting thread per transfer: post plus its wait),
 // process_cpu_us (every thread of the process, the libraries' progress threads included, per transfer),
 // cpu_fraction (cpu_us / time_us), and the breakdown nixlbench reports: prep_us (building the request once),
@@ -71,6 +75,9 @@ struct Spec {
 struct Config {
   int dev[2] = {0, 1};
   Library library = Library::kNixl;
+  size_t nixl_descriptor_bytes = transport::kNixlDefaultDescriptorBytes;
+  bool nixl_progress_thread = false;
+  std::vector<std::pair<std::string, std::string>> nixl_backend_params;
   std::string error;
 };
 
@@ -91,6 +98,32 @@ const Config& config() {
       } else {
         c.dev[0] = a;
         c.dev[1] = b;
+      }
+    }
+    if (const char* v = std::getenv("PEERLAB_NIXL_DESCRIPTOR_BYTES"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const unsigned long long b = std::strtoull(v, &end, 10);
+      if (end == v || *end != '\0') {
+        c.error = "PEERLAB_NIXL_DESCRIPTOR_BYTES=\"" + std::string(v) + "\": expected a byte count (0: one descriptor)";
+      } else {
+        c.nixl_descriptor_bytes = static_cast<size_t>(b);
+      }
+    }
+    if (const char* v = std::getenv("PEERLAB_NIXL_PROGRESS_THREAD"); v != nullptr && *v != '\0') {
+      c.nixl_progress_thread = std::string(v) == "1";
+    }
+    if (const char* v = std::getenv("PEERLAB_NIXL_BACKEND_PARAMS"); v != nullptr && *v != '\0') {
+      std::string rest = v;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        const std::string item = rest.substr(0, comma);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          c.error = "PEERLAB_NIXL_BACKEND_PARAMS=\"" + std::string(v) + "\": expected key=value[,key=value...]";
+          break;
+        }
+        c.nixl_backend_params.emplace_back(item.substr(0, eq), item.substr(eq + 1));
       }
     }
     if (const char* lib = std::getenv("PEERLAB_TRANSPORT_LIBRARY"); lib != nullptr && *lib != '\0') {
@@ -190,6 +223,9 @@ Status setupWorld(World& w) {
   o.deadline = deadline;
   o.progress_thread = true;
   o.progress_device = w.device;
+  o.nixl_descriptor_bytes = c.nixl_descriptor_bytes;
+  o.nixl_backend_params = c.nixl_backend_params;
+  o.nixl_progress_thread = c.nixl_progress_thread;
   // Both ranks get the same verdict from connect (it trades both sides' capability checks).
   PEERLAB_ASSIGN_OR_RETURN(w.ep, transport::Endpoint::connect(*w.boot, o));
   PEERLAB_ASSIGN_OR_RETURN(auto completion, transport::StreamCompletion::create(*w.ep, w.device));
@@ -520,6 +556,12 @@ void runSpec(benchmark::State& state, const Spec& spec) {
     rec.extra["transfer_us"] = sum.transfer;
     rec.extra["pingpong"] = spec.pingpong() ? 1 : 0;
     rec.extra["checked_words"] = sum.elements;
+    if (config().library == Library::kNixl) {
+      rec.extra["nixl_progress_thread"] =
+          w.ep && w.ep->description().find("(NIXL progress thread)") != std::string::npos ? 1 : 0;
+      rec.extra["nixl_descriptors"] =
+          static_cast<double>(transport::nixlDescriptorPieces(spec.bytes, config().nixl_descriptor_bytes).size());
+    }
     publish(state, rec);
   }
 }

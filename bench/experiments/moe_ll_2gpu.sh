@@ -2,13 +2,15 @@
 # The MoE low-latency mode on a 2-GPU machine in one pass (about 8 minutes): builds what it runs, then
 #   1. moe_ll_gpu_test (1- and 2-rank cases; the 4-rank ones skip) and the LL CPU tests,
 #   2. alltoallv_bench --ranks=2 --benchmark_filter=moe/ (T = 1, 8, 32, 64, 128, 256, 4096: low-latency bf16 and fp8,
-#      normal fused, normal two-phase, NCCL path; eager and graph-replayed; kernel_us on the low-latency rows),
+#      normal fused, normal two-phase, NCCL path; eager and graph-replayed; kernel_us on the low-latency rows), then
+#      the graph-replayed low-latency rows again with phase stamps (PEERLAB_MOE_LL_PHASES=1, phases.json),
 #   3. Nsight Compute on the low-latency dispatch and combine kernels at T=1 and T=128 (a few counters in one pass,
 #      three launches each from the timed loop),
 #   4. compute-sanitizer memcheck, racecheck and synccheck over moe_ll_gpu_test (ci/sanitize.sh),
 #   5. the scorecard's moe_ll fault classes (dropped writes, a peer dead at setup and after it, withheld flags),
 # and prints a table per T last. Raw output goes to $OUT (summary.txt, bench.json, gpu_test.json, sanitize.json,
-# reliability.json, ncu.csv and raw.tar.gz with every log).
+# phases.json, reliability.json, ncu.csv and raw.tar.gz with every log). Both benchmark files make one run file:
+# `peerlab bench --import bench.json phases.json --out RUN.json`.
 #
 #   OUT=/path bench/experiments/moe_ll_2gpu.sh [--build DIR] [--auto-max-tokens N] [--no-ncu]
 #
@@ -94,6 +96,11 @@ log "alltoallv_bench moe/"
 timeout 300 "$bin/alltoallv_bench" --ranks=2 --benchmark_filter='moe/' --benchmark_out="$out/bench.json" \
   --benchmark_out_format=json >"$work/bench.log" 2>&1
 stage_rc bench $?
+log "alltoallv_bench low-latency rows with phase stamps (rows named .../phases)"
+PEERLAB_MOE_LL_PHASES=1 timeout 120 "$bin/alltoallv_bench" --ranks=2 \
+  --benchmark_filter='moe/peerlab\.(dispatch|combine)_ll(_fp8)?/graph/' --benchmark_out="$out/phases.json" \
+  --benchmark_out_format=json >"$work/phases.log" 2>&1
+stage_rc phases $?
 
 # 3. Nsight Compute: counters this ncu knows, in one pass (the kernels wait on the peer; a replayed pass would wait
 #    for flags that already came and went, bounded by PEERLAB_MOE_LL_TIMEOUT_MS).
@@ -160,7 +167,7 @@ san_s=$(left 500)
 if [ "$san_s" -gt 30 ]; then
   log "compute-sanitizer memcheck racecheck synccheck (at most $san_s s)"
   OUT="$work/sanitize" timeout "$san_s" ci/sanitize.sh --build "$build" --report "$out/sanitize.json" \
-    --filter '^moe_ll_gpu_test\.(?!.*(4ranks|FourRanks))' --shards 1 --jobs 16 --timeout 170 \
+    --filter '^moe_ll_gpu_test\.(?!.*(4ranks|FourRanks|T128))' --shards 1 --jobs 16 --timeout 170 \
     >"$work/sanitize.log" 2>&1
   stage_rc sanitizer $?
 else

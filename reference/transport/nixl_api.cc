@@ -39,6 +39,8 @@ StatusOr<std::shared_ptr<Library>> Library::open(const std::string& path) {
   PEERLAB_NIXL_FUNCTIONS(PEERLAB_NIXL_RESOLVE)
 #undef PEERLAB_NIXL_RESOLVE
   lib->nixl_capi_is_stub = reinterpret_cast<bool (*)()>(::dlsym(handle, "nixl_capi_is_stub"));
+  lib->nixl_capi_create_configured_agent = reinterpret_cast<decltype(lib->nixl_capi_create_configured_agent)>(
+      ::dlsym(handle, "nixl_capi_create_configured_agent"));
   if (!missing.empty()) return PEERLAB_UNAVAILABLE("NIXL: " + path + " lacks " + missing);
   if (lib->nixl_capi_is_stub && lib->nixl_capi_is_stub()) {
     return PEERLAB_UNAVAILABLE("NIXL: " + path + " is the stub C API (built without NIXL)");

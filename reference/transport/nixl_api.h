@@ -27,6 +27,21 @@ inline constexpr int kMemVram = 1;
 inline constexpr int kOpRead = 0;
 inline constexpr int kOpWrite = 1;
 
+// nixl_capi_thread_sync_t
+inline constexpr int kThreadSyncNone = 0;
+
+/// nixl_capi_agent_config_t (nixlAgentConfig's fields through the C API).
+struct AgentConfig {
+  bool enable_prog_thread = false;
+  bool enable_listen_thread = false;
+  int listen_port = 0;
+  int thread_sync = kThreadSyncNone;  ///< nixl_capi_thread_sync_t
+  unsigned int num_workers = 1;
+  uint64_t pthr_delay_us = 0;
+  uint64_t lthr_delay_us = 100000;
+  bool capture_telemetry = false;
+};
+
 using Agent = struct AgentOpaque*;
 using Params = struct ParamsOpaque*;
 using MemList = struct MemListOpaque*;
@@ -48,6 +63,7 @@ using NotifMap = struct NotifMapOpaque*;
   X(nixl_capi_get_plugin_params, (Agent agent, const char* plugin, MemList* mems, Params* params))                     \
   X(nixl_capi_destroy_mem_list, (MemList list))                                                                        \
   X(nixl_capi_destroy_params, (Params params))                                                                         \
+  X(nixl_capi_params_add, (Params params, const char* key, const char* value))                                         \
   X(nixl_capi_mem_list_size, (MemList list, size_t * size))                                                            \
   X(nixl_capi_mem_list_get, (MemList list, size_t index, int* mem_type))                                               \
   X(nixl_capi_create_backend, (Agent agent, const char* plugin, Params params, Backend* backend))                      \
@@ -101,6 +117,9 @@ class Library {
 #undef PEERLAB_NIXL_POINTER
   /// nixl_capi_is_stub, where the library has it: a stub C API aborts on every call.
   bool (*nixl_capi_is_stub)() = nullptr;
+  /// nixl_capi_create_configured_agent, where the library has it (NIXL's C API since late 2025); without it an agent
+  /// comes from nixl_capi_create_agent, which always starts NIXL's progress thread.
+  StatusT (*nixl_capi_create_configured_agent)(const char* name, const AgentConfig* config, Agent* agent) = nullptr;
 
  private:
   Library() = default;

@@ -93,6 +93,10 @@ class NixlEndpoint final : public Endpoint {
   Status postLocked(RequestId id) override;
   StatusOr<bool> testLocked(RequestId id) override;
   StatusOr<uint64_t> notificationsLocked() override;
+  void idleLocked() override {
+    // Reading the notifications progresses every UCX worker of the backend; what arrives is counted as always.
+    if (!progress_thread_ && agent_ && notifs_) (void)notificationsLocked();
+  }
 
  private:
   Status check(nixl::StatusT st, const std::string& what) const {
@@ -118,6 +122,8 @@ class NixlEndpoint final : public Endpoint {
   std::string remote_name_;
   nixl::NotifMap notifs_ = nullptr;
   uint64_t notified_ = 0;
+  size_t descriptor_bytes_ = 0;
+  bool progress_thread_ = true;  // NIXL's own progress thread runs
   std::map<RequestId, Request> requests_;
   RequestId next_id_ = 1;
 };
@@ -129,10 +135,23 @@ Status NixlEndpoint::setupLocal(const EndpointOptions& o, int rank) {
   report_.library = Library::kNixl;
   description_ = "NIXL " + loc.library;
   local_ = o.regions;
+  descriptor_bytes_ = o.nixl_descriptor_bytes;
   report_.has_device_regions = local_.front().kind == MemoryKind::kDevice;
 
   const std::string name = "peerlab-" + std::to_string(rank) + "-" + std::to_string(::getpid());
-  PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_agent(name.c_str(), &agent_), "creating the agent"));
+  // Without NIXL's thread the endpoint's own progress thread keeps UCX moving (idleLocked), for the peer's
+  // one-sided transfers that need this side's progress too; with neither, NIXL's thread runs.
+  if (lib_->nixl_capi_create_configured_agent && !o.nixl_progress_thread && o.progress_thread) {
+    nixl::AgentConfig config;
+    config.enable_prog_thread = false;
+    PEERLAB_RETURN_IF_ERROR(
+        check(lib_->nixl_capi_create_configured_agent(name.c_str(), &config, &agent_), "creating the agent"));
+    progress_thread_ = false;
+  } else {
+    PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_agent(name.c_str(), &agent_), "creating the agent"));
+    progress_thread_ = true;
+  }
+  description_ += progress_thread_ ? " (NIXL progress thread)" : " (no NIXL progress thread)";
   nixl::MemList mems = nullptr;
   nixl::Params params = nullptr;
   report_.backend_status = lib_->nixl_capi_get_plugin_params(agent_, "UCX", &mems, &params);
@@ -146,7 +165,13 @@ Status NixlEndpoint::setupLocal(const EndpointOptions& o, int rank) {
           report_.backend_lists_vram = true;
       }
     }
-    report_.backend_status = lib_->nixl_capi_create_backend(agent_, "UCX", params, &backend_);
+    for (const auto& [key, value] : o.nixl_backend_params) {
+      if (report_.backend_status != nixl::kSuccess) break;
+      report_.backend_status = lib_->nixl_capi_params_add(params, key.c_str(), value.c_str());
+    }
+    if (report_.backend_status == nixl::kSuccess) {
+      report_.backend_status = lib_->nixl_capi_create_backend(agent_, "UCX", params, &backend_);
+    }
   }
   if (mems) (void)lib_->nixl_capi_destroy_mem_list(mems);
   if (params) (void)lib_->nixl_capi_destroy_params(params);
@@ -242,13 +267,16 @@ StatusOr<RequestId> NixlEndpoint::prepareLocked(const Transfer& t) {
   auto body = [&]() -> StatusOr<RequestId> {
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_xfer_dlist(memType(l.kind), &local), "descriptor list"));
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_xfer_dlist(memType(rr.kind), &remote), "descriptor list"));
-    PEERLAB_RETURN_IF_ERROR(
-        check(lib_->nixl_capi_xfer_dlist_add_desc(local, reinterpret_cast<uintptr_t>(l.ptr) + t.local_offset, t.bytes,
-                                                  devId(l.kind, l.device)),
-              "local descriptor"));
-    PEERLAB_RETURN_IF_ERROR(check(
-        lib_->nixl_capi_xfer_dlist_add_desc(remote, rr.addr + t.remote_offset, t.bytes, devId(rr.kind, rr.device)),
-        "remote descriptor"));
+    // Several descriptors of one request are in flight together.
+    for (const auto& [at, n] : nixlDescriptorPieces(t.bytes, descriptor_bytes_)) {
+      PEERLAB_RETURN_IF_ERROR(
+          check(lib_->nixl_capi_xfer_dlist_add_desc(local, reinterpret_cast<uintptr_t>(l.ptr) + t.local_offset + at, n,
+                                                    devId(l.kind, l.device)),
+                "local descriptor"));
+      PEERLAB_RETURN_IF_ERROR(check(
+          lib_->nixl_capi_xfer_dlist_add_desc(remote, rr.addr + t.remote_offset + at, n, devId(rr.kind, rr.device)),
+          "remote descriptor"));
+    }
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_create_opt_args(&args), "options"));
     PEERLAB_RETURN_IF_ERROR(check(lib_->nixl_capi_opt_args_add_backend(args, backend_), "options"));
     if (t.notify) {

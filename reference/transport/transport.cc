@@ -382,6 +382,16 @@ void Endpoint::progressLoop() {
   }
 }
 
+std::vector<std::pair<size_t, size_t>> nixlDescriptorPieces(size_t bytes, size_t limit) {
+  size_t pieces = 1;
+  if (limit > 0 && bytes > limit) pieces = std::min(kNixlMaxDescriptors, (bytes + limit - 1) / limit);
+  const size_t piece = (bytes + pieces - 1) / pieces;
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t at = 0; out.empty() || at < bytes; at += piece)
+    out.emplace_back(at, std::min(piece, bytes - at));
+  return out;
+}
+
 namespace detail {
 
 StatusOr<std::vector<uint8_t>> tradeBlob(Bootstrap& boot, int peer, const std::vector<uint8_t>& bytes,

@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "reference/core/bootstrap.h"
@@ -100,6 +101,11 @@ enum class WaitMode : uint8_t {
 std::string_view waitModeName(WaitMode mode);
 std::optional<WaitMode> parseWaitMode(std::string_view name);
 
+/// The default EndpointOptions::nixl_descriptor_bytes.
+inline constexpr size_t kNixlDefaultDescriptorBytes = 0;
+/// Descriptors one NIXL transfer is split into at most (larger pieces beyond that).
+inline constexpr size_t kNixlMaxDescriptors = 64;
+
 struct EndpointOptions {
   Library library = Library::kUcx;
   int peer = -1;                ///< bootstrap rank of the other process
@@ -107,6 +113,16 @@ struct EndpointOptions {
   Deadline deadline = Deadline::afterMs(60'000);
   bool progress_thread = false;  ///< start the progress thread (needed by kProgressThread waits and StreamCompletion)
   int progress_device = -1;      ///< the CUDA device the progress thread makes current (-1: none)
+  /// NIXL: a transfer of more than this many bytes goes as several descriptors of at most this size in one request,
+  /// which NIXL's UCX backend keeps in flight together; 0: one descriptor per transfer (docs/transport.md).
+  size_t nixl_descriptor_bytes = kNixlDefaultDescriptorBytes;
+  /// NIXL: start NIXL's own progress thread (what nixl_capi_create_agent does). Off, the calls that test a transfer
+  /// progress UCX themselves and the endpoint's progress thread does it while idle (docs/transport.md has the
+  /// measurements); it starts anyway without progress_thread, and with NIXL versions that lack
+  /// nixl_capi_create_configured_agent.
+  bool nixl_progress_thread = false;
+  /// NIXL: UCX backend parameters set over the plugin's defaults, e.g. {"num_workers", "2"}.
+  std::vector<std::pair<std::string, std::string>> nixl_backend_params;
 };
 
 /// One transfer between a local and a remote region.
@@ -216,6 +232,11 @@ class Endpoint {
 /// Connects the UCX or NIXL endpoint (the implementations behind Endpoint::connect).
 StatusOr<std::unique_ptr<Endpoint>> connectUcx(Bootstrap& boot, const EndpointOptions& options);
 StatusOr<std::unique_ptr<Endpoint>> connectNixl(Bootstrap& boot, const EndpointOptions& options);
+
+/// The descriptors a NIXL transfer of `bytes` goes as with EndpointOptions::nixl_descriptor_bytes = `limit`:
+/// {offset, length} pieces of equal size, the last one shorter, at most kNixlMaxDescriptors (larger pieces beyond);
+/// one piece (possibly empty) when limit is 0 or not exceeded.
+std::vector<std::pair<size_t, size_t>> nixlDescriptorPieces(size_t bytes, size_t limit);
 
 namespace detail {
 /// Sends `bytes` to `peer` and receives the peer's blob (length first), both bounded by `deadline`.

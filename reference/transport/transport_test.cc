@@ -364,6 +364,71 @@ TEST(FakeNixl, TransfersAndErrors) {
   EXPECT_TRUE(boot.barrier(Deadline::afterMs(10'000)).isOk());
 }
 
+// With the endpoint's own progress thread, NIXL's stays off (the endpoint progresses UCX); without it, NIXL's runs.
+TEST(FakeNixl, ProgressThreadIsNixlsOnlyWithoutTheEndpointsOwn) {
+  PEERLAB_TEST_RANKS_TIMEOUT(2, boot, 60, fakeNixlEnv("ok"));
+  for (bool progress : {true, false}) {
+    std::vector<uint64_t> storage;
+    auto ep = connectFake(boot, Library::kNixl, storage, progress);
+    ASSERT_TRUE(ep.isOk()) << ep.status().toString();
+    const std::string& d = (*ep)->description();
+    EXPECT_NE(d.find(progress ? "(no NIXL progress thread)" : "(NIXL progress thread)"), std::string::npos) << d;
+    EXPECT_TRUE(boot.barrier(Deadline::afterMs(10'000)).isOk());
+  }
+}
+
+// A transfer above nixl_descriptor_bytes goes as several descriptors on both sides (the stand-in refuses a request
+// whose lists hold any other number than PEERLAB_FAKE_NIXL_DESCRIPTORS).
+TEST(FakeNixl, LargeTransfersSplitIntoDescriptors) {
+  std::vector<std::string> env = fakeNixlEnv("ok");
+  env.push_back("PEERLAB_FAKE_NIXL_DESCRIPTORS=3");
+  PEERLAB_TEST_RANKS_TIMEOUT(2, boot, 60, env);
+  std::vector<uint64_t> storage;
+  EndpointOptions o;
+  o.library = Library::kNixl;
+  o.peer = 1 - boot.rank();
+  o.regions = fakeDeviceRegions(storage);
+  o.progress_thread = true;
+  o.nixl_descriptor_bytes = 1000;
+  o.nixl_backend_params = {{"num_workers", "2"}};
+  auto ep = Endpoint::connect(boot, o);
+  ASSERT_TRUE(ep.isOk()) << ep.status().toString();
+  EXPECT_TRUE((*ep)->prepare({Op::kWrite, 0, 0, 0, 0, 2500, false}).isOk());   // 834 + 834 + 832
+  EXPECT_FALSE((*ep)->prepare({Op::kWrite, 0, 0, 0, 0, 1000, false}).isOk());  // one descriptor
+  EXPECT_TRUE(boot.barrier(Deadline::afterMs(10'000)).isOk());
+}
+
+TEST(FakeNixl, BackendParameterFailureIsUnsupported) {
+  PEERLAB_TEST_RANKS_TIMEOUT(2, boot, 60, fakeNixlEnv("params_error"));
+  std::vector<uint64_t> storage;
+  EndpointOptions o;
+  o.library = Library::kNixl;
+  o.peer = 1 - boot.rank();
+  o.regions = fakeDeviceRegions(storage);
+  o.nixl_backend_params = {{"num_workers", "2"}};
+  auto ep = Endpoint::connect(boot, o);
+  ASSERT_FALSE(ep.isOk());
+  EXPECT_NE(ep.status().message().find("backend could not be created"), std::string::npos) << ep.status().message();
+}
+
+TEST(NixlDescriptors, PiecesCoverTheTransfer) {
+  using P = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(nixlDescriptorPieces(0, 0), (P{{0, 0}}));
+  EXPECT_EQ(nixlDescriptorPieces(4096, 0), (P{{0, 4096}}));
+  EXPECT_EQ(nixlDescriptorPieces(4096, 4096), (P{{0, 4096}}));
+  EXPECT_EQ(nixlDescriptorPieces(10, 3), (P{{0, 3}, {3, 3}, {6, 3}, {9, 1}}));
+  EXPECT_EQ(nixlDescriptorPieces(9, 3), (P{{0, 3}, {3, 3}, {6, 3}}));
+  // At most kNixlMaxDescriptors: larger pieces beyond.
+  const P many = nixlDescriptorPieces(size_t{1} << 30, 1);
+  ASSERT_EQ(many.size(), kNixlMaxDescriptors);
+  size_t covered = 0;
+  for (const auto& [at, n] : many) {
+    EXPECT_EQ(at, covered);
+    covered += n;
+  }
+  EXPECT_EQ(covered, size_t{1} << 30);
+}
+
 TEST(FakeNixl, FailedTransferIsAnError) {
   PEERLAB_TEST_RANKS_TIMEOUT(2, boot, 60, fakeNixlEnv("xfer_error"));
   std::vector<uint64_t> storage;

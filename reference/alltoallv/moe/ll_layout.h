@@ -47,6 +47,8 @@ enum class LlPayload : uint32_t {
 inline constexpr int kLlSlices = 8;
 /// The default LlConfig::tagged_max_tokens (docs/moe.md has the measurements behind it).
 inline constexpr int kLlDefaultTaggedMaxTokens = 16;
+/// The default LlConfig::ctas_per_sm (docs/moe.md has the measurements behind it).
+inline constexpr int kLlDefaultCtasPerSm = 2;
 /// Most top-k slots per token (both modes).
 inline constexpr int kMaxTopK = 16;
 inline constexpr int kFp8Group = 128;

@@ -326,23 +326,29 @@ __device__ __forceinline__ void loadTokenBatch(const uint4* src, int base, int u
   }
 }
 
-// 16 bf16 values quantized with `mult` into 16 e4m3 bytes.
+// 16 bf16 values quantized with `mult` into 16 e4m3 bytes (two per conversion; the same rounding as one by one).
 __device__ __forceinline__ uint4 quantize16(const uint4& lo, const uint4& hi, float mult) {
-  uint8_t q8[16];
   const auto* a = reinterpret_cast<const __nv_bfloat162*>(&lo);
   const auto* b = reinterpret_cast<const __nv_bfloat162*>(&hi);
+  uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(a[i]);
-    const float2 y = __bfloat1622float2(b[i]);
-    q8[2 * i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(x.x, mult), __NV_SATFINITE, __NV_E4M3));
-    q8[2 * i + 1] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(x.y, mult), __NV_SATFINITE, __NV_E4M3));
-    q8[8 + 2 * i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(y.x, mult), __NV_SATFINITE, __NV_E4M3));
-    q8[9 + 2 * i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(y.y, mult), __NV_SATFINITE, __NV_E4M3));
+  for (int i = 0; i < 2; ++i) {
+    const float2 x0 = __bfloat1622float2(a[2 * i]);
+    const float2 x1 = __bfloat1622float2(a[2 * i + 1]);
+    const float2 y0 = __bfloat1622float2(b[2 * i]);
+    const float2 y1 = __bfloat1622float2(b[2 * i + 1]);
+    const uint32_t p0 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(x0.x, mult), __fmul_rn(x0.y, mult)), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t p1 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(x1.x, mult), __fmul_rn(x1.y, mult)), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t q0 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(y0.x, mult), __fmul_rn(y0.y, mult)), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t q1 =
+        __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(y1.x, mult), __fmul_rn(y1.y, mult)), __NV_SATFINITE, __NV_E4M3);
+    w[i] = p0 | (p1 << 16);
+    w[2 + i] = q0 | (q1 << 16);
   }
-  uint4 q;
-  memcpy(&q, q8, 16);
-  return q;
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ float absMax8(const uint4& v) {
@@ -573,11 +579,9 @@ __device__ void loadRow(const DispatchArgs& a, const uint8_t* row, LlUnits range
   r.entry = make_int4(-1, 0, 0, 0);
   r.scale = 0;
   const int g = range.begin / 8 + tid;
-  if (a.layout.scale_bytes > 0 && m > 0 && g < range.end / 8) {
-    const uint64_t off = a.layout.payload_bytes + 4ull * g;
-    r.scale = tag == 0 ? __ldcg(reinterpret_cast<const uint32_t*>(row + off))
-                       : loadRelaxedSys64(reinterpret_cast<const uint64_t*>(row + 2 * off));
-  }
+  const bool scaled = a.layout.scale_bytes > 0 && m > 0 && g < range.end / 8;
+  const uint64_t scale_off = a.layout.payload_bytes + 4ull * g;
+  if (scaled && tag == 0) r.scale = __ldcg(reinterpret_cast<const uint32_t*>(row + scale_off));
   if (tag == 0) {
     const auto* from = reinterpret_cast<const uint4*>(row);
 #pragma unroll
@@ -592,6 +596,9 @@ __device__ void loadRow(const DispatchArgs& a, const uint8_t* row, LlUnits range
   uint4 e = make_uint4(0, 0, 0, 0);
   bool entry = tid >= m || loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e);
   const bool payload = pollTaggedBatch(row, range.begin, range.end, tag, r.v, a.timeout_ns, a.state);
+  // The scale goes after the payload's words, so once they are here it most likely is too; placeRow reads it after
+  // the fan-out, so this load's latency hides behind the stores (it polls again only if the word was not yet here).
+  if (scaled) r.scale = loadRelaxedSys64(reinterpret_cast<const uint64_t*>(row + 2 * scale_off));
   if (!entry) {
     LlSpin spin{globalTimerNs(), a.timeout_ns, a.state};
     while (!(entry = loadTagged16(row, a.layout.meta_offset + 16ull * tid, tag, &e)) && spin.ok()) {
@@ -712,8 +719,8 @@ __device__ __forceinline__ int2 receivedRow(const DispatchArgs& a, const Dispatc
 // block, then the received rows' slice groups in turn. The first item's loads go out before the epoch is known; the
 // first row a CTA takes is known before any count block when it is one of this rank's own rows or the next rank's,
 // and its flags are watched with the count blocks, so its payload loads go out with the reads of the counts.
-template <bool kFp8>
-__global__ void __launch_bounds__(kLlThreads, 1) llDispatchKernel(DispatchArgs a) {
+template <bool kFp8, int kPerSm>
+__global__ void __launch_bounds__(kLlThreads, kPerSm) llDispatchKernel(DispatchArgs a) {
   __shared__ DispatchShared sh;
   awaitPriorGrids();
   releaseDependents();
@@ -1046,7 +1053,8 @@ __device__ void finishToken(const CombineArgs& a, int t, uint32_t epoch, int par
 
 // Sends: CTA per received row, in the order the dispatch took them (the first one's record is loaded before the
 // epoch). Receives: CTA per token; block 0 waits for every peer's mark alongside its first token.
-__global__ void __launch_bounds__(kLlThreads, 1) llCombineKernel(CombineArgs a) {
+template <int kPerSm>
+__global__ void __launch_bounds__(kLlThreads, kPerSm) llCombineKernel(CombineArgs a) {
   __shared__ CombineShared sh;
   awaitPriorGrids();
   releaseDependents();
@@ -1137,6 +1145,20 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.recv_src_->ptr, 0, x.recv_src_->bytes)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaMemset(x.token_dests_->ptr, 0, x.token_dests_->bytes)));
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceGetAttribute(&x.sms_, cudaDevAttrMultiProcessorCount, device)));
+    // CTAs spin on peers and on each other, so every CTA of a launch must be resident at once: two per SM only where
+    // all three kernels built for two fit twice.
+    x.per_sm_ = 1;
+    if (config.ctas_per_sm >= 2) {
+      int fits = 2;
+      for (const void* k : {reinterpret_cast<const void*>(llDispatchKernel<false, 2>),
+                            reinterpret_cast<const void*>(llDispatchKernel<true, 2>),
+                            reinterpret_cast<const void*>(llCombineKernel<2>)}) {
+        int per = 0;
+        PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, kLlThreads, 0)));
+        fits = std::min(fits, per);
+      }
+      x.per_sm_ = std::max(1, fits);
+    }
     PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaDeviceSynchronize()));
   }
   return x;
@@ -1146,8 +1168,13 @@ int LowLatencyExchange::ctaCap() const {
   return config_.max_ctas > 0 ? std::min(config_.max_ctas, sms_) : sms_;
 }
 
+int LowLatencyExchange::residentCap() const {
+  const int resident = sms_ * per_sm_;
+  return config_.max_ctas > 0 ? std::min(config_.max_ctas, resident) : resident;
+}
+
 int LowLatencyExchange::ctasFor(int num_tokens) const {
-  return std::max(1, std::min(ctaCap(), layout_.ranks * std::max(num_tokens, 1)));
+  return std::max(1, std::min(residentCap(), layout_.ranks * std::max(num_tokens, 1)));
 }
 
 int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
@@ -1160,7 +1187,7 @@ int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
 }
 
 int LowLatencyExchange::dispatchCtasFor(int num_tokens) const {
-  return std::max(1, std::min(ctaCap(), layout_.ranks * std::max(num_tokens, 1) * sliceGroupsFor(num_tokens)));
+  return std::max(1, std::min(residentCap(), layout_.ranks * std::max(num_tokens, 1) * sliceGroupsFor(num_tokens)));
 }
 
 LlDispatchOutput LowLatencyExchange::output() const {
@@ -1212,9 +1239,14 @@ Status LowLatencyExchange::dispatch(const __nv_bfloat16* tokens, const int32_t* 
   a.slice_groups = sliceGroupsFor(num_tokens);
   const dim3 grid(static_cast<unsigned>(dispatchCtasFor(num_tokens)));
   const dim3 block(kLlThreads);
-  const cudaError_t err = config_.payload == LlPayload::kFp8
-                              ? launchKernel(llDispatchKernel<true>, grid, block, stream, programmatic_, a)
-                              : launchKernel(llDispatchKernel<false>, grid, block, stream, programmatic_, a);
+  // Up to one CTA per SM the kernels built for one per SM (more registers); beyond, those built for two.
+  const bool dense = static_cast<int>(grid.x) > sms_;
+  const bool fp8 = config_.payload == LlPayload::kFp8;
+  const cudaError_t err =
+      fp8 ? (dense ? launchKernel(llDispatchKernel<true, 2>, grid, block, stream, programmatic_, a)
+                   : launchKernel(llDispatchKernel<true, 1>, grid, block, stream, programmatic_, a))
+          : (dense ? launchKernel(llDispatchKernel<false, 2>, grid, block, stream, programmatic_, a)
+                   : launchKernel(llDispatchKernel<false, 1>, grid, block, stream, programmatic_, a));
   return PEERLAB_CUDA_LAUNCHED(err, "ll dispatch kernel");
 }
 
@@ -1238,8 +1270,10 @@ Status LowLatencyExchange::combine(const __nv_bfloat16* expert_out, __nv_bfloat1
   a.phases = phases_;
   a.timeout_ns = static_cast<uint64_t>(config_.timeout_ms) * 1'000'000ull;
   a.fault = static_cast<uint32_t>(fault_);
-  const cudaError_t err = launchKernel(llCombineKernel, dim3(static_cast<unsigned>(ctasFor(num_tokens_))),
-                                       dim3(kLlThreads), stream, programmatic_, a);
+  const dim3 grid(static_cast<unsigned>(ctasFor(num_tokens_)));
+  const cudaError_t err = static_cast<int>(grid.x) > sms_
+                              ? launchKernel(llCombineKernel<2>, grid, dim3(kLlThreads), stream, programmatic_, a)
+                              : launchKernel(llCombineKernel<1>, grid, dim3(kLlThreads), stream, programmatic_, a);
   return PEERLAB_CUDA_LAUNCHED(err, "ll combine kernel");
 }
 

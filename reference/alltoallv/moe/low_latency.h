@@ -19,11 +19,11 @@
 /// Calls alternate between two buffer parities. A dispatch waits for every peer's count block of the same call, and
 /// a combine for every peer's mark of the same call, so a rank writes into a parity only once every peer has finished
 /// the call two before; calls may repeat back to back (a benchmark loop of dispatches, or of combines after one
-/// dispatch). Every CTA spins only after its own sends and a launch uses at most one CTA per SM, so a launch never
-/// waits on itself. Kernels go out with programmatic dependent launch where the device has it (their CTAs wait for the
-/// kernel before them first). A missing signal (dead peer, a rank in the other mode) sets the error word and the
-/// call completes; later waits give up at once while the error is on record; checkStatus() reports a timeout naming
-/// the rank.
+/// dispatch). Every CTA spins only after its own sends and a launch uses at most as many CTAs as the SMs hold at
+/// once (one per SM, or two where the kernels fit twice), so a launch never waits on itself. Kernels go out with
+/// programmatic dependent launch where the device has it (their CTAs wait for the kernel before them first). A missing
+/// signal (dead peer, a rank in the other mode) sets the error word and the call completes; later waits give up at once
+/// while the error is on record; checkStatus() reports a timeout naming the rank.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -51,8 +51,11 @@ struct LlConfig {
   /// A rank's rows (and the combine rows of its tokens) go as tagged words when it routes at most this many tokens
   /// in a call: twice the bytes, but no fence before the flag (ll_layout.h). 0: always plain.
   int tagged_max_tokens = kLlDefaultTaggedMaxTokens;
-  int64_t timeout_ms = 10'000;      ///< bound of every device wait
-  int max_ctas = 0;                 ///< 0: one per SM
+  int64_t timeout_ms = 10'000;  ///< bound of every device wait
+  int max_ctas = 0;             ///< 0: as many as can be resident (ctas_per_sm per SM)
+  /// CTAs per SM a launch may use (1 or 2; 2 only where the kernels fit twice): with 2 a CTA that takes a second
+  /// received row no longer waits for its first one's fan-out (T=128 on 2 ranks: 256 rows on 132 SMs).
+  int ctas_per_sm = kLlDefaultCtasPerSm;
   bool programmatic_launch = true;  ///< launch with programmatic dependent launch where the device has it
 };
 
@@ -127,21 +130,27 @@ class LowLatencyExchange {
   }
   /// Whether kernels launch with programmatic dependent launch.
   bool programmaticLaunch() const { return programmatic_; }
-  /// CTAs of a combine launch for `num_tokens` tokens on this rank: one per row it may take, at most one per SM.
+  /// CTAs of a combine launch for `num_tokens` tokens on this rank: one per row it may take, at most what can be
+  /// resident (ctasPerSm() per SM).
   int ctasFor(int num_tokens) const;
-  /// CTAs per dispatch row on each side (slice groups: 1, 2, 4 or 8): as many as the SMs allow beside one per row.
+  /// CTAs per dispatch row on each side (slice groups: 1, 2, 4 or 8): as many as one CTA per SM allows beside one
+  /// per row.
   int sliceGroupsFor(int num_tokens) const;
-  /// CTAs of a dispatch launch: ctasFor's rows times sliceGroupsFor, at most one per SM.
+  /// CTAs of a dispatch launch: ctasFor's rows times sliceGroupsFor, at most what can be resident.
   int dispatchCtasFor(int num_tokens) const;
+  /// CTAs per SM a launch may use (config.ctas_per_sm where the kernels fit that often, else 1).
+  int ctasPerSm() const { return per_sm_; }
 
  private:
   LowLatencyExchange() = default;
-  int ctaCap() const;  ///< CTAs a launch may have: one per SM, or config.max_ctas
+  int ctaCap() const;       ///< one per SM, or config.max_ctas: the bound slice groups are chosen against
+  int residentCap() const;  ///< CTAs a launch may have: ctasPerSm() per SM, or config.max_ctas
   LlConfig config_;
   LlLayout layout_{};
   int rank_ = 0;
   int device_ = -1;
   int sms_ = 1;
+  int per_sm_ = 1;
   int num_tokens_ = 0;
   LlFault fault_ = LlFault::kNone;
   LlKernelTimes* times_ = nullptr;

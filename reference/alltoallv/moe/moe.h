@@ -55,6 +55,7 @@ struct MoeConfig {
   LlPayload ll_payload = LlPayload::kBf16;
   int64_t ll_timeout_ms = 10'000;                        ///< bound of the LL kernels' device waits
   int ll_tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< LlConfig::tagged_max_tokens
+  int ll_ctas_per_sm = kLlDefaultCtasPerSm;              ///< LlConfig::ctas_per_sm
   bool ll_programmatic_launch = true;  ///< LL kernels go out with programmatic dependent launch where the device has it
 };
 

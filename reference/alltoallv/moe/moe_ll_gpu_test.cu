@@ -104,6 +104,8 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
   PEERLAB_ASSERT_OK(made.status());
   MoeExchange moe = std::move(made).value();
   ASSERT_NE(moe.lowLatency(), nullptr);
+  // The kernels are built to fit twice on an SM (registers and shared memory), so every GPU takes the default.
+  EXPECT_EQ(moe.lowLatency()->ctasPerSm(), kLlDefaultCtasPerSm);
   const LlDispatchOutput o = moe.lowLatency()->output();
   const int per = shape.experts / shape.ranks;
   const size_t stride = static_cast<size_t>(shape.ranks) * cap;
@@ -253,6 +255,30 @@ TEST(MoeLowLatencyDeepSeek, TwoRanksFp8Hidden7168Top8Of256) {
   PEERLAB_REQUIRE_GPUS(2);
   PEERLAB_TEST_RANKS(2, boot);
   llRounds(boot, LlCase{2, LlPayload::kFp8, Routing::kHot}, MoeShape{2, 7168, 8, 256}, 6, {30, 1});
+}
+
+// More rows than SMs (two CTAs per SM), small enough for the sanitizers: 190 rows on 2 ranks, fp8 and bf16.
+TEST(MoeLowLatencyDense, TwoRanksMoreRowsThanSms) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  for (LlPayload payload : {LlPayload::kBf16, LlPayload::kFp8}) {
+    SCOPED_TRACE(payload == LlPayload::kFp8 ? "fp8" : "bf16");
+    llRounds(boot, LlCase{2, payload, Routing::kUniform}, MoeShape{2, 256, 4, 16}, 100, {100, 90});
+  }
+}
+
+// Decode at T=128: the rank with 128 tokens launches 256 CTAs for its dispatch and its combine, more than one per SM
+// on every GPU with fewer than 256 SMs.
+TEST(MoeLowLatencyDeepSeek, TwoRanksT128Hidden7168Top8Of256) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  llRounds(boot, LlCase{2, LlPayload::kBf16, Routing::kUniform}, MoeShape{2, 7168, 8, 256}, 128, {128, 100});
+}
+
+TEST(MoeLowLatencyDeepSeek, TwoRanksT128Fp8Hidden7168Top8Of256) {
+  PEERLAB_REQUIRE_GPUS(2);
+  PEERLAB_TEST_RANKS(2, boot);
+  llRounds(boot, LlCase{2, LlPayload::kFp8, Routing::kUniform}, MoeShape{2, 7168, 8, 256}, 128, {100, 128});
 }
 
 // The same shape with rank 0's rows plain (30 tokens) and rank 1's tagged (1 token).

@@ -8,6 +8,8 @@
 //   xfer_error      a posted transfer fails
 //   never_completes a posted transfer stays in progress
 //   stub            nixl_capi_is_stub() says true (a C API built without NIXL)
+//   params_error    adding a UCX backend parameter fails
+// A transfer takes as many descriptors as $PEERLAB_FAKE_NIXL_DESCRIPTORS says (default 1), on both sides.
 // Nothing moves; every remote write with a notification makes the fake count one for its own agent.
 
 #include <cstdlib>
@@ -31,6 +33,7 @@ bool is(const char* s) {
 
 struct FakeAgent {
   std::string name;
+  bool progress_thread = true;
 };
 struct FakeList {
   int type = 0;
@@ -50,6 +53,11 @@ bool nixl_capi_is_stub() {
 }
 StatusT nixl_capi_create_agent(const char* name, Agent* agent) {
   *agent = reinterpret_cast<Agent>(new FakeAgent{name});
+  return kSuccess;
+}
+StatusT nixl_capi_create_configured_agent(const char* name, const AgentConfig* config, Agent* agent) {
+  if (!name || !config || !agent) return -1;
+  *agent = reinterpret_cast<Agent>(new FakeAgent{name, config->enable_prog_thread});
   return kSuccess;
 }
 StatusT nixl_capi_destroy_agent(Agent agent) {
@@ -83,6 +91,10 @@ StatusT nixl_capi_destroy_mem_list(MemList list) {
 }
 StatusT nixl_capi_destroy_params(Params) {
   return kSuccess;
+}
+StatusT nixl_capi_params_add(Params params, const char* key, const char* value) {
+  if (is("params_error")) return -1;
+  return params && key && value ? kSuccess : -1;
 }
 StatusT nixl_capi_mem_list_size(MemList list, size_t* size) {
   *size = static_cast<size_t>(reinterpret_cast<FakeList*>(list)->type);
@@ -163,7 +175,10 @@ StatusT nixl_capi_make_xfer_req(Agent, int, DlistHandle, const int*, size_t, Dli
 }
 StatusT nixl_capi_create_xfer_req(Agent, int, XferDlist local, XferDlist remote, const char* remote_agent, XferReq* req,
                                   OptArgs) {
-  if (reinterpret_cast<FakeList*>(local)->descs != 1 || reinterpret_cast<FakeList*>(remote)->descs != 1) return -1;
+  const char* want_env = std::getenv("PEERLAB_FAKE_NIXL_DESCRIPTORS");
+  const size_t want = want_env && *want_env ? std::strtoull(want_env, nullptr, 10) : 1;
+  if (reinterpret_cast<FakeList*>(local)->descs != want || reinterpret_cast<FakeList*>(remote)->descs != want)
+    return -1;
   if (std::strncmp(remote_agent, "peerlab-", 8) != 0) return -6;
   *req = reinterpret_cast<XferReq>(new FakeReq{});
   return kSuccess;
