@@ -484,7 +484,8 @@ void runSpec(benchmark::State& state, const Spec& spec) {
     }
     const Config& c = config();
     if (!c.error.empty()) {
-      skip(state, rec, c.error);
+      // A malformed setting is an error of the run, not a row that could not run.
+      fail(state, rec, PEERLAB_INVALID_ARGUMENT(c.error));
       break;
     }
     auto count = deviceCount();

@@ -838,7 +838,8 @@ void runSpec(benchmark::State& state, const Spec& spec, const std::string& row) 
     }
     const PairConfig& pc = pairConfig();
     if (!pc.error.empty()) {
-      skip(state, rec, pc.error);
+      // A malformed setting is an error of the run, not a row that could not run.
+      fail(state, rec, PEERLAB_INVALID_ARGUMENT(pc.error));
       break;
     }
     auto count = deviceCount();
