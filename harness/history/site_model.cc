@@ -158,7 +158,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   // The latest run of each kind and the verdict the checks engine gave it at ingest (runs are oldest first).
   for (const RunInfo& r : h.runs) {
     kindOf(r.machine())["latest_verdict"] = {
-        {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checks}};
+        {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checksJson()}};
   }
 
   // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.
