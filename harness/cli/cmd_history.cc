@@ -311,7 +311,10 @@ int runHtml(const HistoryArgs& a) {
   so.fleet.z_threshold = n->z_threshold;
   so.fleet.min_hosts = n->min_hosts;
   auto model = history::buildSiteModel(**store, so);
-  if (!model.isOk()) return fail(kCmd, kExitRuntime, model.status().message());
+  if (!model.isOk()) {
+    const int code = model.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime;
+    return fail(kCmd, code, "html: " + model.status().message());
+  }
   FILE* out = summaryStream(a.model_out);
   if (!a.model_out.empty()) {
     Status st = writeOutput(a.model_out, model->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

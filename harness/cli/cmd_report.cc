@@ -157,9 +157,11 @@ int runRender(const ReportArgs& a) {
   std::FILE* console = summaryToStdout ? stderr : stdout;
   std::fputs(report::formatCheckLines(verdict.checks).c_str(), console);
   const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
+  const std::string disabled = report::disabledRulesNote(*run);
   const std::string line = std::string(report::verdictWord(verdict.counts)) + ": " +
-                           report::formatCounts(verdict.counts) + " (recomputed from " +
-                           std::to_string(run->results.size()) + " results; the file states " + stored + ")";
+                           report::formatCounts(verdict.counts) + (disabled.empty() ? "" : "; " + disabled) +
+                           " (recomputed from " + std::to_string(run->results.size()) + " results; the file states " +
+                           stored + ")";
   if (verdict.storedPassContradicted()) {
     return fail(kCmd, kExitCheckFailed,
                 line + "; the run file says PASS but its results fail: " + report::firstFailure(verdict.checks));

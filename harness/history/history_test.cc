@@ -14,6 +14,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/report/metric.h"
+#include "harness/report/site.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::history {
@@ -120,6 +121,30 @@ TEST(ConnectionStrings, LibpqMessagesNeverShowThePassword) {
   }
   // Words that only contain a short piece are left alone.
   EXPECT_EQ(maskPassword("database \"x\" does not exist", "postgresql://u:ab@db/x"), "database \"x\" does not exist");
+}
+
+// A history of more machine kinds than a site shows is refused before its series are read.
+TEST(SiteModel, MoreKindsThanASiteShowsAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/peerlab-kinds-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto store = HistoryStore::open(dir + "/h.sqlite");
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  std::mt19937_64 rng(31);
+  ASSERT_TRUE((*store)->ingest(syntheticRun(rng, 0, "node", "kind-0", 1.0, 1.0, 0.01, 2)).isOk());
+  auto one = buildSiteModel(**store);
+  ASSERT_TRUE(one.isOk()) << one.status().toString();
+  for (size_t k = 1; k <= report::kMaxSiteKinds; ++k) {
+    report::Run run =
+        syntheticRun(rng, static_cast<int>(k % 300), "node", "kind-" + std::to_string(k), 1.0, 1.0, 0.01, 2);
+    run.results.resize(1);
+    ASSERT_TRUE((*store)->ingest(run).isOk());
+  }
+  auto many = buildSiteModel(**store);
+  ASSERT_FALSE(many.isOk());
+  EXPECT_NE(many.status().message().find("1001 machine kinds; a site shows at most 1000"), std::string::npos)
+      << many.status().message();
+  store->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SeriesMetric, TimeForSmallSizesAndBandwidthAboveNothingForTestsAndProbes) {

@@ -1,5 +1,7 @@
 #include "harness/history/site_model.h"
 
+#include "harness/report/site.h"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -136,6 +138,18 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
 }
 
 StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options) {
+  {
+    // A site of more kinds than it shows is refused before any series is read.
+    PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> runs, store.runs());
+    std::set<std::string> machines;
+    for (const RunInfo& r : runs)
+      machines.insert(r.machine());
+    if (machines.size() > report::kMaxSiteKinds) {
+      return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(machines.size()) +
+                                      " machine kinds; a site shows at most " + std::to_string(report::kMaxSiteKinds) +
+                                      " (nothing written)");
+    }
+  }
   PEERLAB_ASSIGN_OR_RETURN(History h, loadHistory(store));
   detectChangePoints(h, options.detect);
   const std::vector<Regression> regressions = findRegressions(h, options.threshold_pct);

@@ -1,10 +1,15 @@
 #include "harness/report/chart_page.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <sstream>
 
 #include "harness/layout/layout.h"
@@ -61,7 +66,10 @@ constexpr const char* kBootScript = R"js(
   if (typeof Chart === 'undefined') {
     blocks.forEach(function (b) { b.classList.add('nochart'); });
     var n = document.getElementById('nochartjs');
-    if (n) n.style.display = 'block';
+    if (n && blocks.length) {
+      document.body.insertBefore(n, document.body.firstChild);
+      n.style.display = 'block';
+    }
     finish(blocks.length ? 'no-chartjs' : 'ok', 0);
     return;
   }
@@ -117,14 +125,62 @@ std::string chartJsPath() {
   return shipped.empty() ? PEERLAB_CHARTJS_PATH : shipped;
 }
 
-std::string chartJsSource() {
+const ChartJsFile& chartJs() {
+  // Read once per path: every page of a site shares one read (the path may change between calls in tests).
+  static std::string cachedPath;
+  static ChartJsFile cached;
+  static bool loaded = false;
   const std::string path = chartJsPath();
-  if (path.empty()) return "";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  if (loaded && path == cachedPath) return cached;
+  loaded = true;
+  cachedPath = path;
+  cached = ChartJsFile{};
+  cached.path = path;
+  const bool fromEnv = std::getenv("PEERLAB_CHARTJS") != nullptr;
+  const std::string name = fromEnv ? "$PEERLAB_CHARTJS " + path : path;
+  if (path.empty()) {
+    cached.problem = fromEnv ? "$PEERLAB_CHARTJS is empty" : "Chart.js (Debian package libjs-chart.js) was not found";
+    return cached;
+  }
+  // O_NONBLOCK: a FIFO opens at once instead of waiting for a writer, and is then refused as not a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    cached.problem = name + ": " + std::strerror(errno);
+    return cached;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    cached.problem = name + ": not a regular file";
+    return cached;
+  }
+  if (static_cast<size_t>(st.st_size) > kMaxChartJsBytes) {
+    ::close(fd);
+    cached.problem = name + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+                     std::to_string(kMaxChartJsBytes >> 20) + " MiB a Chart.js build may have";
+    return cached;
+  }
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxChartJsBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > kMaxChartJsBytes) {
+    cached.problem = name + ": grew beyond " + std::to_string(kMaxChartJsBytes >> 20) + " MiB while read";
+  } else if (text.empty()) {
+    cached.problem = name + ": empty";
+  } else {
+    cached.source = std::move(text);
+  }
+  return cached;
+}
+
+std::string chartJsSource() {
+  return chartJs().source;
 }
 
 std::string htmlEscape(std::string_view text) {
@@ -159,20 +215,28 @@ std::string pageBegin(const std::string& title, const std::string& extra_css) {
       "<!DOCTYPE html>\n<html lang=\"en\" data-peerlab-ready=\"loading\">\n<head>\n<meta charset=\"utf-8\">\n";
   s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   s += "<title>" + htmlEscape(title) + "</title>\n<style>" + kCss + extra_css + "</style>\n</head>\n<body>\n";
-  s += "<p id=\"nochartjs\">Charts are unavailable: Chart.js (Debian package libjs-chart.js) was not found when this "
-       "page was made. Tables below are complete.</p>\n";
   return s;
 }
 
-std::string pageEnd(bool with_charts) {
+std::string pageEnd(ChartJsUse use) {
   std::string s;
-  const std::string lib = with_charts ? chartJsSource() : std::string();
-  if (!lib.empty()) {
-    // A "</script" inside the library would end the element early; Chart.js has none, but be safe.
-    std::string safe = lib;
-    for (size_t p = 0; (p = safe.find("</script", p)) != std::string::npos; p += 2)
-      safe.replace(p, 2, "<\\/");
-    s += "<script>\n" + safe + "\n</script>\n";
+  if (use != ChartJsUse::kNone) {
+    // Said only on pages that draw charts, and only shown (at the top) when the library did not load.
+    const ChartJsFile& lib = chartJs();
+    const std::string why = !lib.problem.empty() ? lib.problem
+                            : use == ChartJsUse::kShared
+                                ? std::string(kSharedChartJsName) + " beside this page did not load"
+                                : std::string("the inlined Chart.js did not load");
+    s += "<p id=\"nochartjs\">Charts are unavailable: " + htmlEscape(why) + ". Tables are complete.</p>\n";
+    if (use == ChartJsUse::kInline && !lib.source.empty()) {
+      // A "</script" inside the library would end the element early; Chart.js has none, but be safe.
+      std::string safe = lib.source;
+      for (size_t p = 0; (p = safe.find("</script", p)) != std::string::npos; p += 2)
+        safe.replace(p, 2, "<\\/");
+      s += "<script>\n" + safe + "\n</script>\n";
+    } else if (use == ChartJsUse::kShared && !lib.source.empty()) {
+      s += std::string("<script src=\"") + kSharedChartJsName + "\"></script>\n";
+    }
   }
   s += "<script>";
   s += kBootScript;

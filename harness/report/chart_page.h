@@ -21,20 +21,41 @@ const std::vector<std::string>& chartPalette();
 /// Path of chart.min.js: $PEERLAB_CHARTJS when set (empty: none), else share/peerlab/chart.min.js of the tree peerlab
 /// runs from, else the file CMake found; "" when none.
 std::string chartJsPath();
-/// The Chart.js source inlined into pages; "" when the file is absent or unreadable.
+
+/// Largest Chart.js build read (Chart.js 3 and 4 minified are about 200 KB).
+inline constexpr size_t kMaxChartJsBytes = size_t{4} << 20;
+
+/// Chart.js as read from chartJsPath(), once per path: a regular file of at most kMaxChartJsBytes (a FIFO, a device
+/// such as /dev/zero or a directory is refused without blocking or reading it).
+struct ChartJsFile {
+  std::string path;
+  std::string source;   ///< "" when not usable
+  std::string problem;  ///< why not, for the pages' notice: "$PEERLAB_CHARTJS /dev/zero: not a regular file"
+};
+const ChartJsFile& chartJs();
+/// chartJs().source.
 std::string chartJsSource();
+
+/// How a page gets Chart.js.
+enum class ChartJsUse {
+  kNone,    ///< the page draws no chart
+  kInline,  ///< inlined into the page (a single self-contained report)
+  kShared,  ///< <script src="chart.min.js">: the file beside the page, written once per site
+};
+/// The shared library's file name beside the pages of a site.
+inline constexpr const char* kSharedChartJsName = "chart.min.js";
 
 /// Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string htmlEscape(std::string_view text);
 
-/// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`, the notice shown when
-/// charts cannot be drawn.
+/// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`.
 std::string pageBegin(const std::string& title, const std::string& extra_css = "");
-/// The end of a page: Chart.js inlined (unless `with_charts` is false) and the boot script, then </body></html>. The
-/// script draws every chart and sets on <html>: data-peerlab-ready ("ok", "no-chartjs" when charts were declared but
-/// Chart.js is missing, or "error: ..."), data-peerlab-charts (charts drawn), data-peerlab-chart-blocks (charts
-/// declared) and data-peerlab-height (page height in px, for screenshots).
-std::string pageEnd(bool with_charts = true);
+/// The end of a page: Chart.js as `use` says, the notice shown (moved to the top) when a page with charts cannot draw
+/// them, and the boot script, then </body></html>. The script draws every chart and sets on <html>:
+/// data-peerlab-ready ("ok", "no-chartjs" when charts were declared but Chart.js is missing, or "error: ..."),
+/// data-peerlab-charts (charts drawn), data-peerlab-chart-blocks (charts declared) and data-peerlab-height (page
+/// height in px, for screenshots).
+std::string pageEnd(ChartJsUse use = ChartJsUse::kInline);
 
 /// One series of a line chart: points are {"x": number or label, "y": number, "note": tooltip text (optional)}.
 struct ChartSeries {

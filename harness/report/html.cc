@@ -208,6 +208,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << "\" data-failed=\"" << counts.failed << "\" data-warnings=\"" << counts.warnings << "\" data-unsupported=\""
          << counts.unsupported << "\" data-skipped=\"" << counts.skipped << "\"><strong>" << verdictWord(counts)
          << "</strong>: " << htmlEscape(formatCounts(counts)) << ".</p>";
+    if (const std::string disabled = disabledRulesNote(run); !disabled.empty()) {
+      body << "<p class=\"disabled-rules warn\">" << htmlEscape(disabled) << " (their checks were not made).</p>";
+    }
     std::vector<std::string> categories;
     std::map<std::string, std::vector<Check>> byCategory;
     for (const Check& c : checks) {
@@ -373,8 +376,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << (drawCharts
                  ? "Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Bandwidth axes start at 0, times are "
                    "on a log scale. "
-                 : "Charts are not drawn: Chart.js (Debian package libjs-chart.js) was not found when peerlab was "
-                   "built; the tables hold the same figures. ")
+                 : "Charts are not drawn (" + htmlEscape(chartJs().problem) + "); the tables hold the same figures. ")
          << "Medians of each benchmark's samples, then the median over pairs (hover for the spread over pairs); a case "
             "measured at one size is a table.</p>"
          << bw.str() << "</section>";
@@ -799,7 +801,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       meta << (i ? ", " : "") << htmlEscape(absent[i]);
     meta << ".</p>\n";
   }
-  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0 && drawCharts);
+  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0 ? ChartJsUse::kInline : ChartJsUse::kNone);
   return html;
 }
 

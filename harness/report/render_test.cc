@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -470,6 +471,16 @@ TEST(Aggregate, SeriesPairGridsAndProbe) {
   EXPECT_TRUE(zcopy);
 }
 
+std::string printableForTest(const std::string& s) {
+  std::string out;
+  char buf[8];
+  for (unsigned char c : s) {
+    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    out += buf;
+  }
+  return out;
+}
+
 std::string tempFile(const std::string& name, const std::string& content) {
   auto dir = std::filesystem::temp_directory_path() / ("peerlab-render-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -516,6 +527,68 @@ TEST(Junit, WellFormedAndParsesBack) {
   const int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("parsed 3"), std::string::npos) << out;
+}
+
+// Whatever a check's strings hold (U+FFFE, U+FFFF, C0 and C1 controls, bytes that are not UTF-8, a UTF-8 surrogate,
+// "]]>", "--"), junit.xml is XML 1.0 that Python's parser reads, with each such character shown as an escape.
+TEST(Junit, AnyStringIsValidXmlWithForbiddenCharactersShownAsEscapes) {
+  const std::string nasty = std::string("a\xEF\xBF\xBF b\xEF\xBF\xBE c\x01 d\x1b[31m e\xff f\xed\xa0\x80 g\xc2\x85 h") +
+                            "]]> -- <!-- & \t\n\x7f";
+  std::vector<Check> checks = {check("bandwidth", "name " + nasty, CheckStatus::kFail, nasty, nasty, "reason " + nasty),
+                               check("probe", nasty, CheckStatus::kSkipped, "", "", nasty)};
+  JunitOptions opts;
+  opts.hostname = nasty;
+  opts.disabled_rules = "1 rule disabled by the config: " + nasty;
+  const std::string xml = renderJunit(checks, opts);
+  for (const char* raw : {"\xEF\xBF\xBF", "\xEF\xBF\xBE", "\x01", "\x1b", "\xff", "\xed\xa0\x80", "\xc2\x85", "\x7f"})
+    EXPECT_EQ(xml.find(raw), std::string::npos) << "raw " << printableForTest(raw);
+  for (const char* shown : {"\\uFFFF", "\\uFFFE", "\\x01", "\\x1b[31m", "\\xff", "\\xed\\xa0\\x80", "\\u0085"})
+    EXPECT_NE(xml.find(shown), std::string::npos) << shown;
+  const std::string path = tempFile("junit-nasty.xml", xml);
+  const std::string cmd =
+      "python3 -c \"import sys, xml.etree.ElementTree as ET\n"
+      "r = ET.parse(sys.argv[1]).getroot()\n"
+      "cases = r.findall('./testsuite/testcase')\n"
+      "assert len(cases) == 2, len(cases)\n"
+      "m = cases[0].find('failure').get('message')\n"
+      "assert '\\\\\\\\uFFFF' in m and ']]>' in m and '<!--' in m, m\n"
+      "props = r.findall('./testsuite/properties/property')\n"
+      "assert props and props[0].get('name') == 'disabled_rules', props\n"
+      "print('parsed', len(cases))\" " +
+      path + " 2>&1";
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p))
+    out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("parsed 2"), std::string::npos) << out;
+}
+
+// HTML in a run's strings reaches summary.md as text: a Markdown renderer passes inline HTML through.
+TEST(Summary, HtmlFromARunIsShownNotInterpreted) {
+  report::Run run = syntheticRun(2);
+  run.fingerprint.hostname = "<script>alert(1)</script>";
+  run.fingerprint.gpus[0].name = "<img src=x onerror=alert(2)>";
+  run.fingerprint.driver = "<!-- the rest is hidden";
+  run.tool = "peerlab <b>bold</b>";
+  run.results.back().status = "failed: <iframe src=x>";
+  std::vector<Check> checks = {check("bandwidth", "<svg onload=alert(3)>", CheckStatus::kFail, "<u>1</u>", "&amp;",
+                                     "<style>body{display:none}</style>")};
+  SummaryOptions opts;
+  opts.command = "peerlab qualify --out `x` <b>";
+  opts.notes = {"<a href=javascript:alert(4)>note</a>"};
+  opts.files = {"<script>file</script>"};
+  const std::string md = renderSummary(run, checks, opts);
+  for (const char* tag : {"<script", "<img", "<!--", "<b>bold", "<iframe", "<svg", "<u>", "<style", "<a href"})
+    EXPECT_EQ(md.find(tag), std::string::npos) << tag << "\n" << md;
+  EXPECT_NE(md.find("&lt;script>alert(1)&lt;/script>"), std::string::npos) << md;
+  EXPECT_NE(md.find("&lt;img src=x onerror=alert(2)>"), std::string::npos) << md;
+  EXPECT_NE(md.find("&amp;amp;"), std::string::npos) << md;
+  // The command line is a code span (shown verbatim, never interpreted), fenced past its own backticks.
+  EXPECT_NE(md.find("- command: ``peerlab qualify --out `x` <b>``"), std::string::npos) << md;
 }
 
 TEST(Summary, FailedChecksFirstWithNumbers) {

@@ -384,7 +384,7 @@ std::string renderHeatmap(const json& hm) {
   return out;
 }
 
-std::string renderKindPage(const json& kind, const std::string& generated) {
+std::string renderKindPage(const json& kind, const std::string& generated, int* charts_out) {
   const std::string name = kind["kind"].get<std::string>();
   const json& series = arrayAt(kind, "series");
   const json& regressions = arrayAt(kind, "regressions");
@@ -410,7 +410,9 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   out << "</div>\n";
   int charts = 0;
   out << renderTrends(series, &charts);
-  out << pageEnd(charts > 0);
+  // Chart.js is one file beside the pages (chart.min.js), not inlined into each.
+  out << pageEnd(charts > 0 ? ChartJsUse::kShared : ChartJsUse::kNone);
+  *charts_out += charts;
   return out.str();
 }
 
@@ -473,7 +475,7 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
   }
   out << "</table>\n";
   if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
-  out << pageEnd(false);
+  out << pageEnd(ChartJsUse::kNone);
   return out.str();
 }
 
@@ -500,6 +502,12 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
   const std::filesystem::path dir(out_dir);
   const std::string generated = str(model, "generated");
   const json& kinds = model["kinds"];
+  if (kinds.size() > kMaxSiteKinds) {
+    return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(kinds.size()) +
+                                    " machine kinds; a site shows at most " + std::to_string(kMaxSiteKinds) +
+                                    " (nothing written)");
+  }
+  int charts = 0;
   std::vector<std::string> pages(kinds.size());
   std::vector<std::string> problems(kinds.size());
   std::map<std::string, std::string> pageOwner;
@@ -519,7 +527,7 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
       } else {
         // NOTE: rendering reads the model defensively; an exception here would be a bug, and it costs this kind only.
         try {
-          st = writeTextFile((dir / page).string(), renderKindPage(kind, generated));
+          st = writeTextFile((dir / page).string(), renderKindPage(kind, generated, &charts));
         } catch (const std::exception& e) {
           st = PEERLAB_INTERNAL(std::string("cannot render: ") + e.what());
         }
@@ -530,6 +538,10 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
       problems[k] = st.message();
       failed.push_back("kind \"" + printable(name, 80) + "\": " + st.message());
     }
+  }
+  // The one copy of Chart.js every kind page loads.
+  if (charts > 0 && !chartJsSource().empty()) {
+    PEERLAB_RETURN_IF_ERROR(writeTextFile((dir / kSharedChartJsName).string(), chartJsSource()));
   }
   PEERLAB_RETURN_IF_ERROR(writeTextFile((dir / "index.html").string(), renderIndex(model, pages, problems)));
   if (failures != nullptr) *failures = failed;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/faults/fuzz/fuzz_util.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/site.h"
 #include "reference/core/files.h"
 
@@ -31,11 +32,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (st.isOk()) fuzz::invariantFailed("a model without a kinds array rendered");
     return 0;
   }
+  if (model["kinds"].size() > report::kMaxSiteKinds) {
+    if (st.isOk() || std::filesystem::exists(dir)) fuzz::invariantFailed("a site of too many kinds was written");
+    return 0;
+  }
   if (!std::filesystem::is_regular_file(dir + "/index.html")) fuzz::invariantFailed("no index.html for a model");
   if (st.isOk() != failures.empty()) fuzz::invariantFailed("the status and the failures disagree");
   size_t pages = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    pages += e.path().filename() != "index.html";
+    pages += e.path().filename() != "index.html" && e.path().filename() != report::kSharedChartJsName;
   if (pages + failures.size() != model["kinds"].size()) fuzz::invariantFailed("a kind is neither written nor named");
   return 0;
 }
