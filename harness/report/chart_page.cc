@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "harness/layout/layout.h"
@@ -33,11 +34,19 @@ table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f4f4f4; } td.l, th.l { text-align: left; }
 .muted { color: var(--muted); } .ok { color: var(--ok); } .warn { color: var(--warn); } .bad { color: var(--bad); }
+td, th { overflow-wrap: break-word; }
+td.long { overflow-wrap: anywhere; min-width: 14em; }
+.pill { white-space: nowrap; }
 td.cell-fail { background: #f8d0d0; color: #8b0000; font-weight: 600; }
 td.cell-warn { background: #fde8b8; color: #7a4a00; }
 td.cell-ok { background: #e3f4e6; }
+td.cell-info { background: #dbe8fb; color: #1b3f73; }
+td.cell-skip { background: repeating-linear-gradient(135deg, #efefef 0 5px, #dcdcdc 5px 10px); color: #555; font-style: italic; }
+td.cell-na { background: #fafafa; color: #999; font-style: italic; }
+td.cell-self { background: #e6e6e6; color: #888; }
+.tablebox { overflow-x: auto; max-width: 100%; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.plchart { flex: 1 1 520px; max-width: 700px; height: 340px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
+.plchart { flex: 1 1 520px; max-width: 700px; height: 380px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
 .plchart.nochart canvas { display: none; }
 .plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
 .tiles { display: flex; flex-wrap: wrap; gap: 4px 28px; align-items: flex-start; }
@@ -57,6 +66,10 @@ constexpr const char* kBootScript = R"js(
     root.setAttribute('data-peerlab-ready', state);
     root.setAttribute('data-peerlab-height', String(Math.ceil(Math.max(document.body.scrollHeight,
         document.documentElement.scrollHeight))));
+    root.setAttribute('data-peerlab-width', String(Math.ceil(document.documentElement.scrollWidth)));
+    // A screenshot of a long page is taken in parts: #peerlab-shot=N shows the page from N px down.
+    var shot = /peerlab-shot=(\d+)/.exec(location.hash);
+    if (shot) document.body.style.transform = 'translateY(-' + shot[1] + 'px)';
   }
   function bytes(v) {
     var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
@@ -113,9 +126,61 @@ std::string hexToRgba(const std::string& hex, double alpha) {
 }  // namespace
 
 const std::vector<std::string>& chartPalette() {
-  static const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  static const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
+                                                    "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
   return kPalette;
+}
+
+ImplColours::ImplColours(const std::vector<std::pair<std::string, std::string>>& suite_impls) {
+  // Which implementations share a suite (and so a chart); colours are handed out in name order, each taking the
+  // first palette colour none of its suite mates holds (the least used one when all are taken).
+  std::map<std::string, std::set<std::string>> suitesOf;
+  std::map<std::string, std::set<std::string>> implsOf;
+  for (const auto& [suite, impl] : suite_impls) {
+    suitesOf[impl].insert(suite);
+    implsOf[suite].insert(impl);
+  }
+  const auto& palette = chartPalette();
+  std::vector<int> uses(palette.size(), 0);
+  for (const auto& [impl, suites] : suitesOf) {
+    std::vector<bool> taken(palette.size(), false);
+    for (const std::string& suite : suites) {
+      for (const std::string& mate : implsOf[suite]) {
+        auto it = colour_.find(mate);
+        if (it == colour_.end()) continue;
+        const size_t at = std::find(palette.begin(), palette.end(), it->second) - palette.begin();
+        if (at < taken.size()) taken[at] = true;
+      }
+    }
+    size_t pick = palette.size();
+    for (size_t i = 0; i < palette.size() && pick == palette.size(); ++i)
+      if (!taken[i]) pick = i;
+    if (pick == palette.size()) pick = std::min_element(uses.begin(), uses.end()) - uses.begin();
+    ++uses[pick];
+    colour_[impl] = palette[pick];
+  }
+}
+
+std::string ImplColours::of(const std::string& impl) const {
+  auto it = colour_.find(impl);
+  return it == colour_.end() ? std::string() : it->second;
+}
+
+std::string bytesConvention(const std::string& suite) {
+  static const std::map<std::string, std::string> kConventions = {
+      {"peer_copy", "the bytes copied from the source GPU to the destination; bidir: both directions added"},
+      {"host_copy", "the bytes copied between the host and the GPU; bidir: both directions added"},
+      {"zcopy", "the message bytes moved from one process's GPU to the other's"},
+      {"transport", "the bytes written or read through the transport"},
+      {"alltoallv",
+       "the size is the bytes one rank sends to all peers together; algbw = size / time, busbw = algbw x "
+       "(n-1)/n (nccl-tests' alltoall definition)"},
+      {"moe",
+       "one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert), the local rank included, as DeepEP "
+       "and pplx-kernels count them; algbw = those bytes / time, busbw = algbw x (n-1)/n; compared on algbw"},
+  };
+  auto it = kConventions.find(suite);
+  return it == kConventions.end() ? std::string() : it->second;
 }
 
 std::string chartJsPath() {
@@ -249,7 +314,7 @@ json chartConfig(const LineChart& chart) {
   const auto& palette = chartPalette();
   for (size_t i = 0; i < chart.series.size(); ++i) {
     const ChartSeries& s = chart.series[i];
-    const std::string& colour = palette[i % palette.size()];
+    const std::string& colour = s.colour.empty() ? palette[i % palette.size()] : s.colour;
     json d = {{"label", s.label}, {"data", s.points},   {"borderColor", colour}, {"backgroundColor", colour},
               {"borderWidth", 2}, {"pointRadius", 2.5}, {"fill", false},         {"spanGaps", true},
               {"tension", 0}};
@@ -332,17 +397,19 @@ std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_grou
   return out;
 }
 
-std::string fractionColour(double fraction) {
+std::string fractionColour(double fraction, bool checked) {
   if (!std::isfinite(fraction)) return "#eeeeee";
-  // Hue rises with the fraction and never falls: 0 (red) at 0.7 and below, 40 (amber) at 0.85, 120 (green) at 0.95
-  // and above; one lightness, so no cell looks greener than a better one.
+  // Hue rises with the fraction and never falls; one lightness, so no cell looks greener than a better one. Checked:
+  // 0 (red) below 1, 120 (green) from 1. Unchecked: 40 (amber) at 0.7 and below, 120 (green) at 0.95 and above.
   double hue = 0;
-  if (fraction >= 0.95) {
+  if (checked) {
+    hue = fraction >= 1 ? 120 : 0;
+  } else if (fraction >= 0.95) {
     hue = 120;
-  } else if (fraction > 0.85) {
-    hue = 40 + (fraction - 0.85) / 0.10 * 80;
   } else if (fraction > 0.7) {
-    hue = (fraction - 0.7) / 0.15 * 40;
+    hue = 40 + (fraction - 0.7) / 0.25 * 80;
+  } else {
+    hue = 40;
   }
   char buf[48];
   std::snprintf(buf, sizeof(buf), "hsl(%.0f, 65%%, 80%%)", hue);
@@ -358,14 +425,19 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
   const bool pctOfExpected = !time && anyExpected;
   std::string out = "<h3>" + htmlEscape(title) + "</h3>\n<p class=\"muted\">";
   if (time) {
-    out += "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
+    out +=
+        "Microseconds per pair (row = source GPU, column = destination); amber to green against the row's fastest "
+        "pair (no check is made on these cells).";
   } else if (pctOfExpected) {
     out += "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " +
-           htmlEscape(unit) + ". Red below 70%, amber below 95%.";
+           htmlEscape(unit) + ". Red: below the expected figure (its check fails); green: at or above it.";
   } else {
-    out += htmlEscape(unit) + " per pair (row = source GPU, column = destination); colour against the row's best pair.";
+    out += htmlEscape(unit) +
+           " per pair (row = source GPU, column = destination); amber to green against the row's best pair (no check "
+           "is made on these cells).";
   }
-  out += "</p>\n<table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) + "\"><tr><th>src \\ dst</th>";
+  out += "</p>\n<div class=\"tablebox\"><table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) +
+         "\"><tr><th>src \\ dst</th>";
   for (int d = 0; d < gpus; ++d)
     out += "<th>" + std::to_string(d) + "</th>";
   out += "</tr>\n";
@@ -384,13 +456,22 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
     for (int d = 0; d < gpus; ++d) {
       const HeatCell* c = at(s, d);
       if (c && !c->value && !c->status.empty() && c->status != "ok") {
-        const bool failed = c->status.rfind("skipped", 0) != 0 && c->status.rfind("unsupported", 0) != 0;
-        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" + htmlEscape(c->status) +
-               "\">" + (failed ? "failed" : "-") + "</td>";
+        const bool skipped = c->status.rfind("skipped", 0) == 0;
+        const bool failed = !skipped && c->status.rfind("unsupported", 0) != 0;
+        out += std::string("<td class=\"") + (failed ? "cell-fail" : "cell-skip") + "\" title=\"" +
+               htmlEscape(c->status) + "\">" +
+               (failed    ? "failed"
+                : skipped ? "skipped"
+                          : "unsupported") +
+               "</td>";
+        continue;
+      }
+      if (s == d && (!c || !c->value)) {
+        out += "<td class=\"cell-self\" title=\"a GPU with itself\">&middot;</td>";
         continue;
       }
       if (!c || !c->value) {
-        out += "<td class=\"muted\">-</td>";
+        out += "<td class=\"cell-na\" title=\"not measured: the run holds no result for this pair\">n/a</td>";
         continue;
       }
       const double v = *c->value;
@@ -407,13 +488,14 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
         text = shortNumber(v);
         if (best && v > 0) fraction = time ? *best / v : v / *best;
       }
-      out += "<td style=\"background:" + fractionColour(fraction) + "\" title=\"" + htmlEscape(tip) +
+      const bool checked = pctOfExpected && c->expected && *c->expected > 0;
+      out += "<td style=\"background:" + fractionColour(fraction, checked) + "\" title=\"" + htmlEscape(tip) +
              "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" + htmlEscape(text) +
              "</td>";
     }
     out += "</tr>\n";
   }
-  out += "</table>\n";
+  out += "</table></div>\n";
   return out;
 }
 

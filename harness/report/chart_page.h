@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,8 +16,25 @@ namespace peerlab::report {
 /// A plot holds at most this many measured series; bigger groups are split over several plots.
 inline constexpr size_t kMaxSeriesPerChart = 8;
 
-/// Eight colours that stay distinct from one another (Tableau 10 without its greys).
+/// The one palette every chart draws its series from: nine colours that stay distinct from one another (Tableau 10
+/// without its red, which pages keep for failed checks).
 const std::vector<std::string>& chartPalette();
+
+/// One colour per implementation on a page, from chartPalette(): every chart draws an implementation in the same
+/// colour, and implementations of one suite (drawn together) get different colours where the palette allows. Built
+/// from every (suite, implementation) a page shows, in a stable order, so the same set gets the same colours on every
+/// page.
+class ImplColours {
+ public:
+  ImplColours() = default;
+  explicit ImplColours(const std::vector<std::pair<std::string, std::string>>& suite_impls);
+  /// The implementation's colour; "" when it was not among those given.
+  std::string of(const std::string& impl) const;
+  const std::map<std::string, std::string>& all() const { return colour_; }
+
+ private:
+  std::map<std::string, std::string> colour_;
+};
 
 /// Path of chart.min.js: $PEERLAB_CHARTJS when set (empty: none), else share/peerlab/chart.min.js of the tree peerlab
 /// runs from, else the file CMake found; "" when none.
@@ -48,7 +66,10 @@ inline constexpr const char* kSharedChartJsName = "chart.min.js";
 /// Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string htmlEscape(std::string_view text);
 
-/// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`.
+/// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`. The shared CSS holds the
+/// classes of a cell's state: cell-ok, cell-fail (a failed check, the only red), cell-warn, cell-info (ok, with
+/// counters worth a look), cell-skip (not run: skipped or unsupported, hatched grey), cell-na (does not apply: nothing
+/// measured there), cell-self (a GPU with itself); and .tablebox, a box that scrolls a wide table sideways.
 std::string pageBegin(const std::string& title, const std::string& extra_css = "");
 /// The end of a page: Chart.js as `use` says, the notice shown (moved to the top) when a page with charts cannot draw
 /// them, and the boot script, then </body></html>. The script draws every chart and sets on <html>:
@@ -62,6 +83,7 @@ struct ChartSeries {
   std::string label;
   nlohmann::json points = nlohmann::json::array();
   bool dashed = false;  ///< baselines (NCCL, CUDA) are drawn dashed
+  std::string colour;   ///< the implementation's (ImplColours); "" takes the palette's next colour
 };
 
 /// A marker set drawn over a chart (change points, driver changes): not counted in kMaxSeriesPerChart.
@@ -96,9 +118,15 @@ std::string chartBlock(const LineChart& chart);
 /// Splits `n` items into consecutive groups of at most `max_per_group` (sizes as even as possible).
 std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_group);
 
-/// Background colour for a heatmap cell at `fraction` of its reference (expected figure or the row's best):
-/// red below 0.7, shading through amber to green at 0.95 and above, so a weak link stands out.
-std::string fractionColour(double fraction);
+/// Background colour for a heatmap cell at `fraction` of its reference. `checked`: the reference is the figure a check
+/// expects, so the cell is red below 1 (its check fails) and green from 1. Otherwise (the row's best or fastest, which
+/// no check compares against) amber at 0.7 and below, shading to green at 0.95 and above: a weak link stands out,
+/// but only a failed check is red.
+std::string fractionColour(double fraction, bool checked = false);
+
+/// How a suite counts the bytes behind its bandwidth (GB/s is 10^9 bytes per second everywhere); "" for suites that
+/// show no bandwidth.
+std::string bytesConvention(const std::string& suite);
 
 /// One cell of a pair heatmap.
 struct HeatCell {

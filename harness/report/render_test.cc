@@ -241,7 +241,8 @@ TEST(Html, LatencySuitesShowMicrosecondMatrices) {
   EXPECT_EQ(html.find("0 B"), std::string::npos) << html.substr(html.find("0 B") - 300, 400);
   EXPECT_NE(html.find("<h3>peer_latency peerlab.flag one_way (latency)</h3>"), std::string::npos);
   EXPECT_NE(html.find("title=\"2-&gt;3: 2.10 us\" data-fraction=\"0.333\">2.10</td>"), std::string::npos);
-  EXPECT_NE(html.find("background:hsl(0, 65%, 80%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
+  // Three times the row's fastest: amber (no check compares these cells, so never red).
+  EXPECT_NE(html.find("background:hsl(40, 65%, 80%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
 }
 
 // With the plan's expectations in the run, bandwidth cells show % of the expected figure; a weak link is red.
@@ -282,23 +283,31 @@ TEST(Html, CtestTimesInSecondsAndNotPlotted) {
 }
 
 TEST(Html, CellColourNeverFallsAsTheFractionRises) {
-  // The legend reads red -> amber -> green: a cell at 93% of its expected figure is never greener than one at 100%.
-  auto hue = [](double f) {
-    const std::string c = fractionColour(f);
+  // Against the row's best (no check): amber -> green, never red; a cell at 93% is never greener than one at 100%.
+  // Against a checked figure: red below it (the check fails), green from it.
+  auto hue = [](double f, bool checked) {
+    const std::string c = fractionColour(f, checked);
     int h = -1;
     EXPECT_EQ(std::sscanf(c.c_str(), "hsl(%d,", &h), 1) << c;
     EXPECT_NE(c.find(", 65%, 80%)"), std::string::npos) << c;  // one lightness for every cell
     return h;
   };
-  int previous = -1;
-  for (int i = 0; i <= 130; ++i) {
-    const int h = hue(i / 100.0);
-    EXPECT_GE(h, previous) << "fraction " << i / 100.0;
-    previous = h;
+  for (bool checked : {false, true}) {
+    int previous = -1;
+    for (int i = 0; i <= 130; ++i) {
+      const int h = hue(i / 100.0, checked);
+      EXPECT_GE(h, previous) << "fraction " << i / 100.0;
+      if (!checked) {
+        EXPECT_GE(h, 40) << "unchecked cells are never red";
+      }
+      previous = h;
+    }
   }
-  EXPECT_LT(hue(0.93), hue(1.0));
-  EXPECT_EQ(hue(0.5), 0);
-  EXPECT_EQ(hue(1.0), 120);
+  EXPECT_LT(hue(0.93, false), hue(1.0, false));
+  EXPECT_EQ(hue(0.5, false), 40);
+  EXPECT_EQ(hue(1.0, false), 120);
+  EXPECT_EQ(hue(0.99, true), 0);
+  EXPECT_EQ(hue(1.0, true), 120);
   EXPECT_EQ(fractionColour(std::nan("")), "#eeeeee");
 }
 
@@ -351,25 +360,68 @@ TEST(Html, HostCopyAndHealthTables) {
   run.results.push_back(machine);
   const std::string html = withoutLibrary(renderHtml(run));
   EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
-  EXPECT_NE(html.find("<th>peerlab.ce h2d</th>"), std::string::npos);
-  EXPECT_NE(html.find("<th>cuda.pageable latency</th>"), std::string::npos);
-  // GPU 1 at half the bandwidth of GPU 0: red.
-  EXPECT_NE(html.find("style=\"background:hsl(0, 65%, 80%)\" title=\"27.0 GB/s\""), std::string::npos)
+  // Column titles may wrap after '.' and '_'.
+  EXPECT_NE(html.find("<th>peerlab.<wbr>ce h2d</th>"), std::string::npos);
+  EXPECT_NE(html.find("<th>cuda.<wbr>pageable latency</th>"), std::string::npos);
+  // GPU 1 at half the bandwidth of GPU 0: amber (a weak link, but no failed check).
+  EXPECT_NE(html.find("style=\"background:hsl(40, 65%, 80%)\" title=\"27.0 GB/s\""), std::string::npos)
       << html.substr(html.find("id=\"host_copy\""), 1500);
   EXPECT_NE(html.find("<td>1</td><td>1</td>"), std::string::npos);  // GPU 1, NUMA node 1
   EXPECT_NE(html.find("id=\"health\""), std::string::npos);
-  EXPECT_NE(html.find("2 GPUs and the host checked: 1 failing, 1 warning."), std::string::npos);
+  EXPECT_NE(html.find("2 GPUs and the host checked: 1 failing, 1 warning, "), std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-fail\" title=\"Gen4 x8, expected Gen5 x16\"><strong>fail</strong>"),
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-warn\" title=\"12 corrected errors\"><strong>warn</strong>"),
             std::string::npos);
-  EXPECT_NE(html.find("<td class=\"muted\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-skip\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
   EXPECT_NE(html.find("<tr><td>host</td>"), std::string::npos);
   EXPECT_EQ(html.find("<td>-1</td>"), std::string::npos);
   EXPECT_EQ(html.find("GPU -1"), std::string::npos);
   EXPECT_EQ(html.find("0-&gt;?"), std::string::npos);
   // Health checks are not latencies.
   EXPECT_EQ(html.find("<h3>health</h3>"), std::string::npos);
+}
+
+// Health counters that are not zero but under their thresholds are information (blue), with the count per GPU and
+// the rate; zero counters stay plain ok; where bandwidth is shown the page says how its bytes are counted.
+TEST(Html, CountersUnderThresholdAreInformationAndBytesAreExplained) {
+  report::Run run = syntheticRun(2);
+  Result crc;
+  crc.suite = "health";
+  crc.impl = "nvml";
+  crc.name = "nvlink_errors";
+  crc.src = 0;
+  crc.status = "ok";
+  crc.detail = "6812 CRC errors (84.1/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s; link 0: "
+               "330 CRC, 0 replay, 0 recovery";
+  run.results.push_back(crc);
+  Result clean = crc;
+  clean.src = 1;
+  clean.detail = "0 CRC errors (0.0/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s";
+  run.results.push_back(clean);
+  Result ecc = crc;
+  ecc.name = "ecc";
+  ecc.detail = "volatile 0 uncorrected, 0 corrected; aggregate 0 uncorrected, 3 corrected";
+  run.results.push_back(ecc);
+  Result moe;
+  moe.suite = "moe";
+  moe.name = "T=128";
+  moe.impl = "peerlab.dispatch";
+  moe.ranks = 2;
+  moe.bytes = 14680064;
+  moe.time_us = 15.3;
+  moe.algbw_gbps = 961.0;
+  run.results.push_back(moe);
+  const std::string html = withoutLibrary(renderHtml(run));
+  EXPECT_NE(html.find("<td class=\"cell-info\" title=\"6812 CRC errors (84.1/s"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"info\">6812 NVLink CRC errors, 84.1/s</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"info\">3 corrected ECC errors</span>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-ok\" title=\"0 CRC errors (0.0/s"), std::string::npos);
+  EXPECT_NE(html.find("2 ok with counters under their thresholds (information)"), std::string::npos);
+  EXPECT_NE(html.find("Bytes: one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert)"), std::string::npos);
+  EXPECT_NE(html.find("GB/s is 10<sup>9</sup> bytes per second"), std::string::npos);
+  const std::string md = renderSummary(run, {});
+  EXPECT_NE(md.find("- moe: one bf16 row"), std::string::npos) << md;
 }
 
 TEST(Html, BenchmarkProcessesAreListed) {
@@ -435,7 +487,7 @@ TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
   const std::string html = renderHtml(run, opts);
   EXPECT_NE(html.find("3 checks: 1 passed, 0 failed, 1 warning, 1 unsupported, 0 skipped"), std::string::npos);
   // The reasons are visible text, not only tooltips.
-  EXPECT_NE(html.find("<td>1 in the past</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"long\">1 in the past</td>"), std::string::npos);
 }
 
 TEST(Aggregate, SeriesPairGridsAndProbe) {
@@ -640,8 +692,8 @@ TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   HtmlOptions ho;
   ho.checks = checks;
   const std::string html = renderHtml(run, ho);
-  EXPECT_NE(html.find("<span class=\"pill other\">UNSUPPORTED</span>"), std::string::npos);
-  EXPECT_NE(html.find("<span class=\"pill other\">WARN</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"pill unsupported\">UNSUPPORTED</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"pill warn\">WARN</span>"), std::string::npos);
   const std::string console = formatCheckLines(checks);
   EXPECT_EQ(console.rfind("FAIL health: pcie_link GPU 0: measured fail, expected ok: Gen3 x8 of Gen5 x16\n", 0), 0u)
       << console;

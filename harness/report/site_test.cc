@@ -270,6 +270,38 @@ TEST_F(SiteTest, TooManyKindsAreRefusedAndNothingWritten) {
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
 }
 
+// A kind with one run draws no one-dot charts: its series are listed in a table until a second run comes.
+TEST_F(SiteTest, SeriesOfOneRunAreATableNotCharts) {
+  const nlohmann::json model = testing::historyModel(1, 2, 10);
+  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+  const std::string page = readFile((dir_ / kPageX4).string());
+  size_t series = 0;
+  for (const auto& k : model["kinds"])
+    if (k["kind"] == "nvidia-h200-x4") series = k["series"].size();
+  EXPECT_EQ(countOf(page, "class=\"plchart\""), 0u);
+  EXPECT_NE(page.find("<h3>Series with a single run</h3>"), std::string::npos);
+  const size_t table = page.find("<table class=\"single-run\">");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_EQ(countOf(page.substr(table, page.find("</table>", table) - table), "<tr><td"), series);
+  EXPECT_GE(series, 20u);
+  EXPECT_EQ(page.find(kSharedChartJsName), std::string::npos);
+  // Two runs: charts again.
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(2, 2, 10), dir_.string()));
+  const std::string two = readFile((dir_ / kPageX4).string());
+  EXPECT_GT(countOf(two, "class=\"plchart\""), 0u);
+  EXPECT_EQ(two.find("Series with a single run"), std::string::npos);
+}
+
+// Where bandwidth is shown, the page says how its bytes are counted; red is kept for failed checks (change points
+// are grey markers).
+TEST_F(SiteTest, BytesConventionStatedAndMarkersNotRed) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile((dir_ / kPageX4).string());
+  EXPECT_NE(page.find("GB/s is 10<sup>9</sup> bytes per second"), std::string::npos);
+  EXPECT_NE(page.find("peer_copy: the bytes copied from the source GPU to the destination"), std::string::npos);
+  EXPECT_EQ(page.find("#d62728"), std::string::npos);
+}
+
 TEST(ChartPage, SplitEvenly) {
   auto parts = splitEvenly(20, 8);
   ASSERT_EQ(parts.size(), 3u);

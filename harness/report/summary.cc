@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "harness/report/aggregate.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 
@@ -140,7 +141,13 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (bwRows) {
     md << "## Peak bandwidth (GB/s)\n\n| suite | implementation | metric | size | pairs | median | min | max |\n"
        << "|---|---|---|---|---|---|---|---|\n"
-       << bw.str() << "\n";
+       << bw.str() << "\nGB/s is 10^9 bytes per second. Bytes:\n";
+    for (const std::string& suite : suitesIn(run)) {
+      if (const std::string b = bytesConvention(suite); !b.empty() && !bandwidthSeries(run, suite).empty()) {
+        md << "- " << cell(suite) << ": " << cell(b) << "\n";
+      }
+    }
+    md << "\n";
   }
 
   auto latency = latencyRows(run);
