@@ -451,7 +451,7 @@ void hostBenchmark(benchmark::State& state, const HostSpec& spec) {
       }
       state.SetIterationTime(row.time_us * 1e-6);
       bench::publish(state, row);
-      break;
+      continue;  // the one iteration ends by itself (only a skipped run may leave the loop early)
     }
     const std::vector<int> set = setOf(**e, spec);
     auto rows = measureHost(spec, set, [&](int g) {

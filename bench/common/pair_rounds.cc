@@ -149,83 +149,91 @@ void report(benchmark::State& bs, const Record& identity, const PairRow& row) {
 
 }  // namespace
 
+namespace {
+
+// One pass of runPairRow's body (the benchmark runs one iteration).
+void pairRowOnce(benchmark::State& bs, const PairJob& job, const PairRowKey& key, const Record& identity,
+                 const std::function<PairRow(const PairContext&)>& measure, const PairRowOptions& options) {
+  if (!job.error.empty()) {
+    fail(bs, identity, PEERLAB_INVALID_ARGUMENT(job.error));
+    return;
+  }
+  Bootstrap* boot = bootstrap();
+  const int ranks = static_cast<int>(job.gpus.size());
+  if (boot == nullptr || boot->size() != ranks) {
+    skip(bs, identity,
+         "needs " + std::to_string(ranks) + " ranks, one per GPU of its pairs: run with --ranks=" +
+             std::to_string(ranks) + " (or under mpirun -np " + std::to_string(ranks) + ")");
+    return;
+  }
+  State& st = state();
+  if (!st.broken.empty()) {
+    fail(bs, identity, PEERLAB_INTERNAL("not run: an earlier exchange between the ranks failed: " + st.broken));
+    return;
+  }
+  const std::pair<int, int> group{key.round, key.group};
+  if (!st.measured.count(group)) {
+    st.measured.insert(group);
+    // A new round: what lived with the last pair goes first, on every rank at once.
+    if (st.round != key.round) {
+      if (options.end_round) options.end_round();
+      st.pair_boot.reset();
+      st.round = key.round;
+    }
+    const std::vector<launch::OrderedPair>& round = job.rounds[static_cast<size_t>(key.round)];
+    const int me = boot->rank();
+    const int gpu = job.gpus[static_cast<size_t>(me)];
+    Wire mine;
+    for (size_t i = 0; i < round.size(); ++i) {
+      const launch::OrderedPair& p = round[i];
+      if (p.first != gpu && p.second != gpu) continue;
+      PairRow row;
+      if (!st.pair_boot) {
+        auto made = launch::PairBootstrap::create(*boot, job.rankOf(p.first), job.rankOf(p.second));
+        if (made.isOk()) {
+          st.pair_boot = std::move(*made);
+        } else {
+          row.status = made.status();
+        }
+      }
+      if (st.pair_boot) {
+        PairContext ctx{p, p.first == gpu ? 0 : 1, gpu, st.pair_boot.get()};
+        row = measure(ctx);
+      }
+      if (p.first == gpu) mine = encode(static_cast<int>(i), row);
+    }
+    std::vector<Wire> all(static_cast<size_t>(ranks));
+    const Status ex = boot->allgather(&mine, all.data(), sizeof(Wire), Deadline::afterMs(options.exchange_ms));
+    st.rows.clear();
+    if (!ex.isOk()) {
+      st.broken = ex.toString();
+      fail(bs, identity, PEERLAB_INTERNAL("the exchange after this row failed: " + st.broken));
+      return;
+    }
+    if (me == 0) {
+      for (const Wire& w : all) {
+        if (w.pair >= 0 && static_cast<size_t>(w.pair) < round.size()) st.rows[round[static_cast<size_t>(w.pair)]] = w;
+      }
+    }
+  }
+  auto it = st.rows.find(key.pair);
+  if (boot->rank() != 0) {
+    skip(bs, identity, "reported by rank 0");
+  } else if (it == st.rows.end() || !it->second) {
+    fail(bs, identity, PEERLAB_INTERNAL("no row came back from the ranks of " + PairJob::pairName(key.pair)));
+  } else {
+    report(bs, identity, decode(*it->second, identity));
+  }
+}
+
+}  // namespace
+
 void runPairRow(benchmark::State& bs, const PairJob& job, const PairRowKey& key, const Record& identity,
                 const std::function<PairRow(const PairContext&)>& measure, const PairRowOptions& options) {
+  // One iteration (Iterations(1)); a skip or failure ends it, a published row lets it end by itself.
   for (auto _ : bs) {
     (void)_;
-    if (!job.error.empty()) {
-      fail(bs, identity, PEERLAB_INVALID_ARGUMENT(job.error));
-      break;
-    }
-    Bootstrap* boot = bootstrap();
-    const int ranks = static_cast<int>(job.gpus.size());
-    if (boot == nullptr || boot->size() != ranks) {
-      skip(bs, identity,
-           "needs " + std::to_string(ranks) + " ranks, one per GPU of its pairs: run with --ranks=" +
-               std::to_string(ranks) + " (or under mpirun -np " + std::to_string(ranks) + ")");
-      break;
-    }
-    State& st = state();
-    if (!st.broken.empty()) {
-      fail(bs, identity, PEERLAB_INTERNAL("not run: an earlier exchange between the ranks failed: " + st.broken));
-      break;
-    }
-    const std::pair<int, int> group{key.round, key.group};
-    if (!st.measured.count(group)) {
-      st.measured.insert(group);
-      // A new round: what lived with the last pair goes first, on every rank at once.
-      if (st.round != key.round) {
-        if (options.end_round) options.end_round();
-        st.pair_boot.reset();
-        st.round = key.round;
-      }
-      const std::vector<launch::OrderedPair>& round = job.rounds[static_cast<size_t>(key.round)];
-      const int me = boot->rank();
-      const int gpu = job.gpus[static_cast<size_t>(me)];
-      Wire mine;
-      for (size_t i = 0; i < round.size(); ++i) {
-        const launch::OrderedPair& p = round[i];
-        if (p.first != gpu && p.second != gpu) continue;
-        PairRow row;
-        if (!st.pair_boot) {
-          auto made = launch::PairBootstrap::create(*boot, job.rankOf(p.first), job.rankOf(p.second));
-          if (made.isOk()) {
-            st.pair_boot = std::move(*made);
-          } else {
-            row.status = made.status();
-          }
-        }
-        if (st.pair_boot) {
-          PairContext ctx{p, p.first == gpu ? 0 : 1, gpu, st.pair_boot.get()};
-          row = measure(ctx);
-        }
-        if (p.first == gpu) mine = encode(static_cast<int>(i), row);
-      }
-      std::vector<Wire> all(static_cast<size_t>(ranks));
-      const Status ex = boot->allgather(&mine, all.data(), sizeof(Wire), Deadline::afterMs(options.exchange_ms));
-      st.rows.clear();
-      if (!ex.isOk()) {
-        st.broken = ex.toString();
-      } else if (me == 0) {
-        for (const Wire& w : all) {
-          if (w.pair >= 0 && static_cast<size_t>(w.pair) < round.size())
-            st.rows[round[static_cast<size_t>(w.pair)]] = w;
-        }
-      }
-      if (!ex.isOk()) {
-        fail(bs, identity, PEERLAB_INTERNAL("the exchange after this row failed: " + st.broken));
-        break;
-      }
-    }
-    auto it = st.rows.find(key.pair);
-    if (boot->rank() != 0) {
-      skip(bs, identity, "reported by rank 0");
-    } else if (it == st.rows.end() || !it->second) {
-      fail(bs, identity, PEERLAB_INTERNAL("no row came back from the ranks of " + PairJob::pairName(key.pair)));
-    } else {
-      report(bs, identity, decode(*it->second, identity));
-    }
-    break;
+    pairRowOnce(bs, job, key, identity, measure, options);
   }
 }
 

@@ -299,6 +299,18 @@ BenchJob serialJob(const BenchJob& job, const std::vector<std::pair<int, int>>& 
         j.env.end());
   }
   j.label = job.label + " " + why;
+  if (!j.rounds.empty()) {
+    // A rank per GPU the remaining pairs name.
+    std::set<int> gpus;
+    for (const auto& p : pairs) {
+      gpus.insert(p.first);
+      gpus.insert(p.second);
+    }
+    j.ranks = static_cast<int>(gpus.size());
+    for (std::string& a : j.args) {
+      if (a.rfind("--ranks=", 0) == 0) a = "--ranks=" + std::to_string(j.ranks);
+    }
+  }
   j.deadline_s = job.rounds.empty() ? job.deadline_s
                                     : job.deadline_s / static_cast<double>(job.rounds.size()) *
                                           static_cast<double>(std::max<size_t>(1, pairs.size()));
@@ -401,8 +413,10 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
     // A process over many pairs that stopped early: the pairs it left without rows, once more, one at a time.
     if (!jo.error.empty() && job.pairs.size() > 1 && !out.interrupted && !jo.process.interrupted) {
       const std::vector<std::pair<int, int>> left = pairsLeft(job, rows, jo.log_path);
+      // Only where some pair got through: a process that failed before any row would fail the same way again.
+      const bool some = left.size() < job.pairs.size();
       record(std::move(jo));
-      if (!left.empty()) {
+      if (!left.empty() && some) {
         std::vector<report::Result> more;
         record(runOne(serialJob(job, left, "(the pairs left, one at a time)"), index++, options, dir, progress, more));
         rows.insert(rows.end(), more.begin(), more.end());
