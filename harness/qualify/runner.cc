@@ -299,7 +299,9 @@ BenchJob serialJob(const BenchJob& job, const std::vector<std::pair<int, int>>& 
         j.env.end());
   }
   j.label = job.label + " " + why;
-  if (!j.rounds.empty()) {
+  const bool ranked =
+      std::any_of(j.args.begin(), j.args.end(), [](const std::string& a) { return a.rfind("--ranks=", 0) == 0; });
+  if (!j.rounds.empty() && ranked) {
     // A rank per GPU the remaining pairs name.
     std::set<int> gpus;
     for (const auto& p : pairs) {
