@@ -152,7 +152,18 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
   guard.schedule_basis.clear();
   guard.label = spec.name + " serial sample " + std::to_string(first.first) + "->" + std::to_string(first.second);
   guard.guard_for = j.label;
-  return {guard, j};
+  // The same rows with the first round's other pairs copying at the same time (the filter publishes the first pair's
+  // rows; the round measures them together).
+  BenchJob together = guard;
+  for (const auto& round : schedule.rounds) {
+    if (round.front() == first) together.rounds = {round};
+  }
+  together.pairs = together.rounds.front();
+  together.env = {pairRoundsEnv(together.rounds)};
+  together.label =
+      spec.name + " concurrent sample " + std::to_string(first.first) + "->" + std::to_string(first.second);
+  together.concurrent_sample = true;
+  return {guard, together, j};
 }
 
 }  // namespace

@@ -57,9 +57,22 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
       guard.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
       guard.guard_for = main.label;
       out.push_back(guard);
+      for (const auto& round : schedule.rounds) {
+        if (round.front() != first) continue;
+        BenchJob together = pairRoundsJob(spec, "transport_bench", "transport " + lib + " concurrent sample", {round},
+                                          spec.guard_filter, per_round);
+        together.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
+        together.guard_for = main.label;
+        together.concurrent_sample = true;
+        out.push_back(together);
+        break;
+      }
     }
     out.push_back(main);
   }
+  // zcopy_bench's rows at the transports' sizes, for the comparison (full only: they feed no check, and the zcopy
+  // suite measures peerlab.get and peerlab.put on every pair at standard).
+  if (req.level != Level::kFull) return out;
   BenchJob base = pairRoundsJob(
       spec, "zcopy_bench", "transport baseline", schedule.rounds,
       "^BM_Zcopy/(peerlab.get|peerlab.put|nccl.sendrecv)/uni/.*/bytes:" + sizes(req.level) + "/", per_round * 2 / 3);

@@ -193,6 +193,16 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const SuiteRequest& req) {
             pairRoundsJob(spec, spec.binary, spec.name + " serial sample", {{first}}, spec.guard_filter, budget);
         guard.guard_for = main.label;
         jobs.push_back(guard);
+        // Then that round's pairs at once on the same rows: the two decide how the process runs.
+        for (const auto& round : schedule.rounds) {
+          if (round.front() != first) continue;
+          BenchJob together =
+              pairRoundsJob(spec, spec.binary, spec.name + " concurrent sample", {round}, spec.guard_filter, budget);
+          together.guard_for = main.label;
+          together.concurrent_sample = true;
+          jobs.push_back(together);
+          break;
+        }
       }
       jobs.push_back(main);
       break;
