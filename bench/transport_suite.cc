@@ -85,7 +85,8 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool full = plan.options.level == Level::kFull;
   if (!job.guard_for.empty()) {
     Tally t;
-    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 6, pairRate(plan.topology, *job.src, *job.dst)));
+    const auto [s, d] = job.pairs.empty() ? std::pair<int, int>{0, 1} : job.pairs.front();
+    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 6, pairRate(plan.topology, s, d)));
     return fromTally(kProcessStartS + kContextS, t);
   }
   // Endpoints (NIXL agent or UCX context, registration, the capability check) or a zcopy world, per pair and round.

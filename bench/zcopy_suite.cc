@@ -23,7 +23,8 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   if (!job.guard_for.empty()) {
     // A serial sample: one pair's setup and its 256 MiB put.
     Tally t;
-    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 32 * 6, pairRate(plan.topology, *job.src, *job.dst)));
+    const auto [s, d] = job.pairs.empty() ? std::pair<int, int>{0, 1} : job.pairs.front();
+    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 32 * 6, pairRate(plan.topology, s, d)));
     return fromTally(kProcessStartS + kContextS, t);
   }
   // The context, channels and NCCL communicator each pair sets up when its round starts.
