@@ -1,6 +1,6 @@
-// peerlab qualify: topology, the verified probe, the benchmarks of a level (quick, standard, full), then every figure checked against what the
-// topology (and optionally a baseline) says it should be; writes a bundle: results.json, report.html, summary.md,
-// junit.xml.
+// peerlab qualify: topology, the verified probe, the benchmarks of a level (quick, standard, full), then every
+// figure checked against what the topology (and optionally a baseline) says it should be; writes a bundle:
+// results.json, report.html, summary.md, junit.xml.
 #include <unistd.h>
 
 #include <algorithm>
