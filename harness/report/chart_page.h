@@ -137,7 +137,8 @@ struct HeatCell {
 
 /// A pair heatmap as an HTML table (row = source GPU, column = destination), `cells` row-major gpus x gpus.
 /// Bandwidth (unit "GB/s"): cells with an expected figure show % of it; others are coloured against the row's best.
-/// Time (unit "us"): microseconds, coloured against the row's fastest pair. A weak link turns amber or red.
+/// Time (unit "us"): microseconds, coloured against the row's fastest pair. Red only where a cell's expected figure
+/// is missed (fractionColour); skipped cells are hatched, pairs without a result "n/a", the diagonal grey.
 std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
                          const std::vector<HeatCell>& cells);
 

@@ -498,8 +498,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (pairTables) {
     section("pairs", "Pair matrices");
     body << "<p class=\"note\">Rows: source GPU, columns: destination GPU. Bandwidth cells show the percentage of the "
-            "figure the qualify plan expects (else the value, coloured against the row's best pair), latency cells "
-            "microseconds coloured against the row's fastest pair: a weak link turns amber or red.</p>";
+            "figure the qualify plan expects, red where it is below (its check fails); otherwise the value, or the "
+            "latency in microseconds, amber to green against the row's best or fastest pair (a weak link stands out "
+            "in amber; no check is made on these). Hatched: skipped; n/a: nothing measured for the pair.</p>";
     if (omittedGrids) {
       body << "<p class=\"note\">" << omittedGrids << " more pair matrices are not drawn: the run holds more pair "
            << "results than one page shows (" << kMaxGridCells << " cells); they are in the tables below.</p>";
@@ -816,8 +817,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
           body << "<p class=\"note\">ran again one pair at a time: " << htmlEscape(f.get<std::string>()) << "</p>";
       }
     }
-    body
-         << "<table><tr><th>process</th><th>results</th><th>wall s</th><th>outcome</th></tr>";
+    body << "<table><tr><th>process</th><th>results</th><th>wall s</th><th>outcome</th></tr>";
     for (const auto& j : run.extra["bench"]["jobs"]) {
       if (!j.is_object()) continue;
       const std::string exit = j.value("exit", "");
