@@ -293,7 +293,10 @@ int runFleet(const HistoryArgs& a) {
           failures += ", ...";
           break;
         }
-        failures += (failures.empty() ? "" : ", ") + f["name"].get<std::string>();
+        const std::string category =
+            f.contains("category") && f["category"].is_string() ? f["category"].get<std::string>() : std::string();
+        failures +=
+            (failures.empty() ? "" : ", ") + category + (category.empty() ? "" : ": ") + f["name"].get<std::string>();
       }
     }
     std::string state = n.state ? n.state->state : "state not recorded";

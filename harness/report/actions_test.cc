@@ -31,7 +31,7 @@ const Check* named(const std::vector<Check>& checks, const std::string& name) {
 
 // A one-GPU run with its health rows turned to `status` where `names` says.
 Run healthRun(const std::map<std::string, std::string>& names) {
-  Run run = committed("2026-11-25-nvidia-h100-x1-a99f8ae.json");
+  report::Run run = committed("2026-11-25-nvidia-h100-x1-a99f8ae.json");
   for (Result& r : run.results) {
     if (r.suite == "health" && names.count(r.name)) r.status = names.at(r.name);
   }
@@ -85,7 +85,7 @@ TEST(ActionTable, DocsListEveryActionAndFailure) {
 }
 
 TEST(Actions, FailedChecksCarryTheirAction) {
-  Run run = committed("2026-11-21-nvidia-h200-x4-db99ff9.json");
+  report::Run run = committed("2026-11-21-nvidia-h200-x4-db99ff9.json");
   for (Result& r : run.results) {
     if (r.suite == "probe" && r.extra.value("claimed", false) && r.src == 1 && r.dst == 2 &&
         r.name.rfind("ce_write/", 0) == 0) {
@@ -113,7 +113,9 @@ TEST(Actions, FailedChecksCarryTheirAction) {
   ASSERT_NE(probe, nullptr);
   EXPECT_EQ(probe->action, "file_driver_bug");
   for (const Check& c : v.checks) {
-    if (c.category == "bandwidth" && c.failed()) EXPECT_EQ(c.action, "check_performance") << c.name;
+    if (c.category == "bandwidth" && c.failed()) {
+      EXPECT_EQ(c.action, "check_performance") << c.name;
+    }
   }
   // The probe's driver bug outranks the low bandwidth.
   EXPECT_EQ(drainReason(v.checks).rfind("probe ce_write: claimed cells verify: driver bug: peerlab repro (+", 0), 0u)
@@ -122,7 +124,7 @@ TEST(Actions, FailedChecksCarryTheirAction) {
 
 TEST(Actions, AnXidsActionComesFromTheWatch) {
   auto actionOf = [](const nlohmann::json& xids) {
-    Run run = healthRun({{"xid", "fail"}});
+    report::Run run = healthRun({{"xid", "fail"}});
     run.extra["health"]["xids"] = xids;
     const std::vector<Check> checks = evaluateChecks(run, nullptr);
     const Check* x = named(checks, "xid GPU 0");
@@ -141,7 +143,7 @@ TEST(Actions, AnXidsActionComesFromTheWatch) {
 }
 
 TEST(Actions, DrainReasonNamesTheMostDrasticActionAndItsGpu) {
-  Run run = healthRun({{"nvlink_state", "fail"}});
+  report::Run run = healthRun({{"nvlink_state", "fail"}});
   EXPECT_EQ(drainReason(evaluateChecks(run, nullptr)), "nvlink_state GPU0: reset GPU, reseat NVLink");
   run = healthRun({{"nvlink_state", "fail"}, {"xid", "fail"}, {"pcie_link", "fail"}});
   run.extra["health"]["xids"] = nlohmann::json::array({{{"gpu", 0}, {"xid", 79}}});

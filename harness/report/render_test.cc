@@ -162,7 +162,7 @@ TEST(Html, ScalesToSixteenGpusAndMarksProbeMismatches) {
 // A stored plan whose pairs have unknown NVLinks (null, as qualify writes them where the topology cannot say) or
 // members of the wrong type draws its topology table all the same.
 TEST(Html, PlanTopologyWithUnknownLinksIsDrawn) {
-  Run run = newRun();
+  report::Run run = newRun();
   nlohmann::json pairs = nlohmann::json::array();
   pairs.push_back({{"src", 0}, {"dst", 1}, {"nvlinks", nullptr}, {"pci", "SYS"}});
   pairs.push_back({{"src", 1}, {"dst", 0}, {"nvlinks", 4}, {"pci", nullptr}});

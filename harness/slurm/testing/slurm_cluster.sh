@@ -5,7 +5,8 @@
 #          partition "gpu" with the feature peerlab_gate; node1 has the lowest weight (jobs go there first). Runs as
 #          root (namespaces, daemons). The health check, prolog and epilog are what $SLURM_CLUSTER_HEALTHCHECK,
 #          $SLURM_CLUSTER_PROLOG and $SLURM_CLUSTER_EPILOG name (none when unset); the health check runs when a
-#          slurmd starts and every $SLURM_CLUSTER_HEALTHCHECK_INTERVAL seconds (default 3600). Writes STATE_DIR/env
+#          slurmd starts and every $SLURM_CLUSTER_HEALTHCHECK_INTERVAL seconds (default 3600); PrologEpilogTimeout is
+#          $SLURM_CLUSTER_PROLOG_TIMEOUT (300). Writes STATE_DIR/env
 #          (export SLURM_CONF=...) once every node has registered. Where the cluster cannot start (not root, no Slurm
 #          or munge, no namespaces) it writes STATE_DIR/skip with the reason and exits 0, so the test skips and says why.
 #          With SLURM_CLUSTER_LOCAL=1 the cluster is this machine alone: one node named after the host, at 127.0.0.1, no
@@ -180,7 +181,7 @@ conf="$state/slurm.conf"
   [ -n "${SLURM_CLUSTER_PROLOG:-}" ] && echo "Prolog=$SLURM_CLUSTER_PROLOG"
   [ -n "${SLURM_CLUSTER_EPILOG:-}" ] && echo "Epilog=$SLURM_CLUSTER_EPILOG"
   echo "PrologFlags=Alloc"
-  echo "PrologEpilogTimeout=300"
+  echo "PrologEpilogTimeout=${SLURM_CLUSTER_PROLOG_TIMEOUT:-300}"
   if [ "$LOCAL" = 1 ]; then
     echo "NodeName=$(hostname -s) NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 Features=peerlab_gate State=UNKNOWN"
     echo "PartitionName=gpu Nodes=$(hostname -s) Default=YES MaxTime=INFINITE State=UP"
@@ -215,7 +216,7 @@ for _ in $(seq 120); do
   states="$(scontrol show node -o 2>/dev/null | sed -n 's/^NodeName=\([^ ]*\) .* State=\([^ ]*\) .*/\1 \2/p')"
   if [ "$(echo "$states" | grep -c .)" -eq "$NODES" ] && ! echo "$states" | grep -qE 'UNKNOWN|NOT_RESPONDING|DOWN'; then
     mv "$state/env.pending" "$state/env"
-    echo "Slurm cluster: slurmctld on $net.1:$ctld_port, $NODES nodes"
+    echo "Slurm cluster: slurmctld on $([ "$LOCAL" = 1 ] && echo 127.0.0.1 || echo "$net.1"):$ctld_port, $NODES nodes"
     echo "$states"
     exit 0
   fi
