@@ -230,9 +230,10 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     n.node = r.node();
     n.latest = &r;
   }
+  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster").
   for (const NodeState& s : states) {
     for (auto& [key, n] : nodes)
-      if (key.second == s.node) n.state = s;
+      if (key.second == s.node || key.second.rfind(s.node + ".", 0) == 0) n.state = s;
   }
   for (const FleetOutlier& f : outliers) {
     auto it = nodes.find({f.machine, f.host});

@@ -208,8 +208,9 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   std::mt19937_64 rng(7);
   std::vector<std::string> args = {"history", "ingest", "--db", url_};
   for (int host = 0; host < 6; ++host) {
-    report::Run run =
-        testing::syntheticRun(rng, host, "node-" + std::to_string(host), "kind-x", 1.0, host == 5 ? 1.25 : 1.0);
+    // node-4's runs carry its full host name; the scheduler names it node-4.
+    const std::string name = "node-" + std::to_string(host) + (host == 4 ? ".example" : "");
+    report::Run run = testing::syntheticRun(rng, host, name, "kind-x", 1.0, host == 5 ? 1.25 : 1.0);
     // node-3's copies ran but their data did not verify: its run fails.
     if (host == 3) run.results.front().wrong = 7;
     args.push_back(writeRun(run, "h" + std::to_string(host) + ".json"));
@@ -238,7 +239,7 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   std::vector<std::string> order;
   for (const auto& n : nodes)
     order.push_back(n["node"]);
-  EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4", "node-5"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4.example", "node-5"}));
   EXPECT_EQ(nodes[1]["state"], "drained");
   EXPECT_EQ(nodes[1]["reason"], "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink");
   EXPECT_EQ(nodes[2]["verdict"], "FAIL");

@@ -143,7 +143,11 @@ ok "gated job: refused by node1 (drained: $(reason node1)), requeued, ran on nod
 scontrol update nodename=node2 state=drain reason="peerlab: unknown (timeout after 40 s)" || fail "drain node2"
 scontrol update nodename=node3 state=drain reason="disk swap by admin" || fail "drain node3"
 
-# 4. The sweep.
+# 4. The sweep. A dry run first: it names what it would qualify and changes nothing.
+PEERLAB_SLURM_CONFIG="$work/peerlab-slurm.conf" "$slurm/peerlab-sweep" --nodes 'node[1-4]' --db "$db" \
+  --bundle-dir "$work/dry" --dry-run >"$work/dry.out" 2>&1 || fail "dry run: $(tail -n 3 "$work/dry.out")"
+grep -q "dry run: would qualify node1 node2 node4; nothing changed" "$work/dry.out" || fail "dry run: $(cat "$work/dry.out")"
+[[ "$(reason node2)" == "peerlab: unknown (timeout after 40 s)" ]] || fail "the dry run changed node2: $(reason node2)"
 rc=0
 PEERLAB_SLURM_CONFIG="$work/peerlab-slurm.conf" "$slurm/peerlab-sweep" --partition gpu --db "$db" \
   --bundle-dir "$work/sweep" --timeout 120 --wait 120 --log "$work/sweep.log" >"$work/sweep.out" 2>&1 || rc=$?
