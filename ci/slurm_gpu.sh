@@ -13,8 +13,8 @@
 #        as it starts: the node must stay idle;
 #     2. one health check with a fault on the real NVML (the stand-in NVML wrapping it, wrap:pcie_downtrain): the node
 #        must be drained "peerlab: pcie_link GPU0: reseat GPU/riser (PCIe)"; it is resumed by hand after;
-#     3. a gated job (--constraint=peerlab_gate): the prolog qualifies the node (--level quick when qualify has levels)
-#        and the job runs nvidia-smi -L;
+#     3. a gated job (--constraint=peerlab_gate): the prolog qualifies the node (--level quick) and the job runs
+#        nvidia-smi -L;
 #     4. peerlab-sweep of the node at --level standard into a SQLite history, then `peerlab history fleet` and the
 #        history site.
 #   Output: $OUT (default build/slurm-gpu): summary.txt (one line per step, PASS or FAIL), gate/ and sweep/ (the
@@ -83,16 +83,13 @@ fake_nvml="$(ls "$src"/build/default/lib/libpeerlab_fake_nvml.so)"
 node="$(hostname -s)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# The wrappers' settings; qualify is given a level when it has levels.
-level_option="--level"
-"$peerlab" qualify --help 2>&1 | grep -q -- "--level" || level_option=""
+# The wrappers' settings.
 mkdir -p "$OUT/bin" "$OUT/gate"
 cat >"$OUT/peerlab-slurm.conf" <<EOF
 PEERLAB=$peerlab
 export SLURM_CONF=$OUT/slurm/slurm.conf
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f "$OUT/fault" ] && export PEERLAB_NVML_LIBRARY=$fake_nvml PEERLAB_FAKE_NVML="\$(cat "$OUT/fault")"
-PEERLAB_LEVEL_OPTION=$level_option
 PEERLAB_GATE_BUDGET_S=840
 PEERLAB_HEALTH_WATCH_S=2
 PEERLAB_BUNDLE_DIR=$OUT/gate

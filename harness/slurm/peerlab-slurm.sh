@@ -16,7 +16,6 @@
 #   PEERLAB_GATE_COMMENT     a word in the job's --comment that asks for it too (peerlab-gate)
 #   PEERLAB_GATE_LEVEL       the gate's qualify level (quick)
 #   PEERLAB_GATE_BUDGET_S    the gate's deadline (120; keep PrologEpilogTimeout above it)
-#   PEERLAB_LEVEL_OPTION     how qualify is told its level (--level)
 #   PEERLAB_QUALIFY_ARGS     more qualify options, split on spaces (none)
 #   PEERLAB_BUNDLE_DIR       where the gate keeps its bundles (/var/lib/peerlab/slurm)
 #   PEERLAB_ON_SETUP_ERROR   drain | log: what a wrapper does when peerlab itself cannot run (drain)
@@ -49,8 +48,6 @@ pl_init() {
   : "${PEERLAB_GATE:=opt-in}" "${PEERLAB_GATE_FEATURE:=peerlab_gate}" "${PEERLAB_GATE_COMMENT:=peerlab-gate}"
   : "${PEERLAB_GATE_LEVEL:=quick}" "${PEERLAB_GATE_BUDGET_S:=120}" "${PEERLAB_ON_SETUP_ERROR:=drain}"
   : "${PEERLAB_BUNDLE_DIR:=/var/lib/peerlab/slurm}" "${PEERLAB_QUALIFY_ARGS:=}" "${PEERLAB_SLURM_LOG:=}"
-  # Set but empty means "qualify has no --level": only an unset one gets the default.
-  [ -z "${PEERLAB_LEVEL_OPTION+set}" ] && PEERLAB_LEVEL_OPTION="--level"
   return 0
 }
 
@@ -130,8 +127,7 @@ pl_deadline() {
 
 # qualify at a level within a budget: pl_qualify LEVEL BUDGET_S OUT_DIR; returns qualify's exit code (124: timeout).
 pl_qualify() {
-  local level="$1" budget="$2" out="$3" args=()
-  [ -n "$PEERLAB_LEVEL_OPTION" ] && args+=("$PEERLAB_LEVEL_OPTION" "$level")
+  local budget="$2" out="$3" args=(--level "$1")
   # shellcheck disable=SC2206
   [ -n "$PEERLAB_QUALIFY_ARGS" ] && args+=($PEERLAB_QUALIFY_ARGS)
   mkdir -p "$out" || return 126

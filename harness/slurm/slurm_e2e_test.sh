@@ -67,8 +67,7 @@ case "\$(hostname -s)" in
   node1) export PEERLAB_FAKE_NVML=$work/nvlink_down.json ;;
   *) export PEERLAB_FAKE_NVML=$work/healthy.json ;;
 esac
-# qualify without --level until it has one; the benchmarks need a GPU.
-PEERLAB_LEVEL_OPTION=
+# The benchmarks need a GPU.
 PEERLAB_QUALIFY_ARGS="--skip-bench"
 PEERLAB_HEALTH_WATCH_S=1
 PEERLAB_GATE_BUDGET_S=120

@@ -72,7 +72,6 @@ PEERLAB_GATE_BUDGET_S=${GATE_BUDGET:-30}
 PEERLAB_HEALTH_BUDGET_S=${HEALTH_BUDGET:-30}
 PEERLAB_BUNDLE_DIR=$work/gate
 PEERLAB_SLURM_LOG=$work/log
-PEERLAB_LEVEL_OPTION=
 ${EXTRA:-}
 EOF
   rm -f "$STUB"/*
@@ -165,13 +164,12 @@ rc="$(gate prolog_slurmd "peerlab_gate" "")"
 [ "$rc" = 0 ] && [ ! -e "$STUB/qualify" ] && ok "gate: PEERLAB_GATE=off checks nothing" || fail "gate off: rc $rc"
 PEERLAB_UNDER_TEST="$work/bin/peerlab-stub" EXTRA="export STUB_RC=0; PEERLAB_GATE=all; PEERLAB_QUALIFY_ARGS='--skip-bench --timeout 60'" config
 rc="$(gate prolog_slurmd "" "")"
-[ "$rc" = 0 ] && grep -q "qualify --skip-bench --timeout 60 --out" "$STUB/qualify" &&
+[ "$rc" = 0 ] && grep -q "qualify --level quick --skip-bench --timeout 60 --out" "$STUB/qualify" &&
   ok "gate: PEERLAB_GATE=all checks every job with PEERLAB_QUALIFY_ARGS" || fail "gate all: $(cat "$STUB/qualify" 2>/dev/null)"
-PEERLAB_UNDER_TEST="$work/bin/peerlab-stub" EXTRA="export STUB_RC=0; unset PEERLAB_LEVEL_OPTION" config
-sed -i '/^PEERLAB_LEVEL_OPTION=$/d' "$work/conf"
+PEERLAB_UNDER_TEST="$work/bin/peerlab-stub" EXTRA="export STUB_RC=0; PEERLAB_GATE_LEVEL=standard" config
 rc="$(gate prolog_slurmd "peerlab_gate" "")"
-grep -q "qualify --level quick --out" "$STUB/qualify" && ok "gate: qualify --level quick by default" ||
-  fail "gate level: $(cat "$STUB/qualify" 2>/dev/null)"
+grep -q "qualify --level standard --out $work/gate/gate-7-gpu01-prolog" "$STUB/qualify" &&
+  ok "gate: PEERLAB_GATE_LEVEL is qualify's --level" || fail "gate level: $(cat "$STUB/qualify" 2>/dev/null)"
 
 # Resume: only what peerlab drained.
 config
