@@ -19,6 +19,7 @@
 #   PEERLAB_QUALIFY_ARGS     more qualify options, split on spaces (none)
 #   PEERLAB_BUNDLE_DIR       where the gate keeps its bundles (/var/lib/peerlab/slurm)
 #   PEERLAB_ON_SETUP_ERROR   drain | log: what a wrapper does when peerlab itself cannot run (drain)
+#   PEERLAB_SWEEP_DRAIN_OUTLIERS  yes | no: the sweep drains a node that passes but sits below its fleet (no)
 #   PEERLAB_SLURM_LOG        a file every wrapper appends its log lines to (none; lines also go to syslog)
 # Any other variable set there (SLURM_CONF, PEERLAB_NVML_LIBRARY, ...) reaches peerlab when exported.
 
@@ -48,6 +49,7 @@ pl_init() {
   : "${PEERLAB_GATE:=opt-in}" "${PEERLAB_GATE_FEATURE:=peerlab_gate}" "${PEERLAB_GATE_COMMENT:=peerlab-gate}"
   : "${PEERLAB_GATE_LEVEL:=quick}" "${PEERLAB_GATE_BUDGET_S:=120}" "${PEERLAB_ON_SETUP_ERROR:=drain}"
   : "${PEERLAB_BUNDLE_DIR:=/var/lib/peerlab/slurm}" "${PEERLAB_QUALIFY_ARGS:=}" "${PEERLAB_SLURM_LOG:=}"
+  : "${PEERLAB_SWEEP_DRAIN_OUTLIERS:=no}"
   return 0
 }
 

@@ -25,15 +25,19 @@ mkdir -p "$work/bin" "$work/stub"
 cat >"$work/bin/scontrol" <<'EOF'
 #!/usr/bin/env bash
 echo "scontrol $*" >>"$STUB/calls"
-case "$1" in
-  show)
+case "$1 ${2:-}" in
+  "show node")
     n="$3"
     echo "NodeName=$n Arch=x86_64"
     echo "   State=$(cat "$STUB/$n.state" 2>/dev/null || echo IDLE) ThreadsPerCore=1"
     [ -s "$STUB/$n.reason" ] && echo "   Reason=$(cat "$STUB/$n.reason") [root@2026-01-01T00:00:00]"
     exit 0
     ;;
-  update)
+  "show hostnames") echo "$3" | tr ',' '\n' ;;
+  "show job") echo "JobId=$4 JobName=peerlab-sweep JobState=COMPLETED Reason=None ExitCode=0:0" ;;
+  create\ *) echo "$*" >"$STUB/reservation" ;;
+  delete\ *) rm -f "$STUB/reservation" ;;
+  update\ *)
     shift
     for a in "$@"; do
       case "$a" in
@@ -59,7 +63,48 @@ case "$1" in
   report) echo "probe ce_write: claimed cells verify: driver bug: peerlab repro"; exit 1 ;;
 esac
 EOF
-chmod 755 "$work/bin/scontrol" "$work/bin/peerlab-stub"
+# Stand-in Slurm commands for the sweep: sinfo lists $STUB/nodes, sbatch runs the job's command at once as the node
+# (SLURMD_NODENAME) and prints a job id; a stand-in peerlab whose qualify exits with $STUB/rc.<node> (or sleeps for
+# "sleep"), and whose history commands log what they were asked ("fleet" prints $STUB/fleet.json).
+cat >"$work/bin/sinfo" <<'EOF'
+#!/usr/bin/env bash
+cat "$STUB/nodes"
+EOF
+cat >"$work/bin/sbatch" <<'EOF'
+#!/usr/bin/env bash
+echo "sbatch $*" >>"$STUB/calls"
+while [ $# -gt 0 ]; do
+  case "$1" in -w) node="$2"; shift 2 ;; --wrap) cmd="$2"; shift 2 ;; *) shift ;; esac
+done
+id=$(($(cat "$STUB/jobid" 2>/dev/null || echo 100) + 1))
+echo "$id" >"$STUB/jobid"
+SLURMD_NODENAME="$node" bash -c "$cmd" >/dev/null 2>&1
+echo "$id"
+EOF
+printf '#!/bin/sh\nexit 0\n' >"$work/bin/squeue"
+printf '#!/bin/sh\necho "scancel $*" >>"$STUB/calls"\n' >"$work/bin/scancel"
+cat >"$work/bin/peerlab-sweep-stub" <<'EOF'
+#!/usr/bin/env bash
+case "$1" in
+  --version) echo "peerlab stub" ;;
+  qualify)
+    while [ $# -gt 0 ]; do [ "$1" = --out ] && out="$2"; shift; done
+    echo '{}' >"$out/results.json"
+    rc="$(cat "$STUB/rc.$SLURMD_NODENAME" 2>/dev/null || echo 0)"
+    [ "$rc" = sleep ] && sleep 60
+    exit "$rc"
+    ;;
+  report) echo "nvlink_state GPU0: reset GPU, reseat NVLink"; exit 1 ;;
+  history)
+    echo "history $*" >>"$STUB/history"
+    [ "$2" = fleet ] && cat "$STUB/fleet.json"
+    [ "$2" = ingest ] && echo "$5: stored as run 1"
+    exit 0
+    ;;
+esac
+EOF
+chmod 755 "$work/bin/scontrol" "$work/bin/peerlab-stub" "$work/bin/sinfo" "$work/bin/sbatch" "$work/bin/squeue" \
+  "$work/bin/scancel" "$work/bin/peerlab-sweep-stub"
 export PATH="$work/bin:$PATH" STUB="$work/stub"
 
 # One configuration file per case; the wrappers read it through PEERLAB_SLURM_CONFIG.
@@ -75,6 +120,7 @@ PEERLAB_SLURM_LOG=$work/log
 ${EXTRA:-}
 EOF
   rm -f "$STUB"/*
+  : >"$work/log"
 }
 run() {
   local rc=0
@@ -196,6 +242,62 @@ for args in "--db x --bundle-dir d" "--nodes a --bundle-dir d" "--nodes a --db x
 done
 [ -z "$(cat "$STUB/calls" 2>/dev/null)" ] && ok "sweep: bad arguments exit 2 before any scontrol call" ||
   fail "sweep called scontrol with bad arguments: $(cat "$STUB/calls")"
+
+# The sweep's decisions, with the stand-in Slurm: nodes a-e of a partition.
+sweep_setup() {
+  PEERLAB_UNDER_TEST="$work/bin/peerlab-sweep-stub" config
+  rm -rf "$work/bundles"
+  printf 'a\nb\nc\nd\ne\n' >"$STUB/nodes"
+  echo IDLE+DRAIN >"$STUB/a.state"
+  echo "peerlab: xid GPU3: reboot node" >"$STUB/a.reason"
+  echo 1 >"$STUB/rc.b"
+  echo IDLE+DRAIN >"$STUB/c.state"
+  echo "rack move" >"$STUB/c.reason"
+  echo IDLE+DOWN+NOT_RESPONDING >"$STUB/e.state"
+  echo '{"outliers": [], "nodes": [{"node": "d", "outliers": 3}, {"node": "b", "outliers": 1}, {"node": 7}]}' \
+    >"$STUB/fleet.json"
+}
+sweep() { run "$slurm/peerlab-sweep" --partition gpu --db "$work/h.sqlite" --bundle-dir "$work/bundles" --timeout 10 \
+  --wait 5 "$@"; }
+sweep_setup
+rc="$(sweep --drain-outliers)"
+[ "$rc" = 1 ] || fail "sweep: exit $rc: $(tail -n 3 "$work/out")"
+[ "$(cat "$STUB/a.state")" = IDLE ] && [ -z "$(reason_of a)" ] && ok "sweep: a node peerlab drained that passes is resumed" ||
+  fail "sweep a: $(cat "$STUB/a.state") \"$(reason_of a)\""
+[ "$(reason_of b)" = "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink" ] && ok "sweep: a failing node is drained with its check" ||
+  fail "sweep b: \"$(reason_of b)\""
+[ "$(cat "$STUB/c.state")" = IDLE+DRAIN ] && [ "$(reason_of c)" = "rack move" ] && ! grep -q "nodename=c\|-w c " "$STUB/calls" &&
+  ok "sweep: a node drained by someone else is not qualified, resumed or drained" || fail "sweep c: $(grep -- c "$STUB/calls")"
+! grep -q "nodename=e\|-w e " "$STUB/calls" && ok "sweep: a down node is left alone" || fail "sweep e"
+[ "$(reason_of d)" = "peerlab: below its fleet on 3 series: check links/settings" ] &&
+  ok "sweep --drain-outliers: a passing node below its fleet is drained" || fail "sweep d: \"$(reason_of d)\""
+[ ! -e "$STUB/reservation" ] && grep -q "create reservationname=peerlab_sweep_.* nodes=a,b,d " "$STUB/calls" &&
+  ok "sweep: one reservation over a, b and d, deleted at the end" || fail "sweep reservation: $(grep reservation "$STUB/calls")"
+for n in a b c d e; do
+  grep -q "history node-state .* --node $n --state" "$STUB/history" || fail "sweep: no state recorded for $n"
+done
+[ "$(grep -c "history ingest" "$STUB/history")" = 3 ] || fail "sweep ingests: $(grep ingest "$STUB/history")"
+grep -q "sweep done: 5 nodes: 2 passed, 1 failed (drained), 0 unknown (drained), 0 setup errors, 0 busy (not qualified), 1 drained by others and 1 down" \
+  "$work/log" && ok "sweep: states recorded, three bundles ingested, the summary logged" || fail "sweep summary: $(tail -n 2 "$work/log")"
+sweep_setup
+sed -i 's/^PEERLAB_SLURM_LOG=.*/&\nPEERLAB_SWEEP_DRAIN_OUTLIERS=yes/' "$work/conf"
+rc="$(sweep)"
+[ "$(reason_of d)" = "peerlab: below its fleet on 3 series: check links/settings" ] &&
+  ok "sweep: PEERLAB_SWEEP_DRAIN_OUTLIERS=yes in the settings drains it too" || fail "sweep d, setting: \"$(reason_of d)\""
+sweep_setup
+rc="$(sweep)"
+[ "$(cat "$STUB/d.state" 2>/dev/null || echo IDLE)" = IDLE ] && grep -q "d: below its fleet on 3 series (passes its own thresholds)" "$work/log" &&
+  ok "sweep: without --drain-outliers a node below its fleet is reported, not drained" || fail "sweep d reported: $(reason_of d)"
+# A node whose qualify runs past --timeout is drained as unknown; peerlab failing on a node puts it back as it was.
+sweep_setup
+echo sleep >"$STUB/rc.d"
+echo 4 >"$STUB/rc.a"
+start=$(date +%s)
+rc="$(sweep)"
+[ "$(reason_of d)" = "peerlab: unknown (timeout after 10 s)" ] && ok "sweep: qualify past --timeout drains as unknown ($(($(date +%s) - start)) s)" ||
+  fail "sweep timeout: \"$(reason_of d)\""
+[ "$rc" = 4 ] && [ "$(cat "$STUB/a.state")" = IDLE+DRAIN ] && [ "$(reason_of a)" = "peerlab: xid GPU3: reboot node" ] &&
+  ok "sweep: a setup error on a node puts it back as it was, exit 4" || fail "sweep setup: rc $rc, a $(cat "$STUB/a.state") \"$(reason_of a)\""
 
 [ "$failures" -eq 0 ] && echo "PASS" && exit 0
 echo "$failures failed"
