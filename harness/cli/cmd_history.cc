@@ -286,8 +286,8 @@ int runFleet(const HistoryArgs& a) {
                    count, outOfService, failing);
     }
     std::string failures;
-    if (n.latest && n.latest->checks.contains("failures") && n.latest->checks["failures"].is_array()) {
-      for (const auto& f : n.latest->checks["failures"]) {
+    if (n.latest && n.latest->check_details.contains("failures") && n.latest->check_details["failures"].is_array()) {
+      for (const auto& f : n.latest->check_details["failures"]) {
         if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
         if (failures.size() > 200) {
           failures += ", ...";

@@ -88,8 +88,8 @@ if(at EQUAL -1)
   message(FATAL_ERROR "peerlab inject did not preload the moved tree's interposer:\n${out}")
 endif()
 # The wrappers of the moved tree run the moved tree's peerlab (no settings file: PEERLAB unset).
-run("the Slurm wrappers' peerlab" /bin/bash -c
-    "PEERLAB_SLURM_CONFIG=/dev/null; unset PEERLAB; source '${moved}/share/peerlab/slurm/peerlab-slurm.sh' && pl_init test && echo \"peerlab=$PEERLAB\"")
+run("the Slurm wrappers' peerlab" env -u PEERLAB PEERLAB_SLURM_CONFIG=/dev/null /bin/bash -c
+    "source '${moved}/share/peerlab/slurm/peerlab-slurm.sh' && pl_init test && echo \"peerlab=$PEERLAB\"")
 string(FIND "${out}" "peerlab=${moved}/bin/peerlab" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the installed Slurm wrappers do not find the tree's peerlab:\n${out}")

@@ -258,6 +258,7 @@ nlohmann::json toJson(const FleetNode& n) {
   j["time"] = n.latest ? n.latest->time : "";
   j["verdict"] = n.latest ? n.latest->verdict : "";
   j["checks"] = n.latest ? n.latest->checks : nlohmann::json::object();
+  j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
   return j;
 }
 

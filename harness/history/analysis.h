@@ -105,7 +105,7 @@ struct FleetNode {
 /// others, by kind and name within each group.
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers);
-/// {"kind","node","state","reason","state_recorded_at","run_id","time","verdict","checks","outliers"}.
+/// {"kind","node","state","reason","state_recorded_at","run_id","time","verdict","checks","check_details","outliers"}.
 nlohmann::json toJson(const FleetNode& n);
 
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.

@@ -119,13 +119,10 @@ bool isKey(const std::string& s, size_t len, const char* allowed) {
   return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
 }
 
-// Most failed checks a run's stored summary names (the fleet page shows them; the bundle has all).
-constexpr size_t kMaxStoredFailures = 20;
-
-// What the fleet page's node x check matrix reads: the counts, the counts per check category, and the first failed
-// checks with their actions.
-nlohmann::json checksSummary(const report::RunVerdict& v) {
-  nlohmann::json j = report::toJson(v.counts);
+// What the fleet page's node x check matrix reads: the counts per check category, and the first failed checks with
+// their actions.
+nlohmann::json checkDetails(const report::RunVerdict& v) {
+  nlohmann::json j = nlohmann::json::object();
   std::map<std::string, std::vector<report::Check>> byCategory;
   nlohmann::json failures = nlohmann::json::array();
   for (const report::Check& c : v.checks) {
@@ -238,7 +235,9 @@ const std::vector<std::string>& schemaMigrations() {
       // 3: the run's verdict and check counts from the checks engine, as qualify and report give them.
       "ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE runs ADD COLUMN checks TEXT NOT NULL DEFAULT '{}'",
-      // 4: nodes' scheduler states (drained, in service), as the Slurm sweep records them.
+      // 4: nodes' scheduler states (drained, in service), as the Slurm sweep records them; the checks per category
+      // and the first failed checks of each run (the fleet page).
+      "ALTER TABLE runs ADD COLUMN check_details TEXT NOT NULL DEFAULT '{}';"
       "CREATE TABLE node_states ("
       " id %ID%, node TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, recorded_at TEXT NOT NULL,"
       " source TEXT NOT NULL);"
@@ -380,20 +379,20 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
 
   // The verdict the checks engine gives the run: the same qualify --results and report give it.
   const report::RunVerdict verdict = report::verdictOf(run);
-  const nlohmann::json checks = checksSummary(verdict);
+  const nlohmann::json details = checkDetails(verdict);
 
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   IngestOutcome out;
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        " source, ingested_at, expectations, verdict, checks, check_details)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         checks.dump()},
+         report::toJson(verdict.counts).dump(), details.dump()},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -434,7 +433,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   Status parseError;
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source,"
-      " expectations, ingested_at, verdict, checks FROM runs ORDER BY id",
+      " expectations, ingested_at, verdict, checks, check_details FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RunInfo info;
         info.id = r.integer(0);
@@ -459,6 +458,8 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         info.verdict = r.text(15);
         auto checks = nlohmann::json::parse(r.text(16), nullptr, false);
         if (checks.is_object()) info.checks = checks;
+        auto details = nlohmann::json::parse(r.text(17), nullptr, false);
+        if (details.is_object()) info.check_details = details;
         info.time = orderTime(info.timestamp, info.ingested_at);
         out.push_back(std::move(info));
       }));

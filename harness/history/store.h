@@ -39,6 +39,10 @@ struct RunInfo {
   /// "warnings","unsupported","skipped"}); "" and {} for runs stored before verdicts were kept.
   std::string verdict;
   nlohmann::json checks = nlohmann::json::object();
+  /// What the fleet page's node x check matrix shows, from the same checks: {"categories": {category: counts as in
+  /// `checks`}, "failures": [{"category", "name", "action"}] (the first kMaxStoredFailures failed checks)}; {} for runs
+  /// stored before schema step 4.
+  nlohmann::json check_details = nlohmann::json::object();
 
   /// What series are grouped by: the kind, or the host when the run names no kind.
   const std::string& machine() const { return kind.empty() ? host : kind; }
@@ -59,6 +63,8 @@ struct NodeState {
 
 /// The states a node can be recorded in: in service, drained (or draining) with a reason, down (not responding).
 inline const std::vector<std::string> kNodeStates = {"in_service", "drained", "down"};
+/// Most failed checks a run's check_details names (the bundle has them all).
+inline constexpr size_t kMaxStoredFailures = 20;
 /// Longest node name and reason stored.
 inline constexpr size_t kMaxNodeNameBytes = 255;
 inline constexpr size_t kMaxNodeReasonBytes = 1024;

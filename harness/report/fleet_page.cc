@@ -100,7 +100,7 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const std::string state = text(n, "state");
     const std::string reason = text(n, "reason");
     const std::string verdict = text(n, "verdict");
-    const json checks = n.is_object() && n.contains("checks") ? n["checks"] : json::object();
+    const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
     const bool out_of_service = !state.empty() && state != "in_service";
     out << "<tr><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l"
         << (out_of_service ? " cell-fail" : "") << "\">"
