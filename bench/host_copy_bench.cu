@@ -101,6 +101,17 @@ struct Env {
   std::string sets_error;
   // Rows measured with other GPUs of their set, waiting for their own benchmark to report them.
   std::map<std::string, std::pair<Status, Record>> measured;
+  // The host pool (hostSlot).
+  struct HostSlot {
+    host::HostBuffer host;  // peerlab placements
+    PinnedBuffer pinned;    // the plain loop's cudaMallocHost memory
+    void* ptr = nullptr;
+    int numa = -1;
+    uint64_t used = 0;
+  };
+  std::map<std::string, HostSlot> pool;
+  uint64_t tick = 0;
+  uint64_t row_start = 0;  // buffers used after this serve the row in progress
   // Plain-loop busbw per (name, gpu, bytes), for the vs_plain ratio.
   std::map<std::tuple<std::string, int, size_t>, double> plain;
 };
@@ -187,22 +198,51 @@ struct HostSpec {
 struct Lane {
   int gpu;
   Direction dir;
-  HostBuffer host;      // peerlab placements
-  PinnedBuffer pinned;  // the plain loop's cudaMallocHost memory
-  void* host_ptr = nullptr;
+  void* host_ptr = nullptr;  // a buffer of the host pool (Env::pool)
   int numa = -1;
   uint64_t seed = 0;
 };
 
+// The host pool: buffers of kMaxBytes by placement, GPU and direction, reused by the rows after the one that made
+// them (allocating and pinning 256 MiB took longer than the copies). At most kPoolSlots are kept; a buffer a row in
+// progress uses is never given up.
+constexpr size_t kPoolSlots = 8;
+
+StatusOr<Env::HostSlot*> hostSlot(Env& e, const std::string& key, const std::function<Status(Env::HostSlot&)>& make) {
+  if (auto it = e.pool.find(key); it != e.pool.end()) {
+    it->second.used = ++e.tick;
+    return &it->second;
+  }
+  while (e.pool.size() >= kPoolSlots) {
+    auto oldest = e.pool.end();
+    for (auto it = e.pool.begin(); it != e.pool.end(); ++it) {
+      if (it->second.used <= e.row_start && (oldest == e.pool.end() || it->second.used < oldest->second.used))
+        oldest = it;
+    }
+    if (oldest == e.pool.end()) break;  // every buffer serves the row in progress: the pool grows
+    e.pool.erase(oldest);
+  }
+  Env::HostSlot slot;
+  PEERLAB_RETURN_IF_ERROR(make(slot));
+  slot.used = ++e.tick;
+  return &e.pool.emplace(key, std::move(slot)).first->second;
+}
+
 StatusOr<Lane> makeLane(Env& e, const HostSpec& spec, int gpu, Direction dir) {
-  Lane l{gpu, dir, {}, {}, nullptr, -1, 0};
+  Lane l{gpu, dir, nullptr, -1, 0};
   const GpuState& g = e.gpus[gpu];
+  const std::string where_key = std::to_string(gpu) + "/" + std::to_string(static_cast<int>(dir)) + "/";
   if (spec.impl == Impl::kPlain) {
-    PEERLAB_ASSIGN_OR_RETURN(l.pinned, allocPinned(spec.bytes));
-    l.host_ptr = l.pinned->ptr;
-    std::fill_n(static_cast<uint8_t*>(l.host_ptr), spec.bytes, uint8_t{0});
-    auto node = host::nodeOfPage(l.host_ptr);
-    l.numa = node.isOk() ? *node : -1;
+    PEERLAB_ASSIGN_OR_RETURN(Env::HostSlot * slot, hostSlot(e, "plain/" + where_key, [](Env::HostSlot& s) -> Status {
+                               PEERLAB_ASSIGN_OR_RETURN(s.pinned, allocPinned(kMaxBytes));
+                               s.ptr = s.pinned->ptr;
+                               std::fill_n(static_cast<uint8_t*>(s.ptr), kMaxBytes, uint8_t{0});
+                               auto node = host::nodeOfPage(s.ptr);
+                               s.numa = node.isOk() ? *node : -1;
+                               return Status::ok();
+                             }));
+    l.host_ptr = slot->ptr;
+    l.numa = slot->numa;
   } else {
     host::HostPlacement where;
     where.pinned = spec.impl != Impl::kPageable;
@@ -216,9 +256,16 @@ StatusOr<Lane> makeLane(Env& e, const HostSpec& spec, int gpu, Direction dir) {
       where.node = g.nodes.local;
       where.node_required = false;
     }
-    PEERLAB_ASSIGN_OR_RETURN(l.host, host::allocHost(spec.bytes, where));
-    l.host_ptr = l.host->ptr;
-    l.numa = l.host->node;
+    const std::string key =
+        std::string(where.pinned ? "pinned/" : "pageable/") + (spec.remote ? "remote/" : "local/") + where_key;
+    PEERLAB_ASSIGN_OR_RETURN(Env::HostSlot * slot, hostSlot(e, key, [&](Env::HostSlot& s) -> Status {
+                               PEERLAB_ASSIGN_OR_RETURN(s.host, host::allocHost(kMaxBytes, where));
+                               s.ptr = s.host->ptr;
+                               s.numa = s.host->node;
+                               return Status::ok();
+                             }));
+    l.host_ptr = slot->ptr;
+    l.numa = slot->numa;
   }
   l.seed = patternSeed(e.run, gpu, static_cast<int>(dir), hashName(spec.name + implName(spec.impl)) ^ spec.bytes);
   return l;
@@ -300,6 +347,7 @@ StatusOr<std::map<int, Record>> measureHost(const HostSpec& spec, const std::vec
     if (g >= e->devices) return PEERLAB_UNAVAILABLE("GPU " + std::to_string(g) + " not visible");
   }
   const bool all = spec.gpu < 0;
+  e->row_start = e->tick;
   std::vector<Lane> lanes;
   for (int g : gpus) {
     if (spec.name == "h2d" || spec.name == "bidir" || spec.name == "all_h2d") {
@@ -416,7 +464,14 @@ Record hostIdentity(const HostSpec& spec) {
 
 // The set PEERLAB_HOST_COPY_SETS puts `gpu` in ({gpu} when none; pageable copies always alone).
 std::vector<int> setOf(const Env& e, const HostSpec& spec) {
-  if (spec.gpu < 0 || spec.impl == Impl::kPageable) return {spec.gpu};
+  if (spec.gpu < 0) {
+    // An all_* row: every GPU at once.
+    std::vector<int> all;
+    for (int g = 0; g < e.devices; ++g)
+      all.push_back(g);
+    return all;
+  }
+  if (spec.impl == Impl::kPageable) return {spec.gpu};
   for (const std::vector<int>& set : e.sets) {
     if (std::find(set.begin(), set.end(), spec.gpu) != set.end()) return set;
   }
@@ -590,26 +645,34 @@ void registerAll() {
   // Without a GPU, one row per kind still runs and reports why it was skipped.
   const int n = count.isOk() ? std::max(*count, 1) : 1;
   const std::vector<size_t> sizes = {size_t{1} << 20, size_t{16} << 20, kMaxBytes};
-  // One kind of row for every GPU in turn, so that the GPUs of a set (PEERLAB_HOST_COPY_SETS) meet it together.
+  // With sets (PEERLAB_HOST_COPY_SETS) one kind of row for every GPU in turn, so that the GPUs of a set meet it
+  // together; otherwise GPU by GPU, so that a GPU's rows reuse its host buffers.
+  const bool sets = std::getenv("PEERLAB_HOST_COPY_SETS") != nullptr && *std::getenv("PEERLAB_HOST_COPY_SETS") != '\0';
+  std::vector<HostSpec> kinds;
   for (size_t bytes : sizes) {
     // The plain loop first, so that the peerlab.ce row after it can report vs_plain.
     for (const char* name : {"h2d", "d2h", "bidir"}) {
-      for (const HostSpec& kind :
-           {HostSpec{Impl::kPlain, name, 0, false, bytes}, HostSpec{Impl::kCe, name, 0, false, bytes},
-            HostSpec{Impl::kCe, name, 0, true, bytes}}) {
-        for (int g = 0; g < n; ++g) {
-          HostSpec spec = kind;
-          spec.gpu = g;
-          registerHost(spec);
-        }
-      }
+      kinds.push_back({Impl::kPlain, name, 0, false, bytes});
+      kinds.push_back({Impl::kCe, name, 0, false, bytes});
+      kinds.push_back({Impl::kCe, name, 0, true, bytes});
     }
     for (const char* name : {"h2d", "d2h"}) {
-      for (Impl impl : {Impl::kSm, Impl::kPageable}) {
-        for (int g = 0; g < n; ++g)
-          registerHost({impl, name, g, false, bytes});
-      }
+      kinds.push_back({Impl::kSm, name, 0, false, bytes});
+      kinds.push_back({Impl::kPageable, name, 0, false, bytes});
     }
+  }
+  auto reg = [](HostSpec spec, int g) {
+    spec.gpu = g;
+    registerHost(spec);
+  };
+  if (sets) {
+    for (const HostSpec& kind : kinds)
+      for (int g = 0; g < n; ++g)
+        reg(kind, g);
+  } else {
+    for (int g = 0; g < n; ++g)
+      for (const HostSpec& kind : kinds)
+        reg(kind, g);
   }
   for (int g = 0; g < n; ++g) {
     const std::string lat = "BM_HostLatency/peerlab.sm/latency/gpu:" + std::to_string(g) + "/numa:local";

@@ -128,7 +128,13 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
   guard.budget_s = guard.deadline_s;
   guard.label = spec.name + " serial sample GPU" + std::to_string(first);
   guard.guard_for = j.label;
-  return {guard, j};
+  // The same rows with the other GPUs of its set copying at the same time.
+  BenchJob together = guard;
+  together.env = j.env;
+  together.concurrency_env = j.concurrency_env;
+  together.label = spec.name + " concurrent sample GPU" + std::to_string(first);
+  together.concurrent_sample = true;
+  return {guard, together, j};
 }
 
 }  // namespace

@@ -62,8 +62,13 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
     gpus.insert(d);
     unordered.insert({std::min(s, d), std::max(s, d)});
   }
+  // Calibrated on 2x and 4x H100 through NVSwitch (reports/qualify/2026-11-28-h100-x4-nvswitch-*): the process's
+  // start grows ~0.1 s per GPU (one context each), a copy case costs ~30 ms besides its bytes (pattern, poison, two
+  // checks), a latency case ~150 ms (the pointer chases walk every SM in turn, the flags ping-pong 10,000 times).
   const double g = static_cast<double>(std::max<size_t>(gpus.size(), 2));
-  const double fixed = 0.004 + 0.005 * g;
+  const double start = kProcessStartS + 0.1 * g;
+  const double fixed = 0.03;
+  const double latency = 0.15;
   const Level level = plan.options.level;
   const bool full = level == Level::kFull;
   const std::vector<double> sizes = full ? sizesBy4(4096, 1024 * kMiB) : std::vector<double>{1024 * kMiB};
@@ -81,7 +86,7 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   if (level == Level::kQuick) {
     for (const auto& round : rounds)
       tally.add(1, fixed, slowest(round, false, 1024 * kMiB));
-    return fromTally(kProcessStartS + kContextS * g, tally);
+    return fromTally(start, tally);
   }
   // Anchors: peer enable (first and repeat) and the driver-staged copy without P2P, on 0<->1.
   tally.add(2, fixed);
@@ -102,7 +107,7 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
     } else {
       tally.add(1, fixed, seconds(256 * kMiB, peerCopyOps(256 * kMiB, true), staged));
     }
-    tally.add(4, fixed);  // pointer-chase latencies
+    tally.add(4, latency);  // pointer-chase latencies
   }
   for (const auto& [a, b] : unordered) {
     if (full) {
@@ -110,9 +115,9 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
       for (double bytes : sizes)
         tally.add(1, fixed, seconds(bytes, peerCopyOps(bytes, true), rate));
     }
-    tally.add(2, fixed);  // flag latencies
+    tally.add(2, latency);  // flag latencies
   }
-  return fromTally(kProcessStartS + kContextS * g, tally);
+  return fromTally(start, tally);
 }
 
 // One process over every pair. Where pairs have NVLinks of their own, the copy rows of a round's pairs run at once
@@ -152,7 +157,18 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
   guard.schedule_basis.clear();
   guard.label = spec.name + " serial sample " + std::to_string(first.first) + "->" + std::to_string(first.second);
   guard.guard_for = j.label;
-  return {guard, j};
+  // The same rows with the first round's other pairs copying at the same time (the filter publishes the first pair's
+  // rows; the round measures them together).
+  BenchJob together = guard;
+  for (const auto& round : schedule.rounds) {
+    if (round.front() == first) together.rounds = {round};
+  }
+  together.pairs = together.rounds.front();
+  together.env = {pairRoundsEnv(together.rounds)};
+  together.label =
+      spec.name + " concurrent sample " + std::to_string(first.first) + "->" + std::to_string(first.second);
+  together.concurrent_sample = true;
+  return {guard, together, j};
 }
 
 }  // namespace

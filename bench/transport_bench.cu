@@ -240,8 +240,6 @@ void teardownWorld() {
 // The world of the pair this rank is in for the current round; teardownWorld ends it with the round.
 World& world(const PairContext& ctx) {
   if (g_world != nullptr) return *g_world;
-  static const bool at_exit = std::atexit(teardownWorld) == 0;
-  (void)at_exit;
   g_world = new World();
   World& w = *g_world;
   w.boot = ctx.boot;
@@ -250,6 +248,9 @@ World& world(const PairContext& ctx) {
   w.device = ctx.gpu;
   w.peer_device = ctx.rank == 0 ? ctx.pair.second : ctx.pair.first;
   w.status = setupWorld(w);
+  // Registered once the first endpoint is up, so that it runs before the libraries' own exit handlers.
+  static const bool at_exit = std::atexit(teardownWorld) == 0;
+  (void)at_exit;
   return w;
 }
 

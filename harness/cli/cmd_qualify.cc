@@ -1,6 +1,6 @@
-// peerlab qualify: topology, the verified probe, the quick benchmarks, then every figure checked against what the
-// topology (and optionally a baseline) says it should be; writes a bundle: results.json, report.html, summary.md,
-// junit.xml.
+// peerlab qualify: topology, the verified probe, the benchmarks of a level (quick, standard, full), then every
+// figure checked against what the topology (and optionally a baseline) says it should be; writes a bundle:
+// results.json, report.html, summary.md, junit.xml.
 #include <unistd.h>
 
 #include <algorithm>
@@ -534,7 +534,7 @@ std::function<int()> setup(CLI::App& sub) {
 }  // namespace
 
 PEERLAB_REGISTER_COMMAND(qualify, "qualify",
-                         "Qualify this machine: topology, verified probe, quick benchmarks, checks; writes a bundle",
+                         "Qualify this machine at a level (quick, standard, full): topology, health, verified probe, benchmarks, checks; writes a bundle",
                          setup);
 
 }  // namespace peerlab::cli

@@ -190,7 +190,7 @@ TEST(QualifyCli, NoGpuOnThisMachineExitsThree) {
   EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_TRUE(r.err.find("no NVIDIA GPU") != std::string::npos || r.err.find("no GPU visible") != std::string::npos)
       << r.err;
-  EXPECT_NE(r.out.find("peerlab qualify plan (quick) for live"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peerlab qualify plan (level standard) for live"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/bundle/results.json"));
   CliRun b = runPeerlab({"bench", "--out", dir + "/run.json"});
   EXPECT_EQ(b.exit_code, 3) << b.err;

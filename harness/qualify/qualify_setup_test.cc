@@ -157,11 +157,11 @@ TEST(QualifySetup, KindIsDerivedFromTheHardwareAndSaysHow) {
 TEST(QualifySetup, HelpAndHeadersMatchWhatRuns) {
   CliRun help = runPeerlab({"qualify", "--help"});
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_NE(help.out.find("default peer_copy,zcopy,alltoallv,host_copy,transport"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("default at --level standard: peer_copy,zcopy,alltoallv,host_copy,transport"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("moe rows"), std::string::npos) << help.out;
   CliRun bench = runPeerlab({"bench", "--dry-run", "--fixture", sourcePath(kH200x4), "--suite", "peer_copy"});
   EXPECT_EQ(bench.exit_code, 0) << bench.err;
-  EXPECT_EQ(bench.out.rfind("peerlab bench plan (quick) for ", 0), 0u) << bench.out;
+  EXPECT_EQ(bench.out.rfind("peerlab bench plan (level standard) for ", 0), 0u) << bench.out;
   EXPECT_EQ(bench.out.find("peerlab qualify plan"), std::string::npos) << bench.out;
 }
 
@@ -202,14 +202,28 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   EXPECT_GT(estimate, 60);
   EXPECT_NE(dgx["budget"]["basis"].get<std::string>().find("deadlines are separate"), std::string::npos);
 
-  // Past runs of the same kind: their measured wall times (the committed 4x H200 runs recorded kind nvidia-h200-x4).
-  const nlohmann::json past =
-      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4", "--suite",
-                                  "peer_copy,zcopy,alltoallv", "--history", sourcePath("reports/runs")});
-  ASSERT_FALSE(past["jobs"].empty());
+  // Past runs of the same kind: the measured wall times of the same processes (suite, label, arguments). Two run files
+  // that ran this plan's processes, 3 s and 5 s each: the estimate is their median, 4 s.
+  const std::string runs = scratchDir("qualify-past-runs");
+  const nlohmann::json plan = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
+                                                          "--suite", "peer_copy,zcopy,alltoallv"});
+  ASSERT_FALSE(plan["jobs"].empty());
+  for (double wall : {3.0, 5.0}) {
+    nlohmann::json run = nlohmann::json::parse(readFile(sourcePath("reports/schema/sample-run.json")));
+    run["kind"] = "nvidia-h200-x4";
+    run["plan"] = plan;
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const auto& j : plan["jobs"])
+      jobs.push_back({{"label", j["label"]}, {"args", j["args"]}, {"wall_s", wall}, {"exit", "ok"}});
+    run["bench"] = {{"jobs", jobs}};
+    ASSERT_TRUE(writeFile(runs + "/" + std::to_string(static_cast<int>(wall)) + ".json", run.dump()));
+  }
+  const nlohmann::json past = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
+                                                          "--suite", "peer_copy,zcopy,alltoallv", "--history", runs});
+  ASSERT_EQ(past["jobs"].size(), plan["jobs"].size());
   for (const auto& j : past["jobs"]) {
     EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
-    EXPECT_LT(j["budget_s"].get<double>(), 20) << j.dump();
+    EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
   }
   // A history database keeps no per-process wall times: refused, naming it.
   const std::string dir = scratchDir("qualify-history");

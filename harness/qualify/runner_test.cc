@@ -207,7 +207,6 @@ TEST(ProbeChild, RowsOrOneFailedRow) {
 #endif
 }
 
-
 // A stand-in pair suite: one row per pair of $PEERLAB_PAIR_ROUNDS (peerlab.put uni at 256 MiB), at 380 GB/s alone
 // and $FAKE_CONCURRENT_GBPS in a round of several pairs. With FAKE_STUCK=1 it writes the first round's rows, then
 // names a row of the second round's first pair as stuck and dies (only while pairs run at once).
@@ -222,7 +221,8 @@ void writePairBench(const std::string& dir, const std::string& name) {
        "\"run_type\": \"iteration\",\\n      \"repetitions\": 1,\\n      \"iterations\": 1,\\n      \"label\": "
        "\"suite=zcopy;impl=peerlab.put;name=uni;src=%s;dst=%s;ranks=2;bytes=268435456\",\\n      \"bytes\": "
        "268435456,\\n      \"time_us\": %s,\\n      \"algbw_gbps\": %s,\\n      \"busbw_gbps\": %s,\\n      "
-       "\"p10_us\": %s,\\n      \"p90_us\": %s,\\n      \"wrong\": 0\\n    }' \"$1\" \"$2\" \"$1\" \"$2\" \"$3\" \"$4\" "
+       "\"p10_us\": %s,\\n      \"p90_us\": %s,\\n      \"wrong\": 0\\n    }' \"$1\" \"$2\" \"$1\" \"$2\" \"$3\" "
+       "\"$4\" "
        "\"$4\" \"$3\" \"$3\"; }\n"
     << "first=1; round_no=0\n"
     << "printf '{\\n  \"context\": {},\\n  \"benchmarks\": [\\n' > \"$out\"\n"
@@ -231,7 +231,8 @@ void writePairBench(const std::string& dir, const std::string& name) {
     << "  n=$(echo \"$round\" | tr ',' '\\n' | wc -l)\n"
     << "  if [ -n \"$FAKE_STUCK\" ] && [ $n -gt 1 ] && [ $round_no -eq 2 ]; then\n"
     << "    p1=${round%%,*}\n"
-    << "    echo \"zcopy_bench: rank 1: BM_Zcopy/peerlab.put/uni/${p1%-*}->${p1#*-}/bytes:8: no progress for 60 s\" >&2\n"
+    << "    echo \"zcopy_bench: rank 1: BM_Zcopy/peerlab.put/uni/${p1%-*}->${p1#*-}/bytes:8: no progress for 60 s\" "
+       ">&2\n"
     << "    kill -KILL $$\n"
     << "  fi\n"
     << "  for p in $(echo \"$round\" | tr ',' ' '); do\n"
@@ -301,28 +302,27 @@ std::set<std::pair<int, int>> pairsWithRows(const BenchOutcome& out) {
 // Concurrent rounds that agree with the serial sample stand: 12 pairs, one process, the sample's row kept apart.
 TEST(Runner, ConcurrentRoundsThatAgreeWithTheSerialSampleStand) {
   PairRun r = runPairSuite("runner-guard-ok", {"FAKE_CONCURRENT_GBPS=375"});
-  ASSERT_EQ(r.out.jobs.size(), 2u) << r.rounds;
+  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;  // serial sample, concurrent sample, the process
   EXPECT_EQ(r.out.failed_jobs, 0);
   EXPECT_TRUE(r.out.fallbacks.empty());
   ASSERT_EQ(r.out.concurrency.size(), 1u);
   EXPECT_TRUE(r.out.concurrency[0].agree);
   EXPECT_DOUBLE_EQ(r.out.concurrency[0].serial_gbps, 380);
   EXPECT_DOUBLE_EQ(r.out.concurrency[0].concurrent_gbps, 375);
-  EXPECT_EQ(r.out.results.size(), 12u);  // the sample's row is not a result
+  EXPECT_EQ(r.out.results.size(), 12u);  // the samples' rows are not results
   EXPECT_EQ(pairsWithRows(r.out).size(), 12u);
-  EXPECT_EQ(std::count(r.rounds.begin(), r.rounds.end(), '\n'), 2);
+  EXPECT_EQ(std::count(r.rounds.begin(), r.rounds.end(), '\n'), 3);
 }
 
-// Concurrent rounds slower than the serial sample beyond the noise: the process runs again one pair at a time, and
-// only that run's rows are kept; the run says why.
+// A concurrent sample slower than the serial one beyond the noise: the process runs one pair at a time from the
+// start; the run says why.
 TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
   PairRun r = runPairSuite("runner-guard-slow", {"FAKE_CONCURRENT_GBPS=300"});
   ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
   ASSERT_EQ(r.out.concurrency.size(), 1u);
   EXPECT_FALSE(r.out.concurrency[0].agree);
   ASSERT_EQ(r.out.fallbacks.size(), 1u);
-  EXPECT_NE(r.out.fallbacks[0].find("300.0 GB/s at once against 380.0 alone"), std::string::npos)
-      << r.out.fallbacks[0];
+  EXPECT_NE(r.out.fallbacks[0].find("300.0 GB/s at once against 380.0 alone"), std::string::npos) << r.out.fallbacks[0];
   EXPECT_NE(r.out.jobs[2].job.label.find("(one at a time)"), std::string::npos);
   EXPECT_EQ(r.out.results.size(), 12u);
   for (const report::Result& x : r.out.results)
@@ -336,11 +336,11 @@ TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
 // names as stuck is not run again but reported with the process's failure.
 TEST(Runner, APairSuiteThatDiesLeavesTheOtherPairsResults) {
   PairRun r = runPairSuite("runner-stuck", {"FAKE_STUCK=1"});
-  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
-  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[1].rounds[1][0];
+  ASSERT_EQ(r.out.jobs.size(), 4u) << r.rounds;
+  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[2].rounds[1][0];
   const std::string stuckText = std::to_string(stuck.first) + "->" + std::to_string(stuck.second);
-  EXPECT_FALSE(r.out.jobs[1].error.empty());
-  EXPECT_NE(r.out.jobs[2].job.label.find("(the pairs left, one at a time)"), std::string::npos);
+  EXPECT_FALSE(r.out.jobs[2].error.empty());
+  EXPECT_NE(r.out.jobs[3].job.label.find("(the pairs left, one at a time)"), std::string::npos);
   const std::set<std::pair<int, int>> done = pairsWithRows(r.out);
   EXPECT_EQ(done.size(), 11u);
   EXPECT_FALSE(done.count(stuck)) << stuckText;

@@ -14,7 +14,7 @@ bool pairHasOwnLinks(const report::PlanTopology& topo, int src, int dst) {
 std::vector<std::vector<int>> hostCopySets(const report::PlanTopology& topo) {
   auto ownLinks = [&](int a, int b) {
     const report::PlanPair* p = topo.pair(a, b);
-    return p != nullptr && (p->pci == "PHB" || p->pci == "NODE" || p->pci == "SYS");
+    return p != nullptr && p->pci == "SYS";
   };
   std::vector<std::vector<int>> sets;
   for (const report::PlanGpu& g : topo.gpus) {

@@ -30,9 +30,11 @@ bool pairHasOwnLinks(const report::PlanTopology& topo, int src, int dst);
 PairSchedule schedulePairs(const report::PlanTopology& topo, const std::vector<std::pair<int, int>>& pairs,
                            bool concurrent = true);
 
-/// GPUs whose copies to and from the host may run at once: each on a PCIe link of its own, no switch shared with
-/// another of its set (their path is PHB, NODE or SYS). GPUs behind one switch (PIX, PXB), or whose paths the
-/// topology does not give, are in no set (they run alone). Sets of one are left out.
+/// GPUs whose copies to and from the host may run at once: each on a PCIe link of its own and on a NUMA node of its
+/// own (their paths cross the SMP link: SYS), so that neither a switch nor the host memory of a node is shared. GPUs of
+/// one node (PIX, PXB, PHB, NODE: a node's memory carries ~2 GPUs' copies, not more; measured on 2 H100 of one node,
+/// device-to-host fell from 55 to 44 GB/s with both at once) or whose paths the topology does not give run alone. Sets
+/// of one are left out.
 std::vector<std::vector<int>> hostCopySets(const report::PlanTopology& topo);
 
 /// Every pair alone, in order (the serial schedule a concurrent one falls back to).

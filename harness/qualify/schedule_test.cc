@@ -160,9 +160,14 @@ TEST(Schedule, HostCopySetsKeepGpusBehindOneSwitchApart) {
   for (report::PlanPair& p : t.pairs)
     p.pci = "";
   EXPECT_TRUE(hostCopySets(t).empty());
+  // One NUMA node: its memory is shared, the GPUs run alone.
   for (report::PlanPair& p : t.pairs)
     p.pci = "NODE";
-  EXPECT_EQ(hostCopySets(t), (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_TRUE(hostCopySets(t).empty());
+  // Two sockets, two GPUs each: one GPU of each socket at once.
+  for (report::PlanPair& p : t.pairs)
+    p.pci = (p.src / 2 == p.dst / 2) ? "NODE" : "SYS";
+  EXPECT_EQ(hostCopySets(t), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
 }
 
 }  // namespace

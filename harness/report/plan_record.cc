@@ -165,6 +165,7 @@ PlanJob readJob(const In& j, int gpus) {
   x.schedule_basis = j.str("schedule_basis", "");
   x.guard_for = j.str("guard_for", "", kMaxNameBytes);
   x.concurrency_env = j.str("concurrency_env", "", kMaxNameBytes);
+  x.concurrent_sample = j.boolean("concurrent_sample", false);
   return x;
 }
 
@@ -266,6 +267,7 @@ json toJson(const PlanJob& j) {
   if (!j.schedule_basis.empty()) x["schedule_basis"] = j.schedule_basis;
   if (!j.guard_for.empty()) x["guard_for"] = j.guard_for;
   if (!j.concurrency_env.empty()) x["concurrency_env"] = j.concurrency_env;
+  if (j.concurrent_sample) x["concurrent_sample"] = true;
   return x;
 }
 

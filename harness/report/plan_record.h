@@ -110,6 +110,9 @@ struct PlanJob {
   /// The variable of `env` that makes GPUs of the process run at once other than pair rounds (PEERLAB_HOST_COPY_SETS):
   /// the process run one GPU at a time leaves it out.
   std::string concurrency_env;
+  /// A concurrent sample: the first concurrent round (or set) of the process it guards, on the rows of its serial
+  /// sample; the two decide whether that process runs at once or one at a time.
+  bool concurrent_sample = false;
 };
 
 /// A plan as stored in a run and read back: what the checks need, validated.
