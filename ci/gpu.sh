@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU host: configure, build, run the GPU tests, the verified probe and the benchmarks, and write one run file
-# reports/runs/<date>-<kind>-<sha7>.json (report schema, with fingerprint), plus the raw logs under $OUT when set.
+# reports/runs/<date>-<kind>-<sha7>.json.gz (report schema, gzip-compressed, with fingerprint), plus the raw logs under
+# $OUT when set.
 #
 #   ci/gpu.sh [--kind NAME] [--tag TAG] [--stages LIST] [--bench quick|full] [--sanitize] [--tests-regex RE]
 #
@@ -14,7 +15,7 @@
 # (PEERLAB_MOE_LL_PHASES=1, rows named .../phases).
 # `variants` runs the tuning sweeps (SM copy kernels, zcopy sync variants, alltoallv grid/chunk sizes) and keeps
 # their raw Google Benchmark JSON in the logs; it adds no rows to the run file. The run file is
-# reports/runs/<date>-<kind>-<sha7>[-<tag>].json.
+# reports/runs/<date>-<kind>-<sha7>[-<tag>].json.gz.
 # Default: build,tests,qualify (qualify runs the topology, the verified probe and the quick benchmarks, and its
 # results.json becomes part of the run file). `--sanitize` adds the sanitize stage (compute-sanitizer memcheck, racecheck and
 # synccheck over the GPU tests; every job's logs in $OUT/sanitize.tgz). Every stage runs under a deadline; a failed
@@ -109,7 +110,7 @@ else
   kind="${kind:-unknown}"
   log "kind: $kind (derived from the hardware)"
 fi
-run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
+run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json.gz"
 
 runs=()
 if has_stage probe; then
@@ -202,7 +203,7 @@ junit=()
 if [ ${#runs[@]} -gt 0 ] || [ ${#junit[@]} -gt 0 ]; then
   mkdir -p reports/runs
   python3 ci/assemble_run.py --out "$run_file" --kind "$kind" --git-sha "$sha" "${junit[@]}" "${runs[@]}" &&
-    cp "$run_file" "$out/run.json"
+    cp "$run_file" "$out/run.json.gz"
 fi
 
 # Raw logs and JSON, packed (what comes back from a device run is a few files).
