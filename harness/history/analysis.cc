@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 namespace peerlab::history {
@@ -194,7 +195,7 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
     // The latest figure of each host (points are oldest first).
     std::map<std::string, const SeriesPoint*> latest;
     for (const SeriesPoint& p : s.points)
-      latest[history.run(p.run_id).host] = &p;
+      latest[history.run(p.run_id).node()] = &p;
     if (static_cast<int>(latest.size()) < options.min_hosts) continue;
     std::vector<double> values;
     for (auto& [host, p] : latest)
@@ -218,6 +219,47 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
   std::stable_sort(out.begin(), out.end(),
                    [](const FleetOutlier& a, const FleetOutlier& b) { return std::fabs(a.z) > std::fabs(b.z); });
   return out;
+}
+
+std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
+                                  const std::vector<FleetOutlier>& outliers) {
+  std::map<std::pair<std::string, std::string>, FleetNode> nodes;
+  for (const RunInfo& r : history.runs) {  // oldest first: the last one seen is the latest
+    FleetNode& n = nodes[{r.machine(), r.node()}];
+    n.machine = r.machine();
+    n.node = r.node();
+    n.latest = &r;
+  }
+  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster").
+  for (const NodeState& s : states) {
+    for (auto& [key, n] : nodes)
+      if (key.second == s.node || key.second.rfind(s.node + ".", 0) == 0) n.state = s;
+  }
+  for (const FleetOutlier& f : outliers) {
+    auto it = nodes.find({f.machine, f.host});
+    if (it != nodes.end()) ++it->second.outliers;
+  }
+  std::vector<FleetNode> out;
+  for (auto& [key, n] : nodes)
+    out.push_back(std::move(n));
+  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : 2; };
+  std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
+    return std::make_tuple(a.machine, rank(a), a.node) < std::make_tuple(b.machine, rank(b), b.node);
+  });
+  return out;
+}
+
+nlohmann::json toJson(const FleetNode& n) {
+  nlohmann::json j = {{"kind", n.machine}, {"node", n.node}, {"outliers", n.outliers}};
+  j["state"] = n.state ? n.state->state : "";
+  j["reason"] = n.state ? n.state->reason : "";
+  j["state_recorded_at"] = n.state ? n.state->recorded_at : "";
+  j["run_id"] = n.latest ? nlohmann::json(n.latest->id) : nlohmann::json(nullptr);
+  j["time"] = n.latest ? n.latest->time : "";
+  j["verdict"] = n.latest ? n.latest->verdict : "";
+  j["checks"] = n.latest ? n.latest->checksJson() : nlohmann::json::object();
+  j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
+  return j;
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {

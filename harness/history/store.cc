@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +48,9 @@ constexpr double kMaxFigure = 1e15;
 constexpr size_t kMaxGpusColumnBytes = size_t{1} << 20;
 constexpr size_t kMaxExpectationsBytes = size_t{64} << 20;
 constexpr size_t kMaxChecksColumnBytes = 4096;
+constexpr size_t kMaxCheckDetailsBytes = size_t{1} << 20;
+// Most check categories a run's check_details may count (the engine has eight).
+constexpr size_t kMaxStoredCategories = 64;
 constexpr size_t kMaxSampleValuesBytes = size_t{64} << 20;
 
 // One stored row read through bounds: text no longer than its limit, numbers of their column's type and range, JSON
@@ -143,24 +147,30 @@ std::vector<std::string> readGpuNames(const nlohmann::json& doc, RowReader& row)
   return std::move(*read);
 }
 
+// One set of counts: every count, adding up to the total.
+report::CheckCounts readCounts(const report::In& in) {
+  in.requireObject();
+  constexpr long long kMost = 1LL << 30;
+  report::CheckCounts c;
+  c.total = in.at("total").integer(0, kMost);
+  c.passed = in.at("passed").integer(0, kMost);
+  c.failed = in.at("failed").integer(0, kMost);
+  c.warnings = in.at("warnings").integer(0, kMost);
+  c.unsupported = in.at("unsupported").integer(0, kMost);
+  c.skipped = in.at("skipped").integer(0, kMost);
+  if (static_cast<long long>(c.passed) + c.failed + c.warnings + c.unsupported + c.skipped != c.total) {
+    in.fail("the counts do not add up to the total " + std::to_string(c.total));
+  }
+  return c;
+}
+
 // The stored check counts: {} (a run stored before verdicts were kept) or every count, adding up, with its verdict.
 std::optional<report::CheckCounts> readCheckCounts(const nlohmann::json& doc, const std::string& verdict,
                                                    RowReader& row) {
   if (doc.is_object() && doc.empty() && verdict.empty()) return std::nullopt;
   auto read = report::readJson([&] {
     report::In in(doc, "checks");
-    in.requireObject();
-    constexpr long long kMost = 1LL << 30;
-    report::CheckCounts c;
-    c.total = in.at("total").integer(0, kMost);
-    c.passed = in.at("passed").integer(0, kMost);
-    c.failed = in.at("failed").integer(0, kMost);
-    c.warnings = in.at("warnings").integer(0, kMost);
-    c.unsupported = in.at("unsupported").integer(0, kMost);
-    c.skipped = in.at("skipped").integer(0, kMost);
-    if (static_cast<long long>(c.passed) + c.failed + c.warnings + c.unsupported + c.skipped != c.total) {
-      in.fail("the counts do not add up to the total " + std::to_string(c.total));
-    }
+    const report::CheckCounts c = readCounts(in);
     const std::string word = in.str("verdict", verdict, report::kMaxNameBytes);
     if (word != report::verdictWord(c) || verdict != word) {
       in.fail("verdict \"" + printable(verdict, 16) + "\" does not match " + std::to_string(c.failed) +
@@ -173,6 +183,47 @@ std::optional<report::CheckCounts> readCheckCounts(const nlohmann::json& doc, co
     return std::nullopt;
   }
   return *read;
+}
+
+// The stored check details: {} (a run stored before schema step 4) or {"categories": {name: counts}, "failures":
+// [{"category", "name", "action"}]}, rebuilt from what reads (nothing else the column holds is passed on).
+nlohmann::json readCheckDetails(const nlohmann::json& doc, RowReader& row) {
+  if (doc.is_object() && doc.empty()) return nlohmann::json::object();
+  auto read = report::readJson([&] {
+    report::In in(doc, "check_details");
+    in.requireObject();
+    nlohmann::json out = nlohmann::json::object();
+    nlohmann::json categories = nlohmann::json::object();
+    const report::In cats = in.at("categories");
+    cats.requireObject();
+    if (cats.json().size() > kMaxStoredCategories) {
+      cats.fail("more than " + std::to_string(kMaxStoredCategories) + " categories");
+    }
+    for (const auto& [name, value] : cats.json().items()) {
+      if (name.empty() || name.size() > report::kMaxNameBytes)
+        cats.fail("a category name of " + std::to_string(name.size()) + " bytes");
+      categories[name] = report::toJson(readCounts(cats.member(name, value)));
+    }
+    nlohmann::json failures = nlohmann::json::array();
+    const report::In list = in.at("failures");
+    list.requireArray();
+    if (list.size() > kMaxStoredFailures) list.fail("more than " + std::to_string(kMaxStoredFailures) + " failures");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const report::In f = list.item(i);
+      f.requireObject();
+      failures.push_back({{"category", f.at("category").str(report::kMaxNameBytes)},
+                          {"name", f.at("name").str()},
+                          {"action", f.str("action", "", report::kMaxNameBytes)}});
+    }
+    out["categories"] = std::move(categories);
+    out["failures"] = std::move(failures);
+    return out;
+  });
+  if (!read.isOk()) {
+    row.fail(read.status().message());
+    return nlohmann::json::object();
+  }
+  return std::move(*read);
 }
 
 // Depth of a JSON value, walked without recursion (a run file's unknown keys may nest arbitrarily).
@@ -227,6 +278,25 @@ std::string orderTime(const std::string& timestamp, const std::string& ingested_
 
 bool isKey(const std::string& s, size_t len, const char* allowed) {
   return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
+}
+
+// What the fleet page's node x check matrix reads: the counts per check category, and the first failed checks with
+// their actions.
+nlohmann::json checkDetails(const report::RunVerdict& v) {
+  nlohmann::json j = nlohmann::json::object();
+  std::map<std::string, std::vector<report::Check>> byCategory;
+  nlohmann::json failures = nlohmann::json::array();
+  for (const report::Check& c : v.checks) {
+    byCategory[c.category].push_back(c);
+    if (c.failed() && failures.size() < kMaxStoredFailures)
+      failures.push_back({{"category", c.category}, {"name", c.name}, {"action", c.action}});
+  }
+  nlohmann::json categories = nlohmann::json::object();
+  for (const auto& [category, checks] : byCategory)
+    categories[category] = report::toJson(report::countChecks(checks));
+  j["categories"] = std::move(categories);
+  j["failures"] = std::move(failures);
+  return j;
 }
 
 }  // namespace
@@ -326,6 +396,13 @@ const std::vector<std::string>& schemaMigrations() {
       // 3: the run's verdict and check counts from the checks engine, as qualify and report give them.
       "ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE runs ADD COLUMN checks TEXT NOT NULL DEFAULT '{}'",
+      // 4: nodes' scheduler states (drained, in service), as the Slurm sweep records them; the checks per category
+      // and the first failed checks of each run (the fleet page).
+      "ALTER TABLE runs ADD COLUMN check_details TEXT NOT NULL DEFAULT '{}';"
+      "CREATE TABLE node_states ("
+      " id %ID%, node TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, recorded_at TEXT NOT NULL,"
+      " source TEXT NOT NULL);"
+      "CREATE INDEX node_states_by_node ON node_states (node, id)",
   };
   return steps;
 }
@@ -516,19 +593,20 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
 
   // The verdict the checks engine gives the run: the same qualify --results and report give it.
   const report::RunVerdict verdict = report::verdictOf(run);
+  const nlohmann::json details = checkDetails(verdict);
 
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   IngestOutcome out;
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        " source, ingested_at, expectations, verdict, checks, check_details)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump()},
+         report::toJson(verdict.counts).dump(), details.dump()},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -569,9 +647,10 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   // Columns a store of an older schema (read, not migrated) does not have yet read as their defaults.
   const std::string expectations = version_ >= 2 ? "expectations" : "'[]'";
   const std::string verdict = version_ >= 3 ? "verdict, checks" : "'', '{}'";
+  const std::string details = version_ >= 4 ? "check_details" : "'{}'";
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
-          expectations + ", ingested_at, " + verdict + " FROM runs ORDER BY id",
+          expectations + ", ingested_at, " + verdict + ", " + details + " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
         RunInfo info;
@@ -598,6 +677,8 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         }
         const nlohmann::json checks = row.json(16, "checks", kMaxChecksColumnBytes, 2);
         if (row.ok()) info.checks = readCheckCounts(checks, info.verdict, row);
+        const nlohmann::json details = row.json(17, "check_details", kMaxCheckDetailsBytes, 4);
+        if (row.ok()) info.check_details = readCheckDetails(details, row);
         if (!row.ok()) {
           const std::string which = info.id > 0 ? "run " + std::to_string(info.id) : std::string("a run without an id");
           const std::string hash =
@@ -733,6 +814,62 @@ Status HistoryStore::readResults(const std::string& where, const std::vector<Sql
                                                printable(l.first, 200) + ")");
   }
   return st;
+}
+
+Status HistoryStore::recordNodeState(const NodeState& s) {
+  if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) {
+    return PEERLAB_INVALID_ARGUMENT("state \"" + printable(s.state, 40) + "\": not one of in_service, drained, down");
+  }
+  auto plain = [](const std::string& text) {
+    return std::all_of(text.begin(), text.end(),
+                       [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+  };
+  if (s.node.empty() || s.node.size() > kMaxNodeNameBytes || !plain(s.node)) {
+    return PEERLAB_INVALID_ARGUMENT("node \"" + printable(s.node, 64) + "\": 1 to " +
+                                    std::to_string(kMaxNodeNameBytes) + " bytes without control characters");
+  }
+  if (s.reason.size() > kMaxNodeReasonBytes || !plain(s.reason) || !plain(s.source)) {
+    return PEERLAB_INVALID_ARGUMENT("reason \"" + printable(s.reason, 64) + "\": at most " +
+                                    std::to_string(kMaxNodeReasonBytes) + " bytes without control characters");
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  Status st =
+      db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
+                 {s.node, s.state, s.reason, nowUtc(), s.source});
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  return db_->commit();
+}
+
+StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
+  std::map<std::string, NodeState> latest;
+  // A store of an older schema (read, not migrated) has no node states yet.
+  if (version_ < 4) return std::vector<NodeState>{};
+  PEERLAB_RETURN_IF_ERROR(db_->query(
+      "SELECT id, node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
+        RowReader row(r);
+        const std::int64_t id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
+        NodeState s{row.text(1, "node", kMaxNodeNameBytes), row.text(2, "state", 16),
+                    row.text(3, "reason", kMaxNodeReasonBytes), row.text(4, "recorded_at", report::kMaxNameBytes),
+                    row.text(5, "source", report::kMaxNameBytes)};
+        if (row.ok() && s.node.empty()) row.fail("node is empty");
+        if (!row.ok()) {
+          warn("node_state:" + std::to_string(id),
+               "stored node state " + std::to_string(id) + " left out: " + printable(row.why(), 200));
+          return;
+        }
+        // What another version stored is read as it is checked on the way in.
+        if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) s.state = "down";
+        s.node = printable(s.node, kMaxNodeNameBytes);
+        s.reason = printable(s.reason, kMaxNodeReasonBytes);
+        latest[s.node] = std::move(s);
+      }));
+  std::vector<NodeState> out;
+  for (auto& [node, s] : latest)
+    out.push_back(std::move(s));
+  return out;
 }
 
 StatusOr<std::int64_t> HistoryStore::count(const std::string& table) {

@@ -41,12 +41,37 @@ struct RunInfo {
   /// verdicts were kept.
   std::string verdict;
   std::optional<report::CheckCounts> checks;
+  /// What the fleet page's node x check matrix shows, from the same checks: {"categories": {category: counts as in
+  /// checksJson()}, "failures": [{"category", "name", "action"}] (the first kMaxStoredFailures failed checks)}; {} for
+  /// runs stored before schema step 4. Read back through bounds: the keys above only, each of its type.
+  nlohmann::json check_details = nlohmann::json::object();
 
   /// What series are grouped by: the kind, or the host when the run names no kind.
   const std::string& machine() const { return kind.empty() ? host : kind; }
+  /// The node the run was made on, as fleet pages and node states name it (the host name the run file gives).
+  const std::string& node() const { return host; }
   /// The counts as stored: {"verdict","total","passed","failed","warnings","unsupported","skipped"}, or {}.
   nlohmann::json checksJson() const;
 };
+
+/// A node's state in the scheduler, as `history node-state` recorded it (the Slurm sweep records every node it looks
+/// at): fleet pages list drained nodes first, with the reason.
+struct NodeState {
+  std::string node;
+  std::string state;        ///< one of kNodeStates
+  std::string reason;       ///< the scheduler's reason ("peerlab: nvlink_state GPU0: reset GPU, reseat NVLink")
+  std::string recorded_at;  ///< UTC, when it was recorded
+  std::string source;       ///< what recorded it ("peerlab-slurm-sweep")
+  bool outOfService() const { return state != "in_service"; }
+};
+
+/// The states a node can be recorded in: in service, drained (or draining) with a reason, down (not responding).
+inline const std::vector<std::string> kNodeStates = {"in_service", "drained", "down"};
+/// Most failed checks a run's check_details names (the bundle has them all).
+inline constexpr size_t kMaxStoredFailures = 20;
+/// Longest node name and reason stored.
+inline constexpr size_t kMaxNodeNameBytes = 255;
+inline constexpr size_t kMaxNodeReasonBytes = 1024;
 
 /// One stored result: the run file's fields plus the spread figures benchmarks write.
 struct StoredResult {
@@ -126,6 +151,12 @@ class HistoryStore {
   Status forEachResultOfRun(std::int64_t run_id, const std::function<void(const StoredResult&)>& fn);
   /// Counts rows of `table` ("runs" or "results").
   StatusOr<std::int64_t> count(const std::string& table);
+
+  /// Records a node's state (recorded_at is set to now). `invalid_argument` for a state outside kNodeStates, an empty
+  /// or over-long node name or reason with control characters.
+  Status recordNodeState(const NodeState& state);
+  /// The latest recorded state of every node, by node name.
+  StatusOr<std::vector<NodeState>> nodeStates();
 
  private:
   explicit HistoryStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}

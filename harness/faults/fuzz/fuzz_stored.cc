@@ -2,8 +2,9 @@
 // older peerlab wrote into a history's tables, every reader (runs, results, the history, regressions, fleet, the site
 // model and pages) answers: a row that does not read is left out with a warning, never a crash.
 //
-// Input: fields separated by '\n'. The first 17 fill one row of `runs` (its columns in schema order, id first), the
-// rest fill rows of `results` 18 at a time. A field's first byte gives its SQLite type: 'i' integer, 'r' real, 'n'
+// Input: fields separated by '\n'. The first 18 fill one row of `runs` (its columns in schema order, id first), the
+// next 5 one row of `node_states` (node, state, reason, recorded_at, source), the rest rows of `results` 18 at a
+// time. A field's first byte gives its SQLite type: 'i' integer, 'r' real, 'n'
 // NULL, 'b' blob, 'D' JSON nested as deep as the number after it ("D200000": [[[...]]]), anything else text (the
 // whole field).
 
@@ -26,7 +27,8 @@
 
 namespace {
 
-constexpr int kRunColumns = 17;
+constexpr int kRunColumns = 18;
+constexpr int kNodeStateColumns = 5;
 constexpr int kResultColumns = 18;
 
 void bindField(sqlite3_stmt* st, int index, const std::string& field) {
@@ -93,10 +95,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sqlite3_exec(db, "PRAGMA foreign_keys=OFF", nullptr, nullptr, nullptr);
   insert(db,
          "INSERT INTO runs (id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-         " source, expectations, ingested_at, verdict, checks) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-         " ?12, ?13, ?14, ?15, ?16, ?17)",
+         " source, expectations, ingested_at, verdict, checks, check_details) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+         " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
          fields, 0, kRunColumns);
-  for (size_t at = kRunColumns; at < fields.size() && at < kRunColumns + 64 * kResultColumns; at += kResultColumns) {
+  insert(db, "INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES (?1, ?2, ?3, ?4, ?5)", fields,
+         kRunColumns, kNodeStateColumns);
+  constexpr size_t kFirstResult = kRunColumns + kNodeStateColumns;
+  for (size_t at = kFirstResult; at < fields.size() && at < kFirstResult + 64 * kResultColumns; at += kResultColumns) {
     insert(db,
            "INSERT INTO results (run_id, seq, suite, impl, name, src, dst, ranks, bytes, time_us, algbw_gbps,"
            " busbw_gbps, wrong, status, p10_us, p90_us, samples, sample_values) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
@@ -116,6 +121,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::invariantFailed("stored counts that do not add up were read");
     }
     (void)r.checksJson().dump();
+    if (!r.check_details.is_object()) fuzz::invariantFailed("stored check details that are no object were read");
+  }
+  auto states = (*store)->nodeStates();
+  if (!states.isOk()) fuzz::invariantFailed("the stored node states do not read");
+  for (const history::NodeState& n : *states) {
+    if (n.node.empty() || n.reason.size() > history::kMaxNodeReasonBytes * 4) {
+      fuzz::invariantFailed("a stored node state beyond its bounds was read");
+    }
   }
   Status each = (*store)->forEachResult([](const history::StoredResult& s) {
     if (s.valid && s.result.src && (*s.result.src < 0 || *s.result.src >= history::kMaxGpus)) {
