@@ -35,8 +35,6 @@
 // kLlDefaultTaggedMaxTokens tokens per rank; record field ll_tagged says which way a row went).
 // PEERLAB_MOE_LL_CTAS_PER_SM=1 keeps the low-latency launches to one CTA per SM (default kLlDefaultCtasPerSm, where
 // the kernels fit; record fields ll_ctas and ll_ctas_per_sm say what a row used).
-// PEERLAB_MOE_LL_SLICE_GROUPS=2 has two CTAs share each row on both sides at every T (a power of two up to
-// kLlSlices; default 0: chosen per call; record field ll_slice_groups says what a row used).
 // PEERLAB_MOE_LL_PHASES=1 adds, to the low-latency rows (named .../phases in the run file, as the stamps cost a few
 // atomics per CTA), when the last CTA reached each phase (us after the call's
 // start, median, slowest rank): ll_last_start_us, ll_sent_us (rows / partial sums and their flags sent), ll_signals_us
@@ -608,8 +606,6 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
           static_cast<int>(envOr("PEERLAB_MOE_LL_TAGGED_MAX_TOKENS", static_cast<uint64_t>(ll.ll_tagged_max_tokens)));
       ll.ll_ctas_per_sm =
           static_cast<int>(envOr("PEERLAB_MOE_LL_CTAS_PER_SM", static_cast<uint64_t>(ll.ll_ctas_per_sm)));
-      ll.ll_slice_groups =
-          static_cast<int>(envOr("PEERLAB_MOE_LL_SLICE_GROUPS", static_cast<uint64_t>(ll.ll_slice_groups)));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
@@ -849,7 +845,6 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
       rec.extra["ll_tagged"] = x->layout().tagged(tokens) ? 1.0 : 0.0;
       rec.extra["ll_ctas"] = static_cast<double>(combine ? x->ctasFor(tokens) : x->dispatchCtasFor(tokens));
       rec.extra["ll_ctas_per_sm"] = static_cast<double>(x->ctasPerSm());
-      rec.extra["ll_slice_groups"] = static_cast<double>(x->sliceGroupsFor(tokens));
     }
     publishTimed(state, e, rec, *us, static_cast<double>(traffic.nvlink));
   }

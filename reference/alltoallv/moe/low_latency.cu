@@ -1110,12 +1110,6 @@ StatusOr<LowLatencyExchange> LowLatencyExchange::create(Bootstrap& boot, int dev
   shape.tagged_max_tokens = config.tagged_max_tokens;
   if (const std::string why = llShapeError(shape); !why.empty()) return PEERLAB_INVALID_ARGUMENT(why);
   if (config.timeout_ms <= 0) return PEERLAB_INVALID_ARGUMENT("ll: timeout_ms must be positive");
-  if (config.slice_groups < 0 || config.slice_groups > kLlSlices ||
-      (config.slice_groups & (config.slice_groups - 1)) != 0) {
-    return PEERLAB_INVALID_ARGUMENT("ll: slice_groups " + std::to_string(config.slice_groups) +
-                                    " is not 0 (chosen per call) or a power of two up to " +
-                                    std::to_string(kLlSlices));
-  }
   LowLatencyExchange x;
   x.config_ = config;
   x.config_.capacity = shape.capacity;
@@ -1184,7 +1178,6 @@ int LowLatencyExchange::ctasFor(int num_tokens) const {
 }
 
 int LowLatencyExchange::sliceGroupsFor(int num_tokens) const {
-  if (config_.slice_groups > 0) return config_.slice_groups;
   const int cap = ctaCap();
   const int rows = layout_.ranks * std::max(num_tokens, 1);
   int groups = 1;

@@ -56,9 +56,6 @@ struct LlConfig {
   /// CTAs per SM a launch may use (1 or 2; 2 only where the kernels fit twice): with 2 a CTA that takes a second
   /// received row no longer waits for its first one's fan-out (T=128 on 2 ranks: 256 rows on 132 SMs).
   int ctas_per_sm = kLlDefaultCtasPerSm;
-  /// CTAs per row on each side (a power of two up to kLlSlices; each takes kLlSlices / slice_groups slices of a row).
-  /// 0: chosen per call (LowLatencyExchange::sliceGroupsFor: more where rows are few against the SMs).
-  int slice_groups = 0;
   bool programmatic_launch = true;  ///< launch with programmatic dependent launch where the device has it
 };
 

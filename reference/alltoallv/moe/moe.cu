@@ -487,7 +487,6 @@ StatusOr<MoeExchange> MoeExchange::createWithAllToAllV(Bootstrap& boot, int devi
     l.programmatic_launch = config.ll_programmatic_launch;
     l.tagged_max_tokens = config.ll_tagged_max_tokens;
     l.ctas_per_sm = config.ll_ctas_per_sm;
-    l.slice_groups = config.ll_slice_groups;
     PEERLAB_ASSIGN_OR_RETURN(auto ll, LowLatencyExchange::create(boot, device, l, deadline));
     m.ll_ = std::make_unique<LowLatencyExchange>(std::move(ll));
   }

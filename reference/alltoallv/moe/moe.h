@@ -56,7 +56,6 @@ struct MoeConfig {
   int64_t ll_timeout_ms = 10'000;                        ///< bound of the LL kernels' device waits
   int ll_tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< LlConfig::tagged_max_tokens
   int ll_ctas_per_sm = kLlDefaultCtasPerSm;              ///< LlConfig::ctas_per_sm
-  int ll_slice_groups = 0;                               ///< LlConfig::slice_groups (0: chosen per call)
   bool ll_programmatic_launch = true;  ///< LL kernels go out with programmatic dependent launch where the device has it
 };
 

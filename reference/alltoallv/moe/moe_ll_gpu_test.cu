@@ -45,7 +45,6 @@ struct LlCase {
   LlPayload payload;
   Routing routing;
   int tagged_max_tokens = kLlDefaultTaggedMaxTokens;  ///< 0: every row plain; between the ranks' token counts: mixed
-  int slice_groups = 0;                               ///< LlConfig::slice_groups (0: chosen per call)
 };
 
 // The experts run on the host from the reference's rows (fp8: dequantized, then rounded to bf16).
@@ -101,7 +100,6 @@ void llRounds(Bootstrap& boot, const LlCase& c, const MoeShape& shape, int cap, 
   cfg.ll_capacity = cap;
   cfg.ll_payload = c.payload;
   cfg.ll_tagged_max_tokens = c.tagged_max_tokens;
-  cfg.ll_slice_groups = c.slice_groups;
   auto made = MoeExchange::createWithAllToAllV(boot, me, cfg, Transfer::kPush, soon());
   PEERLAB_ASSERT_OK(made.status());
   MoeExchange moe = std::move(made).value();
@@ -283,19 +281,6 @@ TEST(MoeLowLatencyDeepSeek, TwoRanksT128Fp8Hidden7168Top8Of256) {
   llRounds(boot, LlCase{2, LlPayload::kFp8, Routing::kUniform}, MoeShape{2, 7168, 8, 256}, 128, {100, 128});
 }
 
-// Rows shared by two CTAs on each side at T=128 (slice groups set, not chosen): every slice flag and payload still
-// lands where the reference says, bf16 and fp8, with the ranks routing different counts (128 and 100).
-TEST(MoeLowLatencyDeepSeek, TwoRanksT128TwoSliceGroups) {
-  PEERLAB_REQUIRE_GPUS(2);
-  PEERLAB_TEST_RANKS(2, boot);
-  for (LlPayload payload : {LlPayload::kBf16, LlPayload::kFp8}) {
-    SCOPED_TRACE(payload == LlPayload::kFp8 ? "fp8" : "bf16");
-    LlCase c{2, payload, Routing::kUniform};
-    c.slice_groups = 2;
-    llRounds(boot, c, MoeShape{2, 7168, 8, 256}, 128, {128, 100});
-  }
-}
-
 // The same shape with rank 0's rows plain (30 tokens) and rank 1's tagged (1 token).
 TEST(MoeLowLatencyDeepSeek, TwoRanksMixedRowsHidden7168Top8Of256) {
   PEERLAB_REQUIRE_GPUS(2);
@@ -473,26 +458,6 @@ TEST(MoeLowLatencyFaults, DeadPeerIsATimeoutNamingIt) {
 
 // Auto mode: up to ll_auto_max_tokens the LL kernels, beyond it the normal path (also where the LL buffers would
 // still hold the call), both equal to their references.
-TEST(MoeLowLatencyMode, SliceGroupsMustBeAPowerOfTwoUpToTheSlices) {
-  PEERLAB_REQUIRE_GPUS(1);
-  PEERLAB_TEST_RANKS(1, boot);
-  const int me = boot.rank();
-  MoeConfig cfg;
-  cfg.hidden = 256;
-  cfg.top_k = 4;
-  cfg.experts = 16;
-  cfg.max_tokens = 64;
-  cfg.ll_max_tokens = 16;
-  for (int groups : {3, -1, 2 * kLlSlices}) {
-    cfg.ll_slice_groups = groups;
-    auto made = MoeExchange::createWithAllToAllV(boot, me, cfg, Transfer::kPush, soon());
-    ASSERT_FALSE(made.isOk()) << groups;
-    EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(made.status().message().find("slice_groups " + std::to_string(groups)), std::string::npos)
-        << made.status().message();
-  }
-}
-
 TEST(MoeLowLatencyMode, AutoPicksByTokenCount) {
   PEERLAB_REQUIRE_GPUS(1);
   PEERLAB_TEST_RANKS(1, boot);
