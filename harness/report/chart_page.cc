@@ -53,6 +53,7 @@ td.cell-self { background: #e6e6e6; color: #888; }
 .tile { max-width: 440px; }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
 .verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
+.verdict-warn { color: #7a4a00; font-weight: 700; }
 )css";
 
 // Draws every .plchart block with Chart.js and reports on <html> what it did.

@@ -86,7 +86,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
   out << "<h1>peerlab fleet: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all machine "
       << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(name)) << "\">trends</a> &middot; generated "
       << htmlEscape(generated) << "</p>\n";
-  out << "<p class=\"" << (outOfService + failing ? "verdict-fail" : "verdict-pass") << "\">" << nodes.size()
+  // Red only for a failed check: a node out of service (drained, down, reserved) is amber, not a verdict.
+  out << "<p class=\"" << (failing ? "verdict-fail" : outOfService ? "verdict-warn" : "verdict-pass") << "\">"
+      << nodes.size()
       << " nodes: " << outOfService << " out of service, " << failing << " failing their latest run</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
@@ -103,7 +105,7 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
     const bool out_of_service = !state.empty() && state != "in_service";
     out << "<tr><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l"
-        << (out_of_service ? " cell-fail" : "") << "\">"
+        << (out_of_service ? " cell-warn" : "") << "\">"
         << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason)) << "</td>";
     out << "<td class=\""
         << (verdict == "PASS"   ? "cell-ok"
