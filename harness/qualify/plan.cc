@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -199,8 +199,8 @@ PlanTopology fromTopology(const topology::Topology& topo) {
   // On a live machine, the GPUs CUDA does not show this process (CUDA_VISIBLE_DEVICES, or a GPU CUDA cannot use)
   // are listed last by the topology; nothing can run on them, so the plan covers the ones CUDA sees (their indices
   // are their CUDA ordinals) and says which were left out.
-  const bool live = std::any_of(topo.gpus().begin(), topo.gpus().end(),
-                                [](const topology::Gpu& g) { return g.cuda_ordinal >= 0; });
+  const bool live =
+      std::any_of(topo.gpus().begin(), topo.gpus().end(), [](const topology::Gpu& g) { return g.cuda_ordinal >= 0; });
   auto runnable = [&](int index) {
     if (!live) return true;
     for (const topology::Gpu& g : topo.gpus())

@@ -16,7 +16,9 @@ bool isGzip(std::string_view bytes) {
 
 #if PEERLAB_HAVE_ZLIB
 
-bool haveGzip() { return true; }
+bool haveGzip() {
+  return true;
+}
 
 namespace {
 
@@ -103,10 +105,13 @@ StatusOr<std::string> gzip(std::string_view text) {
 
 #else
 
-bool haveGzip() { return false; }
+bool haveGzip() {
+  return false;
+}
 
 StatusOr<std::string> gunzip(std::string_view, size_t) {
-  return PEERLAB_UNAVAILABLE("gzip-compressed, and this peerlab was built without zlib (install zlib1g-dev and rebuild)");
+  return PEERLAB_UNAVAILABLE(
+      "gzip-compressed, and this peerlab was built without zlib (install zlib1g-dev and rebuild)");
 }
 
 StatusOr<std::string> gzip(std::string_view) {

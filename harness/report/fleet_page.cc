@@ -87,9 +87,12 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(name)) << "\">trends</a> &middot; generated "
       << htmlEscape(generated) << "</p>\n";
   // Red only for a failed check: a node out of service (drained, down, reserved) is amber, not a verdict.
-  out << "<p class=\"" << (failing ? "verdict-fail" : outOfService ? "verdict-warn" : "verdict-pass") << "\">"
-      << nodes.size()
-      << " nodes: " << outOfService << " out of service, " << failing << " failing their latest run</p>\n";
+  out << "<p class=\""
+      << (failing        ? "verdict-fail"
+          : outOfService ? "verdict-warn"
+                         : "verdict-pass")
+      << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
+      << " failing their latest run</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
          "the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";

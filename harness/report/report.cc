@@ -1,6 +1,5 @@
 #include "harness/report/report.h"
 
-
 #include <unistd.h>
 
 #include <algorithm>
