@@ -33,11 +33,16 @@ nlohmann::json orNull(const std::optional<T>& v) {
 
 }  // namespace
 
+bool machineMatches(const RunInfo& run, const std::string& kind) {
+  return run.machine() == kind || run.host == kind || run.nodeOrHost() == kind ||
+         (!run.kind.empty() && report::sameHardware(run.kind, kind));
+}
+
 StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options) {
   History h;
   PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, store.runs());
   for (RunInfo& r : all) {
-    if (!options.kind.empty() && r.machine() != options.kind && r.host != options.kind) continue;
+    if (!options.kind.empty() && !machineMatches(r, options.kind)) continue;
     h.run_index[r.id] = h.runs.size();
     h.runs.push_back(std::move(r));
   }
@@ -52,7 +57,8 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
     std::optional<double> value = report::metricValue(r, *metric);
     if (!value || !std::isfinite(*value) || *value <= 0) return;
     const RunInfo& info = h.runs[run->second];
-    const std::string& machine = options.by_host ? info.host : info.machine();
+    // Per host: the node within its kind, so that one series never holds two kinds of hardware.
+    const std::string machine = options.by_host ? info.machine() + "@" + info.nodeOrHost() : info.machine();
     const std::string id = seriesId(machine, r);
     auto [it, fresh] = byId.emplace(id, h.series.size());
     if (fresh) {
@@ -126,6 +132,7 @@ std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo
     if (a != b) out.push_back(std::string(what) + " " + (a.empty() ? "?" : a) + " -> " + (b.empty() ? "?" : b));
   };
   diff("host", before.host, after.host);
+  diff("node", before.node, after.node);
   diff("driver", before.driver, after.driver);
   diff("CUDA", before.cuda, after.cuda);
   diff("NCCL", before.nccl, after.nccl);
@@ -147,12 +154,27 @@ std::vector<Regression> findRegressions(const History& history, double threshold
   for (const Series& s : history.series) {
     if (s.change_points.empty()) continue;
     const ChangePoint& cp = s.change_points.back();
-    const double worse = worseningPct(s.metric, cp.before, cp.after);
-    if (worse <= threshold_pct) continue;
+    // The segments either side of the latest change point, judged by the one noise rule with E-Divisive's test.
+    const int start = s.change_points.size() > 1 ? s.change_points[s.change_points.size() - 2].index : 0;
+    report::Side before, after;
+    before.value = cp.before;
+    before.runs = cp.index - start;
+    after.value = cp.after;
+    after.runs = static_cast<int>(s.points.size()) - cp.index;
+    report::NoiseRule rule;
+    rule.threshold_pct = threshold_pct;
+    rule.jitter_us = 0;
+    report::RunsTest test;
+    test.name = "e-divisive";
+    test.significant = true;  // detectChangePoints kept only change points that passed it
+    test.p_value = cp.p_value;
+    const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, before, after, rule, &test);
+    if (d.verdict != report::Verdict::kRegressed) continue;
     Regression r;
     r.series = &s;
     r.change = cp;
-    r.worsening_pct = worse;
+    r.worsening_pct = d.worsening_pct;
+    r.decision = d;
     r.run = &history.run(s.points[cp.index].run_id);
     r.previous = &history.run(s.points[cp.index - 1].run_id);
     r.fingerprint_changes = fingerprintChanges(*r.previous, *r.run);
@@ -174,6 +196,7 @@ nlohmann::json toJson(const Regression& r) {
   j["series_id"] = r.series->id;
   j["machine"] = r.series->machine;
   j["host"] = r.run->host;
+  j["node"] = r.run->node;
   j["kind"] = r.run->kind;
   j["run_id"] = r.run->id;
   j["git_sha"] = r.run->git_sha;
@@ -185,6 +208,7 @@ nlohmann::json toJson(const Regression& r) {
   j["worsening_pct"] = r.worsening_pct;
   j["p_value"] = r.change.p_value;
   j["fingerprint_changes"] = r.fingerprint_changes;
+  j["noise_rule"] = report::toJson(r.decision);
   return j;
 }
 
@@ -194,7 +218,7 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
     // The latest figure of each host (points are oldest first).
     std::map<std::string, const SeriesPoint*> latest;
     for (const SeriesPoint& p : s.points)
-      latest[history.run(p.run_id).host] = &p;
+      latest[history.run(p.run_id).nodeOrHost()] = &p;
     if (static_cast<int>(latest.size()) < options.min_hosts) continue;
     std::vector<double> values;
     for (auto& [host, p] : latest)
@@ -207,11 +231,22 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
     const double mad = std::max(median(dev, 0, static_cast<int>(dev.size())), 1e-3 * std::fabs(med));
     if (mad <= 0) continue;
     for (auto& [host, p] : latest) {
+      // The host's figure against the fleet's median, by the one noise rule with the modified z-score as its test.
       const double z = 0.6745 * (p->value - med) / mad;
-      const double worseZ = s.metric.higher_is_better ? -z : z;
-      const double pct = std::fabs(p->value - med) / std::fabs(med) * 100.0;
-      if (worseZ > options.z_threshold && pct >= options.min_change_pct) {
-        out.push_back({s.machine, host, &s, p->run_id, p->value, med, mad, z});
+      report::Side fleet, own;
+      fleet.value = med;
+      fleet.runs = static_cast<int>(latest.size());
+      own.value = p->value;
+      report::NoiseRule rule;
+      rule.threshold_pct = options.min_change_pct;
+      rule.jitter_us = 0;
+      report::RunsTest test;
+      test.name = "mad-z";
+      test.significant = std::fabs(z) > options.z_threshold;
+      test.z = z;
+      const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, fleet, own, rule, &test);
+      if (d.verdict == report::Verdict::kRegressed) {
+        out.push_back({s.machine, history.run(p->run_id).host, host, &s, p->run_id, p->value, med, mad, z, d});
       }
     }
   }
@@ -224,12 +259,14 @@ nlohmann::json toJson(const FleetOutlier& f) {
   nlohmann::json j = seriesFields(*f.series);
   j["kind"] = f.machine;
   j["host"] = f.host;
+  j["node"] = f.node;
   j["series_id"] = f.series->id;
   j["run_id"] = f.run_id;
   j["value"] = f.value;
   j["median"] = f.median;
   j["mad"] = f.mad;
   j["z"] = f.z;
+  j["noise_rule"] = report::toJson(f.decision);
   return j;
 }
 

@@ -121,7 +121,7 @@ TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
   auto s = open();
   ASSERT_TRUE(s);
   std::mt19937_64 rng(7);
-  const report::Run run = syntheticRun(rng, 0, "node-a", "nvidia-h200-x4");
+  const report::Run run = syntheticRun(rng, 0, "node-a", "h200-x4-nvswitch");
   PEERLAB_ASSERT_OK_AND_ASSIGN(IngestOutcome first, s->ingest(run, {"", "a.json"}));
   PEERLAB_ASSERT_OK_AND_ASSIGN(IngestOutcome second, s->ingest(run, {"", "copy-of-a.json"}));
   EXPECT_TRUE(first.inserted);
@@ -133,7 +133,7 @@ TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(std::vector<RunInfo> runs, s->runs());
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].git_sha, run.git_sha);
-  EXPECT_EQ(runs[0].kind, "nvidia-h200-x4");
+  EXPECT_EQ(runs[0].kind, "h200-x4-nvswitch");
   EXPECT_EQ(runs[0].host, "node-a");
   EXPECT_EQ(runs[0].driver, "580.159.04");
   EXPECT_EQ(runs[0].cuda, "13.0");

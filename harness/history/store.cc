@@ -214,6 +214,8 @@ const std::vector<std::string>& schemaMigrations() {
       // 3: the run's verdict and check counts from the checks engine, as qualify and report give them.
       "ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE runs ADD COLUMN checks TEXT NOT NULL DEFAULT '{}'",
+      // 4: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
+      "ALTER TABLE runs ADD COLUMN node TEXT NOT NULL DEFAULT ''",
   };
   return steps;
 }
@@ -336,11 +338,7 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
     }
   }
   const std::string hash = runContentHash(run);
-  std::string kind = options.kind;
-  if (kind.empty()) {
-    auto it = run.extra.find("kind");
-    if (it != run.extra.end() && it->is_string()) kind = it->get<std::string>();
-  }
+  const std::string kind = !options.kind.empty() ? options.kind : run.kind.name;
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& g : run.fingerprint.gpus)
     gpus.push_back(g.name);
@@ -357,13 +355,13 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        " source, ingested_at, expectations, verdict, checks, node)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump()},
+         report::toJson(verdict.counts).dump(), run.node.id},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -404,7 +402,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   Status parseError;
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source,"
-      " expectations, ingested_at, verdict, checks FROM runs ORDER BY id",
+      " expectations, ingested_at, verdict, checks, node FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RunInfo info;
         info.id = r.integer(0);
@@ -429,6 +427,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         info.verdict = r.text(15);
         auto checks = nlohmann::json::parse(r.text(16), nullptr, false);
         if (checks.is_object()) info.checks = checks;
+        info.node = r.text(17);
         info.time = orderTime(info.timestamp, info.ingested_at);
         out.push_back(std::move(info));
       }));

@@ -22,6 +22,8 @@ struct RunInfo {
   std::string content_hash;
   std::string host;
   std::string kind;  ///< machine kind ("h200-x4-nvswitch"): the run file's `kind`, or --kind at ingest; may be empty
+  std::string
+      node;  ///< node identity ("gpus-3fa2b81c04d9", report::NodeIdentity); "" for runs stored before it was kept
   std::string git_sha;
   std::string timestamp;  ///< as the run file gave it (display only: it may be anything the file said)
   std::string time;       ///< what runs are ordered by: `timestamp` in UTC ("2026-11-21T19:45:53Z") when it is a valid
@@ -40,8 +42,10 @@ struct RunInfo {
   std::string verdict;
   nlohmann::json checks = nlohmann::json::object();
 
-  /// What series are grouped by: the kind, or the host when the run names no kind.
-  const std::string& machine() const { return kind.empty() ? host : kind; }
+  /// What series are grouped by: the kind, or the node (else the host) when the run names no kind.
+  const std::string& machine() const { return !kind.empty() ? kind : nodeOrHost(); }
+  /// The node that ran it: its identity, or the host name for runs stored before identities were kept.
+  const std::string& nodeOrHost() const { return node.empty() ? host : node; }
 };
 
 /// One stored result: the run file's fields plus the spread figures benchmarks write.
@@ -58,7 +62,8 @@ struct StoredResult {
 };
 
 struct IngestOptions {
-  std::string kind;    ///< overrides the run file's kind when not empty
+  std::string
+      kind;  ///< overrides the run file's kind when not empty (checked against the run's hardware by the caller)
   std::string source;  ///< recorded with the run
 };
 

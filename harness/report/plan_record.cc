@@ -147,6 +147,16 @@ PlanJob readJob(const In& j, int gpus) {
 
 }  // namespace
 
+std::vector<Expectation> expectationsFromJson(const json& doc) {
+  std::vector<Expectation> out;
+  if (!doc.is_array()) return out;
+  for (size_t i = 0; i < doc.size() && i < 100000; ++i) {
+    auto e = readJson([&] { return readExpectation(In(doc[i], "$[" + std::to_string(i) + "]"), kMaxGpus); });
+    if (e.isOk()) out.push_back(std::move(*e));
+  }
+  return out;
+}
+
 const PlanPair* PlanTopology::pair(int src, int dst) const {
   for (const PlanPair& p : pairs) {
     if (p.src == src && p.dst == dst) return &p;
