@@ -204,7 +204,10 @@ TEST(QualifyCli, BundleFromStoredRun) {
     EXPECT_TRUE(std::filesystem::exists(dir + "/pass/" + f)) << f;
   }
   EXPECT_NE(r.out.find("peerlab qualify: PASS"), std::string::npos) << r.out;
-  EXPECT_EQ(readFile(dir + "/pass/summary.md").rfind("# peerlab qualify: PASS on h200-test", 0), 0u);
+  // The machine by kind and node (the stored plan's topology gives the kind), the host name beside them.
+  EXPECT_EQ(readFile(dir + "/pass/summary.md").rfind("# peerlab qualify: PASS on h200-x2-nvswitch, node gpus-", 0), 0u)
+      << readFile(dir + "/pass/summary.md").substr(0, 200);
+  EXPECT_NE(readFile(dir + "/pass/summary.md").find("(host h200-test)"), std::string::npos);
   const std::string junit = parseJunit(dir + "/pass/junit.xml");
   EXPECT_NE(junit.find(" 0 0\n"), std::string::npos) << junit;
   auto stored = report::readRun(dir + "/pass/results.json");

@@ -38,7 +38,10 @@ TEST(ReportCli, RendersHtml) {
   const std::string html = readFile(dir + "/r.html");
   EXPECT_NE(html.find("<table class=\"series\">"), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
-  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
+  // The machine by kind and node, the host name beside them.
+  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on h200-x2, node gpus-"), std::string::npos)
+      << readFile(dir + "/s.md");
+  EXPECT_NE(readFile(dir + "/s.md").find("(host sample-host)"), std::string::npos);
 }
 
 TEST(ReportCli, CompareExitCodes) {
@@ -123,7 +126,7 @@ TEST(ReportCli, EmptyRunIsItsOwnVerdictWithExitFive) {
   EXPECT_NE(r.err.find("peerlab report: EMPTY: 0 checks"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not a PASS"), std::string::npos) << r.err;
   EXPECT_EQ(readFile(dir + "/s.md").find("PASS"), std::string::npos) << readFile(dir + "/s.md");
-  EXPECT_NE(readFile(dir + "/s.md").find("EMPTY"), std::string::npos) << readFile(dir + "/s.md");
+  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: EMPTY on "), std::string::npos) << readFile(dir + "/s.md");
   // As a baseline it is refused: nothing to hold a run against.
   CliRun q = runPeerlab({"qualify", "--results", sample(), "--baseline", dir + "/empty.json", "--out", dir + "/q"});
   EXPECT_EQ(q.exit_code, 2) << q.out << q.err;

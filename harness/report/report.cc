@@ -643,10 +643,11 @@ DerivedKind hardwareOf(const Run& run) {
 }
 
 std::string machineTitle(const Run& run) {
-  std::string t = run.kind.name.empty() ? std::string("unknown kind") : run.kind.name;
+  const std::string host = run.fingerprint.hostname.empty() ? std::string("unknown host") : run.fingerprint.hostname;
+  if (run.kind.name.empty()) return host;
+  std::string t = run.kind.name;
   if (!run.node.empty() && run.node.basis != "hostname") t += ", node " + run.node.id;
-  t += " (host " + (run.fingerprint.hostname.empty() ? std::string("unknown") : run.fingerprint.hostname) + ")";
-  return t;
+  return t + " (host " + host + ")";
 }
 
 Status attachPlan(Run& run) {

@@ -99,7 +99,8 @@ Status attachPlan(Run& run);
 /// The hardware of a run: deriveKind of its plan's topology, else of its fingerprint's GPUs; empty when neither
 /// lists a GPU.
 DerivedKind hardwareOf(const Run& run);
-/// What a page or bundle title says of the machine: "h200-x4-nvswitch, node gpus-3fa2b81c04d9 (host vm)".
+/// What a page or bundle title says of the machine: "h200-x4-nvswitch, node gpus-3fa2b81c04d9 (host vm)"; the host
+/// name alone for a run whose kind is unknown.
 std::string machineTitle(const Run& run);
 
 /// Seconds since the epoch of an ISO 8601 timestamp ("2026-11-21T08:12:33Z", fractions and +hh:mm allowed);
