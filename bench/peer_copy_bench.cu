@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "harness/launch/pair_rounds.h"
 #include "reference/core/check.h"
 #include "reference/core/device_time.cuh"
 #include "reference/core/devices.h"
@@ -398,20 +400,37 @@ StatusOr<PatternCheck> verifyAll(Env& e, const CopySpec& spec, const std::vector
   return total;
 }
 
-Status measureCopy(benchmark::State& state, const CopySpec& spec, Record& rec) {
+Record copyIdentity(const CopySpec& spec);
+
+// The row `spec` for every pair of `pairs` at once (pairs of one round: no GPU in two of them), each pair on its own
+// engines' streams; one record per pair. A row of one pair is the plain case.
+StatusOr<std::map<std::pair<int, int>, Record>> measureCopies(const CopySpec& spec,
+                                                              const std::vector<std::pair<int, int>>& pairs) {
   PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
   if (e->devices < 2) return PEERLAB_UNAVAILABLE("needs 2 GPUs, " + std::to_string(e->devices) + " visible");
-  if (spec.a >= e->devices || spec.b >= e->devices) return PEERLAB_UNAVAILABLE("pair not visible");
-  std::vector<Direction> dirs = {{spec.a, spec.b, engineFor(spec, spec.a, spec.b), 0}};
-  if (spec.bidir) dirs.push_back({spec.b, spec.a, engineFor(spec, spec.b, spec.a), 0});
+  std::vector<Direction> dirs;
+  std::vector<size_t> owner;  // the pair each direction belongs to
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [a, b] = pairs[i];
+    if (a >= e->devices || b >= e->devices) return PEERLAB_UNAVAILABLE("pair not visible");
+    dirs.push_back({a, b, engineFor(spec, a, b), 0});
+    owner.push_back(i);
+    if (spec.bidir) {
+      dirs.push_back({b, a, engineFor(spec, b, a), 0});
+      owner.push_back(i);
+    }
+  }
   for (auto& d : dirs) {
-    d.seed = patternSeed(e->run, d.src, d.dst, hashName(spec.impl + rec.name) ^ spec.bytes);
+    d.seed = patternSeed(e->run, d.src, d.dst, hashName(spec.impl + spec.name) ^ spec.bytes);
     PEERLAB_RETURN_IF_ERROR(e->ensureBuffers(d.src));
     PEERLAB_RETURN_IF_ERROR(e->ensureBuffers(d.dst));
   }
 
   std::optional<PeerAccessRestorer> restore;
   std::optional<peer::SmCopyConfig> previous_sm;
+  if (spec.method == Method::kMemcpyPeerNoP2P && pairs.size() != 1) {
+    return PEERLAB_INVALID_ARGUMENT("the driver-staged anchor runs one pair at a time");
+  }
   if (spec.method == Method::kMemcpyPeerNoP2P) {
     // The driver stages through host memory only when peer access is off: switch it off for this row.
     PEERLAB_ASSIGN_OR_RETURN(peer::PeerState before, peer::peerState(spec.a, spec.b));
@@ -450,7 +469,13 @@ Status measureCopy(benchmark::State& state, const CopySpec& spec, Record& rec) {
     for (const auto& d : dirs)
       PEERLAB_RETURN_IF_ERROR(issueCopy(*e, spec, d));
   }
-  PEERLAB_ASSIGN_OR_RETURN(PatternCheck warm, verifyAll(*e, spec, dirs));
+  std::vector<PatternCheck> warm_by_pair(pairs.size());
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    std::vector<Direction> mine;
+    for (size_t i = 0; i < dirs.size(); ++i)
+      if (owner[i] == p) mine.push_back(dirs[i]);
+    PEERLAB_ASSIGN_OR_RETURN(warm_by_pair[p], verifyAll(*e, spec, mine));
+  }
   PEERLAB_RETURN_IF_ERROR(poisonAll(*e, spec, dirs));
 
   std::vector<double> per_sample;
@@ -498,44 +523,65 @@ Status measureCopy(benchmark::State& state, const CopySpec& spec, Record& rec) {
     }
     per_sample.push_back(slowest);
   }
-  PEERLAB_ASSIGN_OR_RETURN(PatternCheck timed, verifyAll(*e, spec, dirs));
-
-  const double time_us = bench::median(per_sample);
-  state.SetIterationTime(time_us * 1e-6);
-  rec.time_us = time_us;
-  rec.algbw_gbps = static_cast<double>(spec.bytes) / time_us / 1e3;
-  rec.busbw_gbps = spec.bidir ? 2 * rec.algbw_gbps : rec.algbw_gbps;
-  rec.wrong = static_cast<double>(warm.wrong + timed.wrong);
-  const int sms = spec.method == Method::kCopier ? e->copier->smsFor(spec.path, spec.a, spec.b, spec.bytes) : 0;
-  rec.extra["sms"] = sms;
-  rec.extra["samples"] = samples;
-  rec.extra["batch"] = static_cast<double>(batch);
-  rec.extra["p10_us"] = bench::percentile(per_sample, 10);
-  rec.extra["p90_us"] = bench::percentile(per_sample, 90);
-  if (spec.bidir) {
-    rec.extra["fwd_gbps"] = static_cast<double>(spec.bytes) / bench::median(per_dir[0]) / 1e3;
-    rec.extra["rev_gbps"] = static_cast<double>(spec.bytes) / bench::median(per_dir[1]) / 1e3;
+  std::map<std::pair<int, int>, Record> out;
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const auto [a, b] = pairs[p];
+    std::vector<Direction> mine;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      if (owner[i] != p) continue;
+      mine.push_back(dirs[i]);
+      idx.push_back(i);
+    }
+    CopySpec one = spec;
+    one.a = a;
+    one.b = b;
+    Record rec = copyIdentity(one);
+    // Per sample, the slower of this pair's directions.
+    std::vector<double> per_sample(per_dir[idx.front()].size(), 0.0);
+    for (size_t k = 0; k < per_sample.size(); ++k) {
+      for (size_t i : idx)
+        per_sample[k] = std::max(per_sample[k], per_dir[i][k]);
+    }
+    const PatternCheck& warm_one = warm_by_pair[p];
+    PEERLAB_ASSIGN_OR_RETURN(PatternCheck timed, verifyAll(*e, spec, mine));
+    const double time_us = bench::median(per_sample);
+    rec.time_us = time_us;
+    rec.algbw_gbps = static_cast<double>(spec.bytes) / time_us / 1e3;
+    rec.busbw_gbps = spec.bidir ? 2 * rec.algbw_gbps : rec.algbw_gbps;
+    rec.wrong = static_cast<double>(warm_one.wrong + timed.wrong);
+    const int sms = spec.method == Method::kCopier ? e->copier->smsFor(spec.path, a, b, spec.bytes) : 0;
+    rec.extra["sms"] = sms;
+    rec.extra["samples"] = samples;
+    rec.extra["batch"] = static_cast<double>(batch);
+    rec.extra["p10_us"] = bench::percentile(per_sample, 10);
+    rec.extra["p90_us"] = bench::percentile(per_sample, 90);
+    if (pairs.size() > 1) rec.extra["concurrent_pairs"] = static_cast<double>(pairs.size());
+    if (spec.bidir) {
+      rec.extra["fwd_gbps"] = static_cast<double>(spec.bytes) / bench::median(per_dir[idx[0]]) / 1e3;
+      rec.extra["rev_gbps"] = static_cast<double>(spec.bytes) / bench::median(per_dir[idx[1]]) / 1e3;
+    }
+    if (warm_one.wrong + timed.wrong > 0) {
+      rec.extra["first_bad"] = static_cast<double>(std::min(warm_one.first_bad, timed.first_bad));
+    }
+    if (spec.method == Method::kCopier && (spec.path == CopyPath::kSmPull || spec.path == CopyPath::kSmPush)) {
+      // 1: the bulk-copy kernel ran, 0: the vector kernel.
+      const peer::SmKernel kernel = e->copier->smKernelFor(spec.path, a, b, e->dst[b]->ptr, e->src[a]->ptr, spec.bytes);
+      rec.extra["bulk"] = kernel == peer::SmKernel::kBulk ? 1 : 0;
+    }
+    if (spec.sm) {
+      rec.extra["threads"] = spec.sm->threads_per_block;
+      rec.extra["unroll"] = spec.sm->unroll;
+      rec.extra["blocks_per_sm"] = spec.sm->blocks_per_sm;
+      rec.extra["hints"] = spec.sm->hints;
+      rec.extra["sm_cap"] = spec.sm->sms;
+      rec.extra["bulk_kib"] = spec.sm->bulk_kib;
+      rec.extra["bulk_stages"] = spec.sm->bulk_stages;
+      rec.extra["bulk_blocks_per_sm"] = spec.sm->bulk_blocks_per_sm;
+    }
+    out[{a, b}] = rec;
   }
-  if (warm.wrong + timed.wrong > 0) {
-    rec.extra["first_bad"] = static_cast<double>(std::min(warm.first_bad, timed.first_bad));
-  }
-  if (spec.method == Method::kCopier && (spec.path == CopyPath::kSmPull || spec.path == CopyPath::kSmPush)) {
-    // 1: the bulk-copy kernel ran, 0: the vector kernel.
-    const peer::SmKernel kernel =
-        e->copier->smKernelFor(spec.path, spec.a, spec.b, e->dst[spec.b]->ptr, e->src[spec.a]->ptr, spec.bytes);
-    rec.extra["bulk"] = kernel == peer::SmKernel::kBulk ? 1 : 0;
-  }
-  if (spec.sm) {
-    rec.extra["threads"] = spec.sm->threads_per_block;
-    rec.extra["unroll"] = spec.sm->unroll;
-    rec.extra["blocks_per_sm"] = spec.sm->blocks_per_sm;
-    rec.extra["hints"] = spec.sm->hints;
-    rec.extra["sm_cap"] = spec.sm->sms;
-    rec.extra["bulk_kib"] = spec.sm->bulk_kib;
-    rec.extra["bulk_stages"] = spec.sm->bulk_stages;
-    rec.extra["bulk_blocks_per_sm"] = spec.sm->bulk_blocks_per_sm;
-  }
-  return Status::ok();
+  return out;
 }
 
 Record copyIdentity(const CopySpec& spec) {
@@ -599,7 +645,20 @@ void printTuneTable() {
   std::fflush(stdout);
 }
 
-void copyBenchmark(benchmark::State& state, const CopySpec& spec, const std::string& tune_label) {
+// Rows measured with the other pairs of their round, waiting for their own benchmark to report them.
+std::map<std::string, StatusOr<Record>>& measuredRows() {
+  static std::map<std::string, StatusOr<Record>> rows;
+  return rows;
+}
+
+std::string rowKey(const CopySpec& spec, int a, int b) {
+  return spec.impl + "/" + spec.name + "/" + std::to_string(a) + "-" + std::to_string(b) + "/" +
+         std::to_string(spec.bytes);
+}
+
+// `group`: the pairs that measure this row at once (the pairs of its round; just its own pair otherwise).
+void copyBenchmark(benchmark::State& state, const CopySpec& spec, const std::string& tune_label,
+                   const std::vector<std::pair<int, int>>& group) {
   Record rec = copyIdentity(spec);
   TuneRow row;
   if (spec.sm) {
@@ -610,12 +669,34 @@ void copyBenchmark(benchmark::State& state, const CopySpec& spec, const std::str
   }
   for (auto _ : state) {
     (void)_;
-    Status st = measureCopy(state, spec, rec);
-    if (!st.isOk()) {
-      row.why = st.toString();
-      finish(state, rec, st);
+    StatusOr<Record> mine = PEERLAB_INTERNAL("not measured");
+    auto& cache = measuredRows();
+    if (auto it = cache.find(rowKey(spec, spec.a, spec.b)); it != cache.end()) {
+      mine = std::move(it->second);
+      cache.erase(it);
+    } else {
+      auto rows = measureCopies(spec, group.empty() ? std::vector<std::pair<int, int>>{{spec.a, spec.b}} : group);
+      for (const auto& [a, b] : group) {
+        if (a == spec.a && b == spec.b) continue;
+        if (rows.isOk()) {
+          cache.emplace(rowKey(spec, a, b), rows->at({a, b}));
+        } else {
+          cache.emplace(rowKey(spec, a, b), rows.status());
+        }
+      }
+      if (rows.isOk()) {
+        mine = rows->at({spec.a, spec.b});
+      } else {
+        mine = rows.status();
+      }
+    }
+    if (!mine.isOk()) {
+      row.why = mine.status().toString();
+      finish(state, rec, mine.status());
       break;
     }
+    rec = *mine;
+    state.SetIterationTime(rec.time_us * 1e-6);
     bench::publish(state, rec);
     row.ok = rec.wrong == 0;
     if (!row.ok) row.why = "wrong data";
@@ -926,9 +1007,10 @@ void configure(benchmark::internal::Benchmark* b) {
   b->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
-void registerCopy(const CopySpec& spec, const std::string& name, const std::string& tune_label = "") {
+void registerCopy(const CopySpec& spec, const std::string& name, const std::string& tune_label = "",
+                  const std::vector<std::pair<int, int>>& group = {}) {
   configure(benchmark::RegisterBenchmark(
-      name.c_str(), [spec, tune_label](benchmark::State& st) { copyBenchmark(st, spec, tune_label); }));
+      name.c_str(), [spec, tune_label, group](benchmark::State& st) { copyBenchmark(st, spec, tune_label, group); }));
 }
 
 // A tuning configuration and its compact label: "vec t512 u8 b2 h2", "bulk 16K x4 b1", "... sms64".
@@ -1025,7 +1107,59 @@ void registerAll() {
                                                     {CopyPath::kSmPull, "peerlab.sm_pull"},
                                                     {CopyPath::kSmPush, "peerlab.sm_push"},
                                                     {CopyPath::kStaged, "peerlab.staged"}};
+  // PEERLAB_PAIR_ROUNDS: the pairs in rounds (harness/launch/pair_rounds.h); the copy-engine and SM rows of a round's
+  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time).
+  if (const char* text = std::getenv(launch::kPairRoundsEnv); text != nullptr && *text != '\0') {
+    auto rounds = launch::parsePairRounds(text);
+    if (!rounds.isOk()) {
+      // Every copy row fails with the reason.
+      CopySpec bad;
+      bad.impl = "peerlab.ce";
+      bad.a = -1;
+      bad.b = -1;
+      configure(
+          benchmark::RegisterBenchmark("BM_PeerCopy/ce/uni/rounds", [why = rounds.status()](benchmark::State& st) {
+            Record r;
+            r.suite = "peer_copy";
+            r.impl = "peerlab.ce";
+            r.name = "uni";
+            for (auto _ : st) {
+              (void)_;
+              bench::fail(st, r, PEERLAB_INVALID_ARGUMENT(std::string(launch::kPairRoundsEnv) + ": " + why.message()));
+              break;
+            }
+          }));
+      return;
+    }
+    for (const auto& round : *rounds) {
+      for (const auto& [path, impl] : paths) {
+        for (bool bidir : {false, true}) {
+          std::vector<std::pair<int, int>> members;
+          for (const auto& [a, b] : round)
+            if (!bidir || a < b) members.emplace_back(a, b);
+          const bool together = path != CopyPath::kStaged && members.size() > 1;
+          for (size_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= 4) {
+            for (const auto& [a, b] : members) {
+              CopySpec spec;
+              spec.impl = impl;
+              spec.path = path;
+              spec.bidir = bidir;
+              spec.name = bidir ? "bidir" : "uni";
+              spec.a = a;
+              spec.b = b;
+              spec.bytes = bytes;
+              registerCopy(spec,
+                           "BM_PeerCopy/" + std::string(peer::copyPathName(path)) + "/" + spec.name + "/" +
+                               pairName(a, b, bidir) + "/bytes:" + std::to_string(bytes),
+                           "", together ? members : std::vector<std::pair<int, int>>{});
+            }
+          }
+        }
+      }
+    }
+  }
   for (const auto& [path, impl] : paths) {
+    if (std::getenv(launch::kPairRoundsEnv) != nullptr && *std::getenv(launch::kPairRoundsEnv) != '\0') break;
     for (bool bidir : {false, true}) {
       for (int a = 0; a < n; ++a) {
         for (int b = 0; b < n; ++b) {

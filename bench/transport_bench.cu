@@ -1,9 +1,10 @@
-// NIXL and UCX between two processes on two GPUs (suite "transport"), 2 ranks: `transport_bench --ranks=2`. Rank 0
-// drives the pair's source GPU, rank 1 the destination: PEERLAB_TRANSPORT_DEVICES=a,b, else PEERLAB_ZCOPY_DEVICES (what
-// `peerlab bench` sets per pair), else 0,1. One library per process, PEERLAB_TRANSPORT_LIBRARY=nixl|ucx (default nixl):
-// NIXL carries its own UCX, and two UCX copies in one process break each other. The libraries are found as
-// reference/transport/transport.h says (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the loader's path); where one is missing
-// or fails the capability check, every row is skipped with the reason.
+// NIXL and UCX between two processes on two GPUs (suite "transport"). One pair: `transport_bench --ranks=2`, rank 0
+// drives the pair's source GPU, rank 1 the destination: PEERLAB_TRANSPORT_DEVICES=a,b, else PEERLAB_ZCOPY_DEVICES,
+// else 0,1. Many pairs in one job: PEERLAB_PAIR_ROUNDS and a rank per GPU named (bench/common/pair_rounds.h), each
+// pair connecting its own endpoints when its round starts and closing them when it ends. One library per process,
+// PEERLAB_TRANSPORT_LIBRARY=nixl|ucx (default nixl): NIXL carries its own UCX, and two UCX copies in one process break
+// each other. The libraries are found as reference/transport/transport.h says (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the
+// loader's path); where one is missing or fails the capability check, every row is skipped with the reason.
 //
 // Impls: nixl.write / nixl.read, ucx.put / ucx.get. time_us is per transfer, the median of the samples:
 //   uni, 8 B - 64 KB, writes: ping-pong; rank 0 writes with a notification, rank 1 answers with its own write once
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "bench/common/pair_rounds.h"
 #include "reference/core/check.h"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
@@ -73,7 +75,6 @@ struct Spec {
 };
 
 struct Config {
-  int dev[2] = {0, 1};
   Library library = Library::kNixl;
   size_t nixl_descriptor_bytes = transport::kNixlDefaultDescriptorBytes;
   bool nixl_progress_thread = false;
@@ -84,22 +85,6 @@ struct Config {
 const Config& config() {
   static const Config c = [] {
     Config c;
-    const char* env = std::getenv("PEERLAB_TRANSPORT_DEVICES");
-    const char* name = "PEERLAB_TRANSPORT_DEVICES";
-    if (env == nullptr || *env == '\0') {
-      env = std::getenv("PEERLAB_ZCOPY_DEVICES");
-      name = "PEERLAB_ZCOPY_DEVICES";
-    }
-    if (env != nullptr && *env != '\0') {
-      int a = -1, b = -1;
-      char tail = 0;
-      if (std::sscanf(env, "%d,%d%c", &a, &b, &tail) != 2 || a < 0 || b < 0 || a == b) {
-        c.error = std::string(name) + "=\"" + env + "\": expected two different ordinals \"a,b\"";
-      } else {
-        c.dev[0] = a;
-        c.dev[1] = b;
-      }
-    }
     if (const char* v = std::getenv("PEERLAB_NIXL_DESCRIPTOR_BYTES"); v != nullptr && *v != '\0') {
       char* end = nullptr;
       const unsigned long long b = std::strtoull(v, &end, 10);
@@ -186,6 +171,7 @@ struct World {
   int me = -1;
   int peer = -1;
   int device = -1;
+  int peer_device = -1;
   uint64_t run = 0;
   Bootstrap* boot = nullptr;
   DeviceBuffer src, dst;
@@ -200,7 +186,6 @@ struct World {
 
 Status setupWorld(World& w) {
   const Config& c = config();
-  w.device = c.dev[w.me];
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(w.device)));
   PEERLAB_ASSIGN_OR_RETURN(w.src, allocDevice(w.device, kSrcBytes));
   PEERLAB_ASSIGN_OR_RETURN(w.dst, allocDevice(w.device, kDstBytes));
@@ -252,15 +237,20 @@ void teardownWorld() {
   delete w;
 }
 
-World& world() {
+// The world of the pair this rank is in for the current round; teardownWorld ends it with the round.
+World& world(const PairContext& ctx) {
   if (g_world != nullptr) return *g_world;
   g_world = new World();
   World& w = *g_world;
-  w.boot = bootstrap();
-  w.me = w.boot->rank();
-  w.peer = 1 - w.me;
+  w.boot = ctx.boot;
+  w.me = ctx.rank;
+  w.peer = 1 - ctx.rank;
+  w.device = ctx.gpu;
+  w.peer_device = ctx.rank == 0 ? ctx.pair.second : ctx.pair.first;
   w.status = setupWorld(w);
-  std::atexit(teardownWorld);
+  // Registered once the first endpoint is up, so that it runs before the libraries' own exit handlers.
+  static const bool at_exit = std::atexit(teardownWorld) == 0;
+  (void)at_exit;
   return w;
 }
 
@@ -327,12 +317,11 @@ uint64_t saltOf(const Spec& s) {
 }
 
 StatusOr<Local> measure(World& w, const Spec& spec) {
-  const Config& c = config();
   const size_t n = spec.bytes;
   const int units = unitsPerSample(spec);
   const size_t slots = std::min<size_t>(static_cast<size_t>(units), kDstBytes / n);
-  const uint64_t my_seed = patternSeed(w.run, c.dev[w.me], c.dev[w.peer], saltOf(spec));
-  const uint64_t peer_seed = patternSeed(w.run, c.dev[w.peer], c.dev[w.me], saltOf(spec));
+  const uint64_t my_seed = patternSeed(w.run, w.device, w.peer_device, saltOf(spec));
+  const uint64_t peer_seed = patternSeed(w.run, w.peer_device, w.device, saltOf(spec));
   // Who receives data into its dst slots: the peer of the writer, the reader itself, both in a ping-pong.
   const bool posts = spec.pingpong() || w.me == initiator(spec);
   const bool receives = spec.pingpong() || (spec.op == Op::kWrite ? w.me == 1 : w.me == 1);
@@ -461,110 +450,109 @@ Status combine(Bootstrap& boot, const Outcome& mine, Outcome& sum) {
   return Status::ok();
 }
 
-Record identity(const Spec& spec) {
+Record identity(const Spec& spec, const launch::OrderedPair& pair) {
   Record r;
   r.suite = "transport";
   r.impl = implName(spec.op);
   r.name = recordName(spec);
-  r.src = config().dev[0];
-  r.dst = config().dev[1];
+  r.src = pair.first;
+  r.dst = pair.second;
   r.ranks = 2;
   r.bytes = static_cast<double>(spec.bytes);
   return r;
 }
 
-void runSpec(benchmark::State& state, const Spec& spec) {
-  Record rec = identity(spec);
-  for (auto _ : state) {
-    (void)_;
-    Bootstrap* boot = bootstrap();
-    if (boot == nullptr || boot->size() != 2) {
-      skip(state, rec, "needs 2 ranks: run as transport_bench --ranks=2");
-      break;
-    }
-    const Config& c = config();
-    if (!c.error.empty()) {
-      // A malformed setting is an error of the run, not a row that could not run.
-      fail(state, rec, PEERLAB_INVALID_ARGUMENT(c.error));
-      break;
-    }
-    auto count = deviceCount();
-    if (!count.isOk() || std::max(c.dev[0], c.dev[1]) >= *count) {
-      skip(state, rec,
-           "needs devices " + std::to_string(c.dev[0]) + " and " + std::to_string(c.dev[1]) + ", " +
-               std::to_string(count.isOk() ? *count : 0) + " visible");
-      break;
-    }
-    World& w = world();
-    if (!w.status->isOk()) {
-      if (w.status->code() == StatusCode::kUnavailable) {
-        skip(state, rec, w.status->message());
-      } else {
-        fail(state, rec, *w.status);
-      }
-      break;
-    }
-    if (!w.broken.empty()) {
-      fail(state, rec, PEERLAB_INTERNAL("not run after an earlier failure: " + w.broken));
-      break;
-    }
-    auto r = measure(w, spec);
-    Outcome mine;
-    if (!r.isOk()) {
-      mine.ok = 0;
-      mine.code = static_cast<int32_t>(r.status().code());
-      std::snprintf(mine.why, sizeof(mine.why), "rank %d: %s", w.me, r.status().toString().c_str());
-    } else if (!r->time_us.empty()) {
-      mine.timed = 1;
-      mine.median = median(r->time_us);
-      mine.p10 = percentile(r->time_us, 10);
-      mine.p90 = percentile(r->time_us, 90);
-      mine.samples = static_cast<double>(r->time_us.size());
-      mine.cpu = median(r->cpu_us);
-      mine.pcpu = median(r->process_cpu_us);
-      mine.prep = r->prep_us;
-      mine.post = median(r->post_us);
-      mine.transfer = median(r->transfer_us);
-    }
-    if (r.isOk()) {
-      mine.wrong = static_cast<double>(r->check.wrong);
-      mine.elements = static_cast<double>(r->check.elements);
-    }
-    Outcome sum;
-    const Status st = combine(*boot, mine, sum);
-    if (!st.isOk()) {
-      w.broken = st.toString();
-      fail(state, rec, st);
-      break;
-    }
-    if (sum.elements <= 0 || sum.timed == 0) {
-      fail(state, rec, PEERLAB_INTERNAL("no data was checked or timed"));
-      break;
-    }
-    state.SetIterationTime(sum.median * 1e-6);
-    rec.time_us = sum.median;
-    rec.algbw_gbps = static_cast<double>(spec.bytes) / sum.median / 1e3;
-    rec.busbw_gbps = rec.algbw_gbps;
-    rec.wrong = sum.wrong;
-    rec.extra["p10_us"] = sum.p10;
-    rec.extra["p90_us"] = sum.p90;
-    rec.extra["samples"] = sum.samples;
-    rec.extra["cpu_us"] = sum.cpu;
-    rec.extra["process_cpu_us"] = sum.pcpu;
-    rec.extra["cpu_fraction"] = sum.median > 0 ? sum.cpu / sum.median : 0;
-    rec.extra["prep_us"] = sum.prep;
-    rec.extra["post_us"] = sum.post;
-    rec.extra["transfer_us"] = sum.transfer;
-    rec.extra["pingpong"] = spec.pingpong() ? 1 : 0;
-    rec.extra["checked_words"] = sum.elements;
-    if (config().library == Library::kNixl) {
-      rec.extra["nixl_progress_thread"] =
-          w.ep && w.ep->description().find("(NIXL progress thread)") != std::string::npos ? 1 : 0;
-      rec.extra["nixl_descriptors"] =
-          static_cast<double>(transport::nixlDescriptorPieces(spec.bytes, config().nixl_descriptor_bytes).size());
-    }
-    publish(state, rec);
+// One row on the two ranks of a pair; the source's rank reports it.
+PairRow measureRow(const PairContext& ctx, const Spec& spec) {
+  PairRow out;
+  out.record = identity(spec, ctx.pair);
+  Record& rec = out.record;
+  const Config& c = config();
+  if (!c.error.empty()) {
+    // A malformed setting is an error of the run, not a row that could not run.
+    out.status = PEERLAB_INVALID_ARGUMENT(c.error);
+    return out;
   }
+  auto count = deviceCount();
+  if (!count.isOk() || std::max(ctx.pair.first, ctx.pair.second) >= *count) {
+    out.status = PEERLAB_UNAVAILABLE("needs devices " + std::to_string(ctx.pair.first) + " and " +
+                                     std::to_string(ctx.pair.second) + ", " +
+                                     std::to_string(count.isOk() ? *count : 0) + " visible");
+    return out;
+  }
+  World& w = world(ctx);
+  if (!w.status->isOk()) {
+    out.status = w.status->code() == StatusCode::kUnavailable ? PEERLAB_UNAVAILABLE(w.status->message()) : *w.status;
+    return out;
+  }
+  if (!w.broken.empty()) {
+    out.status = PEERLAB_INTERNAL("not run after an earlier failure: " + w.broken);
+    return out;
+  }
+  auto r = measure(w, spec);
+  Outcome mine;
+  if (!r.isOk()) {
+    mine.ok = 0;
+    mine.code = static_cast<int32_t>(r.status().code());
+    std::snprintf(mine.why, sizeof(mine.why), "rank %d: %s", w.me, r.status().toString().c_str());
+  } else if (!r->time_us.empty()) {
+    mine.timed = 1;
+    mine.median = median(r->time_us);
+    mine.p10 = percentile(r->time_us, 10);
+    mine.p90 = percentile(r->time_us, 90);
+    mine.samples = static_cast<double>(r->time_us.size());
+    mine.cpu = median(r->cpu_us);
+    mine.pcpu = median(r->process_cpu_us);
+    mine.prep = r->prep_us;
+    mine.post = median(r->post_us);
+    mine.transfer = median(r->transfer_us);
+  }
+  if (r.isOk()) {
+    mine.wrong = static_cast<double>(r->check.wrong);
+    mine.elements = static_cast<double>(r->check.elements);
+  }
+  Outcome sum;
+  const Status st = combine(*w.boot, mine, sum);
+  if (!st.isOk()) {
+    w.broken = st.toString();
+    out.status = st;
+    return out;
+  }
+  if (sum.elements <= 0 || sum.timed == 0) {
+    out.status = PEERLAB_INTERNAL("no data was checked or timed");
+    return out;
+  }
+  rec.time_us = sum.median;
+  rec.algbw_gbps = static_cast<double>(spec.bytes) / sum.median / 1e3;
+  rec.busbw_gbps = rec.algbw_gbps;
+  rec.wrong = sum.wrong;
+  rec.extra["p10_us"] = sum.p10;
+  rec.extra["p90_us"] = sum.p90;
+  rec.extra["samples"] = sum.samples;
+  rec.extra["cpu_us"] = sum.cpu;
+  rec.extra["process_cpu_us"] = sum.pcpu;
+  rec.extra["cpu_fraction"] = sum.median > 0 ? sum.cpu / sum.median : 0;
+  rec.extra["prep_us"] = sum.prep;
+  rec.extra["post_us"] = sum.post;
+  rec.extra["transfer_us"] = sum.transfer;
+  rec.extra["pingpong"] = spec.pingpong() ? 1 : 0;
+  rec.extra["checked_words"] = sum.elements;
+  if (config().library == Library::kNixl) {
+    rec.extra["nixl_progress_thread"] =
+        w.ep && w.ep->description().find("(NIXL progress thread)") != std::string::npos ? 1 : 0;
+    rec.extra["nixl_descriptors"] =
+        static_cast<double>(transport::nixlDescriptorPieces(spec.bytes, config().nixl_descriptor_bytes).size());
+  }
+  return out;
+}
+
+void runSpec(benchmark::State& state, const Spec& spec, const PairRowKey& key) {
+  PairRowOptions o;
+  o.exchange_ms = kSetupMs + 10 * kSampleMs;
+  o.end_round = teardownWorld;
+  runPairRow(
+      state, pairJob({"PEERLAB_TRANSPORT_DEVICES", "PEERLAB_ZCOPY_DEVICES"}), key, identity(spec, key.pair),
+      [&](const PairContext& ctx) { return measureRow(ctx, spec); }, o);
 }
 
 void registerAll() {
@@ -574,8 +562,6 @@ void registerAll() {
     if (b == (size_t{64} << 20)) sizes.push_back(size_t{128} << 20);
   }
   const std::vector<size_t> wait_sizes = {8, 4096, kLatencyMax, size_t{4} << 20, size_t{64} << 20};
-  const Config& c = config();
-  const std::string pair = std::to_string(c.dev[0]) + "->" + std::to_string(c.dev[1]);
   std::vector<Spec> specs;
   for (size_t bytes : sizes) {
     specs.push_back({Op::kWrite, Mode::kUni, bytes});
@@ -585,13 +571,21 @@ void registerAll() {
     for (Mode m : {Mode::kSpin, Mode::kYield, Mode::kProgress, Mode::kStream})
       specs.push_back({Op::kWrite, m, bytes});
   }
-  for (const Spec& spec : specs) {
-    const std::string name = "BM_Transport/" + implName(spec.op) + "/" + recordName(spec) + "/" + pair +
-                             "/bytes:" + std::to_string(spec.bytes);
-    benchmark::RegisterBenchmark(name.c_str(), [spec](benchmark::State& st) { runSpec(st, spec); })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+  // Round by round; in a round every row once for all its pairs (they run it at the same time).
+  const PairJob& job = pairJob({"PEERLAB_TRANSPORT_DEVICES", "PEERLAB_ZCOPY_DEVICES"});
+  for (size_t r = 0; r < job.rounds.size(); ++r) {
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const Spec& spec = specs[g];
+      for (const launch::OrderedPair& pair : job.rounds[r]) {
+        const std::string name = "BM_Transport/" + implName(spec.op) + "/" + recordName(spec) + "/" +
+                                 PairJob::pairName(pair) + "/bytes:" + std::to_string(spec.bytes);
+        const PairRowKey key{static_cast<int>(r), static_cast<int>(g), pair};
+        benchmark::RegisterBenchmark(name.c_str(), [spec, key](benchmark::State& st) { runSpec(st, spec, key); })
+            ->Iterations(1)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
   }
 }
 

@@ -1,7 +1,9 @@
-// Zero-copy get / put / sm_signal against NCCL send/recv, 2 ranks (one process per GPU), in one run so the ratios
-// sit side by side. Run as `zcopy_bench --ranks=2`; rank 0 drives the GPU pair's source device, rank 1 the
-// destination: PEERLAB_ZCOPY_DEVICES=a,b (default 0,1). `peerlab bench` covers every ordered pair by running the
-// binary once per pair with PEERLAB_ZCOPY_DEVICES set (a != b). PEERLAB_ZCOPY_HANDLE=legacy|vmm_fd picks how the
+// Zero-copy get / put / sm_signal against NCCL send/recv between two processes (one per GPU), in one run so the
+// ratios sit side by side. One pair: `zcopy_bench --ranks=2`, rank 0 drives the pair's source device, rank 1 the
+// destination: PEERLAB_ZCOPY_DEVICES=a,b (default 0,1). Many pairs in one job: PEERLAB_PAIR_ROUNDS="0-1,2-3;1-0,3-2"
+// and a rank per GPU named (bench/common/pair_rounds.h); the pairs of a round run every row at once, each pair with
+// its own context, channels and NCCL communicator, set up when its round starts and torn down when it ends. This is
+// how `peerlab bench` and `qualify` cover every ordered pair. PEERLAB_ZCOPY_HANDLE=legacy|vmm_fd picks how the
 // data windows are shared (default vmm_fd). PEERLAB_ZCOPY_PROGRAMMATIC=0 launches the sm_signal kernels without
 // programmatic dependent launch (default on; counter `programmatic`).
 //
@@ -53,6 +55,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "bench/common/pair_rounds.h"
 #include "reference/core/check.h"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
@@ -135,7 +138,6 @@ Protocol protocolOf(Impl i) {
 // ---- configuration (the same on every rank: same environment, same machine) ----
 
 struct PairConfig {
-  int dev[2] = {0, 1};
   ipc::HandleKind kind = ipc::HandleKind::kVmmFd;
   bool calls = false;          // register calls/uni and graph-calls/uni
   bool graph_kernels = false;  // register graph-kernels/uni
@@ -147,16 +149,6 @@ struct PairConfig {
 const PairConfig& pairConfig() {
   static const PairConfig config = [] {
     PairConfig c;
-    if (const char* env = std::getenv("PEERLAB_ZCOPY_DEVICES"); env != nullptr && *env != '\0') {
-      int a = -1, b = -1;
-      char tail = 0;
-      if (std::sscanf(env, "%d,%d%c", &a, &b, &tail) != 2 || a < 0 || b < 0 || a == b) {
-        c.error = "PEERLAB_ZCOPY_DEVICES=\"" + std::string(env) + "\": expected two different ordinals \"a,b\"";
-      } else {
-        c.dev[0] = a;
-        c.dev[1] = b;
-      }
-    }
     if (const char* env = std::getenv("PEERLAB_ZCOPY_HANDLE"); env != nullptr && *env != '\0') {
       auto kind = ipc::parseHandleKind(env);
       if (kind.isOk()) {
@@ -306,10 +298,11 @@ struct World {
   int me = -1;
   int peer = -1;
   int device = -1;
+  int peer_device = -1;
   uint64_t run = 0;
-  Bootstrap* boot = nullptr;
-  Stream stream;       // zero-copy rows
-  Stream nccl_stream;  // NCCL rows: a stuck NCCL kernel cannot hold the zero-copy rows
+  Bootstrap* boot = nullptr;  // the pair's
+  Stream stream;              // zero-copy rows
+  Stream nccl_stream;         // NCCL rows: a stuck NCCL kernel cannot hold the zero-copy rows
   Event ev0, ev1;
   PinnedBuffer gate;
   uint32_t* gate_dev = nullptr;
@@ -399,7 +392,6 @@ __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fw
 
 Status setupLocal(World& w) {
   const PairConfig& pc = pairConfig();
-  w.device = pc.dev[w.me];
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(w.device)));
   // Loaded now: a first launch under lazy loading may synchronize the device, and the gate holds the stream then.
   cudaFuncAttributes attr{};
@@ -476,17 +468,30 @@ Status setupWorld(World& w, Deadline deadline) {
   return agree(*w.boot, shared, deadline);
 }
 
-World& world() {
+// The world of the pair this rank is in for the current round; it goes when the round ends (endRound).
+std::unique_ptr<World>& worldSlot() {
   static std::unique_ptr<World> w;
+  return w;
+}
+
+World& world(const PairContext& ctx) {
+  std::unique_ptr<World>& w = worldSlot();
   if (w) return *w;
   w = std::make_unique<World>();
-  w->boot = bootstrap();
-  w->me = w->boot->rank();
-  w->peer = 1 - w->me;
-  w->watchdog.beginRow(w->me, "setup", std::chrono::milliseconds(kSetupMs + kExchangeMs));
+  w->boot = ctx.boot;
+  w->me = ctx.rank;
+  w->peer = 1 - ctx.rank;
+  w->device = ctx.gpu;
+  w->peer_device = ctx.rank == 0 ? ctx.pair.second : ctx.pair.first;
+  w->watchdog.beginRow(w->me, "setup " + PairJob::pairName(ctx.pair),
+                       std::chrono::milliseconds(kSetupMs + kExchangeMs));
   w->status = std::make_optional(setupWorld(*w, Deadline::afterMs(kSetupMs)));
   w->watchdog.endRow();
   return *w;
+}
+
+void endRound() {
+  worldSlot().reset();
 }
 
 // ---- timing helpers ----
@@ -676,11 +681,10 @@ int sampleCount(const Spec& s) {
 
 StatusOr<LocalResult> measure(World& w, const Spec& spec) {
   const size_t n = spec.bytes;
-  const PairConfig& pc = pairConfig();
   const uint64_t salt = (static_cast<uint64_t>(spec.impl) << 56) ^ (static_cast<uint64_t>(spec.mode) << 48) ^
                         (static_cast<uint64_t>(spec.variant) << 44) ^ n;
-  const uint64_t send_seed = patternSeed(w.run, pc.dev[w.me], pc.dev[w.peer], salt);
-  const uint64_t recv_seed = patternSeed(w.run, pc.dev[w.peer], pc.dev[w.me], salt);
+  const uint64_t send_seed = patternSeed(w.run, w.device, w.peer_device, salt);
+  const uint64_t recv_seed = patternSeed(w.run, w.peer_device, w.device, salt);
   const bool receives = spec.pingpong() || w.me == 1;
   cudaStream_t s = spec.nccl() ? w.nccl_stream.get() : w.stream.get();
   w.watchdog.stage("writing the pattern, poisoning the destination");
@@ -814,112 +818,110 @@ void recover(World& w, const Spec& spec, const Status& why) {
   if (!waitStream(w.stream.get(), Deadline::afterMs(kDrainMs), "draining after a failure").isOk()) w.stuck = true;
 }
 
-Record identity(const Spec& spec) {
-  const PairConfig& pc = pairConfig();
+Record identity(const Spec& spec, const launch::OrderedPair& pair) {
   Record r;
   r.suite = "zcopy";
   r.impl = implName(spec.impl);
   r.name = recordName(spec);
-  r.src = pc.dev[0];
-  r.dst = pc.dev[1];
+  r.src = pair.first;
+  r.dst = pair.second;
   r.ranks = 2;
   r.bytes = static_cast<double>(spec.bytes);
   return r;
 }
 
-void runSpec(benchmark::State& state, const Spec& spec, const std::string& row) {
-  Record rec = identity(spec);
-  for (auto _ : state) {
-    (void)_;
-    Bootstrap* boot = bootstrap();
-    if (boot == nullptr || boot->size() != 2) {
-      skip(state, rec, "needs 2 ranks: run as zcopy_bench --ranks=2 (or under mpirun -np 2)");
-      break;
-    }
-    const PairConfig& pc = pairConfig();
-    if (!pc.error.empty()) {
-      // A malformed setting is an error of the run, not a row that could not run.
-      fail(state, rec, PEERLAB_INVALID_ARGUMENT(pc.error));
-      break;
-    }
-    auto count = deviceCount();
-    if (!count.isOk() || std::max(pc.dev[0], pc.dev[1]) >= *count) {
-      skip(state, rec,
-           "needs devices " + std::to_string(pc.dev[0]) + " and " + std::to_string(pc.dev[1]) + ", " +
-               std::to_string(count.isOk() ? *count : 0) + " visible");
-      break;
-    }
-    World& w = world();
-    if (!w.status->isOk()) {
-      if (w.status->code() == StatusCode::kUnavailable) {
-        skip(state, rec, w.status->toString());
-      } else {
-        fail(state, rec, *w.status);
-      }
-      break;
-    }
-    const std::string& broken = spec.nccl() ? w.nccl_broken : w.zcopy_broken;
-    if (!broken.empty()) {
-      fail(state, rec, PEERLAB_INTERNAL("not run after an earlier failure: " + broken));
-      break;
-    }
-    w.watchdog.beginRow(w.me, row, std::chrono::milliseconds(kStallMs));
-    w.enqueued = false;
-    StatusOr<LocalResult> r = measure(w, spec);
-    Outcome mine;
-    mine.enqueued = w.enqueued ? 1 : 0;
-    if (!r.isOk()) {
-      mine.ok = 0;
-      mine.code = static_cast<int32_t>(r.status().code());
-      std::snprintf(mine.why, sizeof(mine.why), "rank %d: %s", w.me, r.status().toString().c_str());
-    } else {
-      mine.timed = r->samples_us.empty() ? 0 : 1;
-      if (mine.timed != 0) {
-        mine.median = median(r->samples_us);
-        mine.p10 = percentile(r->samples_us, 10);
-        mine.p90 = percentile(r->samples_us, 90);
-        mine.samples = static_cast<double>(r->samples_us.size());
-      }
-      mine.wrong = static_cast<double>(r->check.wrong);
-      mine.elements = static_cast<double>(r->check.elements);
-    }
-    w.watchdog.stage("exchanging outcomes");
-    Outcome sum;
-    const Status st = combine(*boot, mine, sum);
-    if (!st.isOk()) {
-      // Failed before any rank enqueued a call (a capture, the pattern setup): the channels are as they were.
-      if (sum.enqueued != 0) recover(w, spec, st);
-      w.watchdog.endRow();
-      fail(state, rec, st);
-      break;
-    }
-    w.watchdog.endRow();
-    if (sum.elements <= 0) {
-      fail(state, rec, PEERLAB_INTERNAL("no data was checked"));
-      break;
-    }
-    state.SetIterationTime(sum.median * 1e-6);
-    rec.time_us = sum.median;
-    rec.algbw_gbps = static_cast<double>(spec.bytes) / sum.median / 1e3;
-    rec.busbw_gbps = rec.algbw_gbps;
-    rec.wrong = sum.wrong;
-    rec.extra["p10_us"] = sum.p10;
-    rec.extra["p90_us"] = sum.p90;
-    rec.extra["samples"] = sum.samples;
-    rec.extra["pingpong"] = spec.pingpong() ? 1 : 0;
-    rec.extra["gated"] = w.gated && !spec.nccl() ? 1 : 0;
-    if (!spec.nccl()) {
-      // The persistent kernel is one block; otherwise what the implementation occupies for this size.
-      rec.extra["sms"] = spec.mode == Mode::kKernel ? 1
-                                                    : zcopy::smsOccupied(protocolOf(spec.impl), spec.bytes,
-                                                                         spec.variant == Variant::kGraphKernels);
-      if (spec.mode == Mode::kKernel) rec.extra["threads"] = kernelThreads(spec.bytes);
-      if (protocolOf(spec.impl) == Protocol::kSmSignal && spec.mode != Mode::kKernel) {
-        rec.extra["programmatic"] = pairConfig().programmatic ? 1 : 0;
-      }
-    }
-    publish(state, rec);
+// One row on the two ranks of a pair; the source's rank reports it.
+PairRow measureRow(const PairContext& ctx, const Spec& spec, const std::string& row) {
+  PairRow out;
+  out.record = identity(spec, ctx.pair);
+  Record& rec = out.record;
+  const PairConfig& pc = pairConfig();
+  if (!pc.error.empty()) {
+    // A malformed setting is an error of the run, not a row that could not run.
+    out.status = PEERLAB_INVALID_ARGUMENT(pc.error);
+    return out;
   }
+  auto count = deviceCount();
+  if (!count.isOk() || std::max(ctx.pair.first, ctx.pair.second) >= *count) {
+    out.status = PEERLAB_UNAVAILABLE("needs devices " + std::to_string(ctx.pair.first) + " and " +
+                                     std::to_string(ctx.pair.second) + ", " +
+                                     std::to_string(count.isOk() ? *count : 0) + " visible");
+    return out;
+  }
+  World& w = world(ctx);
+  if (!w.status->isOk()) {
+    out.status = *w.status;
+    return out;
+  }
+  const std::string& broken = spec.nccl() ? w.nccl_broken : w.zcopy_broken;
+  if (!broken.empty()) {
+    out.status = PEERLAB_INTERNAL("not run after an earlier failure: " + broken);
+    return out;
+  }
+  w.watchdog.beginRow(w.me, row, std::chrono::milliseconds(kStallMs));
+  w.enqueued = false;
+  StatusOr<LocalResult> r = measure(w, spec);
+  Outcome mine;
+  mine.enqueued = w.enqueued ? 1 : 0;
+  if (!r.isOk()) {
+    mine.ok = 0;
+    mine.code = static_cast<int32_t>(r.status().code());
+    std::snprintf(mine.why, sizeof(mine.why), "rank %d: %s", w.me, r.status().toString().c_str());
+  } else {
+    mine.timed = r->samples_us.empty() ? 0 : 1;
+    if (mine.timed != 0) {
+      mine.median = median(r->samples_us);
+      mine.p10 = percentile(r->samples_us, 10);
+      mine.p90 = percentile(r->samples_us, 90);
+      mine.samples = static_cast<double>(r->samples_us.size());
+    }
+    mine.wrong = static_cast<double>(r->check.wrong);
+    mine.elements = static_cast<double>(r->check.elements);
+  }
+  w.watchdog.stage("exchanging outcomes");
+  Outcome sum;
+  const Status st = combine(*w.boot, mine, sum);
+  if (!st.isOk()) {
+    // Failed before any rank enqueued a call (a capture, the pattern setup): the channels are as they were.
+    if (sum.enqueued != 0) recover(w, spec, st);
+    w.watchdog.endRow();
+    out.status = st;
+    return out;
+  }
+  w.watchdog.endRow();
+  if (sum.elements <= 0) {
+    out.status = PEERLAB_INTERNAL("no data was checked");
+    return out;
+  }
+  rec.time_us = sum.median;
+  rec.algbw_gbps = static_cast<double>(spec.bytes) / sum.median / 1e3;
+  rec.busbw_gbps = rec.algbw_gbps;
+  rec.wrong = sum.wrong;
+  rec.extra["p10_us"] = sum.p10;
+  rec.extra["p90_us"] = sum.p90;
+  rec.extra["samples"] = sum.samples;
+  rec.extra["pingpong"] = spec.pingpong() ? 1 : 0;
+  rec.extra["gated"] = w.gated && !spec.nccl() ? 1 : 0;
+  if (!spec.nccl()) {
+    // The persistent kernel is one block; otherwise what the implementation occupies for this size.
+    rec.extra["sms"] = spec.mode == Mode::kKernel ? 1
+                                                  : zcopy::smsOccupied(protocolOf(spec.impl), spec.bytes,
+                                                                       spec.variant == Variant::kGraphKernels);
+    if (spec.mode == Mode::kKernel) rec.extra["threads"] = kernelThreads(spec.bytes);
+    if (protocolOf(spec.impl) == Protocol::kSmSignal && spec.mode != Mode::kKernel) {
+      rec.extra["programmatic"] = pairConfig().programmatic ? 1 : 0;
+    }
+  }
+  return out;
+}
+
+void runSpec(benchmark::State& state, const Spec& spec, const PairRowKey& key, const std::string& row) {
+  PairRowOptions o;
+  o.exchange_ms = kSetupMs + 2 * kStallMs;
+  o.end_round = endRound;
+  runPairRow(
+      state, pairJob({"PEERLAB_ZCOPY_DEVICES"}), key, identity(spec, key.pair),
+      [&](const PairContext& ctx) { return measureRow(ctx, spec, row); }, o);
 }
 
 void registerAll() {
@@ -929,10 +931,9 @@ void registerAll() {
     if (b == (size_t{64} << 20)) sizes.push_back(size_t{128} << 20);
   }
   const PairConfig& pc = pairConfig();
-  const std::string pair = std::to_string(pc.dev[0]) + "->" + std::to_string(pc.dev[1]);
+  std::vector<Spec> specs;
   for (size_t bytes : sizes) {
     const bool latency = bytes <= kLatencyMax;
-    std::vector<Spec> specs;
     for (Impl i : {Impl::kGet, Impl::kPut, Impl::kSm}) {
       specs.push_back({i, Mode::kEager, Variant::kDefault, bytes});
       specs.push_back({i, Mode::kGraph, Variant::kDefault, bytes});
@@ -946,13 +947,22 @@ void registerAll() {
     }
     specs.push_back({Impl::kNccl, Mode::kEager, Variant::kDefault, bytes});
     specs.push_back({Impl::kNcclGraph, Mode::kGraph, Variant::kDefault, bytes});
-    for (const Spec& spec : specs) {
-      const std::string name = std::string("BM_Zcopy/") + implName(spec.impl) + "/" + recordName(spec) + "/" + pair +
-                               "/bytes:" + std::to_string(bytes);
-      benchmark::RegisterBenchmark(name.c_str(), [spec, name](benchmark::State& st) { runSpec(st, spec, name); })
-          ->Iterations(1)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+  }
+  // Round by round; in a round every row once for all its pairs (they run it at the same time).
+  const PairJob& job = pairJob({"PEERLAB_ZCOPY_DEVICES"});
+  for (size_t r = 0; r < job.rounds.size(); ++r) {
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const Spec& spec = specs[g];
+      for (const launch::OrderedPair& pair : job.rounds[r]) {
+        const std::string name = std::string("BM_Zcopy/") + implName(spec.impl) + "/" + recordName(spec) + "/" +
+                                 PairJob::pairName(pair) + "/bytes:" + std::to_string(spec.bytes);
+        const PairRowKey key{static_cast<int>(r), static_cast<int>(g), pair};
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [spec, key, name](benchmark::State& st) { runSpec(st, spec, key, name); })
+            ->Iterations(1)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }

@@ -109,7 +109,7 @@ if [ -z "$kind" ]; then
   log "no machine kind: $(tail -n 1 "$work/kind.log" 2>/dev/null)"
   exit 2
 fi
-kind_args=(--kind "$kind")
+# The stages get --kind only when one was given: a derived kind is recorded as the hardware's (kind_source).
 log "kind: $kind ($(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d.get("kind_source", ""), d.get("kind_basis", ""))' "$plan_json"))"
 run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
 

@@ -62,6 +62,10 @@ StatusOr<Samples> timeBatches(const SampleSpec& spec, const std::function<Status
   const int most = std::max(spec.samples, spec.max_samples);
   for (int s = 0; s < most; ++s) {
     if (s >= spec.samples && relativeSpread(out.slowest_us) <= spec.settle_spread) break;
+    if (spec.min_samples > 0 && s >= spec.min_samples && s < spec.samples &&
+        relativeSpread(out.slowest_us) <= spec.quiet_spread) {
+      break;
+    }
     const uint32_t want = ++gate->value;
     // Opens the gate on every exit, so an error never leaves a gate kernel spinning.
     struct Opener {

@@ -30,6 +30,9 @@ struct SampleSpec {
   /// busy host) then passes instead of deciding the median. A spread that persists stays in the numbers reported.
   int max_samples = 0;
   double settle_spread = 0.10;
+  /// Where set (> 0): stop after this many samples already when their spread is at most `quiet_spread`.
+  int min_samples = 0;
+  double quiet_spread = 0.02;
 };
 
 struct Samples {

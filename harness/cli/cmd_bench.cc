@@ -26,6 +26,8 @@ struct BenchArgs {
   std::vector<std::string> suites;
   bool quick = false;
   bool full = false;
+  std::string level;
+  bool serial = false;
   std::string out;
   std::string gbench_dir;
   std::string bench_dir;
@@ -72,6 +74,15 @@ int importGbench(const BenchArgs& a) {
 int runBench(BenchArgs a) {
   if (!a.import.empty()) return importGbench(a);
   if (a.quick && a.full) return fail(kCmd, kExitUsage, "--quick and --full exclude each other");
+  if (!a.level.empty() && (a.quick || a.full))
+    return fail(kCmd, kExitUsage, "--level and --quick/--full exclude each other");
+  std::optional<qualify::Level> level = a.full ? qualify::Level::kFull : qualify::Level::kStandard;
+  if (!a.level.empty()) {
+    level = qualify::parseLevel(a.level);
+    if (!level) {
+      return fail(kCmd, kExitUsage, "--level " + a.level + ": unknown level (known: " + qualify::levelNames() + ")");
+    }
+  }
   if (!a.timeout.empty()) {
     auto t = parseNumberOption("--timeout", a.timeout, 1, 7 * 86400);
     if (!t.isOk()) return fail(kCmd, kExitUsage, t.status().message() + " seconds");
@@ -81,7 +92,8 @@ int runBench(BenchArgs a) {
     return fail(kCmd, kExitUsage, "--fixture plans for another machine: use it with --dry-run");
   }
   qualify::PlanOptions po;
-  po.mode = a.full ? "full" : "quick";
+  po.level = *level;
+  po.concurrent = !a.serial;
   po.probe = false;
   for (const std::string& s : qualify::splitList(a.suites)) {
     if (s == "all") {
@@ -173,7 +185,7 @@ int runBench(BenchArgs a) {
 
   run.kind = kind;
   run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
-  run.extra["bench"] = qualify::toJson(outcome, po.mode);
+  run.extra["bench"] = qualify::toJson(outcome, std::string(qualify::levelName(po.level)));
   run.extra["plan"] = qualify::toJson(*plan);
 
   Status st = report::writeRun(run, out);
@@ -198,7 +210,10 @@ std::function<int()> setup(CLI::App& sub) {
                  "Suites to run, repeatable or comma separated: " + qualify::suiteNames() + ", all (default all)");
   sub.add_flag("--quick", a->quick,
                "Short sweep: the sizes that matter for each suite (the default; what qualify runs)");
-  sub.add_flag("--full", a->full, "Every size and case the benchmarks have");
+  sub.add_flag("--full", a->full, "Every size and case the benchmarks have (--level full)");
+  sub.add_option("--level", a->level,
+                 "quick (a spot check per pair and GPU), standard (the default sweeps) or full (every size)");
+  sub.add_flag("--serial", a->serial, "Run pairs one at a time, even where their links would let them run at once");
   sub.add_option("--out", a->out, "Run file to write (default ./peerlab-bench-<host>-<date>.json)");
   sub.add_option("--import", a->import,
                  "Turn Google Benchmark JSON written by peerlab's benches (run by hand) into a run file (--out); "

@@ -53,6 +53,8 @@ struct QualifyArgs {
   std::string pairs;
   std::string probe_methods;
   bool full = false;
+  std::string level;
+  bool serial = false;
   bool skip_probe = false;
   bool skip_bench = false;
   bool skip_health = false;
@@ -99,6 +101,8 @@ StatusOr<std::vector<report::Run>> loadHistory(const std::string& path) {
 std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& plan, const std::string& dir) {
   std::vector<std::string> args;
   if (!a.probe_methods.empty()) args.insert(args.end(), {"--methods", a.probe_methods});
+  // Quick: every method on every pair, at small sizes (a pre-job gate answers in seconds).
+  if (plan.options.level == qualify::Level::kQuick) args.insert(args.end(), {"--sizes", "4K,1M"});
   if (!a.pairs.empty()) args.insert(args.end(), {"--pairs", a.pairs});
   const std::string log = dir + "/probe.log";
   std::printf("probe: peerlab probe on %zu ordered pairs (log %s)\n", plan.options.pairs.size(), log.c_str());
@@ -156,7 +160,7 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
 qualify::Plan planOf(const report::RunPlan& stored) {
   qualify::Plan plan;
   if (stored.topology) plan.topology = *stored.topology;
-  plan.options.mode = stored.mode;
+  plan.options.level = qualify::parseLevel(stored.level).value_or(qualify::Level::kStandard);
   plan.options.pairs = stored.pairs;
   plan.options.probe = stored.probe;
   plan.options.probe_methods = stored.probe_methods;
@@ -243,8 +247,19 @@ int runQualify(const QualifyArgs& a) {
     }
   }
 
+  if (a.full && !a.level.empty() && a.level != "full") {
+    return fail(kCmd, kExitUsage, "--full is --level full: it excludes --level " + a.level);
+  }
+  std::optional<qualify::Level> level = a.full ? qualify::Level::kFull : qualify::Level::kStandard;
+  if (!a.level.empty()) {
+    level = qualify::parseLevel(a.level);
+    if (!level) {
+      return fail(kCmd, kExitUsage, "--level " + a.level + ": unknown level (known: " + qualify::levelNames() + ")");
+    }
+  }
   qualify::PlanOptions po;
-  po.mode = a.full ? "full" : "quick";
+  po.level = *level;
+  po.concurrent = !a.serial;
   po.probe = !a.skip_probe;
   po.suites = qualify::splitList(a.suites);
   for (const std::string& s : po.suites) {
@@ -253,7 +268,7 @@ int runQualify(const QualifyArgs& a) {
     }
   }
   // The probe's speed is a benchmark, not a health figure: qualify runs the probe itself, not probe_bench.
-  if (po.suites.empty()) po.suites = qualify::qualifyDefaultSuites();
+  if (po.suites.empty()) po.suites = qualify::qualifyDefaultSuites(po.level);
   if (a.skip_bench) po.suites = {};
   if (!a.pairs.empty()) {
     auto pairs = qualify::parsePairs(a.pairs);
@@ -449,7 +464,7 @@ int runQualify(const QualifyArgs& a) {
       ro.env = {"PEERLAB_BIN=" + selfExecutable()};
       qualify::BenchOutcome outcome = qualify::runJobs(plan->jobs, ro, progress);
       run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
-      run.extra["bench"] = qualify::toJson(outcome, po.mode);
+      run.extra["bench"] = qualify::toJson(outcome, std::string(qualify::levelName(po.level)));
     }
     if (health) health->end(run, a.health_watch_s, process::interruptRequested);
     run.kind = *kind;
@@ -516,11 +531,16 @@ std::function<int()> setup(CLI::App& sub) {
                  "Where the bench binaries are (default: libexec/peerlab of the installed tree, or beside peerlab in "
                  "a build tree)");
   sub.add_option("--suite", a->suites,
-                 "Benchmark suites (default " + qualify::qualifyDefaultSuitesText() +
+                 "Benchmark suites (default at --level standard: " + qualify::qualifyDefaultSuitesText() +
                      "; the alltoallv process also runs the moe rows; known: " + qualify::suiteNames() + ")");
   sub.add_option("--pairs", a->pairs, "Ordered GPU pairs to qualify, e.g. 0-1,1-0 (default: every pair)");
   sub.add_option("--probe-methods", a->probe_methods, "Probe methods, e.g. ce_write,sm_store (default all)");
-  sub.add_flag("--full", a->full, "Run the full benchmark sweeps instead of the quick ones");
+  sub.add_option("--level", a->level,
+                 "quick (seconds: topology, health, the probe at small sizes, a copy-engine spot check per pair and "
+                 "GPU), standard (every check family; the default) or full (every size of every sweep)");
+  sub.add_flag("--full", a->full, "The same as --level full");
+  sub.add_flag("--serial", a->serial,
+               "Run pairs one at a time, even where their links would let disjoint pairs run at once");
   sub.add_flag("--skip-probe", a->skip_probe, "Do not run the verified probe");
   sub.add_flag("--skip-bench", a->skip_bench, "Do not run the benchmarks");
   sub.add_flag("--skip-health", a->skip_health, "Do not read machine health through NVML");

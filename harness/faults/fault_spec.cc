@@ -123,6 +123,19 @@ std::vector<FaultInfo> buildCatalog() {
         sideParam(),
         rankParam()}});
   all.push_back(
+      {FaultKind::kCopySlow,
+       "copy_slow",
+       "a slow link: each peer copy is followed on its stream by a copy of percent% of its bytes again "
+       "(same source and destination, so the data stays right), as a degraded link would take longer",
+       "runtime: cudaMemcpy*; driver: cuMemcpy*",
+       {{"percent", "N", "bytes copied again, in percent of each copy, 1-1000 (default 12: about 10% slower)"},
+        seedParam(),
+        countParam(),
+        afterParam(),
+        pairParam(),
+        sideParam(),
+        rankParam()}});
+  all.push_back(
       {FaultKind::kSignalWithhold,
        "signal_withhold",
        "a semaphore signal is never written",
@@ -360,6 +373,9 @@ StatusOr<FaultSpec> parseFaultSpec(std::string_view text) {
     } else if (key == "bit") {
       PEERLAB_RETURN_IF_ERROR(number(key, value, 0, 7, &v));
       spec.bit = static_cast<int>(v);
+    } else if (key == "percent") {
+      PEERLAB_RETURN_IF_ERROR(number(key, value, 1, 1000, &v));
+      spec.percent = static_cast<int>(v);
     } else if (key == "flips") {
       PEERLAB_RETURN_IF_ERROR(number(key, value, 1, 64, &v));
       spec.flips = static_cast<int>(v);

@@ -28,6 +28,7 @@ enum class FaultKind {
   kEnableError,
   kIpcOpenFail,
   kCopyHang,
+  kCopySlow,
   kSignalWithhold,
   kSignalLate,
   kKillAfterExport,
@@ -97,6 +98,7 @@ struct FaultSpec {
   std::optional<uint64_t> offset;  ///< bitflip: byte offset (default: seeded)
   int bit = -1;                    ///< bitflip: bit 0-7 (default: seeded)
   int flips = 4;                   ///< lie: bytes corrupted per copy
+  int percent = 12;                ///< copy_slow: bytes copied again, in percent of each copy
   int code = 0;                    ///< enable_error / ipc_open_fail: the error code returned
   Direction direction = Direction::kBoth;
   IpcKind ipc = IpcKind::kBoth;

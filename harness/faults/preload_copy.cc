@@ -1,5 +1,6 @@
 // Copy faults: bitflip and lie corrupt bytes in stream order, drop_writes sends peer-bound copies to scratch,
 // copy_hang stalls the stream until a timer, teardown or exit lets it go.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
@@ -200,6 +201,7 @@ bool copyFaultEngaged() {
     case FaultKind::kLie:
     case FaultKind::kBitflip:
     case FaultKind::kCopyHang:
+    case FaultKind::kCopySlow:
       return true;
     case FaultKind::kDropWrites:
       return cfg.spec.drop != DropTarget::kIpc;
@@ -281,6 +283,25 @@ int copy(const CopyCall& call, const std::function<int(CUdeviceptr dst, int dst_
                                  static_cast<unsigned long long>(call.dst), static_cast<unsigned long long>(scratch),
                                  scratch_dev, where.c_str()));
       return real(scratch, scratch_dev);
+    }
+    case FaultKind::kCopySlow: {
+      const int r = real(call.dst, dst_dev);
+      if (r != 0) return r;
+      // The same bytes again, in stream order after the copy: the destination keeps the right data, the copy takes
+      // `percent`% longer on the link it crosses.
+      CtxGuard guard(d, streamContext(d, stream));
+      size_t left = call.bytes * static_cast<size_t>(spec.percent) / 100;
+      left = std::max<size_t>(left, 1);
+      bool ok = true;
+      while (left > 0 && ok) {
+        const size_t n = std::min(left, call.bytes);
+        ok = (call.async ? d->memcpyAsync(call.dst, call.src, n, stream) : d->memcpySync(call.dst, call.src, n)) ==
+             CUDA_SUCCESS;
+        left -= n;
+      }
+      note("copy_slow",
+           format("%s %d%% of the bytes again (%s)", ok ? "copied" : "could not copy", spec.percent, where.c_str()));
+      return r;
     }
     case FaultKind::kCopyHang: {
       if (!stall(d, stream)) {

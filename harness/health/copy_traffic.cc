@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "reference/core/check.h"
@@ -69,7 +70,12 @@ TrafficHook copyTraffic(std::string* error) {
                        PEERLAB_DRIVER_CALL(cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS;
     // When the copies cannot start, `read` does not run here and the caller reads at idle.
     Status st = copyAround(gpu, read);
-    if (!st.isOk() && error) *error = "GPU " + std::to_string(gpu) + ": " + st.message();
+    if (!st.isOk() && error) {
+      // GPUs are sampled on threads of their own.
+      static std::mutex mu;
+      std::lock_guard<std::mutex> lock(mu);
+      *error += (error->empty() ? "" : "; ") + ("GPU " + std::to_string(gpu) + ": " + st.message());
+    }
     if (known && !active) (void)PEERLAB_DRIVER_CALL(cuDevicePrimaryCtxReset, dev);
   };
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace peerlab::health {
 namespace {
@@ -218,7 +219,10 @@ std::vector<GpuSample> Monitor::sample(const TrafficHook& hook, double wake_ms) 
       reading.why = why(r);
     }
   };
-  for (size_t i = 0; i < devices_.size(); ++i) {
+  // One GPU's sample; with traffic, every GPU is sampled on its own thread at once (each wakes its link with its own
+  // copies, and a GPU's first copies create its context: one after another they would add up with the GPU count).
+  out.resize(devices_.size());
+  auto sampleOne = [&](size_t i) {
     nvml::Device d = devices_[i];
     GpuSample s;
     s.gpu = ordinals_[i];
@@ -378,7 +382,22 @@ std::vector<GpuSample> Monitor::sample(const TrafficHook& hook, double wake_ms) 
     read(L.nvmlDeviceGetCurrentClocksEventReasons ? L.nvmlDeviceGetCurrentClocksEventReasons
                                                   : L.nvmlDeviceGetCurrentClocksThrottleReasons,
          s.clock_reasons, d);
-    out.push_back(std::move(s));
+    out[i] = std::move(s);
+  };
+  if (hook && devices_.size() > 1) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      try {
+        threads.emplace_back(sampleOne, i);
+      } catch (...) {
+        sampleOne(i);
+      }
+    }
+    for (std::thread& t : threads)
+      t.join();
+  } else {
+    for (size_t i = 0; i < devices_.size(); ++i)
+      sampleOne(i);
   }
   return out;
 }

@@ -32,6 +32,8 @@ Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double ma
   s.monitor_ = std::move(*m);
   s.before_ = s.monitor_->sample(copyTraffic(&s.wake_error_), t.wake_ms);
   if (Status st = s.monitor_->startWatch(t, max_s); !st.isOk()) s.wake_error_ += st.message();
+  // The watch lasts at least min_watch_s from here, after the first sample.
+  s.started_s_ = nowS();
   if (out) {
     std::fprintf(out, "health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
                  s.before_.size(), s.monitor_->library().path().c_str());

@@ -671,7 +671,10 @@ TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
   std::vector<std::string> args = {"history", "ingest", "--db", db};
   for (const char* sub : {"reports/runs", "reports/qualify", "reports/baselines"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(peerlab::testing::sourcePath(sub))) {
-      if (e.path().extension() == ".json") args.push_back(e.path().string());
+      // Run files, and each bundle's results.json (reports/qualify holds other JSON beside them).
+      const bool runFile = std::string(sub) == "reports/qualify" ? e.path().filename() == "results.json"
+                                                                 : e.path().extension() == ".json";
+      if (runFile) args.push_back(e.path().string());
     }
   }
   ASSERT_GE(args.size(), 4u + 11u);

@@ -15,16 +15,6 @@
 
 namespace peerlab::qualify {
 
-/// One process's estimate and what it rests on.
-struct JobEstimate {
-  double seconds = 0;
-  double start_s = 0;  ///< process start
-  double cases = 0;    ///< benchmark cases it runs
-  double fixed_s = 0;  ///< their fixed costs
-  double data_s = 0;   ///< the bytes they move, at the link rates
-  std::string basis;   ///< "model: 60 cases, ..." or "measured: median of 3 runs"
-};
-
 /// The estimate of one benchmark process of `plan` (its mode, topology and pairs).
 JobEstimate estimateJob(const BenchJob& job, const Plan& plan);
 /// The verified probe on the plan's pairs (workers' contexts, every method on every ordered pair).

@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 
 // A committed run: the plan it stored (topology, mode, pairs, jobs) and what its processes took.
 struct Committed {
+  bool made_with_levels = false;
   std::string file;
   Plan plan;
   nlohmann::json run;
@@ -43,33 +44,31 @@ std::vector<Committed> committedRuns() {
     EXPECT_TRUE(topo.isOk()) << f;
     if (!topo.isOk()) continue;
     c.plan.topology = *topo;
-    c.plan.options.mode = p.value("mode", "quick");
+    c.plan.options.level = parseLevel(p.value("level", p.value("mode", "quick") == "full" ? "full" : "standard"))
+                               .value_or(Level::kStandard);
     c.plan.options.probe = p.value("probe", false);
     for (const auto& pair : p["pairs"])
       c.plan.options.pairs.emplace_back(pair[0].get<int>(), pair[1].get<int>());
-    for (const auto& j : p["jobs"]) {
-      BenchJob job;
-      job.suite = j["suite"].get<std::string>();
-      job.binary = j["binary"].get<std::string>();
-      job.label = j["label"].get<std::string>();
-      job.args = j["args"].get<std::vector<std::string>>();
-      job.ranks = j.value("ranks", 1);
-      if (j["src"].is_number()) job.src = j["src"].get<int>();
-      if (j["dst"].is_number()) job.dst = j["dst"].get<int>();
-      c.plan.jobs.push_back(job);
-    }
+    auto stored = report::runPlanFromJson(p);
+    EXPECT_TRUE(stored.isOk()) << f;
+    if (!stored.isOk()) continue;
+    c.plan.jobs = stored->jobs;
+    c.made_with_levels = p.contains("level");
     out.push_back(std::move(c));
   }
   return out;
 }
 
-// The model's estimate of every process of every committed run is within 2x of the wall time it measured, and so is
-// the total; where the run was a qualify, the whole plan's estimate is within 2x of its wall time.
-TEST(Estimate, CommittedRunsAreWithinTwiceTheirWallTimes) {
+// The model describes the code as it is: every process of every committed run made by it (its plan records a level)
+// is within 2x of the wall time it measured, the processes together within 2x, and the whole plan's estimate within 20%
+// of the qualify wall time (what a maintenance window is planned on). Runs of earlier code (per-pair processes, host
+// patterns a byte at a time) are left out.
+TEST(Estimate, CommittedRunsOfThisCodeAreWithinTheirWallTimes) {
   const std::vector<Committed> runs = committedRuns();
   ASSERT_GE(runs.size(), 4u);
-  int jobs = 0;
+  int jobs = 0, qualifies = 0;
   for (const Committed& c : runs) {
+    if (!c.made_with_levels) continue;
     SCOPED_TRACE(c.file);
     double estimated = 0, measured = 0;
     for (const auto& wall : c.run["bench"]["jobs"]) {
@@ -78,7 +77,11 @@ TEST(Estimate, CommittedRunsAreWithinTwiceTheirWallTimes) {
       for (const BenchJob& j : c.plan.jobs) {
         if (j.label == label) job = &j;
       }
-      ASSERT_NE(job, nullptr) << label;
+      if (job == nullptr) {
+        // A rerun the runner added (the pairs left, or one pair at a time after a guard): not in the plan.
+        EXPECT_NE(label.find("one at a time"), std::string::npos) << label;
+        continue;
+      }
       const JobEstimate e = estimateJob(*job, c.plan);
       const double w = wall["wall_s"].get<double>();
       EXPECT_GE(e.seconds, w / 2) << label << ": estimate " << e.seconds << " s (" << e.basis << "), measured " << w;
@@ -93,11 +96,13 @@ TEST(Estimate, CommittedRunsAreWithinTwiceTheirWallTimes) {
       Plan plan = c.plan;
       estimatePlan(plan);
       const double wall = c.run["qualify"]["wall_s"].get<double>();
-      EXPECT_GE(plan.budget_s, wall / 2) << plan.budget_s << " vs qualify " << wall;
-      EXPECT_LE(plan.budget_s, wall * 2) << plan.budget_s << " vs qualify " << wall;
+      EXPECT_GE(plan.budget_s, wall * 0.8) << plan.budget_s << " vs qualify " << wall;
+      EXPECT_LE(plan.budget_s, wall * 1.2) << plan.budget_s << " vs qualify " << wall;
+      ++qualifies;
     }
   }
-  EXPECT_GE(jobs, 30);
+  EXPECT_GE(jobs, 3);
+  EXPECT_GE(qualifies, 1);
 }
 
 // With past runs of the same kind, a process's estimate is the median of what it measured there.

@@ -248,9 +248,6 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   plan.disabled_rules = config.disabled_rules;
   plan.require_link_info = config.require_link_info;
   plan.fail_unclaimed = config.fail_unclaimed;
-  if (options.mode != "quick" && options.mode != "full") {
-    return PEERLAB_INVALID_ARGUMENT("mode \"" + options.mode + "\": expected quick or full");
-  }
   for (const std::string& s : options.suites) {
     if (!findSuite(s)) return PEERLAB_INVALID_ARGUMENT("unknown suite \"" + s + "\" (known: " + suiteNames() + ")");
   }
@@ -293,10 +290,15 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
         continue;
       }
     }
-    for (BenchJob& job :
-         jobsFor(spec, options.mode, gpus, pairs, options.pairs.empty() || pairs.size() == topo.pairs.size())) {
+    SuiteRequest request;
+    request.level = options.level;
+    request.gpus = gpus;
+    request.pairs = pairs;
+    request.all_pairs = options.pairs.empty() || pairs.size() == topo.pairs.size();
+    request.topology = &plan.topology;
+    request.concurrent = options.concurrent;
+    for (BenchJob& job : jobsFor(spec, request))
       plan.jobs.push_back(std::move(job));
-    }
   }
   estimatePlan(plan);
 
@@ -413,7 +415,7 @@ std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::
 std::string formatPlan(const Plan& plan, const std::string& command) {
   const PlanTopology& t = plan.topology;
   std::ostringstream o;
-  o << command << " plan (" << plan.options.mode << ") for " << t.source << " [" << t.format << "]\n";
+  o << command << " plan (level " << levelName(plan.options.level) << ") for " << t.source << " [" << t.format << "]\n";
   if (t.gpus.empty()) {
     o << "no NVIDIA GPU: " << (t.no_gpu_message.empty() ? t.source : t.no_gpu_message) << "\n";
     return o.str();
@@ -471,6 +473,9 @@ std::string formatPlan(const Plan& plan, const std::string& command) {
     for (const std::string& a : j.args)
       o << " " << a;
     o << "  (about " << fmtDuration(j.budget_s) << ")\n";
+    if (!j.guard_for.empty())
+      o << "    serial sample: the concurrent rounds of \"" << j.guard_for << "\" must agree with it\n";
+    if (!j.schedule_basis.empty() && j.guard_for.empty()) o << "    " << j.schedule_basis << "\n";
   }
   if (!plan.expectations.empty()) {
     o << "Expected figures (NVLink: links x per-link rate x efficiency; PCIe: link rate x efficiency x path "
@@ -555,7 +560,7 @@ nlohmann::json toJson(const Plan& plan) {
   nlohmann::json pairs = nlohmann::json::array();
   for (const auto& [s, d] : plan.options.pairs)
     pairs.push_back({s, d});
-  return {{"mode", plan.options.mode},
+  return {{"level", std::string(levelName(plan.options.level))},
           {"topology", report::toJson(plan.topology)},
           {"pairs", pairs},
           {"probe", plan.options.probe},

@@ -40,11 +40,12 @@ Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& confi
 Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule, int gpu);
 
 struct PlanOptions {
-  std::string mode = "quick";              ///< quick or full
+  Level level = Level::kStandard;
   std::vector<std::string> suites;         ///< empty: every suite
   std::vector<std::pair<int, int>> pairs;  ///< empty: every ordered pair of the topology
   bool probe = true;                       ///< qualify runs the verified probe first
   std::vector<std::string> probe_methods;  ///< empty: every method
+  bool concurrent = true;                  ///< disjoint pairs run at once where their links allow (schedule.h)
 };
 
 struct Plan {

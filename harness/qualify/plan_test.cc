@@ -63,18 +63,26 @@ TEST(Plan, ExpectedFiguresFromLinks) {
   const Expectation* a2a = find(plan, "alltoallv_busbw");
   ASSERT_NE(a2a, nullptr);
   EXPECT_NEAR(*a2a->gbps, 18 * 26.5625 * 0.45, 1e-9);
-  // Jobs: peer_copy once, zcopy per ordered pair with 2 ranks, alltoallv over 2 and 4 ranks, probe bench once.
+  // Jobs: peer_copy once; zcopy in one process of 4 ranks over the 12 ordered pairs in 6 rounds of 2 (NVSwitch), after
+  // a serial sample of one pair; alltoallv over 2 and 4 ranks.
   std::map<std::string, int> jobs;
   for (const BenchJob& j : plan.jobs)
     ++jobs[j.suite];
-  EXPECT_EQ(jobs["peer_copy"], 1);
-  EXPECT_EQ(jobs["zcopy"], 12);
+  EXPECT_EQ(jobs["peer_copy"], 3);  // its serial and concurrent samples and the process over every pair
+  EXPECT_EQ(jobs["zcopy"], 3);
   EXPECT_EQ(jobs["alltoallv"], 2);
   std::vector<int> a2aRanks;
   for (const BenchJob& j : plan.jobs) {
     if (j.suite == "alltoallv") a2aRanks.push_back(j.ranks);
-    if (j.suite == "zcopy") {
-      EXPECT_EQ(j.ranks, 2);
+    if (j.suite == "zcopy" && j.guard_for.empty()) {
+      EXPECT_EQ(j.ranks, 4);
+      EXPECT_EQ(j.pairs.size(), 12u);
+      EXPECT_EQ(j.rounds.size(), 6u);
+      EXPECT_EQ(j.label, "zcopy (12 pairs, 6 rounds)");
+    } else if (j.suite == "zcopy") {
+      // The serial sample (one pair, 2 ranks) and the concurrent one (the first round, 4 ranks).
+      EXPECT_EQ(j.ranks, j.concurrent_sample ? 4 : 2);
+      EXPECT_EQ(j.guard_for, "zcopy (12 pairs, 6 rounds)");
     }
   }
   EXPECT_EQ(a2aRanks, (std::vector<int>{2, 4}));
@@ -172,15 +180,17 @@ TEST(Plan, TransportRunsOnlyWhereALibraryIsFound) {
       listed |= n.rfind("transport: not available: neither NIXL nor UCX with CUDA found", 0) == 0;
     EXPECT_TRUE(listed) << formatPlan(plan);
   }
-  // A UCX tree with the CUDA module: one transport_bench process (UCX) and the zcopy baseline per pair.
+  // A UCX tree with the CUDA module: one transport_bench process (UCX) and one zcopy baseline over both pairs (two
+  // GPUs: one pair per round, no serial sample).
   std::filesystem::create_directories(tmp.path() + "/ucx/lib/ucx");
   ASSERT_TRUE(testing::writeFile(tmp.path() + "/ucx/lib/libucp.so.0", ""));
   ASSERT_TRUE(testing::writeFile(tmp.path() + "/ucx/lib/ucx/libuct_cuda.so.0", ""));
   testing::ScopedEnv ucx("PEERLAB_UCX_DIR", (tmp.path() + "/ucx").c_str());
   PlanOptions o;
   o.suites = {"transport"};
+  o.level = Level::kFull;  // the baseline rows run at full only
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(2), config(), o));
-  ASSERT_EQ(plan.jobs.size(), 4u) << formatPlan(plan);
+  ASSERT_EQ(plan.jobs.size(), 2u) << formatPlan(plan);
   int transport = 0, baseline = 0;
   for (const BenchJob& j : plan.jobs) {
     EXPECT_EQ(j.suite, "transport");
@@ -194,8 +204,8 @@ TEST(Plan, TransportRunsOnlyWhereALibraryIsFound) {
       EXPECT_NE(j.args.back().find("peerlab.get|peerlab.put|nccl.sendrecv"), std::string::npos) << j.args.back();
     }
   }
-  EXPECT_EQ(transport, 2);
-  EXPECT_EQ(baseline, 2);
+  EXPECT_EQ(transport, 1);
+  EXPECT_EQ(baseline, 1);
   // Its figures come from the links like every pair suite's.
   const Expectation* e = find(plan, "transport_ucx_put", 0, 1);
   ASSERT_NE(e, nullptr);
@@ -322,10 +332,15 @@ TEST(Plan, BudgetIsAWallTimeEstimate) {
   EXPECT_DOUBLE_EQ(plan.budget_s - without.budget_s, estimateProbe(plan));
   // Full sweeps run more sizes: a longer estimate.
   PlanOptions full;
-  full.mode = "full";
+  full.level = Level::kFull;
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan longer, makePlan(nvswitchBox(4), config(), full));
-  ASSERT_EQ(longer.jobs.front().suite, "peer_copy");
-  EXPECT_GT(longer.jobs.front().budget_s, 2 * plan.jobs.front().budget_s);
+  auto peerCopy = [](const Plan& p) {
+    for (const BenchJob& j : p.jobs)
+      if (j.suite == "peer_copy" && j.guard_for.empty()) return j.budget_s;
+    return 0.0;
+  };
+  EXPECT_GT(peerCopy(plan), 0);
+  EXPECT_GT(peerCopy(longer), 2 * peerCopy(plan));
   EXPECT_GT(longer.processes_s, plan.processes_s);
 }
 
@@ -380,11 +395,18 @@ TEST(Plan, SelectedSuitesPairsAndModes) {
   PlanOptions o;
   o.suites = {"zcopy"};
   o.pairs = {{0, 1}, {3, 2}};
-  o.mode = "full";
+  o.level = Level::kFull;
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(4), config(), o));
-  ASSERT_EQ(plan.jobs.size(), 2u);
-  EXPECT_EQ(plan.jobs[1].label, "zcopy 3->2");
-  EXPECT_EQ(plan.jobs[1].src, 3);
+  // One process over both pairs (disjoint: one round at once), after its serial and concurrent samples.
+  ASSERT_EQ(plan.jobs.size(), 3u);
+  EXPECT_EQ(plan.jobs[0].guard_for, plan.jobs[2].label);
+  EXPECT_EQ(plan.jobs[0].label, "zcopy serial sample 0->1");
+  EXPECT_EQ(plan.jobs[1].label, "zcopy concurrent sample (2 pairs, 1 round)");
+  EXPECT_TRUE(plan.jobs[1].concurrent_sample);
+  EXPECT_EQ(plan.jobs[2].label, "zcopy (2 pairs, 1 round)");
+  EXPECT_EQ(plan.jobs[2].ranks, 4);
+  ASSERT_EQ(plan.jobs[2].rounds.size(), 1u);
+  EXPECT_EQ(plan.jobs[2].rounds[0].size(), 2u);
   EXPECT_EQ(find(plan, "peer_copy_ce_uni", 1, 0), nullptr);  // only the selected pairs are expected
   EXPECT_NE(find(plan, "peer_copy_ce_uni", 3, 2), nullptr);
   o.suites = {"nonsense"};
@@ -393,9 +415,6 @@ TEST(Plan, SelectedSuitesPairsAndModes) {
   EXPECT_NE(bad.status().message().find("unknown suite \"nonsense\""), std::string::npos);
   o.suites = {};
   o.pairs = {{0, 7}};
-  EXPECT_FALSE(makePlan(nvswitchBox(4), config(), o).isOk());
-  o.pairs = {};
-  o.mode = "slow";
   EXPECT_FALSE(makePlan(nvswitchBox(4), config(), o).isOk());
 }
 
@@ -451,10 +470,15 @@ TEST(Plan, EveryTopologyFixture) {
       }
       ASSERT_GE(n, 2u);
       EXPECT_EQ(plan.options.pairs.size(), n * (n - 1));
-      size_t zcopy = 0;
-      for (const BenchJob& j : plan.jobs)
-        zcopy += j.suite == "zcopy";
-      EXPECT_EQ(zcopy, n * (n - 1));
+      // zcopy: one process over every ordered pair (and a serial sample first where pairs run at once).
+      size_t zcopy = 0, covered = 0;
+      for (const BenchJob& j : plan.jobs) {
+        if (j.suite != "zcopy" || !j.guard_for.empty()) continue;
+        ++zcopy;
+        covered += j.pairs.size();
+      }
+      EXPECT_EQ(zcopy, 1u);
+      EXPECT_EQ(covered, n * (n - 1));
       for (const Expectation& e : plan.expectations) {
         if (e.gbps) {
           EXPECT_GT(*e.gbps, 0) << e.rule;

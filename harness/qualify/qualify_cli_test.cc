@@ -112,7 +112,9 @@ TEST(QualifyCli, DryRunFromFixtures) {
   EXPECT_NE(dgx.out.find("Pairs (240 ordered)"), std::string::npos);
   EXPECT_NE(dgx.out.find("algbw >= 120.0 GB/s (NV6 x 25 GB/s x 0.80) at >= 64 MiB, all 240 pairs"), std::string::npos)
       << dgx.out;
-  EXPECT_NE(dgx.out.find("PEERLAB_ZCOPY_DEVICES=15,14 zcopy_bench --ranks=2"), std::string::npos);
+  // NVSwitch: the 240 ordered pairs of 16 GPUs in 30 rounds of 8 pairs, one process of 16 ranks.
+  EXPECT_NE(dgx.out.find("zcopy (240 pairs, 30 rounds): PEERLAB_PAIR_ROUNDS="), std::string::npos) << dgx.out;
+  EXPECT_NE(dgx.out.find("zcopy_bench --ranks=16"), std::string::npos) << dgx.out;
   EXPECT_NE(dgx.out.find("Latency bounds:"), std::string::npos);
 
   CliRun amd = runPeerlab({"qualify", "--fixture", sourcePath("fixtures/topologies/hwloc/eas-tioga.xml"), "--dry-run"});
@@ -188,7 +190,7 @@ TEST(QualifyCli, NoGpuOnThisMachineExitsThree) {
   EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_TRUE(r.err.find("no NVIDIA GPU") != std::string::npos || r.err.find("no GPU visible") != std::string::npos)
       << r.err;
-  EXPECT_NE(r.out.find("peerlab qualify plan (quick) for live"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peerlab qualify plan (level standard) for live"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/bundle/results.json"));
   CliRun b = runPeerlab({"bench", "--out", dir + "/run.json"});
   EXPECT_EQ(b.exit_code, 3) << b.err;

@@ -191,7 +191,7 @@ TEST(QualifySetup, HelpAndHeadersMatchWhatRuns) {
   EXPECT_NE(help.out.find("moe rows"), std::string::npos) << help.out;
   CliRun bench = runPeerlab({"bench", "--dry-run", "--fixture", sourcePath(kH200x4), "--suite", "peer_copy"});
   EXPECT_EQ(bench.exit_code, 0) << bench.err;
-  EXPECT_EQ(bench.out.rfind("peerlab bench plan (quick) for ", 0), 0u) << bench.out;
+  EXPECT_EQ(bench.out.rfind("peerlab bench plan (level standard) for ", 0), 0u) << bench.out;
   EXPECT_EQ(bench.out.find("peerlab qualify plan"), std::string::npos) << bench.out;
 }
 
@@ -232,17 +232,32 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   EXPECT_GT(estimate, 60);
   EXPECT_NE(dgx["budget"]["basis"].get<std::string>().find("deadlines are separate"), std::string::npos);
 
-  // Past runs of the same hardware: their measured wall times. The fixture cannot tell the interconnect (kind h200-x4)
-  // and the committed 4x H200 runs are h200-x4-nvswitch: the same hardware, with or without --kind.
-  for (const std::vector<std::string>& kind : {std::vector<std::string>{}, {"--kind", "h200-x4-nvswitch"}}) {
-    std::vector<std::string> args = {"--fixture", sourcePath(kH200x4),       "--suite", "peer_copy,zcopy,alltoallv",
-                                     "--history", sourcePath("reports/runs")};
+  // Past runs of the same kind: the measured wall times of the same processes (suite, label, arguments). Two run files
+  // that ran this plan's processes, 3 s and 5 s each: the estimate is their median, 4 s. They name their kind by an
+  // alias (nvidia-h200-x4) and the fixture cannot tell the interconnect: the same hardware, with or without --kind.
+  const std::string runs = scratchDir("qualify-past-runs");
+  const nlohmann::json plan = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
+                                                          "--suite", "peer_copy,zcopy,alltoallv"});
+  ASSERT_FALSE(plan["jobs"].empty());
+  for (double wall : {3.0, 5.0}) {
+    nlohmann::json run = nlohmann::json::parse(readFile(sourcePath("reports/schema/sample-run.json")));
+    run["kind"] = "nvidia-h200-x4";
+    run["plan"] = plan;
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const auto& j : plan["jobs"])
+      jobs.push_back({{"label", j["label"]}, {"args", j["args"]}, {"wall_s", wall}, {"exit", "ok"}});
+    run["bench"] = {{"jobs", jobs}};
+    ASSERT_TRUE(writeFile(runs + "/" + std::to_string(static_cast<int>(wall)) + ".json", run.dump()));
+  }
+  for (const std::vector<std::string>& kind : {std::vector<std::string>{}, {"--kind", "nvidia-h200-x4"}}) {
+    std::vector<std::string> args = {
+        "--fixture", sourcePath(kH200x4), "--suite", "peer_copy,zcopy,alltoallv", "--history", runs};
     args.insert(args.end(), kind.begin(), kind.end());
     const nlohmann::json past = dryRunJson(PEERLAB_BINARY, args, {"PEERLAB_KIND"});
-    ASSERT_FALSE(past["jobs"].empty());
+    ASSERT_EQ(past["jobs"].size(), plan["jobs"].size());
     for (const auto& j : past["jobs"]) {
       EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
-      EXPECT_LT(j["budget_s"].get<double>(), 20) << j.dump();
+      EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
     }
   }
   // History of other hardware only: said in the plan, not silently ignored.

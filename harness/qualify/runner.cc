@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "harness/layout/layout.h"
+#include "harness/report/compare.h"
 #include "reference/core/files.h"
 
 namespace peerlab::qualify {
@@ -149,7 +152,7 @@ Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& opti
                              (missing.size() == 1 ? "it" : "them") + ": " + layout::buildCommand());
 }
 
-nlohmann::json toJson(const BenchOutcome& outcome, const std::string& mode) {
+nlohmann::json toJson(const BenchOutcome& outcome, const std::string& level) {
   nlohmann::json jobs = nlohmann::json::array();
   for (const JobOutcome& j : outcome.jobs) {
     nlohmann::json x = {{"label", j.job.label},
@@ -160,9 +163,24 @@ nlohmann::json toJson(const BenchOutcome& outcome, const std::string& mode) {
                         {"wall_s", j.process.wall_s},
                         {"exit", j.error.empty() ? "ok" : j.error}};
     if (!j.json_path.empty()) x["gbench_json"] = j.json_path;
+    if (!j.job.rounds.empty()) x["rounds"] = j.job.rounds.size();
+    if (!j.job.guard_for.empty()) x["guard_for"] = j.job.guard_for;
     jobs.push_back(x);
   }
-  return {{"mode", mode}, {"interrupted", outcome.interrupted}, {"jobs", jobs}};
+  nlohmann::json concurrency = nlohmann::json::array();
+  for (const ConcurrencyCheck& k : outcome.concurrency) {
+    concurrency.push_back({{"process", k.process},
+                           {"row", k.row},
+                           {"serial_gbps", k.serial_gbps},
+                           {"concurrent_gbps", k.concurrent_gbps},
+                           {"tolerance", k.tolerance},
+                           {"agree", k.agree}});
+  }
+  return {{"level", level},
+          {"interrupted", outcome.interrupted},
+          {"jobs", jobs},
+          {"concurrency", concurrency},
+          {"serial_fallbacks", outcome.fallbacks}};
 }
 
 StatusOr<std::vector<report::Result>> readGbenchFile(const std::string& path) {
@@ -177,6 +195,181 @@ StatusOr<std::vector<report::Result>> readGbenchFile(const std::string& path) {
   auto results = report::resultsFromGbench(doc);
   if (!results.isOk()) return PEERLAB_INVALID_ARGUMENT(path + ": " + results.status().message());
   return results;
+}
+
+namespace {
+
+// One process: runs it under its deadline and reads what it wrote. Its results (a failure row when it did not run to
+// completion) go to `results`.
+JobOutcome runOne(const BenchJob& job, int index, const RunnerOptions& options, const std::string& dir,
+                  Progress& progress, std::vector<report::Result>& results) {
+  JobOutcome jo;
+  jo.job = job;
+  progress.begin(index, job.label, job.budget_s);
+  jo.path = job.resolved && !job.path.empty() ? job.path : findBench(job.binary, options);
+  if (jo.path.empty()) {
+    jo.error = job.binary + " not found in " + benchDirectoriesText(options) + " (" + layout::buildCommand() + ")";
+    results.push_back(processFailure(job, jo.error));
+    progress.end(index, job.label, "FAILED: " + jo.error);
+    return jo;
+  }
+  jo.json_path = dir + "/" + fileStem(job, index) + ".json";
+  jo.log_path = dir + "/" + fileStem(job, index) + ".log";
+  process::ProcessOptions po;
+  po.argv = {jo.path};
+  po.argv.insert(po.argv.end(), job.args.begin(), job.args.end());
+  po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
+  po.argv.push_back("--benchmark_out=" + jo.json_path);
+  po.argv.push_back("--benchmark_out_format=json");
+  const double deadline =
+      options.timeout_s ? *options.timeout_s : std::max(options.min_timeout_s, job.deadline_s * options.timeout_factor);
+  // A multi-rank bench stops its own ranks a little before the deadline, so that it can say which rank hung.
+  if (job.ranks > 1) {
+    po.argv.push_back("--ranks_timeout=" + std::to_string(static_cast<long long>(std::max(10.0, deadline - 15))));
+  }
+  po.env = options.env;
+  po.env.insert(po.env.end(), job.env.begin(), job.env.end());
+  po.stdout_path = jo.log_path;
+  po.stderr_path = jo.log_path;
+  po.timeout = std::chrono::milliseconds(static_cast<long long>(deadline * 1000));
+  po.tick = [&progress] { progress.tick(); };
+  std::error_code ec;
+  std::filesystem::remove(jo.json_path, ec);
+  auto proc = process::runProcess(po);
+  if (!proc.isOk()) {
+    jo.error = proc.status().message();
+    results.push_back(processFailure(job, jo.error));
+    progress.end(index, job.label, "FAILED: " + jo.error);
+    return jo;
+  }
+  jo.process = *proc;
+  // Whatever the process wrote before it stopped is kept.
+  if (std::filesystem::exists(jo.json_path)) {
+    auto read = readGbenchFile(jo.json_path);
+    if (read.isOk()) {
+      for (report::Result& r : *read) {
+        // A per-pair process measures its pair; results that do not name one get it from the job.
+        if (job.src && !r.src) r.src = job.src;
+        if (job.dst && !r.dst) r.dst = job.dst;
+        r.extra["log"] = std::filesystem::path(jo.log_path).filename().string();
+        results.push_back(std::move(r));
+        ++jo.results;
+      }
+    } else if (jo.process.ok()) {
+      jo.error = read.status().message();
+    }
+  } else if (jo.process.ok()) {
+    jo.error = "wrote no Google Benchmark JSON";
+  }
+  if (!jo.process.ok()) {
+    std::string cmd = job.binary;
+    for (const std::string& a : job.args)
+      cmd += " " + a;
+    jo.error = cmd + ": " + process::describeExit(jo.process, po.timeout);
+    const std::string tail = tailOfFile(jo.log_path, 1);
+    if (!tail.empty() && !jo.process.timed_out) jo.error += " (" + tail.substr(0, tail.find('\n')) + ")";
+  }
+  if (!jo.error.empty()) results.push_back(processFailure(job, jo.error));
+  std::string outcome = jo.error.empty() ? "ok" : "FAILED: " + jo.error;
+  outcome += ", " + std::to_string(jo.results) + " results";
+  progress.end(index, job.label, outcome);
+  return jo;
+}
+
+std::string pairText(const std::pair<int, int>& p) {
+  return std::to_string(p.first) + "->" + std::to_string(p.second);
+}
+
+// The same process over `pairs`, one pair per round.
+BenchJob serialJob(const BenchJob& job, const std::vector<std::pair<int, int>>& pairs, const std::string& why) {
+  BenchJob j = job;
+  j.rounds.clear();
+  if (!job.rounds.empty()) {
+    for (const auto& p : pairs)
+      j.rounds.push_back({p});
+    j.pairs = pairs;
+  }
+  for (std::string& e : j.env) {
+    if (!j.rounds.empty() && e.rfind("PEERLAB_PAIR_ROUNDS=", 0) == 0) e = pairRoundsEnv(j.rounds);
+  }
+  if (!j.concurrency_env.empty()) {
+    const std::string prefix = j.concurrency_env + "=";
+    j.env.erase(
+        std::remove_if(j.env.begin(), j.env.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }),
+        j.env.end());
+  }
+  j.label = job.label + " " + why;
+  const bool ranked =
+      std::any_of(j.args.begin(), j.args.end(), [](const std::string& a) { return a.rfind("--ranks=", 0) == 0; });
+  if (!j.rounds.empty() && ranked) {
+    // A rank per GPU the remaining pairs name.
+    std::set<int> gpus;
+    for (const auto& p : pairs) {
+      gpus.insert(p.first);
+      gpus.insert(p.second);
+    }
+    j.ranks = static_cast<int>(gpus.size());
+    for (std::string& a : j.args) {
+      if (a.rfind("--ranks=", 0) == 0) a = "--ranks=" + std::to_string(j.ranks);
+    }
+  }
+  j.deadline_s = job.rounds.empty() ? job.deadline_s
+                                    : job.deadline_s / static_cast<double>(job.rounds.size()) *
+                                          static_cast<double>(std::max<size_t>(1, pairs.size()));
+  j.budget_s = j.deadline_s;
+  return j;
+}
+
+// The pairs of a multi-pair process that left no rows, less the one its log names as stuck.
+std::vector<std::pair<int, int>> pairsLeft(const BenchJob& job, const std::vector<report::Result>& rows,
+                                           const std::string& log_path) {
+  std::set<std::pair<int, int>> done;
+  for (const report::Result& r : rows) {
+    if (r.name != "process" && r.src && r.dst) done.insert({*r.src, *r.dst});
+  }
+  const std::string tail = log_path.empty() ? "" : tailOfFile(log_path, 20);
+  std::vector<std::pair<int, int>> left;
+  for (const auto& p : job.pairs) {
+    if (done.count(p)) continue;
+    // "zcopy_bench: rank 1: BM_Zcopy/peerlab.put/uni/0->1/bytes:8: no progress ...": that pair is not run again.
+    if (tail.find("/" + pairText(p) + "/") != std::string::npos) continue;
+    left.push_back(p);
+  }
+  return left;
+}
+
+}  // namespace
+
+std::vector<ConcurrencyCheck> compareConcurrency(const std::string& process, const std::vector<report::Result>& serial,
+                                                 const std::vector<report::Result>& concurrent, double min_tolerance) {
+  auto spread = [](const report::Result& r) {
+    const double p10 = r.extra.value("p10_us", 0.0), p90 = r.extra.value("p90_us", 0.0);
+    return r.time_us && *r.time_us > 0 && p90 >= p10 ? (p90 - p10) / *r.time_us : 0.0;
+  };
+  auto usable = [](const report::Result& r) {
+    return r.status == "ok" && r.algbw_gbps && *r.algbw_gbps > 0 && r.src && !(r.wrong && *r.wrong > 0);
+  };
+  std::vector<ConcurrencyCheck> out;
+  for (const report::Result& s : serial) {
+    if (!usable(s)) continue;
+    for (const report::Result& c : concurrent) {
+      if (!usable(c) || c.suite != s.suite || c.impl != s.impl || c.name != s.name || c.src != s.src ||
+          c.dst != s.dst || c.bytes != s.bytes) {
+        continue;
+      }
+      ConcurrencyCheck k;
+      k.process = process;
+      k.row = s.impl + " " + s.name + " " +
+              (s.dst ? std::to_string(*s.src) + "->" + std::to_string(*s.dst) : "GPU" + std::to_string(*s.src)) +
+              (s.bytes ? " " + report::formatBytes(*s.bytes) : "");
+      k.serial_gbps = *s.algbw_gbps;
+      k.concurrent_gbps = *c.algbw_gbps;
+      k.tolerance = std::max(min_tolerance, spread(s) + spread(c));
+      k.agree = k.concurrent_gbps >= k.serial_gbps * (1 - k.tolerance);
+      out.push_back(k);
+    }
+  }
+  return out;
 }
 
 BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& options, Progress& progress) {
@@ -198,92 +391,83 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
   for (const BenchJob& j : jobs)
     budget += j.budget_s;
   progress.start("peerlab bench", static_cast<int>(jobs.size()), budget);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const BenchJob& job = jobs[i];
-    JobOutcome jo;
-    jo.job = job;
+  std::map<std::string, std::vector<report::Result>> samples;      // serial samples by the label they guard
+  std::map<std::string, std::vector<report::Result>> concurrents;  // concurrent samples, likewise
+  int index = 0;
+  auto record = [&](JobOutcome jo) {
+    if (!jo.error.empty()) ++out.failed_jobs;
+    if (jo.process.interrupted) out.interrupted = true;
+    out.jobs.push_back(std::move(jo));
+  };
+  for (const BenchJob& job : jobs) {
     if (process::interruptRequested()) {
       out.interrupted = true;
       break;
     }
-    progress.begin(static_cast<int>(i), job.label, job.budget_s);
-    jo.path = job.resolved && !job.path.empty() ? job.path : findBench(job.binary, options);
-    if (jo.path.empty()) {
-      jo.error = job.binary + " not found in " + benchDirectoriesText(options) + " (" + layout::buildCommand() + ")";
-      out.results.push_back(processFailure(job, jo.error));
-      ++out.failed_jobs;
-      progress.end(static_cast<int>(i), job.label, "FAILED: " + jo.error);
-      out.jobs.push_back(jo);
-      continue;
-    }
-    jo.json_path = dir + "/" + fileStem(job, static_cast<int>(i)) + ".json";
-    jo.log_path = dir + "/" + fileStem(job, static_cast<int>(i)) + ".log";
-    process::ProcessOptions po;
-    po.argv = {jo.path};
-    po.argv.insert(po.argv.end(), job.args.begin(), job.args.end());
-    po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
-    po.argv.push_back("--benchmark_out=" + jo.json_path);
-    po.argv.push_back("--benchmark_out_format=json");
-    const double deadline = options.timeout_s
-                                ? *options.timeout_s
-                                : std::max(options.min_timeout_s, job.deadline_s * options.timeout_factor);
-    // A multi-rank bench stops its own ranks a little before the deadline, so that it can say which rank hung.
-    if (job.ranks > 1) {
-      po.argv.push_back("--ranks_timeout=" + std::to_string(static_cast<long long>(std::max(10.0, deadline - 15))));
-    }
-    po.env = options.env;
-    po.env.insert(po.env.end(), job.env.begin(), job.env.end());
-    po.stdout_path = jo.log_path;
-    po.stderr_path = jo.log_path;
-    po.timeout = std::chrono::milliseconds(static_cast<long long>(deadline * 1000));
-    po.tick = [&progress] { progress.tick(); };
-    std::error_code ec;
-    std::filesystem::remove(jo.json_path, ec);
-    auto proc = process::runProcess(po);
-    if (!proc.isOk()) {
-      jo.error = proc.status().message();
-      out.results.push_back(processFailure(job, jo.error));
-      ++out.failed_jobs;
-      progress.end(static_cast<int>(i), job.label, "FAILED: " + jo.error);
-      out.jobs.push_back(jo);
-      continue;
-    }
-    jo.process = *proc;
-    // Whatever the process wrote before it stopped is kept.
-    if (std::filesystem::exists(jo.json_path)) {
-      auto results = readGbenchFile(jo.json_path);
-      if (results.isOk()) {
-        for (report::Result& r : *results) {
-          // A per-pair process measures its pair; results that do not name one get it from the job.
-          if (job.src && !r.src) r.src = job.src;
-          if (job.dst && !r.dst) r.dst = job.dst;
-          r.extra["log"] = std::filesystem::path(jo.log_path).filename().string();
-          out.results.push_back(std::move(r));
-          ++jo.results;
+    // Both samples of a guarded process taken: they decide, before it starts, whether it runs at once.
+    std::string decided;
+    if (auto s = samples.find(job.label), c = concurrents.find(job.label);
+        job.guard_for.empty() && s != samples.end() && c != concurrents.end()) {
+      const std::vector<ConcurrencyCheck> checks = compareConcurrency(job.label, s->second, c->second);
+      out.concurrency.insert(out.concurrency.end(), checks.begin(), checks.end());
+      for (const ConcurrencyCheck& k : checks) {
+        if (!k.agree && decided.empty()) {
+          char buf[200];
+          std::snprintf(buf, sizeof(buf), "%s: %.1f GB/s at once against %.1f alone (more than %.0f%% below)",
+                        k.row.c_str(), k.concurrent_gbps, k.serial_gbps, 100 * k.tolerance);
+          decided = buf;
         }
-      } else if (jo.process.ok()) {
-        jo.error = results.status().message();
       }
-    } else if (jo.process.ok()) {
-      jo.error = "wrote no Google Benchmark JSON";
+      if (checks.empty()) decided = "its samples gave no row to compare";
+      samples.erase(s);
+      concurrents.erase(c);
     }
-    if (!jo.process.ok()) {
-      std::string cmd = job.binary;
-      for (const std::string& a : job.args)
-        cmd += " " + a;
-      jo.error = cmd + ": " + process::describeExit(jo.process, po.timeout);
-      const std::string tail = tailOfFile(jo.log_path, 1);
-      if (!tail.empty() && !jo.process.timed_out) jo.error += " (" + tail.substr(0, tail.find('\n')) + ")";
+    std::vector<report::Result> rows;
+    const BenchJob run = decided.empty() ? job : serialJob(job, job.pairs, "(one at a time)");
+    if (!decided.empty()) out.fallbacks.push_back(job.label + ": " + decided);
+    JobOutcome jo = runOne(run, index++, options, dir, progress, rows);
+    if (!job.guard_for.empty()) {
+      // A sample: its rows only decide how the process it guards runs. A sample that failed to run is a failed job.
+      (job.concurrent_sample ? concurrents : samples)[job.guard_for] = rows;
+      record(std::move(jo));
+      if (out.interrupted) break;
+      continue;
     }
-    if (!jo.error.empty()) {
-      out.results.push_back(processFailure(job, jo.error));
-      ++out.failed_jobs;
+    // A process over many pairs that stopped early: the pairs it left without rows, once more, one at a time.
+    if (!jo.error.empty() && job.pairs.size() > 1 && !out.interrupted && !jo.process.interrupted) {
+      const std::vector<std::pair<int, int>> left = pairsLeft(job, rows, jo.log_path);
+      // Only where some pair got through: a process that failed before any row would fail the same way again.
+      const bool some = left.size() < job.pairs.size();
+      record(std::move(jo));
+      if (!left.empty() && some) {
+        std::vector<report::Result> more;
+        record(runOne(serialJob(job, left, "(the pairs left, one at a time)"), index++, options, dir, progress, more));
+        rows.insert(rows.end(), more.begin(), more.end());
+      }
+    } else if (auto guard = samples.find(job.label); guard != samples.end() && jo.error.empty()) {
+      const std::vector<ConcurrencyCheck> checks = compareConcurrency(job.label, guard->second, rows);
+      out.concurrency.insert(out.concurrency.end(), checks.begin(), checks.end());
+      std::string why;
+      for (const ConcurrencyCheck& k : checks) {
+        if (!k.agree && why.empty()) {
+          char buf[200];
+          std::snprintf(buf, sizeof(buf), "%s: %.1f GB/s at once against %.1f alone (more than %.0f%% below)",
+                        k.row.c_str(), k.concurrent_gbps, k.serial_gbps, 100 * k.tolerance);
+          why = buf;
+        }
+      }
+      if (checks.empty()) why = "its serial sample gave no row to compare";
+      record(std::move(jo));
+      if (!why.empty() && !out.interrupted) {
+        out.fallbacks.push_back(job.label + ": " + why);
+        std::vector<report::Result> serial;
+        record(runOne(serialJob(job, job.pairs, "(one at a time)"), index++, options, dir, progress, serial));
+        rows = std::move(serial);
+      }
+    } else {
+      record(std::move(jo));
     }
-    if (jo.process.interrupted) out.interrupted = true;
-    std::string outcome = jo.error.empty() ? "ok" : "FAILED: " + jo.error;
-    outcome += ", " + std::to_string(jo.results) + " results";
-    progress.end(static_cast<int>(i), job.label, outcome);
-    out.jobs.push_back(jo);
+    out.results.insert(out.results.end(), rows.begin(), rows.end());
     if (out.interrupted) break;
   }
   if (temporary) {

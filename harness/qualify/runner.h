@@ -61,11 +61,32 @@ struct JobOutcome {
   std::string error;  ///< "" when the process ran to completion and its JSON was read
 };
 
+/// A concurrent process checked against its serial sample: each row both measured.
+struct ConcurrencyCheck {
+  std::string process;  ///< the concurrent process's label
+  std::string row;      ///< "peerlab.put uni 0->1 256 MiB"
+  double serial_gbps = 0;
+  double concurrent_gbps = 0;
+  double tolerance = 0;  ///< the fraction the concurrent figure may fall short: the noise of both
+  bool agree = false;
+};
+
+/// Rows of `concurrent` against the same rows (suite, impl, name, pair, size) of `serial`: a concurrent figure more
+/// than the noise below the serial one disagrees. The noise is the two rows' p10..p90 spreads added, at least
+/// `min_tolerance`.
+std::vector<ConcurrencyCheck> compareConcurrency(const std::string& process, const std::vector<report::Result>& serial,
+                                                 const std::vector<report::Result>& concurrent,
+                                                 double min_tolerance = 0.05);
+
 struct BenchOutcome {
   std::vector<report::Result> results;
   std::vector<JobOutcome> jobs;
   int failed_jobs = 0;
   bool interrupted = false;
+  std::vector<ConcurrencyCheck> concurrency;  ///< every guard's rows
+  /// Processes whose concurrent rounds disagreed with their serial sample (or had none to compare) and ran again one
+  /// pair at a time: "<label>: <why>".
+  std::vector<std::string> fallbacks;
 };
 
 /// The directories bench binaries are looked up in, in order: --bench-dir when given, else libexec/peerlab of an
@@ -82,14 +103,18 @@ std::string findBench(const std::string& binary, const RunnerOptions& options);
 Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& options);
 
 /// Runs the jobs in order. A crash, a nonzero exit or a deadline becomes a failed result for that job (suite, name
-/// "process", impl = the binary) and the run goes on; an interrupt (Ctrl-C) stops it. Callers resolve the executables
-/// first (resolveExecutables) and stop when one is missing; a job whose binary still cannot be found becomes a failed
-/// result like a crash.
+/// "process", impl = the binary) and the run goes on; an interrupt (Ctrl-C) stops it. A process over many pairs that
+/// stops early runs again once for the pairs it left without rows, one at a time, leaving out the pair its log names
+/// as stuck. A serial sample (guard_for) keeps its rows apart: the concurrent process it names is checked against it
+/// (compareConcurrency) and runs again one pair at a time when they disagree; only that run's rows are kept. Callers
+/// resolve the executables first (resolveExecutables) and stop when one is missing; a job whose binary still cannot be
+/// found becomes a failed result like a crash.
 BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& options, Progress& progress);
 
-/// {"mode", "interrupted", "jobs": [{label, binary, args, results, wall_s, exit ("ok" or why), gbench_json}]}: what
-/// a run file records of its benchmark processes (run.extra "bench").
-nlohmann::json toJson(const BenchOutcome& outcome, const std::string& mode);
+/// {"level", "interrupted", "jobs": [{label, binary, args, results, wall_s, exit ("ok" or why), gbench_json, rounds,
+/// guard_for}], "concurrency": [{process, row, serial_gbps, concurrent_gbps, tolerance, agree}], "serial_fallbacks"}:
+/// what a run file records of its benchmark processes (run.extra "bench").
+nlohmann::json toJson(const BenchOutcome& outcome, const std::string& level);
 
 /// Reads Google Benchmark JSON, salvaging the completed entries of a file cut short by a kill.
 StatusOr<std::vector<report::Result>> readGbenchFile(const std::string& path);

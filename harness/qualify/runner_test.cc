@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "harness/qualify/pipeline.h"
 #include "harness/testing/cli.h"
@@ -23,8 +24,8 @@ void writeFakeBench(const std::string& dir, const std::string& name, const std::
     << "out=''\n"
     << "for a in \"$@\"; do case \"$a\" in --benchmark_out=*) out=\"${a#--benchmark_out=}\";; esac; done\n"
     << "echo \"$@\" > " << dir << "/" << name << ".args\n"
-    << "echo \"devices=$PEERLAB_ZCOPY_DEVICES bin=$PEERLAB_BIN\" > " << dir << "/" << name << ".env\n"
-    << "pair=${PEERLAB_ZCOPY_DEVICES:-0,1}; src=${pair%,*}; dst=${pair#*,}\n"
+    << "echo \"rounds=$PEERLAB_PAIR_ROUNDS bin=$PEERLAB_BIN\" > " << dir << "/" << name << ".env\n"
+    << "pair=${PEERLAB_PAIR_ROUNDS:-0-1}; src=${pair%-*}; dst=${pair#*-}\n"
     << "entry() { printf '    {\\n      \"name\": \"BM_%s\",\\n      \"run_type\": \"iteration\",\\n      "
        "\"repetitions\": 1,\\n      \"iterations\": 1,\\n      \"label\": "
        "\"suite=%s;impl=peerlab.x;name=uni;src=%s;dst=%s;"
@@ -56,18 +57,25 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   writeFakeBench(bin, "moe_bench", "crash");
 
   std::vector<BenchJob> jobs;
-  for (const BenchJob& j : jobsFor(*findSuite("peer_copy"), "quick", 2, {{0, 1}, {1, 0}}, true))
+  auto request = [](int gpus, std::vector<std::pair<int, int>> pairs, bool all) {
+    SuiteRequest r;
+    r.gpus = gpus;
+    r.pairs = std::move(pairs);
+    r.all_pairs = all;
+    return r;
+  };
+  for (const BenchJob& j : jobsFor(*findSuite("peer_copy"), request(2, {{0, 1}, {1, 0}}, true)))
     jobs.push_back(j);
-  for (const BenchJob& j : jobsFor(*findSuite("zcopy"), "quick", 2, {{1, 0}}, false))
+  for (const BenchJob& j : jobsFor(*findSuite("zcopy"), request(2, {{1, 0}}, false)))
     jobs.push_back(j);
-  for (const BenchJob& j : jobsFor(*findSuite("alltoallv"), "quick", 4, {}, true))
+  for (const BenchJob& j : jobsFor(*findSuite("alltoallv"), request(4, {}, true)))
     jobs.push_back(j);
   BenchJob crash;
   crash.suite = "moe";
   crash.binary = "moe_bench";
   crash.label = "moe";
   jobs.push_back(crash);
-  for (const BenchJob& j : jobsFor(*findSuite("probe"), "quick", 2, {{0, 1}}, true))
+  for (const BenchJob& j : jobsFor(*findSuite("probe"), request(2, {{0, 1}}, true)))
     jobs.push_back(j);
 
   RunnerOptions o;
@@ -97,7 +105,7 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
     zcopy += r.suite == "zcopy";
     a2a += r.suite == "alltoallv";
     if (r.suite == "zcopy") {
-      EXPECT_EQ(r.src, 1);  // the pair came through PEERLAB_ZCOPY_DEVICES
+      EXPECT_EQ(r.src, 1);  // the pair came through PEERLAB_PAIR_ROUNDS
       EXPECT_EQ(r.dst, 0);
     }
   }
@@ -117,7 +125,7 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   EXPECT_NE(zArgs.find("--ranks=2"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--benchmark_filter=/bytes:(8|65536|268435456)/"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--ranks_timeout=10"), std::string::npos) << zArgs;
-  EXPECT_NE(testing::readFile(bin + "/zcopy_bench.env").find("devices=1,0 bin=/opt/peerlab"), std::string::npos);
+  EXPECT_NE(testing::readFile(bin + "/zcopy_bench.env").find("rounds=1-0 bin=/opt/peerlab"), std::string::npos);
   EXPECT_NE(testing::readFile(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
             std::string::npos);
   // Raw JSON and logs stay in --gbench-dir.
@@ -197,6 +205,149 @@ TEST(ProbeChild, RowsOrOneFailedRow) {
   ::unsetenv("PEERLAB_PROBE_WORKER");
   ::unsetenv("PEERLAB_PROBE_INJECT");
 #endif
+}
+
+// A stand-in pair suite: one row per pair of $PEERLAB_PAIR_ROUNDS (peerlab.put uni at 256 MiB), at 380 GB/s alone
+// and $FAKE_CONCURRENT_GBPS in a round of several pairs. With FAKE_STUCK=1 it writes the first round's rows, then
+// names a row of the second round's first pair as stuck and dies (only while pairs run at once).
+void writePairBench(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  std::ofstream f(path);
+  f << "#!/bin/sh\n"
+    << "out=''\n"
+    << "for a in \"$@\"; do case \"$a\" in --benchmark_out=*) out=\"${a#--benchmark_out=}\";; esac; done\n"
+    << "echo \"$PEERLAB_PAIR_ROUNDS\" >> " << dir << "/" << name << ".rounds\n"
+    << "entry() { printf '    {\\n      \"name\": \"BM_Zcopy/peerlab.put/uni/%s->%s/bytes:268435456\",\\n      "
+       "\"run_type\": \"iteration\",\\n      \"repetitions\": 1,\\n      \"iterations\": 1,\\n      \"label\": "
+       "\"suite=zcopy;impl=peerlab.put;name=uni;src=%s;dst=%s;ranks=2;bytes=268435456\",\\n      \"bytes\": "
+       "268435456,\\n      \"time_us\": %s,\\n      \"algbw_gbps\": %s,\\n      \"busbw_gbps\": %s,\\n      "
+       "\"p10_us\": %s,\\n      \"p90_us\": %s,\\n      \"wrong\": 0\\n    }' \"$1\" \"$2\" \"$1\" \"$2\" \"$3\" "
+       "\"$4\" "
+       "\"$4\" \"$3\" \"$3\"; }\n"
+    << "first=1; round_no=0\n"
+    << "printf '{\\n  \"context\": {},\\n  \"benchmarks\": [\\n' > \"$out\"\n"
+    << "for round in $(echo \"$PEERLAB_PAIR_ROUNDS\" | tr ';' ' '); do\n"
+    << "  round_no=$((round_no + 1))\n"
+    << "  n=$(echo \"$round\" | tr ',' '\\n' | wc -l)\n"
+    << "  if [ -n \"$FAKE_STUCK\" ] && [ $n -gt 1 ] && [ $round_no -eq 2 ]; then\n"
+    << "    p1=${round%%,*}\n"
+    << "    echo \"zcopy_bench: rank 1: BM_Zcopy/peerlab.put/uni/${p1%-*}->${p1#*-}/bytes:8: no progress for 60 s\" "
+       ">&2\n"
+    << "    kill -KILL $$\n"
+    << "  fi\n"
+    << "  for p in $(echo \"$round\" | tr ',' ' '); do\n"
+    << "    gbps=380; [ $n -gt 1 ] && gbps=${FAKE_CONCURRENT_GBPS:-380}\n"
+    << "    us=$(awk \"BEGIN{printf \\\"%.1f\\\", 268435.456/$gbps}\")\n"
+    << "    [ $first = 1 ] || printf ',\\n' >> \"$out\"; first=0\n"
+    << "    entry \"${p%-*}\" \"${p#*-}\" \"$us\" \"$gbps\" >> \"$out\"\n"
+    << "  done\n"
+    << "done\n"
+    << "printf '\\n  ]\\n}\\n' >> \"$out\"\n";
+  f.close();
+  ::chmod(path.c_str(), 0755);
+}
+
+std::vector<BenchJob> zcopyOnNvswitch(int gpus) {
+  report::PlanTopology t;
+  for (int a = 0; a < gpus; ++a) {
+    for (int b = 0; b < gpus; ++b) {
+      if (a == b) continue;
+      report::PlanPair p;
+      p.src = a;
+      p.dst = b;
+      p.nvlinks = 18;
+      p.nvswitch = true;
+      t.pairs.push_back(p);
+    }
+  }
+  SuiteRequest r;
+  r.gpus = gpus;
+  r.topology = &t;
+  for (const report::PlanPair& p : t.pairs)
+    r.pairs.emplace_back(p.src, p.dst);
+  return jobsFor(*findSuite("zcopy"), r);
+}
+
+struct PairRun {
+  BenchOutcome out;
+  std::string rounds;  // every PEERLAB_PAIR_ROUNDS the bench was started with, one per line
+};
+
+PairRun runPairSuite(const std::string& scratch, std::vector<std::string> env) {
+  const std::string dir = testing::scratchDir(scratch);
+  const std::string bin = dir + "/bin";
+  std::filesystem::create_directories(bin);
+  writePairBench(bin, "zcopy_bench");
+  RunnerOptions o;
+  o.bench_dir = bin;
+  o.gbench_dir = dir + "/gbench";
+  o.timeout_s = 20.0;
+  o.env = std::move(env);
+  std::FILE* pf = std::fopen((dir + "/progress.txt").c_str(), "w");
+  Progress progress(pf, false);
+  PairRun r;
+  r.out = runJobs(zcopyOnNvswitch(4), o, progress);
+  std::fclose(pf);
+  r.rounds = testing::readFile(bin + "/zcopy_bench.rounds");
+  return r;
+}
+
+std::set<std::pair<int, int>> pairsWithRows(const BenchOutcome& out) {
+  std::set<std::pair<int, int>> pairs;
+  for (const report::Result& r : out.results)
+    if (r.name != "process" && r.status == "ok" && r.src && r.dst) pairs.insert({*r.src, *r.dst});
+  return pairs;
+}
+
+// Concurrent rounds that agree with the serial sample stand: 12 pairs, one process, the sample's row kept apart.
+TEST(Runner, ConcurrentRoundsThatAgreeWithTheSerialSampleStand) {
+  PairRun r = runPairSuite("runner-guard-ok", {"FAKE_CONCURRENT_GBPS=375"});
+  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;  // serial sample, concurrent sample, the process
+  EXPECT_EQ(r.out.failed_jobs, 0);
+  EXPECT_TRUE(r.out.fallbacks.empty());
+  ASSERT_EQ(r.out.concurrency.size(), 1u);
+  EXPECT_TRUE(r.out.concurrency[0].agree);
+  EXPECT_DOUBLE_EQ(r.out.concurrency[0].serial_gbps, 380);
+  EXPECT_DOUBLE_EQ(r.out.concurrency[0].concurrent_gbps, 375);
+  EXPECT_EQ(r.out.results.size(), 12u);  // the samples' rows are not results
+  EXPECT_EQ(pairsWithRows(r.out).size(), 12u);
+  EXPECT_EQ(std::count(r.rounds.begin(), r.rounds.end(), '\n'), 3);
+}
+
+// A concurrent sample slower than the serial one beyond the noise: the process runs one pair at a time from the
+// start; the run says why.
+TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
+  PairRun r = runPairSuite("runner-guard-slow", {"FAKE_CONCURRENT_GBPS=300"});
+  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
+  ASSERT_EQ(r.out.concurrency.size(), 1u);
+  EXPECT_FALSE(r.out.concurrency[0].agree);
+  ASSERT_EQ(r.out.fallbacks.size(), 1u);
+  EXPECT_NE(r.out.fallbacks[0].find("300.0 GB/s at once against 380.0 alone"), std::string::npos) << r.out.fallbacks[0];
+  EXPECT_NE(r.out.jobs[2].job.label.find("(one at a time)"), std::string::npos);
+  EXPECT_EQ(r.out.results.size(), 12u);
+  for (const report::Result& x : r.out.results)
+    EXPECT_DOUBLE_EQ(x.algbw_gbps.value_or(0), 380) << x.impl << " " << *x.src << "->" << *x.dst;
+  // The third start ran every pair alone: 12 rounds of one.
+  const std::string last = r.rounds.substr(r.rounds.rfind('\n', r.rounds.size() - 2) + 1);
+  EXPECT_EQ(std::count(last.begin(), last.end(), ';'), 11) << last;
+}
+
+// A process over many pairs that dies: its rows stay, the pairs it left run again one at a time, and the pair its log
+// names as stuck is not run again but reported with the process's failure.
+TEST(Runner, APairSuiteThatDiesLeavesTheOtherPairsResults) {
+  PairRun r = runPairSuite("runner-stuck", {"FAKE_STUCK=1"});
+  ASSERT_EQ(r.out.jobs.size(), 4u) << r.rounds;
+  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[2].rounds[1][0];
+  const std::string stuckText = std::to_string(stuck.first) + "->" + std::to_string(stuck.second);
+  EXPECT_FALSE(r.out.jobs[2].error.empty());
+  EXPECT_NE(r.out.jobs[3].job.label.find("(the pairs left, one at a time)"), std::string::npos);
+  const std::set<std::pair<int, int>> done = pairsWithRows(r.out);
+  EXPECT_EQ(done.size(), 11u);
+  EXPECT_FALSE(done.count(stuck)) << stuckText;
+  bool named = false;
+  for (const report::Result& x : r.out.results)
+    named |= x.name == "process" && x.status.find(stuckText) != std::string::npos;
+  EXPECT_TRUE(named) << "the failure row names the stuck pair's cell";
 }
 
 }  // namespace

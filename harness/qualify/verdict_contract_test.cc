@@ -28,6 +28,14 @@ struct Case {
   std::optional<bool> expect_pass;  // what the change must give, where it is known
 };
 
+// The committed run files: reports/runs/*.json, reports/baselines/*.json and each bundle's results.json (a bundle
+// directory holds other JSON, and reports/qualify a levels summary beside the bundles).
+bool isRunFile(const std::filesystem::path& p) {
+  if (p.extension() != ".json") return false;
+  return p.filename() == "results.json" || p.parent_path().filename() == "runs" ||
+         p.parent_path().filename() == "baselines";
+}
+
 Run load(const std::string& source) {
   auto run = report::readRun(sourcePath(source));
   EXPECT_TRUE(run.isOk()) << run.status().toString();
@@ -42,7 +50,7 @@ std::vector<Case> cases() {
   // Every committed run as it is.
   for (const char* dir : {"reports/runs", "reports/baselines", "reports/qualify"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(sourcePath(dir))) {
-      if (e.path().extension() != ".json") continue;
+      if (!isRunFile(e.path())) continue;
       const std::string rel = std::filesystem::relative(e.path(), sourcePath(".")).string();
       out.push_back({"committed " + rel, rel, nullptr, std::nullopt});
     }
@@ -219,7 +227,7 @@ TEST(VerdictContract, StoredCountEqualsRecomputedForEveryCommittedRun) {
   int files = 0, stored = 0;
   for (const char* sub : {"reports/runs", "reports/baselines", "reports/qualify"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/" + sub)) {
-      if (e.path().extension() != ".json") continue;
+      if (!isRunFile(e.path())) continue;
       const std::string file = e.path().string();
       SCOPED_TRACE(file);
       ++files;

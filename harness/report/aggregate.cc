@@ -109,20 +109,15 @@ int gpuCount(const Run& run) {
 }
 
 std::vector<std::string> suitesIn(const Run& run) {
-  static const std::vector<std::string> kOrder = {"probe", "peer_enable", "peer_copy", "peer_latency",
-                                                  "zcopy", "alltoallv",   "moe",       "test"};
+  // In the order the run met them (the probe, then each suite's process in the plan's order, which is the suites'
+  // page order: harness/qualify/suite_spec.h); the machine's health and the GPU tests last.
+  std::vector<std::string> out, last;
   std::set<std::string> present;
-  std::vector<std::string> others;
   for (const Result& r : run.results) {
-    if (present.insert(r.suite).second && std::find(kOrder.begin(), kOrder.end(), r.suite) == kOrder.end()) {
-      others.push_back(r.suite);
-    }
+    if (!present.insert(r.suite).second) continue;
+    (r.suite == "health" || r.suite == "test" ? last : out).push_back(r.suite);
   }
-  std::vector<std::string> out;
-  for (const std::string& s : kOrder) {
-    if (present.count(s)) out.push_back(s);
-  }
-  out.insert(out.end(), others.begin(), others.end());
+  out.insert(out.end(), last.begin(), last.end());
   return out;
 }
 

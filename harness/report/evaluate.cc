@@ -399,8 +399,8 @@ void latencyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out,
 }
 
 // A rule whose suite has results in the run but whose impl and name select none of them (whatever their status): a
-// typo in a config, or a rule for implementations this run did not measure. Nothing of it is checked, and every
-// output says so (a warning: it does not fail the run).
+// typo in a config, or a rule for implementations this run did not measure (a quick level runs a spot check). Nothing
+// of it is checked, and every output says so: a skipped check, never a pass.
 void unmatchedRule(const Run& run, const std::string& id, const std::string& suite, const std::string& impl,
                    const std::string& name, std::vector<Check>& out) {
   int ofSuite = 0;
@@ -413,13 +413,13 @@ void unmatchedRule(const Run& run, const std::string& id, const std::string& sui
     names.insert(r.name.substr(0, r.name.find('/')));
   }
   if (ofSuite == 0) return;  // the suite did not run: nothing to say of the rule
-  out.push_back(make("coverage", id + " selects a result", CheckStatus::kWarn,
+  out.push_back(make("coverage", id + " selects a result", CheckStatus::kSkipped,
                      "0 of " + std::to_string(ofSuite) + " " + suite + " results", ">= 1",
                      "[rule " + id + ": impl " + impl + ", name " + name + "]",
-                     "the rule selects none of the " + suite +
-                         " results, so nothing of it is checked (impls: " + joinSome({impls.begin(), impls.end()}, 6) +
-                         "; names: " + joinSome({names.begin(), names.end()}, 6) +
-                         "): a typo in the config's impl or name?",
+                     "not checked: the rule selects none of the " + std::to_string(ofSuite) + " " + suite +
+                         " results (impls: " + joinSome({impls.begin(), impls.end()}, 6) + "; names: " +
+                         joinSome({names.begin(), names.end()}, 6) +
+                         "): a typo in the config's impl or name, or implementations this run does not measure",
                      0.0, 1.0));
 }
 

@@ -723,8 +723,15 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (run.extra.contains("bench") && run.extra["bench"].is_object() && run.extra["bench"].contains("jobs") &&
       run.extra["bench"]["jobs"].is_array() && !run.extra["bench"]["jobs"].empty()) {
     section("processes", "Benchmark processes");
-    body << "<p class=\"note\">mode: " << htmlEscape(run.extra["bench"].value("mode", "")) << "</p>"
-         << "<table><tr><th>process</th><th>results</th><th>wall s</th><th>outcome</th></tr>";
+    const nlohmann::json& bench = run.extra["bench"];
+    body << "<p class=\"note\">level: " << htmlEscape(bench.value("level", bench.value("mode", ""))) << "</p>";
+    if (bench.contains("serial_fallbacks") && bench["serial_fallbacks"].is_array()) {
+      for (const auto& f : bench["serial_fallbacks"]) {
+        if (f.is_string())
+          body << "<p class=\"note\">ran again one pair at a time: " << htmlEscape(f.get<std::string>()) << "</p>";
+      }
+    }
+    body << "<table><tr><th>process</th><th>results</th><th>wall s</th><th>outcome</th></tr>";
     for (const auto& j : run.extra["bench"]["jobs"]) {
       if (!j.is_object()) continue;
       const std::string exit = j.value("exit", "");
@@ -768,10 +775,15 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   }
   body << "</table></details></section>";
 
-  static const std::vector<std::string> kKnown = {"probe", "peer_copy", "zcopy", "alltoallv", "moe"};
+  // Suites the plan ran that left no rows.
   std::vector<std::string> absent;
-  for (const std::string& s : kKnown) {
-    if (std::find(suites.begin(), suites.end(), s) == suites.end()) absent.push_back(s);
+  if (run.plan) {
+    for (const PlanJob& j : run.plan->jobs) {
+      if (std::find(suites.begin(), suites.end(), j.suite) == suites.end() &&
+          std::find(absent.begin(), absent.end(), j.suite) == absent.end()) {
+        absent.push_back(j.suite);
+      }
+    }
   }
 
   std::string html = pageBegin(title, kStyle);

@@ -142,6 +142,30 @@ PlanJob readJob(const In& j, int gpus) {
   x.label = j.str("label", "", kMaxNameBytes);
   x.path = j.str("executable", "");
   x.resolved = j.has("found");
+  auto pairOf = [&](const In& pr) {
+    if (pr.size() != 2) pr.fail("must be [src, dst]");
+    return std::make_pair(pr.item(0).integer(0, gpus - 1), pr.item(1).integer(0, gpus - 1));
+  };
+  if (auto pairs = j.opt("pairs")) {
+    limitItems(*pairs, static_cast<size_t>(kMaxGpus) * kMaxGpus);
+    for (size_t i = 0; i < pairs->size(); ++i)
+      x.pairs.push_back(pairOf(pairs->item(i)));
+  }
+  if (auto rounds = j.opt("rounds")) {
+    limitItems(*rounds, static_cast<size_t>(kMaxGpus) * kMaxGpus);
+    for (size_t r = 0; r < rounds->size(); ++r) {
+      const In round = rounds->item(r);
+      limitItems(round, static_cast<size_t>(kMaxGpus));
+      std::vector<std::pair<int, int>> pairs;
+      for (size_t i = 0; i < round.size(); ++i)
+        pairs.push_back(pairOf(round.item(i)));
+      x.rounds.push_back(std::move(pairs));
+    }
+  }
+  x.schedule_basis = j.str("schedule_basis", "");
+  x.guard_for = j.str("guard_for", "", kMaxNameBytes);
+  x.concurrency_env = j.str("concurrency_env", "", kMaxNameBytes);
+  x.concurrent_sample = j.boolean("concurrent_sample", false);
   return x;
 }
 
@@ -234,6 +258,26 @@ json toJson(const PlanJob& j) {
     x["executable"] = j.path.empty() ? json(nullptr) : json(j.path);
     x["found"] = !j.path.empty();
   }
+  if (!j.pairs.empty()) {
+    json pairs = json::array();
+    for (const auto& [s, d] : j.pairs)
+      pairs.push_back({s, d});
+    x["pairs"] = pairs;
+  }
+  if (!j.rounds.empty()) {
+    json rounds = json::array();
+    for (const auto& round : j.rounds) {
+      json r = json::array();
+      for (const auto& [s, d] : round)
+        r.push_back({s, d});
+      rounds.push_back(r);
+    }
+    x["rounds"] = rounds;
+  }
+  if (!j.schedule_basis.empty()) x["schedule_basis"] = j.schedule_basis;
+  if (!j.guard_for.empty()) x["guard_for"] = j.guard_for;
+  if (!j.concurrency_env.empty()) x["concurrency_env"] = j.concurrency_env;
+  if (j.concurrent_sample) x["concurrent_sample"] = true;
   return x;
 }
 
@@ -246,7 +290,12 @@ StatusOr<RunPlan> runPlanFromJson(const json& doc, const std::string& where) {
     const In p(doc, where);
     p.requireObject();
     RunPlan plan;
-    if (auto m = p.opt("mode")) plan.mode = oneOf(*m, {"quick", "full"});
+    if (auto l = p.opt("level")) {
+      plan.level = oneOf(*l, {"quick", "standard", "full"});
+    } else if (auto m = p.opt("mode")) {
+      // Before levels: "quick" was the default sweep (today's standard).
+      plan.level = oneOf(*m, {"quick", "full"}) == "full" ? "full" : "standard";
+    }
     if (auto t = p.opt("topology")) plan.topology = readTopology(*t);
     // Indices are bounded by the topology's GPUs when the plan has one.
     const int gpus =

@@ -100,11 +100,26 @@ struct PlanJob {
   std::string label;           ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
   bool resolved = false;       ///< the executable was looked up (qualify's resolveExecutables)
   std::string path;            ///< the executable found, "" when missing or not looked up
+  /// A process over many ordered pairs (a rank per GPU): the pairs, and the rounds they run in (the pairs of a round
+  /// at once); empty for other processes.
+  std::vector<std::pair<int, int>> pairs;
+  std::vector<std::vector<std::pair<int, int>>> rounds;
+  std::string schedule_basis;  ///< why the pairs run in those rounds
+  /// A serial sample: the label of the process whose concurrent rounds it is checked against ("" otherwise).
+  std::string guard_for;
+  /// The variable of `env` that makes GPUs of the process run at once other than pair rounds (PEERLAB_HOST_COPY_SETS):
+  /// the process run one GPU at a time leaves it out.
+  std::string concurrency_env;
+  /// A concurrent sample: the first concurrent round (or set) of the process it guards, on the rows of its serial
+  /// sample; the two decide whether that process runs at once or one at a time.
+  bool concurrent_sample = false;
 };
 
 /// A plan as stored in a run and read back: what the checks need, validated.
 struct RunPlan {
-  std::string mode = "quick";
+  /// quick, standard or full (harness/qualify/suite_spec.h); plans written before levels said "mode": quick (today's
+  /// standard) or full.
+  std::string level = "standard";
   std::optional<PlanTopology> topology;
   std::vector<std::pair<int, int>> pairs;
   bool probe = false;  ///< the plan ran the verified probe

@@ -270,7 +270,9 @@ void readRunExtra(const In& doc, Run& run) {
   if (auto b = doc.opt("bench")) {
     b->requireObject();
     b->str("mode", "", kMaxNameBytes);
+    b->str("level", "", kMaxNameBytes);
     b->boolean("interrupted", false);
+    if (auto f = b->opt("serial_fallbacks")) readStrings(*f, 10000);
     if (auto jobs = b->opt("jobs")) {
       if (jobs->size() > 100000) jobs->fail("holds more than the 100000 jobs allowed");
       for (size_t i = 0; i < jobs->size(); ++i) {

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "reference/core/check.h"
 #include "reference/core/scoped.h"
@@ -17,33 +19,113 @@ uint64_t patternSeed(uint64_t run, int src, int dst, uint64_t salt) {
   return mix64(s ^ salt);
 }
 
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pattern words are stored little endian");
+
+// Host passes over large buffers run on several threads, each over a chunk of at least this many bytes (a multiple of
+// 64, so that no element of 1 to 16 bytes straddles two chunks).
+constexpr size_t kHostChunk = size_t{8} << 20;
+constexpr unsigned kHostThreads = 16;
+
+// Runs fn(begin, end) over [0, bytes) in chunks on up to kHostThreads threads; a thread that cannot be started runs
+// its chunk on the caller's.
+template <typename Fn>
+void forChunks(size_t bytes, Fn&& fn) {
+  const unsigned hw = std::max(1u, std::min(kHostThreads, std::thread::hardware_concurrency()));
+  const size_t parts = std::min<size_t>(hw, (bytes + kHostChunk - 1) / kHostChunk);
+  if (parts <= 1) {
+    fn(size_t{0}, bytes);
+    return;
+  }
+  const size_t step = (bytes / parts + 63) / 64 * 64;
+  std::vector<std::thread> threads;
+  threads.reserve(parts);
+  size_t begin = 0;
+  for (size_t p = 0; p < parts && begin < bytes; ++p) {
+    const size_t end = p + 1 == parts ? bytes : std::min(bytes, begin + step);
+    try {
+      threads.emplace_back([&fn, begin, end] { fn(begin, end); });
+    } catch (...) {
+      fn(begin, end);
+    }
+    begin = end;
+  }
+  for (std::thread& t : threads)
+    t.join();
+}
+
+// Pattern bytes (offset + i) for i in [begin, end) into d[i], complemented when `invert`: a whole 8-byte word per
+// step where the pattern's words line up, bytes at the edges.
+void writeRange(uint8_t* d, size_t begin, size_t end, uint64_t seed, uint64_t offset, bool invert) {
+  const uint64_t mseed = mix64(seed);
+  const uint8_t flip = invert ? 0xff : 0;
+  size_t i = begin;
+  for (; i < end && ((offset + i) & 7) != 0; ++i)
+    d[i] = static_cast<uint8_t>(patternByte(seed, offset + i) ^ flip);
+  for (; i + 8 <= end; i += 8) {
+    uint64_t w = mix64(mseed ^ ((offset + i) >> 3));
+    if (invert) w = ~w;
+    std::memcpy(d + i, &w, 8);
+  }
+  for (; i < end; ++i)
+    d[i] = static_cast<uint8_t>(patternByte(seed, offset + i) ^ flip);
+}
+
+// Wrong elements of [begin, end): a whole word compared per step, bytes only where a word differs.
+PatternCheck checkRange(const uint8_t* s, size_t begin, size_t end, uint64_t seed, size_t elem_bytes, uint64_t offset) {
+  PatternCheck r;
+  const uint64_t mseed = mix64(seed);
+  uint64_t last_bad_elem = UINT64_MAX;
+  auto checkByte = [&](size_t b) {
+    if (s[b] == patternByte(seed, offset + b)) return;
+    if (r.first_bad == UINT64_MAX) r.first_bad = b;
+    const uint64_t e = b / elem_bytes;
+    if (e != last_bad_elem) {
+      ++r.wrong;
+      last_bad_elem = e;
+    }
+  };
+  size_t i = begin;
+  for (; i < end && ((offset + i) & 7) != 0; ++i)
+    checkByte(i);
+  for (; i + 8 <= end; i += 8) {
+    uint64_t got;
+    std::memcpy(&got, s + i, 8);
+    if (got == mix64(mseed ^ ((offset + i) >> 3))) continue;
+    for (size_t b = i; b < i + 8; ++b)
+      checkByte(b);
+  }
+  for (; i < end; ++i)
+    checkByte(i);
+  return r;
+}
+
+}  // namespace
+
 void fillPatternHost(void* dst, size_t bytes, uint64_t seed, uint64_t offset) {
   auto* d = static_cast<uint8_t*>(dst);
-  for (size_t i = 0; i < bytes; ++i)
-    d[i] = patternByte(seed, offset + i);
+  forChunks(bytes, [&](size_t b, size_t e) { writeRange(d, b, e, seed, offset, false); });
 }
 
 void poisonPatternHost(void* dst, size_t bytes, uint64_t seed, uint64_t offset) {
   auto* d = static_cast<uint8_t*>(dst);
-  for (size_t i = 0; i < bytes; ++i)
-    d[i] = static_cast<uint8_t>(~patternByte(seed, offset + i));
+  forChunks(bytes, [&](size_t b, size_t e) { writeRange(d, b, e, seed, offset, true); });
 }
 
 PatternCheck checkPatternHost(const void* p, size_t bytes, uint64_t seed, size_t elem_bytes, uint64_t offset) {
-  PatternCheck r;
   const auto* s = static_cast<const uint8_t*>(p);
-  r.elements = (bytes + elem_bytes - 1) / elem_bytes;
-  for (size_t e = 0; e < r.elements; ++e) {
-    bool bad = false;
-    for (size_t b = e * elem_bytes; b < std::min(bytes, (e + 1) * elem_bytes); ++b) {
-      if (s[b] != patternByte(seed, offset + b)) {
-        if (r.first_bad == UINT64_MAX) r.first_bad = b;
-        bad = true;
-      }
-    }
-    r.wrong += bad ? 1 : 0;
-  }
-  return r;
+  if (elem_bytes == 0) elem_bytes = 1;
+  PatternCheck total;
+  total.elements = (bytes + elem_bytes - 1) / elem_bytes;
+  std::mutex mu;
+  forChunks(bytes, [&](size_t b, size_t e) {
+    const PatternCheck c = checkRange(s, b, e, seed, elem_bytes, offset);
+    std::lock_guard<std::mutex> lock(mu);
+    total.wrong += c.wrong;
+    total.first_bad = std::min(total.first_bad, c.first_bad);
+  });
+  return total;
 }
 
 namespace {

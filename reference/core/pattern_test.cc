@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <vector>
 
 namespace peerlab {
@@ -80,6 +81,36 @@ TEST(Pattern, PartialLastElementCounts) {
   EXPECT_EQ(r.elements, 3u);
   EXPECT_EQ(r.wrong, 1u);
   EXPECT_EQ(r.first_bad, 9u);
+}
+
+// The host passes run word-wise on several threads over large buffers; they must agree byte for byte with the
+// definition (patternByte), at any offset, and count wrong elements exactly across chunk edges.
+TEST(Pattern, LargeHostPassesMatchTheBytewiseDefinition) {
+  const size_t n = (size_t{40} << 20) + 7;  // several chunks, an odd tail
+  for (uint64_t offset : {uint64_t{0}, uint64_t{13}}) {
+    std::vector<uint8_t> v(n);
+    fillPatternHost(v.data(), n, 99, offset);
+    for (size_t i : {size_t{0}, size_t{1}, size_t{8} << 20, (size_t{8} << 20) + 3, n / 2, n - 1}) {
+      ASSERT_EQ(v[i], patternByte(99, offset + i)) << "byte " << i << " offset " << offset;
+    }
+    EXPECT_TRUE(checkPatternHost(v.data(), n, 99, 1, offset).ok());
+    // Wrong bytes: two in one 16-byte element, one on each side of a chunk edge, the last byte.
+    const std::vector<size_t> bad = {5, 6, (size_t{8} << 20) - 1, size_t{8} << 20, n - 1};
+    for (size_t i : bad)
+      v[i] ^= 0x5a;
+    for (size_t elem : {size_t{1}, size_t{4}, size_t{16}}) {
+      std::set<size_t> elems;
+      for (size_t i : bad)
+        elems.insert(i / elem);
+      const PatternCheck c = checkPatternHost(v.data(), n, 99, elem, offset);
+      EXPECT_EQ(c.wrong, elems.size()) << "elem " << elem << " offset " << offset;
+      EXPECT_EQ(c.first_bad, 5u);
+      EXPECT_EQ(c.elements, (n + elem - 1) / elem);
+    }
+    std::vector<uint8_t> poison(n);
+    poisonPatternHost(poison.data(), n, 99, offset);
+    EXPECT_EQ(checkPatternHost(poison.data(), n, 99, 1, offset).wrong, n);
+  }
 }
 
 }  // namespace

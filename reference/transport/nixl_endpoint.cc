@@ -2,6 +2,7 @@
 // the peer, one NIXL transfer request per prepared transfer (re-posted as often as needed), notifications for writes.
 #include <link.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <cstdlib>
 #include <map>
@@ -138,7 +139,10 @@ Status NixlEndpoint::setupLocal(const EndpointOptions& o, int rank) {
   descriptor_bytes_ = o.nixl_descriptor_bytes;
   report_.has_device_regions = local_.front().kind == MemoryKind::kDevice;
 
-  const std::string name = "peerlab-" + std::to_string(rank) + "-" + std::to_string(::getpid());
+  // Unique within the process too: one process may connect one pair after another.
+  static std::atomic<int> endpoints{0};
+  const std::string name = "peerlab-" + std::to_string(rank) + "-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(endpoints.fetch_add(1));
   // Without NIXL's thread the endpoint's own progress thread keeps UCX moving (idleLocked), for the peer's
   // one-sided transfers that need this side's progress too; with neither, NIXL's thread runs.
   if (lib_->nixl_capi_create_configured_agent && !o.nixl_progress_thread && o.progress_thread) {

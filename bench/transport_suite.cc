@@ -1,0 +1,140 @@
+// The transport suite (bench/transport_bench.cu): NIXL and UCX between two processes, one process per library found
+// (never both in one process) covering every ordered pair in rounds, and zcopy_bench's peerlab.get / peerlab.put /
+// nccl.sendrecv rows at the same sizes, so the run file holds them side by side. Rows:
+// BM_Transport/<impl>/{uni,wait/<mode>/uni}/a->b/bytes:N.
+#include <algorithm>
+#include <cmath>
+
+#include "harness/qualify/cost_model.h"
+#include "harness/qualify/plan.h"
+#include "harness/qualify/schedule.h"
+#include "harness/qualify/suites.h"
+#include "reference/transport/transport.h"
+
+namespace peerlab::qualify {
+namespace {
+
+using namespace cost;
+
+// NIXL found, and UCX with its CUDA module found (transport.h says where each is looked for).
+std::string unavailable() {
+  const transport::Found nixl = transport::findLibrary(transport::Library::kNixl);
+  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+  if (nixl.found || (ucx.found && ucx.cuda_module)) return "";
+  return "neither NIXL nor UCX with CUDA found (" + nixl.describe(transport::Library::kNixl) + "; " +
+         ucx.describe(transport::Library::kUcx) + "; set PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)";
+}
+
+std::string sizes(Level level) {
+  return level == Level::kFull ? "[0-9]+" : "(8|4096|65536|67108864|268435456|1073741824)";
+}
+
+std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
+  std::vector<BenchJob> out;
+  if (req.pairs.empty()) return out;
+  std::vector<std::string> libraries;
+  if (transport::findLibrary(transport::Library::kNixl).found) libraries.push_back("nixl");
+  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+  if (ucx.found && ucx.cuda_module) libraries.push_back("ucx");
+  const PairSchedule schedule = req.topology ? schedulePairs(*req.topology, req.pairs, req.concurrent)
+                                             : PairSchedule{serialRounds(req.pairs), false, ""};
+  const double per_round = spec.deadline_s[static_cast<int>(req.level)];
+  for (const std::string& lib : libraries) {
+    BenchJob main = pairRoundsJob(spec, "transport_bench", "transport " + lib, schedule.rounds,
+                                  "/bytes:" + sizes(req.level) + "/", per_round);
+    main.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
+    main.schedule_basis = schedule.basis;
+    if (schedule.concurrent) {
+      std::pair<int, int> first = schedule.rounds.front().front();
+      for (const auto& round : schedule.rounds) {
+        if (round.size() > 1) {
+          first = round.front();
+          break;
+        }
+      }
+      BenchJob guard = pairRoundsJob(spec, "transport_bench", "transport " + lib + " serial sample", {{first}},
+                                     spec.guard_filter, per_round);
+      guard.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
+      guard.guard_for = main.label;
+      out.push_back(guard);
+      for (const auto& round : schedule.rounds) {
+        if (round.front() != first) continue;
+        BenchJob together = pairRoundsJob(spec, "transport_bench", "transport " + lib + " concurrent sample", {round},
+                                          spec.guard_filter, per_round);
+        together.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
+        together.guard_for = main.label;
+        together.concurrent_sample = true;
+        out.push_back(together);
+        break;
+      }
+    }
+    out.push_back(main);
+  }
+  // zcopy_bench's rows at the transports' sizes, for the comparison (full only: they feed no check, and the zcopy
+  // suite measures peerlab.get and peerlab.put on every pair at standard).
+  if (req.level != Level::kFull) return out;
+  BenchJob base = pairRoundsJob(
+      spec, "zcopy_bench", "transport baseline", schedule.rounds,
+      "^BM_Zcopy/(peerlab.get|peerlab.put|nccl.sendrecv)/uni/.*/bytes:" + sizes(req.level) + "/", per_round * 2 / 3);
+  base.schedule_basis = schedule.basis;
+  out.push_back(base);
+  return out;
+}
+
+JobEstimate estimate(const BenchJob& job, const Plan& plan) {
+  const bool full = plan.options.level == Level::kFull;
+  if (!job.guard_for.empty()) {
+    Tally t;
+    const auto [s, d] = job.pairs.empty() ? std::pair<int, int>{0, 1} : job.pairs.front();
+    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 6, pairRate(plan.topology, s, d)));
+    return fromTally(kProcessStartS + kContextS, t);
+  }
+  // Endpoints (NIXL agent or UCX context, registration, the capability check) or a zcopy world, per pair and round.
+  const double pair_setup = kNcclInitS + 0.4;
+  return pairRounds(job, plan.topology, pair_setup, [&](int s, int d) {
+    const double rate = pairRate(plan.topology, s, d);
+    const double fixed = 0.025;
+    Tally tally;
+    std::vector<double> small =
+        full ? std::vector<double>{8, 64, 512, 4096, 32768, 65536} : std::vector<double>{8, 4096, 65536};
+    tally.add(2 * static_cast<double>(small.size()), fixed);
+    std::vector<double> large =
+        full ? std::vector<double>{kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 128 * kMiB, 256 * kMiB, 1024 * kMiB}
+             : std::vector<double>{64 * kMiB, 256 * kMiB, 1024 * kMiB};
+    for (double b : large) {
+      const double units = std::clamp(std::floor(256 * kMiB / b), 2.0, 32.0);
+      const double samples = b >= 256 * kMiB ? 5 : 10;
+      tally.add(2, fixed, seconds(b, units * (samples + 1), rate));
+    }
+    // Wait modes (8 B, 4 KB, 64 KB, 4 MB, 64 MB) x spin, yield, progress, stream; only the listed sizes in standard.
+    tally.add(full ? 20 : 16, fixed);
+    return tally;
+  });
+}
+
+}  // namespace
+
+SuiteSpec transportSuite() {
+  SuiteSpec s;
+  s.name = "transport";
+  s.binary = "transport_bench";
+  s.shape = JobShape::kPairRounds;
+  s.min_gpus = 2;
+  s.order = 50;
+  s.result_suites = {"transport"};
+  s.rules = {"transport_nixl_write", "transport_ucx_put", "transport_nixl_read", "transport_ucx_get",
+             "transport_small"};
+  s.deadline_s[0] = 45;
+  s.deadline_s[1] = 45;
+  s.deadline_s[2] = 180;
+  s.guard_filter = "^BM_Transport/[a-z]+[.](write|put)/uni/[0-9]+->[0-9]+/bytes:268435456/";
+  s.unavailable = unavailable;
+  s.jobs = jobs;
+  s.estimate = estimate;
+  s.description =
+      "NIXL write/read and UCX put/get of GPU memory between two processes, with the CPU cost of waiting, beside "
+      "peerlab.get/put and NCCL send/recv";
+  return s;
+}
+
+}  // namespace peerlab::qualify

@@ -1,0 +1,120 @@
+// One registration point per suite: every benchmark qualify can run has a spec beside it (bench/<suite>_suite.cc)
+// that owns its binary, filters, estimate, rules and page order; nothing in the harness names a suite's binary; every
+// rule of reports/qualify.toml is fed by exactly one suite.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "harness/qualify/config.h"
+#include "harness/qualify/suites.h"
+#include "reference/testing/temp_dir.h"
+#include "reference/testing/testing.h"
+
+namespace peerlab::qualify {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(SuiteSpec, EveryQualifyBenchHasOneSpecFile) {
+  // The benches bench/CMakeLists.txt builds for qualify (QUALIFY) and the spec files beside them.
+  const std::string cmake = testing::readFile(testing::sourcePath("bench/CMakeLists.txt"));
+  std::set<std::string> qualifyBenches;
+  const std::regex add(R"(peerlab_add_bench\((\w+)\.(cu|cc)[^)]*QUALIFY)");
+  for (auto it = std::sregex_iterator(cmake.begin(), cmake.end(), add); it != std::sregex_iterator(); ++it)
+    qualifyBenches.insert((*it)[1]);
+  ASSERT_GE(qualifyBenches.size(), 6u);
+  std::set<std::string> binaries;
+  for (const SuiteSpec& s : suiteSpecs()) {
+    binaries.insert(s.binary);
+    EXPECT_TRUE(qualifyBenches.count(s.binary)) << s.name << ": " << s.binary << " is not a QUALIFY bench";
+    EXPECT_FALSE(s.description.empty()) << s.name;
+    EXPECT_TRUE(s.estimate) << s.name << " has no estimate";
+    EXPECT_TRUE(fs::exists(testing::sourcePath("bench/" + s.name + "_suite.cc"))) << s.name;
+    for (int l = 0; l < kLevels; ++l)
+      EXPECT_GT(s.deadline_s[l], 0) << s.name;
+  }
+  for (const std::string& b : qualifyBenches)
+    EXPECT_TRUE(binaries.count(b)) << b << " is built for qualify but no bench/*_suite.cc runs it";
+  // The page order is the specs' order; names are unique.
+  std::set<std::string> names;
+  for (size_t i = 0; i < suiteSpecs().size(); ++i) {
+    EXPECT_TRUE(names.insert(suiteSpecs()[i].name).second);
+    if (i > 0) {
+      EXPECT_LE(suiteSpecs()[i - 1].order, suiteSpecs()[i].order);
+    }
+  }
+}
+
+// Planners, estimators and renderers read the specs: no harness source names a suite's binary.
+TEST(SuiteSpec, NothingElseNamesASuiteBinary) {
+  std::set<std::string> binaries;
+  for (const SuiteSpec& s : suiteSpecs())
+    binaries.insert(s.binary);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(testing::sourcePath("harness"))) {
+    const std::string path = e.path().string();
+    if (!e.is_regular_file() || path.find("_test.") != std::string::npos ||
+        path.find("/testing/") != std::string::npos || path.find("/fuzz/") != std::string::npos) {
+      continue;
+    }
+    if (e.path().extension() != ".cc" && e.path().extension() != ".h") continue;
+    ++files;
+    const std::string text = testing::readFile(path);
+    for (const std::string& b : binaries) {
+      // A quoted name is a use; a comment may point at the bench's source file.
+      EXPECT_EQ(text.find("\"" + b + "\""), std::string::npos) << path << " names " << b;
+    }
+  }
+  EXPECT_GT(files, 50);
+}
+
+// Each rule of the built-in thresholds is fed by exactly one suite, whose rows carry the rule's suite.
+TEST(SuiteSpec, EveryRuleIsFedByOneSuite) {
+  auto config = defaultConfig();
+  ASSERT_TRUE(config.isOk()) << config.status().toString();
+  std::map<std::string, std::string> ruleSuite;  // rule id -> the run-file suite it matches
+  for (const BandwidthRule& r : config->bandwidth)
+    ruleSuite[r.id] = r.suite;
+  for (const LatencyRule& r : config->latency)
+    ruleSuite[r.id] = r.suite;
+  ASSERT_GE(ruleSuite.size(), 20u);
+  std::map<std::string, int> fed;
+  for (const SuiteSpec& s : suiteSpecs()) {
+    for (const std::string& rule : s.rules) {
+      ++fed[rule];
+      auto it = ruleSuite.find(rule);
+      ASSERT_NE(it, ruleSuite.end()) << s.name << " names rule " << rule << ", which reports/qualify.toml lacks";
+      EXPECT_NE(std::find(s.result_suites.begin(), s.result_suites.end(), it->second), s.result_suites.end())
+          << rule << " matches suite " << it->second << ", which " << s.name << "'s rows do not carry";
+    }
+  }
+  for (const auto& [rule, suite] : ruleSuite)
+    EXPECT_EQ(fed[rule], 1) << rule << " (suite " << suite << ")";
+}
+
+// Levels: quick runs the spot checks only, standard every check family, full every sweep; each level's default
+// suites are a subset of the next one's.
+TEST(SuiteSpec, LevelsNestAndQuickNeedsNoLibrary) {
+  const std::vector<std::string> quick = qualifyDefaultSuites(Level::kQuick);
+  const std::vector<std::string> standard = qualifyDefaultSuites(Level::kStandard);
+  const std::vector<std::string> full = qualifyDefaultSuites(Level::kFull);
+  EXPECT_EQ(quick, (std::vector<std::string>{"peer_copy", "host_copy"}));
+  EXPECT_EQ(standard, (std::vector<std::string>{"peer_copy", "zcopy", "alltoallv", "host_copy", "transport"}));
+  EXPECT_EQ(full, standard);
+  for (const std::string& s : quick) {
+    EXPECT_NE(std::find(standard.begin(), standard.end(), s), standard.end()) << s;
+    EXPECT_FALSE(findSuite(s)->unavailable) << s << " may need a library";
+  }
+  EXPECT_EQ(parseLevel("standard"), Level::kStandard);
+  EXPECT_FALSE(parseLevel("Standard").has_value());
+  EXPECT_FALSE(parseLevel("").has_value());
+}
+
+}  // namespace
+}  // namespace peerlab::qualify
