@@ -257,11 +257,13 @@ TEST_P(HistoryStoreTest, FleetFindsTheBadNodeAmongTen) {
 
 TEST_P(HistoryStoreTest, SiteModelHasTheAgreedShape) {
   auto s = withStep(open(), nullptr);
-  // A run of a second kind, with a plan that expects 400 GB/s of every copy.
+  // A run of a second kind, with a plan that expects 400 GB/s of every copy (an expectation as a plan stores it:
+  // named by its rule, read by the one reader and matched by the one matcher).
   std::mt19937_64 rng(50);
   report::Run other = syntheticRun(rng, 99, "node-b", "kind-y", 1.0, 1.0, 0.0, 2);
   other.extra["plan"] = {{"expectations",
-                          {{{"suite", "peer_copy"},
+                          {{{"rule", "ce_uni"},
+                            {"suite", "peer_copy"},
                             {"impl", "peerlab.ce"},
                             {"name", "uni"},
                             {"src", nullptr},
