@@ -212,11 +212,11 @@ int runQualify(const QualifyArgs& a) {
   if (!config.isOk()) return fail(kCmd, kExitUsage, "--config " + config.status().message());
   StatusOr<health::Thresholds> health_thresholds = qualify::loadHealthThresholds(a.config);
   if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, "--config " + health_thresholds.status().message());
-  double threshold = config->baseline_threshold_pct;
+  report::NoiseRule noise_rule = config->baseline_rule;
   if (!a.threshold.empty()) {
     auto t = report::parseThresholdPct(a.threshold);
     if (!t.isOk()) return fail(kCmd, kExitUsage, "--threshold: " + t.status().message());
-    threshold = *t;
+    noise_rule.threshold_pct = *t;
   }
   std::optional<report::Run> baseline;
   if (!a.baseline.empty()) {
@@ -396,8 +396,9 @@ int runQualify(const QualifyArgs& a) {
       std::printf("config: %s\n", config->source.c_str());
       if (kind) std::printf("kind: %s\n", report::describeKind(*kind).c_str());
       if (baseline)
-        std::printf("baseline: %s (%s, %zu results, minimum effect %g%%)\n", a.baseline.c_str(),
-                    report::machineTitle(*baseline).c_str(), baseline->results.size(), threshold);
+        std::printf("baseline: %s (%s, %zu results); noise rule: %s\n", a.baseline.c_str(),
+                    report::machineTitle(*baseline).c_str(), baseline->results.size(),
+                    report::describeNoiseRule(noise_rule).c_str());
       if (!plan->jobs.empty() && executables.isOk())
         std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
       for (const std::string& why : stops)
@@ -478,17 +479,13 @@ int runQualify(const QualifyArgs& a) {
 
   report::EvaluateOptions eo;
   eo.baseline = baseline ? &*baseline : nullptr;
-  eo.baseline_threshold_pct = threshold;
-  eo.baseline_jitter_us = config->baseline_jitter_us;
+  eo.baseline_rule = noise_rule;
   std::vector<report::Check> checks = report::evaluateChecks(run, run.plan ? &*run.plan : nullptr, eo);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<std::string> notes = {"config: " + config->source};
   if (baseline) {
-    report::NoiseRule rule;
-    rule.threshold_pct = threshold;
-    rule.jitter_us = config->baseline_jitter_us;
     notes.push_back("baseline: " + a.baseline + " (" + report::machineTitle(*baseline) +
-                    "); noise rule: " + report::describeNoiseRule(rule));
+                    "); noise rule: " + report::describeNoiseRule(noise_rule));
   }
   if (plan) {
     for (const std::string& r : plan->disabled_rules)
@@ -521,7 +518,8 @@ std::function<int()> setup(CLI::App& sub) {
                  "Run file to compare against: no result may be worse by more than the "
                  "threshold");
   sub.add_option("--threshold", a->threshold,
-                 "Baseline minimum effect in percent (default from the config: 10; README \"Comparing runs\")");
+                 "Baseline minimum effect in percent (default from the config: 10; README \"Comparing runs and "
+                 "baselines\")");
   sub.add_flag("--allow-other-hardware", a->allow_other_hardware,
                "Check against a --baseline of another GPU model or count (refused otherwise)");
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");

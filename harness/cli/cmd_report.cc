@@ -21,6 +21,13 @@ namespace {
 
 constexpr const char* kCmd = "report";
 
+// A default as --help and the option's value give it: "10", "7.5".
+std::string formatDefault(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 struct ReportArgs {
   std::string run;
   std::string html;
@@ -29,9 +36,11 @@ struct ReportArgs {
   std::string title;
   int width = 1280;
   std::vector<std::string> compare;
-  std::string threshold = "10";
-  std::string jitter = "2";
+  std::string threshold = formatDefault(report::kDefaultThresholdPct);
+  std::string jitter = formatDefault(report::kDefaultJitterUs);
+  std::string spread = formatDefault(report::kDefaultSpreadFactor);
   bool jitter_set = false;
+  bool spread_set = false;
   bool allow_other_hardware = false;
   bool only_changes = false;
   std::string compare_json;
@@ -48,6 +57,8 @@ int runCompare(const ReportArgs& a) {
   if (!threshold.isOk()) return fail(kCmd, kExitUsage, "--threshold: " + threshold.status().message());
   auto jitter = parseNumberOption("--jitter", a.jitter, 0, 1e6);
   if (!jitter.isOk()) return fail(kCmd, kExitUsage, jitter.status().message() + " microseconds");
+  auto spread = parseNumberOption("--spread-factor", a.spread, 0, 100);
+  if (!spread.isOk()) return fail(kCmd, kExitUsage, spread.status().message());
   auto base = report::readRun(a.compare[0]);
   if (!base.isOk()) return fail(kCmd, kExitUsage, base.status().message());
   auto fresh = report::readRun(a.compare[1]);
@@ -61,6 +72,7 @@ int runCompare(const ReportArgs& a) {
   report::NoiseRule rule;
   rule.threshold_pct = *threshold;
   rule.jitter_us = *jitter;
+  rule.spread_factor = *spread;
   report::CompareReport rep = report::compareRuns(*base, *fresh, rule);
   // With --compare-json -, stdout carries the JSON document alone; the table goes to stderr.
   std::FILE* table = a.compare_json == "-" ? stderr : stdout;
@@ -217,11 +229,16 @@ std::function<int()> setup(CLI::App& sub) {
                  "Compare two run files: BASE.json NEW.json; exit 1 on a regression or a missing result")
       ->expected(2);
   sub.add_option("--threshold", a->threshold,
-                 "Minimum effect for --compare in percent (default 10); smaller changes are noise")
+                 "Minimum effect for --compare in percent (default " + a->threshold + "); smaller changes are noise")
       ->each([a](const std::string&) { a->threshold_set = true; });
+  sub.add_option("--spread-factor", a->spread,
+                 "With --compare: a change must also exceed this many times either run's own p10-p90 spread (default " +
+                     a->spread + ")")
+      ->each([a](const std::string&) { a->spread_set = true; });
   sub.add_option("--jitter", a->jitter,
-                 "Timing jitter between two processes for --compare, microseconds (default 2): a time change must "
-                 "be larger")
+                 "Timing jitter between two processes for --compare, microseconds (default " + a->jitter +
+                     "): a time change must be larger (a baseline of several runs gives each time's own range "
+                     "instead)")
       ->each([a](const std::string&) { a->jitter_set = true; });
   sub.add_flag("--allow-other-hardware", a->allow_other_hardware,
                "With --compare: compare runs of different GPU models or counts (refused otherwise)");
@@ -232,7 +249,7 @@ std::function<int()> setup(CLI::App& sub) {
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
       "  peerlab report run.json --html report.html --screenshot report.png\n"
-      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --threshold 10");
+      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --only-changes");
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");
@@ -245,8 +262,9 @@ std::function<int()> setup(CLI::App& sub) {
       return fail(kCmd, kExitUsage,
                   std::string(a->only_changes ? "--only-changes" : "--compare-json") + " goes with --compare BASE NEW");
     }
-    if (a->threshold_set || a->jitter_set || a->allow_other_hardware) {
-      return fail(kCmd, kExitUsage, "--threshold, --jitter and --allow-other-hardware go with --compare BASE NEW");
+    if (a->threshold_set || a->jitter_set || a->spread_set || a->allow_other_hardware) {
+      return fail(kCmd, kExitUsage,
+                  "--threshold, --spread-factor, --jitter and --allow-other-hardware go with --compare BASE NEW");
     }
     if (a->run.empty()) return fail(kCmd, kExitUsage, "no run file given (peerlab report RUN.json --html OUT.html)");
     return runRender(*a);

@@ -67,9 +67,11 @@ class Reader {
 Status readQualify(const toml::table& t, Reader& r, QualifyConfig& cfg) {
   for (const auto& [k, v] : t) {
     if (k == "baseline_threshold_pct") {
-      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_threshold_pct, r.number(k, v, 0, 1000));
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.threshold_pct, r.number(k, v, 0, 1000));
     } else if (k == "baseline_jitter_us") {
-      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_jitter_us, r.number(k, v, 0, 1e6));
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.jitter_us, r.number(k, v, 0, 1e6));
+    } else if (k == "baseline_spread_factor") {
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.spread_factor, r.number(k, v, 0, 100));
     } else if (k == "require_link_info") {
       PEERLAB_ASSIGN_OR_RETURN(cfg.require_link_info, r.boolean(k, v));
     } else if (k == "fail_unclaimed") {

@@ -40,12 +40,13 @@ struct BandwidthRule {
 using report::LatencyRule;
 
 struct QualifyConfig {
-  std::string source;                  ///< file path, or "built-in reports/qualify.toml"
-  double baseline_threshold_pct = 10;  ///< a result worse than its baseline by more fails (the noise rule's minimum)
-  double baseline_jitter_us = 2;       ///< and a time worse by less than this many microseconds is noise
-  bool require_link_info = true;       ///< an expectation the topology cannot give (link unknown) fails its check
-  bool fail_unclaimed = false;         ///< probe cells the driver does not claim fail qualify when they hang/corrupt
-  double nvlink_gbps = 26.5625;        ///< per link and direction, when the topology gives the count but not the rate
+  std::string source;  ///< file path, or "built-in reports/qualify.toml"
+  /// With --baseline, a result worse than its baseline by more than this rule allows fails: [qualify]'s
+  /// baseline_threshold_pct, baseline_spread_factor and baseline_jitter_us (report/compare.h NoiseRule).
+  report::NoiseRule baseline_rule;
+  bool require_link_info = true;  ///< an expectation the topology cannot give (link unknown) fails its check
+  bool fail_unclaimed = false;    ///< probe cells the driver does not claim fail qualify when they hang/corrupt
+  double nvlink_gbps = 26.5625;   ///< per link and direction, when the topology gives the count but not the rate
   /// Path factor of a GPU pair across the SMP interconnect (PCIe path SYS): peer traffic between sockets crosses
   /// UPI / Infinity Fabric, whose peer-to-peer throughput is well below a PCIe x16 link (or staged through host
   /// memory where the platform does not route it).

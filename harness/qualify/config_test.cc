@@ -17,8 +17,12 @@ TEST(Config, BuiltInDefaultIsTheRepositoryFile) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
   EXPECT_EQ(fromFile.bandwidth.size(), builtIn.bandwidth.size());
   EXPECT_DOUBLE_EQ(builtIn.nvlink_gbps, 26.5625);
-  EXPECT_DOUBLE_EQ(builtIn.baseline_threshold_pct, 10.0);
-  EXPECT_DOUBLE_EQ(builtIn.baseline_jitter_us, 2.0);
+  // The file's noise rule is the built-in one (report::kDefault*), as calibrated.
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.threshold_pct, report::kDefaultThresholdPct);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.jitter_us, report::kDefaultJitterUs);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.spread_factor, report::kDefaultSpreadFactor);
+  EXPECT_DOUBLE_EQ(fromFile.baseline_rule.jitter_us, builtIn.baseline_rule.jitter_us);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.threshold_pct, 10.0);
   // The default rule: copy-engine one-way copies at 0.80 of the NVLink line rate.
   bool ceUni = false;
   for (const BandwidthRule& r : builtIn.bandwidth) {
@@ -40,6 +44,7 @@ TEST(Config, ParsesValuesAndDefaults) {
 # comment
 [qualify]
 baseline_threshold_pct = 7.5   # trailing comment
+baseline_spread_factor = 2
 fail_unclaimed = true
 [links]
 nvlink_gbps = 25
@@ -54,7 +59,9 @@ suite = "zcopy"
 max_us = 3
 )",
                                                             "t.toml"));
-  EXPECT_DOUBLE_EQ(c.baseline_threshold_pct, 7.5);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.threshold_pct, 7.5);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.spread_factor, 2);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.jitter_us, report::kDefaultJitterUs);  // default kept
   EXPECT_TRUE(c.fail_unclaimed);
   EXPECT_TRUE(c.require_link_info);  // default kept
   EXPECT_DOUBLE_EQ(c.nvlink_gbps, 25);
@@ -176,7 +183,7 @@ TEST_F(ConfigOverride, PartialFileKeepsEveryDefaultRule) {
   ASSERT_GE(before.second, 5u);
   PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c,
                                loadConfig(write("partial.toml", "[qualify]\nbaseline_threshold_pct = 3\n")));
-  EXPECT_DOUBLE_EQ(c.baseline_threshold_pct, 3);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.threshold_pct, 3);
   EXPECT_EQ(c.bandwidth.size(), builtIn.bandwidth.size());
   EXPECT_EQ(planned(c), before);
   EXPECT_NE(c.source.find("built-in reports/qualify.toml + "), std::string::npos) << c.source;

@@ -47,8 +47,8 @@ TEST(ReportCli, RendersHtml) {
 TEST(ReportCli, CompareExitCodes) {
   const std::string dir = scratchDir("report-cli-compare");
   const std::string base = variant(dir, "base.json", 394.1, "ok");
-  const std::string same = variant(dir, "same.json", 390.0, "ok");  // -1%: noise
-  const std::string slower = variant(dir, "slower.json", 350.0, "ok");
+  const std::string same = variant(dir, "same.json", 390.0, "ok");      // -1%: noise
+  const std::string slower = variant(dir, "slower.json", 350.0, "ok");  // 11% less: beyond the 10% threshold
   const std::string corrupt = variant(dir, "corrupt.json", 400.0, "corrupt");
 
   CliRun ok = runPeerlab({"report", "--compare", base, same});
@@ -176,21 +176,31 @@ TEST(ReportCli, CompareJsonCarriesTheNoiseRule) {
   EXPECT_NE(r.err.find("min effect"), std::string::npos) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["noise_rule"]["threshold_pct"], 10.0);
-  EXPECT_EQ(doc["noise_rule"]["jitter_us"], 2.0);
+  EXPECT_EQ(doc["noise_rule"]["jitter_us"], 7.5);
+  EXPECT_EQ(doc["noise_rule"]["spread_factor"], 3.0);
   EXPECT_EQ(doc["base_kind"], "h200-x4-nvswitch");
   EXPECT_EQ(doc["regressions"], 0);
   int decided = 0;
   for (const auto& row : doc["rows"]) {
     if (row["metric"] == "status") continue;
     ++decided;
-    for (const char* key : {"test", "noise_pct", "jitter_pct", "min_effect_pct", "base_samples", "new_samples", "rule"})
+    for (const char* key : {"test", "noise_pct", "spread_factor", "between_pct", "jitter_pct", "min_effect_pct",
+                            "base_samples", "new_samples", "rule"})
       EXPECT_TRUE(row.contains(key)) << key << " in " << row.dump();
   }
   EXPECT_GT(decided, 700);
-  // --jitter and --threshold change the rule (a stricter rule finds the same-day spread).
-  CliRun strict = runPeerlab({"report", "--compare", a, b, "--threshold", "5", "--jitter", "0"});
+  // --threshold, --spread-factor and --jitter change the rule (a stricter rule finds the same-day spread), and the
+  // JSON says which rule it was.
+  CliRun strict = runPeerlab({"report", "--compare", a, b, "--threshold", "5", "--spread-factor", "1", "--jitter", "0",
+                              "--compare-json", "-"});
   EXPECT_EQ(strict.exit_code, 1) << strict.err;
+  auto strictDoc = nlohmann::json::parse(strict.out);
+  EXPECT_EQ(strictDoc["noise_rule"]["spread_factor"], 1.0);
+  EXPECT_EQ(strictDoc["noise_rule"]["jitter_us"], 0.0);
+  EXPECT_GT(strictDoc["regressions"].get<int>(), 0);
   EXPECT_EQ(runPeerlab({"report", a, "--jitter", "1"}).exit_code, 2);
+  EXPECT_EQ(runPeerlab({"report", a, "--spread-factor", "1"}).exit_code, 2);
+  EXPECT_EQ(runPeerlab({"report", "--compare", a, b, "--spread-factor", "x"}).exit_code, 2);
 }
 
 TEST(ReportCli, BadInputsAreOneLineErrorsWithExitTwo) {

@@ -49,22 +49,29 @@ std::string formatBytes(double bytes);
 ///
 /// A change counts when it is larger than the minimum effect, the largest of
 ///   - `threshold_pct`;
-///   - the spread either side shows on its own (p90 - p10 over the median, when it has them): `noise_pct`;
-///   - for two single runs, `jitter_us` of timing over the base time: between two processes, a small-message time
-///     moves by a few microseconds whatever its own spread (calibrated on the committed runs of one kind, README);
+///   - `spread_factor` times the spread either side shows on its own (p90 - p10 over the median, when it has them):
+///     two processes' medians differ by several times one process's spread;
+///   - between a single-run base and a run, `jitter_us` of timing over the base time (for a bandwidth, the change a
+///     time `jitter_us` longer gives): between two processes a small-message time moves by microseconds whatever its
+///     own spread (host-driven NCCL, UCX and NIXL most);
+///   - against a base of several runs (a baseline that records each run's time), the range of those times over their
+///     median instead of the jitter: what that row's time really does from process to process;
 /// and the noise test finds it significant: Mann-Whitney U (p < alpha, at least `min_samples` samples a side), else
 /// the two p10..p90 ranges apart, else the minimum effect alone ("threshold"); or a test made elsewhere over many runs
-/// (E-Divisive's permutation test, the fleet's modified z-score), which then replaces the jitter.
+/// (E-Divisive's permutation test, the fleet's modified z-score), which then replaces the spread, range and jitter.
+/// The defaults are calibrated on the committed runs of one kind (docs/compare.md): every machine compared with
+/// itself the same day passes, a stable row 11% worse fails; ci/self_compare.py gives the outcome on repeated runs.
+inline constexpr double kDefaultThresholdPct = 10.0;
+inline constexpr double kDefaultSpreadFactor = 3.0;
+inline constexpr double kDefaultJitterUs = 7.5;
 struct NoiseRule {
-  double threshold_pct = 10.0;  ///< minimum effect in percent
-  double alpha = 0.05;          ///< significance level of the Mann-Whitney U test
-  size_t min_samples = 4;       ///< samples each side needs for the U test (with 4 the smallest two-sided p is 0.029)
-  double jitter_us = 2.0;       ///< timing jitter between two processes, microseconds
+  double threshold_pct = kDefaultThresholdPct;  ///< minimum effect in percent
+  double alpha = 0.05;                          ///< significance level of the Mann-Whitney U test
+  size_t min_samples = 4;  ///< samples each side needs for the U test (with 4 the smallest two-sided p is 0.029)
+  double jitter_us = kDefaultJitterUs;          ///< timing jitter between two processes, microseconds
+  double spread_factor = kDefaultSpreadFactor;  ///< times the larger within-run spread
 };
 using CompareOptions = NoiseRule;
-/// The defaults, as calibrated on the committed runs (README "Comparing runs").
-inline constexpr double kDefaultThresholdPct = 10.0;
-inline constexpr double kDefaultJitterUs = 2.0;
 
 /// One side of a comparison: the metric's value and what is known of its spread.
 struct Side {
@@ -74,7 +81,8 @@ struct Side {
   std::optional<double> p90_us;
   std::vector<double> samples_us;  ///< per-sample times, for the U test
   double samples = 0;              ///< samples behind the value (samples_us, or the result's "samples")
-  int runs = 1;                    ///< runs behind the value (a history segment, a fleet)
+  int runs = 1;                    ///< runs behind the value (a history segment, a fleet, a baseline)
+  std::vector<double> runs_us;     ///< each run's time, where a baseline of several runs recorded them
 };
 
 /// A noise test made elsewhere over many runs.
@@ -95,28 +103,30 @@ struct ChangeDecision {
   std::optional<double> z;
   bool significant = false;
   double noise_pct = 0;       ///< the larger within-run spread of the two sides
-  double jitter_pct = 0;      ///< jitter_us over the base time, percent (0 when not applied)
-  double min_effect_pct = 0;  ///< max(threshold, noise, jitter)
+  double spread_factor = 0;   ///< the rule's factor on noise_pct
+  double between_pct = 0;     ///< the range of a multi-run base's times over their median (0 when not known)
+  double jitter_pct = 0;      ///< jitter_us over the base time (for a bandwidth, over base time + jitter), percent
+  double min_effect_pct = 0;  ///< max(threshold, spread_factor x noise, between, jitter)
   double threshold_pct = 0;
   double base_samples = 0, new_samples = 0;
   int base_runs = 1, new_runs = 1;
-  /// One line for people: "min 29.9% (jitter 2 us / 6.68 us; threshold 10%, noise 13.5%); p10-p90 apart (25/25
-  /// samples)".
+  /// One line for people: "|+27.1%| <= min 112.3% (jitter 7.5 us / 6.68 us; threshold 10%, 3 x spread 40.9%,
+  /// jitter 112.3%); p10-p90 apart n=25/25".
   std::string rule;
-  /// Short cells for tables: "29.9% jitter", "p10-p90 apart 25/25".
+  /// Short cells for tables: "112.3% jitter", "p10-p90 apart n=25/25".
   std::string minEffectCell() const;
   std::string testCell() const;
 };
 
 /// The one decision: improved, same or regressed for `metric`, by `rule`. `runs_test`, when given, is the noise test
-/// (over many runs) instead of the per-run evidence, and the jitter is not applied.
+/// (over many runs) instead of the per-run evidence, and the spread, range and jitter are not applied.
 ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side& fresh, const NoiseRule& rule,
                             const RunsTest* runs_test = nullptr);
 
 /// A result's side for `metric_field` (its value, time, p10/p90, samples).
 Side sideOf(const Result& r, double value);
 
-/// The rule's parameters as JSON: {"threshold_pct", "jitter_us", "alpha", "min_samples", "text"}.
+/// The rule's parameters as JSON: {"threshold_pct", "spread_factor", "jitter_us", "alpha", "min_samples", "text"}.
 nlohmann::json toJson(const NoiseRule& rule);
 /// The rule in words, for the header of every compare.
 std::string describeNoiseRule(const NoiseRule& rule);

@@ -417,8 +417,8 @@ void unmatchedRule(const Run& run, const std::string& id, const std::string& sui
                      "0 of " + std::to_string(ofSuite) + " " + suite + " results", ">= 1",
                      "[rule " + id + ": impl " + impl + ", name " + name + "]",
                      "not checked: the rule selects none of the " + std::to_string(ofSuite) + " " + suite +
-                         " results (impls: " + joinSome({impls.begin(), impls.end()}, 6) + "; names: " +
-                         joinSome({names.begin(), names.end()}, 6) +
+                         " results (impls: " + joinSome({impls.begin(), impls.end()}, 6) +
+                         "; names: " + joinSome({names.begin(), names.end()}, 6) +
                          "): a typo in the config's impl or name, or implementations this run does not measure",
                      0.0, 1.0));
 }
@@ -508,9 +508,7 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     }
     return;
   }
-  NoiseRule rule;
-  rule.threshold_pct = o.baseline_threshold_pct;
-  rule.jitter_us = o.baseline_jitter_us;
+  const NoiseRule& rule = o.baseline_rule;
   CompareReport rep = compareRuns(*o.baseline, run, rule);
   std::set<std::string> suitesRun;
   for (const Result& r : run.results)

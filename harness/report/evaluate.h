@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "harness/report/checks.h"
+#include "harness/report/compare.h"
 #include "harness/report/plan_record.h"
 #include "harness/report/report.h"
 
 namespace peerlab::report {
 
 struct EvaluateOptions {
-  const Run* baseline = nullptr;       ///< compare every result against it; without it, stored baseline checks are kept
-  double baseline_threshold_pct = 10;  ///< the noise rule's minimum effect (compare.h NoiseRule)
-  double baseline_jitter_us = 2;       ///< and its timing jitter between two processes
+  const Run* baseline = nullptr;  ///< compare every result against it; without it, stored baseline checks are kept
+  NoiseRule baseline_rule;        ///< what a change against the baseline must exceed (the one noise rule)
 };
 
 /// The checks of `run` against `plan` (nullptr: a run without a plan gets its probe, health and data checks).
