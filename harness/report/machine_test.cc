@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "harness/report/report.h"
+#include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
@@ -238,6 +239,67 @@ TEST(MachineKind, TheReaderNormalizesAnAliasAndWritesTypedFields) {
   EXPECT_FALSE(fromJson(bad).isOk());
   bad["node"] = {{"id", "x"}, {"basis", "moon"}};
   EXPECT_FALSE(fromJson(bad).isOk());
+}
+
+// Every committed run file, qualify bundle, baseline and reliability file states its kind in the canonical spelling,
+// the kind of its own hardware, and is named by it: reports/runs/<date>-<kind>-<sha7>[-tag].json,
+// reports/qualify/<date>-<kind>-<sha7>[-level]/, reports/baselines/<kind>.json, reports/reliability/<date>-<kind>.json.
+TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
+  namespace fs = std::filesystem;
+  const fs::path root = peerlab::testing::sourcePath("reports");
+  int checked = 0;
+  auto stated = [](const fs::path& file) -> json {
+    auto text = readTextFile(file.string());
+    EXPECT_TRUE(text.isOk()) << file;
+    return text.isOk() ? json::parse(*text, nullptr, false) : json();
+  };
+  // The kind the hardware gives (model x count; the interconnect, where stated, must agree).
+  auto expectKind = [&](const fs::path& file, const json& doc, const std::vector<GpuFingerprint>& gpus) {
+    SCOPED_TRACE(file.string());
+    ASSERT_TRUE(doc.is_object() && doc.contains("kind") && doc["kind"].is_string());
+    const std::string kind = doc["kind"].get<std::string>();
+    auto parts = parseKind(kind);
+    ASSERT_TRUE(parts.has_value()) << kind;
+    EXPECT_EQ(parts->canonical(), kind) << "not the canonical spelling";
+    if (!gpus.empty()) {  // a reliability file of a stand-in run names no GPUs
+      const DerivedKind hw = deriveKind(gpus);
+      EXPECT_TRUE(sameHardware(kind, hw.kind)) << kind << " against the hardware's " << hw.kind;
+    }
+    const std::string name =
+        file.filename() == "results.json" ? file.parent_path().filename().string() : file.stem().string();
+    const bool named =
+        name == kind || name.find("-" + kind + "-") != std::string::npos ||
+        (name.size() > kind.size() && name.compare(name.size() - kind.size() - 1, std::string::npos, "-" + kind) == 0);
+    EXPECT_TRUE(named) << name << " is not named by " << kind;
+    ++checked;
+  };
+  for (const char* dir : {"runs", "baselines"}) {
+    for (const auto& e : fs::directory_iterator(root / dir)) {
+      if (e.path().extension() != ".json") continue;
+      auto run = readRun(e.path().string());
+      ASSERT_TRUE(run.isOk()) << run.status().toString();
+      expectKind(e.path(), stated(e.path()), run->fingerprint.gpus);
+      EXPECT_EQ(run->kind.name, stated(e.path())["kind"]) << e.path();
+    }
+  }
+  for (const auto& e : fs::directory_iterator(root / "qualify")) {
+    if (!e.is_directory()) continue;
+    const fs::path results = e.path() / "results.json";
+    auto run = readRun(results.string());
+    ASSERT_TRUE(run.isOk()) << run.status().toString();
+    expectKind(results, stated(results), run->fingerprint.gpus);
+  }
+  for (const auto& e : fs::directory_iterator(root / "reliability")) {
+    if (e.path().extension() != ".json") continue;
+    const json doc = stated(e.path());
+    std::vector<GpuFingerprint> gpus;
+    if (doc.contains("fingerprint") && doc["fingerprint"].contains("gpus")) {
+      for (const auto& g : doc["fingerprint"]["gpus"])
+        gpus.push_back({g.value("ordinal", -1), g.value("uuid", ""), g.value("bus_id", ""), g.value("name", "")});
+    }
+    expectKind(e.path(), doc, gpus);
+  }
+  EXPECT_GE(checked, 20);
 }
 
 }  // namespace
