@@ -62,7 +62,7 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
     gpus.insert(d);
     unordered.insert({std::min(s, d), std::max(s, d)});
   }
-  // Calibrated on 2x and 4x H100 through NVSwitch (reports/qualify/2026-11-28-h100-x4-nvswitch-*): the process's
+  // Calibrated on 2x and 4x H100 through NVSwitch (reports/qualify/2026-11-28-h100-x4-nvswitch-c6c3604-*): the process's
   // start grows ~0.1 s per GPU (one context each), a copy case costs ~30 ms besides its bytes (pattern, poison, two
   // checks), a latency case ~150 ms (the pointer chases walk every SM in turn, the flags ping-pong 10,000 times).
   const double g = static_cast<double>(std::max<size_t>(gpus.size(), 2));

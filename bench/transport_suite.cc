@@ -40,35 +40,10 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
                                              : PairSchedule{serialRounds(req.pairs), false, ""};
   const double per_round = spec.deadline_s[static_cast<int>(req.level)];
   for (const std::string& lib : libraries) {
-    BenchJob main = pairRoundsJob(spec, "transport_bench", "transport " + lib, schedule.rounds,
-                                  "/bytes:" + sizes(req.level) + "/", per_round);
-    main.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
-    main.schedule_basis = schedule.basis;
-    if (schedule.concurrent) {
-      std::pair<int, int> first = schedule.rounds.front().front();
-      for (const auto& round : schedule.rounds) {
-        if (round.size() > 1) {
-          first = round.front();
-          break;
-        }
-      }
-      BenchJob guard = pairRoundsJob(spec, "transport_bench", "transport " + lib + " serial sample", {{first}},
-                                     spec.guard_filter, per_round);
-      guard.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
-      guard.guard_for = main.label;
-      out.push_back(guard);
-      for (const auto& round : schedule.rounds) {
-        if (round.front() != first) continue;
-        BenchJob together = pairRoundsJob(spec, "transport_bench", "transport " + lib + " concurrent sample", {round},
-                                          spec.guard_filter, per_round);
-        together.env.push_back("PEERLAB_TRANSPORT_LIBRARY=" + lib);
-        together.guard_for = main.label;
-        together.concurrent_sample = true;
-        out.push_back(together);
-        break;
-      }
-    }
-    out.push_back(main);
+    for (BenchJob& j : guardedPairRounds(spec, spec.binary, "transport " + lib, schedule.rounds, schedule.concurrent,
+                                         schedule.basis, "/bytes:" + sizes(req.level) + "/", spec.guard_filter,
+                                         per_round, {"PEERLAB_TRANSPORT_LIBRARY=" + lib}))
+      out.push_back(std::move(j));
   }
   // zcopy_bench's rows at the transports' sizes, for the comparison (full only: they feed no check, and the zcopy
   // suite measures peerlab.get and peerlab.put on every pair at standard).
@@ -83,12 +58,8 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
 
 JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool full = plan.options.level == Level::kFull;
-  if (!job.guard_for.empty()) {
-    Tally t;
-    const auto [s, d] = job.pairs.empty() ? std::pair<int, int>{0, 1} : job.pairs.front();
-    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 6, pairRate(plan.topology, s, d)));
-    return fromTally(kProcessStartS + kContextS, t);
-  }
+  // A sample: one pair's endpoints and its 256 MiB write.
+  if (!job.guard_for.empty()) return pairSample(job, plan.topology, kNcclInitS + 0.4, 256 * kMiB, 6);
   // Endpoints (NIXL agent or UCX context, registration, the capability check) or a zcopy world, per pair and round.
   const double pair_setup = kNcclInitS + 0.4;
   return pairRounds(job, plan.topology, pair_setup, [&](int s, int d) {

@@ -20,13 +20,8 @@ std::string filter(Level level, const std::vector<std::pair<int, int>>&, bool) {
 
 JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool full = plan.options.level == Level::kFull;
-  if (!job.guard_for.empty()) {
-    // A serial sample: one pair's setup and its 256 MiB put.
-    Tally t;
-    const auto [s, d] = job.pairs.empty() ? std::pair<int, int>{0, 1} : job.pairs.front();
-    t.add(1, kNcclInitS + 0.4 + 0.025, seconds(256 * kMiB, 32 * 6, pairRate(plan.topology, s, d)));
-    return fromTally(kProcessStartS + kContextS, t);
-  }
+  // A sample: one pair's setup and its 256 MiB put.
+  if (!job.guard_for.empty()) return pairSample(job, plan.topology, kNcclInitS + 0.4, 256 * kMiB, 32 * 6);
   // The context, channels and NCCL communicator each pair sets up when its round starts.
   const double pair_setup = kNcclInitS + 0.4;
   return pairRounds(job, plan.topology, pair_setup, [&](int s, int d) {

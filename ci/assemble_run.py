@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Merges peerlab run files (schema v1) and a ctest JUnit report into one run file.
 
-    ci/assemble_run.py --out RUN.json [--junit ctest.xml] [--kind KIND] [--extra KEY=FILE.json ...] RUN.json...
+    ci/assemble_run.py --out RUN.json[.gz] [--junit ctest.xml] [--kind KIND] [--extra KEY=FILE.json ...] RUN.json...
+
+Inputs may be gzip-compressed (.json.gz); an --out ending in .gz is written compressed (how reports/runs keeps them).
 
 The fingerprint comes from the first input run file that has GPUs. GPU test results become rows of suite "test"
 (impl "ctest", name = test name, time_us = duration, status ok / skipped: why / failed: why).
 """
 import argparse
+import gzip
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -19,9 +22,12 @@ def fail(msg):
 
 def load_run(path):
     try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+        with open(path, "rb") as f:
+            data = f.read()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        doc = json.loads(data)
+    except (OSError, EOFError, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as e:
         fail(f"{path}: {e}")
     if doc.get("schema_version") != 1 or not isinstance(doc.get("results"), list):
         fail(f"{path}: not a peerlab run file (schema_version 1)")
@@ -106,9 +112,13 @@ def main():
                 out[key] = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             fail(f"{path}: {e}")
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
+    text = json.dumps(out, indent=2) + "\n"
+    if args.out.endswith(".gz"):
+        with open(args.out, "wb") as f:
+            f.write(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
     failed = [r for r in results if str(r.get("status", "")).startswith("failed")]
     print(f"assemble_run.py: {args.out}: {len(results)} results, {len(failed)} failed")
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU host: configure, build, run the GPU tests, the verified probe and the benchmarks, and write one run file
-# reports/runs/<date>-<kind>-<sha7>.json (report schema, with fingerprint), plus the raw logs under $OUT when set.
+# reports/runs/<date>-<kind>-<sha7>.json.gz (report schema, gzip-compressed, with fingerprint), plus the raw logs under
+# $OUT when set.
 #
 #   ci/gpu.sh [--kind NAME] [--tag TAG] [--stages LIST] [--bench quick|full] [--sanitize] [--tests-regex RE]
 #
@@ -8,10 +9,13 @@
 # interconnect, e.g. h200-x2-nvswitch). The build stage installs what is missing from ci/packages.txt (apt-get, or the
 # packages brought in $PEERLAB_DEB_DIR on a machine without network: ci/fetch_packages.sh).
 #
-# Stages (comma-separated, in this order): build, tests, probe, bench, torch, qualify, variants, scorecard, sanitize.
+# Stages (comma-separated, in this order): build, tests, probe, bench, moe, torch, qualify, variants, scorecard,
+# sanitize. `moe` runs the MoE rows of alltoallv_bench on every GPU (low-latency bf16 and fp8, normal fused and
+# two-phase, the NCCL path; eager and graph-replayed) and the low-latency rows again with phase stamps
+# (PEERLAB_MOE_LL_PHASES=1, rows named .../phases).
 # `variants` runs the tuning sweeps (SM copy kernels, zcopy sync variants, alltoallv grid/chunk sizes) and keeps
 # their raw Google Benchmark JSON in the logs; it adds no rows to the run file. The run file is
-# reports/runs/<date>-<kind>-<sha7>[-<tag>].json.
+# reports/runs/<date>-<kind>-<sha7>[-<tag>].json.gz.
 # Default: build,tests,qualify (qualify runs the topology, the verified probe and the quick benchmarks, and its
 # results.json becomes part of the run file). `--sanitize` adds the sanitize stage (compute-sanitizer memcheck, racecheck and
 # synccheck over the GPU tests; every job's logs in $OUT/sanitize.tgz). Every stage runs under a deadline; a failed
@@ -111,7 +115,7 @@ if [ -z "$kind" ]; then
 fi
 # The stages get --kind only when one was given: a derived kind is recorded as the hardware's (kind_source).
 log "kind: $kind ($(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d.get("kind_source", ""), d.get("kind_basis", ""))' "$plan_json"))"
-run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json"
+run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json.gz"
 
 runs=()
 if has_stage probe; then
@@ -128,6 +132,23 @@ if has_stage bench; then
     --out "$work/bench.json"
   tail -30 "$work/bench.log"
   [ -s "$work/bench.json" ] && runs+=("$work/bench.json")
+fi
+
+if has_stage moe; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  stage moe 400 "$bin/alltoallv_bench" --ranks="$ngpu" --benchmark_filter='^moe/' \
+    --benchmark_out="$work/moe.json" --benchmark_out_format=json
+  tail -30 "$work/moe.log"
+  stage moe_phases 200 env PEERLAB_MOE_LL_PHASES=1 "$bin/alltoallv_bench" --ranks="$ngpu" \
+    --benchmark_filter='^moe/peerlab\.(dispatch|combine)_ll(_fp8)?/graph/' \
+    --benchmark_out="$work/moe_phases.json" --benchmark_out_format=json
+  moe_files=()
+  for f in "$work/moe.json" "$work/moe_phases.json"; do [ -s "$f" ] && moe_files+=("$f"); done
+  if [ ${#moe_files[@]} -gt 0 ] &&
+    "$bin/peerlab" bench --import "${moe_files[@]}" "${kind_args[@]}" --out "$work/moe_run.json" >>"$work/moe.log" 2>&1
+  then
+    runs+=("$work/moe_run.json")
+  fi
 fi
 
 if has_stage torch; then
@@ -187,20 +208,20 @@ junit=()
 if [ ${#runs[@]} -gt 0 ] || [ ${#junit[@]} -gt 0 ]; then
   mkdir -p reports/runs
   python3 ci/assemble_run.py --out "$run_file" --kind "$kind" --git-sha "$sha" "${junit[@]}" "${runs[@]}" &&
-    cp "$run_file" "$out/run.json"
+    cp "$run_file" "$out/run.json.gz"
   # The assembled file holds more than qualify checked (the ctest rows): its stored verdict is made again from all
   # of it, so that the count it states is the count every reader recomputes.
-  if [ -s "$run_file" ] && python3 -c 'import json, sys; sys.exit(0 if "qualify" in json.load(open(sys.argv[1])) else 1)' "$run_file"; then
+  if [ -s "$run_file" ] && python3 -c 'import gzip, json, sys; sys.exit(0 if "qualify" in json.load(gzip.open(sys.argv[1], "rt")) else 1)' "$run_file"; then
     "$bin/peerlab" qualify --results "$run_file" --out "$work/recheck" >"$work/recheck.log" 2>&1
     if [ -s "$work/recheck/results.json" ]; then
       # The verdict, counts and checks of the re-check; the command and wall time stay the qualify run's.
-      python3 - "$run_file" "$work/recheck/results.json" <<'PY' && cp "$run_file" "$out/run.json"
-import json, sys
-run = json.load(open(sys.argv[1]))
+      python3 - "$run_file" "$work/recheck/results.json" <<'PY' && cp "$run_file" "$out/run.json.gz"
+import gzip, json, sys
+run = json.load(gzip.open(sys.argv[1], "rt"))
 again = json.load(open(sys.argv[2]))["qualify"]
 for key in ("verdict", "summary", "checks", "failed"):
     run["qualify"][key] = again[key]
-with open(sys.argv[1], "w") as f:
+with gzip.open(sys.argv[1], "wt") as f:
     json.dump(run, f, indent=2)
     f.write("\n")
 PY

@@ -2,7 +2,7 @@
 # GPU host: the qualify levels on this machine, as a maintenance window would be planned on them. Each level runs
 # --repeat times on the healthy machine (each must PASS), then once with one pair's copies slowed by `peerlab inject
 # copy_slow` (about 10% slower: it must FAIL, and a failing check must name that pair). Prints one table (wall time of
-# each run against the plan's estimate) and writes it as levels.json beside the bundles.
+# each run against the plan's estimate) and writes it as levels.json and levels.md beside the bundles.
 #
 #   ci/levels.sh [--levels quick,standard] [--repeat 3] [--slow-pair 0-1] [--out DIR] [--bin DIR] [-- qualify options]
 #
@@ -77,10 +77,17 @@ for level in "${level_list[@]}"; do
   for i in $(seq 1 "$repeat"); do run "$level-$i" "$level" PASS; done
   run "$level-slow-$slow_pair" "$level" FAIL "copy_slow:pair=$slow_pair,percent=12"
 done
-python3 - "$rows" "$out/levels.json" <<'PY'
+python3 - "$rows" "$out/levels.json" "$out/levels.md" "$slow_pair" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
+# The same table as Markdown, to keep beside a bundle.
+md = ["| run | verdict | as expected | wall s | estimate s | checks | failing check naming " + sys.argv[4] + " |",
+      "|---|---|---|---|---|---|---|"]
+for r in rows:
+    md.append(f"| {r['run']} | {r.get('verdict', '?')} | {'yes' if r['ok'] else 'NO'} | {r.get('wall_s') or 0:.1f} | "
+              f"{r.get('estimate_s') or 0:.1f} | {r.get('checks') or 0} | {r.get('why', '')} |")
+open(sys.argv[3], "w").write("\n".join(md) + "\n")
 print(f"{'run':<28} {'verdict':<8} {'as expected':<12} {'wall s':>7} {'estimate s':>10} {'checks':>7}")
 for r in rows:
     w, e = r.get("wall_s"), r.get("estimate_s")

@@ -15,6 +15,7 @@ the largest regressed step in microseconds. Without --same-node, runs of one kin
 --min-pairs).
 """
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -31,7 +32,7 @@ def run_file(path):
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):
-        fail(f"{path}: no such run file (give run files or qualify bundle directories)")
+        fail(f"{path}: no such run file (give run files, .json or .json.gz, or qualify bundle directories)")
     return path
 
 
@@ -69,7 +70,7 @@ def main():
         kind = cmp.get("base_kind") or "(no kind)"
         if args.same_node:
             kind += f" node {cmp.get('base_node') or '?'}"
-        with open(path) as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             doc = json.load(f)
         kinds.setdefault(kind, []).append((doc.get("timestamp", ""), path, doc))
 

@@ -2,6 +2,7 @@
 // XIDs and clock event reasons over a watch), with the thresholds of the qualify config's [health] section.
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -10,7 +11,9 @@
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
+#include "harness/report/evaluate.h"
 #include "harness/report/report.h"
+#include "harness/report/summary.h"
 #include "reference/core/process.h"
 #include "reference/core/text.h"
 
@@ -49,6 +52,10 @@ int runHealth(const HealthArgs& a) {
   std::vector<health::CheckResult> checks = stage.end(run, watch_s, process::interruptRequested);
   if (checks.empty()) return fail(kCmd, kExitNoGpu, "NVML shows no GPU");
 
+  // A failed check's recommended action, from the checks engine (as qualify and report print it).
+  std::map<std::string, std::string> actions;
+  for (const report::Check& c : report::evaluateChecks(run, nullptr))
+    if (c.failed()) actions[c.name] = report::actionLine(c);
   int failed = 0, warned = 0, unsupported = 0;
   std::string firstFailed;
   for (const health::CheckResult& c : checks) {
@@ -60,6 +67,9 @@ int runHealth(const HealthArgs& a) {
     }
     std::fprintf(out, "%-11s GPU %d %-14s %s\n", health::verdictName(c.verdict), c.gpu, c.name.c_str(),
                  printable(c.detail, 300).c_str());
+    const auto a = actions.find(c.name + " GPU " + std::to_string(c.gpu));
+    if (c.verdict == health::Verdict::kFail && a != actions.end() && !a->second.empty())
+      std::fprintf(out, "%-11s action: %s\n", "", a->second.c_str());
   }
   if (!a.json.empty()) {
     Status st = writeOutput(a.json, report::toJson(run).dump(2) + "\n");

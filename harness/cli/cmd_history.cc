@@ -43,6 +43,7 @@ struct HistoryArgs {
   std::string permutations = "99";
   std::string z = "3.5";
   std::string min_hosts = "4";
+  history::NodeState node_state;
 };
 
 struct Numbers {
@@ -279,7 +280,52 @@ int runFleet(const HistoryArgs& a) {
   fo.min_change_pct = n->min_change_pct;
   fo.min_hosts = n->min_hosts;
   const std::vector<history::FleetOutlier> found = history::fleetOutliers(*h, fo);
+  auto states = (*store)->nodeStates();
+  if (!states.isOk()) return fail(kCmd, kExitRuntime, states.status().message());
+  const std::vector<history::FleetNode> nodes = history::fleetNodes(*h, *states, found);
   FILE* out = summaryStream(a.json_out);
+  // Every node with its latest verdict and scheduler state, out-of-service and failing nodes first.
+  std::string kind;
+  for (const history::FleetNode& n : nodes) {
+    if (n.machine != kind) {
+      kind = n.machine;
+      int count = 0, outOfService = 0, failing = 0;
+      for (const history::FleetNode& m : nodes) {
+        if (m.machine != kind) continue;
+        ++count;
+        outOfService += m.outOfService();
+        failing += m.failed();
+      }
+      std::fprintf(out, "%s: %d nodes, %d out of service, %d failing their latest run\n", printable(kind, 80).c_str(),
+                   count, outOfService, failing);
+    }
+    std::string failures;
+    if (n.latest && n.latest->check_details.contains("failures") && n.latest->check_details["failures"].is_array()) {
+      for (const auto& f : n.latest->check_details["failures"]) {
+        if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
+        if (failures.size() > 200) {
+          failures += ", ...";
+          break;
+        }
+        const std::string category =
+            f.contains("category") && f["category"].is_string() ? f["category"].get<std::string>() : std::string();
+        failures +=
+            (failures.empty() ? "" : ", ") + category + (category.empty() ? "" : ": ") + f["name"].get<std::string>();
+      }
+    }
+    std::string state = n.state ? n.state->state : "state not recorded";
+    if (n.state && !n.state->reason.empty()) state += " (" + n.state->reason + ")";
+    std::string below;
+    if (n.outliers > 0) {
+      below = "; below its fleet on " + std::to_string(n.outliers) + " series" +
+              (n.failed() ? "" : " (reported, not a failure of its own thresholds)");
+    }
+    std::fprintf(out, "  %-20s %-4s %s; run %lld at %s%s%s\n", printable(n.name, 64).c_str(),
+                 n.latest && !n.latest->verdict.empty() ? n.latest->verdict.c_str() : "-",
+                 printable(state, 300).c_str(), static_cast<long long>(n.latest ? n.latest->id : 0),
+                 n.latest ? n.latest->time.c_str() : "-",
+                 failures.empty() ? "" : ("; failed: " + printable(failures, 300)).c_str(), below.c_str());
+  }
   std::fprintf(out,
                "%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
                "fleets of %d or more hosts)\n",
@@ -293,10 +339,26 @@ int runFleet(const HistoryArgs& a) {
     nlohmann::json arr = nlohmann::json::array();
     for (const history::FleetOutlier& f : found)
       arr.push_back(history::toJson(f));
-    Status st = writeOutput(a.json_out, jsonText({{"outliers", arr}}));
+    nlohmann::json nodeArr = nlohmann::json::array();
+    for (const history::FleetNode& n : nodes)
+      nodeArr.push_back(history::toJson(n));
+    Status st = writeOutput(a.json_out, jsonText({{"outliers", arr}, {"nodes", nodeArr}}));
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
   return found.empty() ? kExitOk : kExitCheckFailed;
+}
+
+int runNodeState(const HistoryArgs& a) {
+  auto store = openStore(a, history::OpenMode::kExisting);
+  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  Status st = (*store)->recordNodeState(a.node_state);
+  if (!st.isOk()) {
+    return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime,
+                "node-state: " + st.message());
+  }
+  std::printf("node %s: %s%s\n", printable(a.node_state.node, 80).c_str(), a.node_state.state.c_str(),
+              a.node_state.reason.empty() ? "" : (" (" + printable(a.node_state.reason, 200) + ")").c_str());
+  return kExitOk;
 }
 
 int runHtml(const HistoryArgs& a) {
@@ -378,13 +440,25 @@ std::function<int()> setup(CLI::App& sub) {
   addDetectOptions(regs, *a);
 
   CLI::App* fleet =
-      sub.add_subcommand("fleet", "Hosts whose latest figures sit outside their kind's fleet; exit 1 if any");
+      sub.add_subcommand("fleet",
+                         "Each kind's nodes (out of service and failing first) and the hosts whose latest figures sit "
+                         "outside their fleet; exit 1 if any sits outside");
   addDb(fleet, *a, true);
   fleet->add_option("--kind", a->kind, "Only this machine kind");
-  fleet->add_option("--json", a->json_out, "Write {\"outliers\":[...]} here (\"-\": stdout, the summary to stderr)");
+  fleet->add_option("--json", a->json_out,
+                    "Write {\"outliers\":[...],\"nodes\":[...]} here (\"-\": stdout, the summary to stderr)");
   fleet->add_option("--z", a->z, "Modified z-score threshold, 0.5 to 100 (default 3.5)");
   fleet->add_option("--min-change", a->min_change, "And at least this far from the median, percent (default 3)");
   fleet->add_option("--min-hosts", a->min_hosts, "Smallest fleet, 3 or more (default 4)");
+
+  CLI::App* nodeState = sub.add_subcommand(
+      "node-state", "Record a node's scheduler state (the Slurm sweep records every node it looks at)");
+  addDb(nodeState, *a, true);
+  nodeState->add_option("--node", a->node_state.node, "Node name, as its runs name their host")->required();
+  nodeState->add_option("--state", a->node_state.state, "in_service, drained or down")->required();
+  nodeState->add_option("--reason", a->node_state.reason, "The scheduler's reason (a drain reason)");
+  nodeState->add_option("--source", a->node_state.source, "What records it (default peerlab)")->default_str("peerlab");
+  a->node_state.source = "peerlab";
 
   CLI::App* html = sub.add_subcommand("html", "Write the history site: one page per machine kind");
   addDb(html, *a, true);
@@ -400,15 +474,17 @@ std::function<int()> setup(CLI::App& sub) {
       "  peerlab history regressions --db history.sqlite --json regressions.json\n"
       "  peerlab history fleet --db history.sqlite --kind h200-x4-nvswitch\n"
       "  peerlab history html --db history.sqlite --out site/\n"
-      "  peerlab history remove --db history.sqlite 12");
-  return [a, ingest, remove, list, regs, fleet, html]() -> int {
+      "  peerlab history remove --db history.sqlite 12\n"
+      "  peerlab history node-state --db history.sqlite --node gpu07 --state drained --reason 'peerlab: ...'");
+  return [a, ingest, remove, list, regs, fleet, nodeState, html]() -> int {
     if (ingest->parsed()) return runIngest(*a);
     if (remove->parsed()) return runRemove(*a);
     if (list->parsed()) return runList(*a);
     if (regs->parsed()) return runRegressions(*a);
     if (fleet->parsed()) return runFleet(*a);
+    if (nodeState->parsed()) return runNodeState(*a);
     if (html->parsed()) return runHtml(*a);
-    return fail(kCmd, kExitUsage, "no subcommand (ingest, remove, list, regressions, fleet, html)");
+    return fail(kCmd, kExitUsage, "no subcommand (ingest, remove, list, regressions, fleet, node-state, html)");
   };
 }
 

@@ -1,6 +1,6 @@
-// peerlab qualify: topology, the verified probe, the quick benchmarks, then every figure checked against what the
-// topology (and optionally a baseline) says it should be; writes a bundle: results.json, report.html, summary.md,
-// junit.xml.
+// peerlab qualify: topology, the verified probe, the benchmarks of a level (quick, standard, full), then every
+// figure checked against what the topology (and optionally a baseline) says it should be; writes a bundle:
+// results.json, report.html, summary.md, junit.xml.
 #include <unistd.h>
 
 #include <algorithm>
@@ -277,6 +277,12 @@ int runQualify(const QualifyArgs& a) {
   }
   if (!a.probe_methods.empty()) po.probe_methods = qualify::splitList({a.probe_methods});
 
+  // A stand-in machine, for tests of what runs qualify on nodes without a GPU (the Slurm wrappers): the topology of
+  // the fixture PEERLAB_QUALIFY_STANDIN_TOPOLOGY names instead of this machine's, and no CUDA checks. The run file
+  // records it (extra.injected.topology) and every output says the verdicts are not this machine's.
+  const char* standinEnv = std::getenv("PEERLAB_QUALIFY_STANDIN_TOPOLOGY");
+  const std::string standin = standinEnv && !stored && a.fixture.empty() ? standinEnv : "";
+
   // A stored run is checked against its own plan (the same verdict `peerlab report` gives); a --config re-plans its
   // expectations from the stored topology; a run without a plan is checked against a fixture's plan, or none.
   const bool storedPlan = stored && stored->plan && a.fixture.empty();
@@ -284,7 +290,7 @@ int runQualify(const QualifyArgs& a) {
   if (storedPlan && stored->plan->topology) {
     topo = *stored->plan->topology;
   } else if (!stored || !a.fixture.empty()) {
-    topo = qualify::loadPlanTopology(a.fixture);
+    topo = qualify::loadPlanTopology(standin.empty() ? a.fixture : standin);
   }
   std::optional<qualify::Plan> plan;
   if (storedPlan && (a.config.empty() || !stored->plan->topology)) {
@@ -410,7 +416,7 @@ int runQualify(const QualifyArgs& a) {
   }
   // A missing executable is a setup error, not a verdict on the hardware.
   if (!executables.isOk()) return fail(kCmd, kExitRuntime, executables.message());
-  if (!stored) {
+  if (!stored && standin.empty()) {
     if (Status st = qualify::cudaGpusVisible(); !st.isOk()) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
       return fail(kCmd, kExitNoGpu,
@@ -470,6 +476,7 @@ int runQualify(const QualifyArgs& a) {
     if (health) health->end(run, a.health_watch_s, process::interruptRequested);
     run.kind = *kind;
     run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+    if (!standin.empty()) run.extra["injected"]["topology"] = standin;
     run.extra["plan"] = qualify::toJson(*plan);
   }
   // The checks read the plan as the run file stores it: the same path `peerlab report` takes.
@@ -589,7 +596,8 @@ std::function<int()> setup(CLI::App& sub) {
 }  // namespace
 
 PEERLAB_REGISTER_COMMAND(qualify, "qualify",
-                         "Qualify this machine: topology, verified probe, quick benchmarks, checks; writes a bundle",
+                         "Qualify this machine at a level (quick, standard, full): topology, health, verified probe, "
+                         "benchmarks, checks; writes a bundle",
                          setup);
 
 }  // namespace peerlab::cli

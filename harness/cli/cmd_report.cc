@@ -9,6 +9,7 @@
 
 #include "harness/cli/command.h"
 #include "harness/qualify/browser.h"
+#include "harness/report/actions.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/html.h"
@@ -45,6 +46,7 @@ struct ReportArgs {
   bool only_changes = false;
   std::string compare_json;
   bool threshold_set = false;
+  bool drain_reason = false;
 };
 
 std::string describeRun(const std::string& path, const report::Run& run) {
@@ -145,6 +147,17 @@ int runCompare(const ReportArgs& a) {
   return kExitOk;
 }
 
+// --drain-reason: stdout holds only the reason (the failed check that calls for the most drastic action, its GPU and
+// the action's short form), for scripts that drain a node; nothing when the run passes.
+int runDrainReason(const ReportArgs& a) {
+  auto run = report::readRun(a.run);
+  if (!run.isOk()) return fail(kCmd, kExitUsage, run.status().message());
+  const report::RunVerdict verdict = report::verdictOf(*run);
+  if (verdict.pass()) return kExitOk;
+  std::printf("%s\n", report::drainReason(verdict.checks).c_str());
+  return kExitCheckFailed;
+}
+
 int runRender(const ReportArgs& a) {
   auto run = report::readRun(a.run);
   if (!run.isOk()) return fail(kCmd, kExitUsage, run.status().message());
@@ -243,6 +256,9 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--allow-other-hardware", a->allow_other_hardware,
                "With --compare: compare runs of different GPU models or counts (refused otherwise)");
   sub.add_flag("--only-changes", a->only_changes, "With --compare: leave out rows within the noise");
+  sub.add_flag("--drain-reason", a->drain_reason,
+               "Print only the text of a Slurm drain reason for the run (\"<check> GPU<n>: <action>\" of the failed "
+               "check that calls for the most drastic action); nothing when it passes; exit 1 when it fails");
   sub.add_option("--compare-json", a->compare_json,
                  "With --compare: also write the table as JSON here (\"-\": stdout, the table then goes to stderr)");
   sub.footer(
@@ -253,8 +269,8 @@ std::function<int()> setup(CLI::App& sub) {
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");
-      if (!a->html.empty() || !a->screenshot.empty() || !a->summary.empty()) {
-        return fail(kCmd, kExitUsage, "--html/--screenshot/--summary render one run; --compare takes two");
+      if (!a->html.empty() || !a->screenshot.empty() || !a->summary.empty() || a->drain_reason) {
+        return fail(kCmd, kExitUsage, "--html/--screenshot/--summary/--drain-reason read one run; --compare takes two");
       }
       return runCompare(*a);
     }
@@ -267,6 +283,12 @@ std::function<int()> setup(CLI::App& sub) {
                   "--threshold, --spread-factor, --jitter and --allow-other-hardware go with --compare BASE NEW");
     }
     if (a->run.empty()) return fail(kCmd, kExitUsage, "no run file given (peerlab report RUN.json --html OUT.html)");
+    if (a->drain_reason) {
+      if (!a->html.empty() || !a->screenshot.empty() || !a->summary.empty() || !a->title.empty()) {
+        return fail(kCmd, kExitUsage, "--drain-reason prints one line: not with --html/--screenshot/--summary/--title");
+      }
+      return runDrainReason(*a);
+    }
     return runRender(*a);
   };
 }

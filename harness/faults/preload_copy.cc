@@ -230,7 +230,8 @@ int copy(const CopyCall& call, const std::function<int(CUdeviceptr dst, int dst_
   const Side side = stream_dev == src_dev ? Side::kWrite : stream_dev == dst_dev ? Side::kRead : Side::kAny;
   if (spec.side != Side::kAny && side != spec.side) return real(call.dst, dst_dev);
   if (!pairMatches(src_dev, dst_dev)) return real(call.dst, dst_dev);
-  if (spec.kind != FaultKind::kDropWrites && !ensurePools(d, stream)) {
+  // Dropped writes and slowed copies need neither pool (no flipped bytes, no hang word).
+  if (spec.kind != FaultKind::kDropWrites && spec.kind != FaultKind::kCopySlow && !ensurePools(d, stream)) {
     note(spec.name.c_str(), "not applied: the first peer copy seen is inside graph capture");
     return real(call.dst, dst_dev);
   }

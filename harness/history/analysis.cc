@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 namespace peerlab::history {
@@ -253,6 +254,58 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
   std::stable_sort(out.begin(), out.end(),
                    [](const FleetOutlier& a, const FleetOutlier& b) { return std::fabs(a.z) > std::fabs(b.z); });
   return out;
+}
+
+std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
+                                  const std::vector<FleetOutlier>& outliers) {
+  // Nodes by identity (cloud VMs all call themselves "vm"), each shown by its latest run's host name.
+  std::map<std::pair<std::string, std::string>, FleetNode> nodes;
+  for (const RunInfo& r : history.runs) {  // oldest first: the last one seen is the latest
+    FleetNode& n = nodes[{r.machine(), r.nodeOrHost()}];
+    n.machine = r.machine();
+    n.node = r.nodeOrHost();
+    n.host = r.host;
+    n.latest = &r;
+  }
+  std::map<std::pair<std::string, std::string>, int> hostsOfKind;  // (kind, host) -> nodes
+  for (auto& [key, n] : nodes)
+    ++hostsOfKind[{n.machine, n.host}];
+  for (auto& [key, n] : nodes) {
+    n.name = n.host.empty() ? n.node : n.host;
+    if (!n.host.empty() && n.node != n.host && hostsOfKind[{n.machine, n.host}] > 1) n.name += " (" + n.node + ")";
+  }
+  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster"). A state may also
+  // name the node's identity.
+  for (const NodeState& s : states) {
+    for (auto& [key, n] : nodes)
+      if (n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node) n.state = s;
+  }
+  for (const FleetOutlier& f : outliers) {
+    auto it = nodes.find({f.machine, f.node});
+    if (it != nodes.end()) ++it->second.outliers;
+  }
+  std::vector<FleetNode> out;
+  for (auto& [key, n] : nodes)
+    out.push_back(std::move(n));
+  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : 2; };
+  std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
+    return std::make_tuple(a.machine, rank(a), a.name) < std::make_tuple(b.machine, rank(b), b.name);
+  });
+  return out;
+}
+
+nlohmann::json toJson(const FleetNode& n) {
+  nlohmann::json j = {
+      {"kind", n.machine}, {"node", n.node}, {"host", n.host}, {"name", n.name}, {"outliers", n.outliers}};
+  j["state"] = n.state ? n.state->state : "";
+  j["reason"] = n.state ? n.state->reason : "";
+  j["state_recorded_at"] = n.state ? n.state->recorded_at : "";
+  j["run_id"] = n.latest ? nlohmann::json(n.latest->id) : nlohmann::json(nullptr);
+  j["time"] = n.latest ? n.latest->time : "";
+  j["verdict"] = n.latest ? n.latest->verdict : "";
+  j["checks"] = n.latest ? n.latest->checks : nlohmann::json::object();
+  j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
+  return j;
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {

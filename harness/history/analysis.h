@@ -97,6 +97,28 @@ struct FleetOutlier {
 std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options = {});
 nlohmann::json toJson(const FleetOutlier& f);
 
+/// One node of a kind's fleet: its latest run of that kind, its recorded scheduler state, and how many of its series
+/// sit outside the fleet (reported, never a reason to drain by themselves).
+struct FleetNode {
+  std::string machine;  ///< the kind
+  std::string node;     ///< the node's identity (RunInfo::nodeOrHost)
+  std::string host;     ///< the host name of its latest run
+  std::string name;     ///< how it is shown: the host name, with the identity beside it where hosts share the name
+  const RunInfo* latest = nullptr;
+  std::optional<NodeState> state;
+  int outliers = 0;
+  bool outOfService() const { return state && state->outOfService(); }
+  bool failed() const { return latest && latest->verdict == "FAIL"; }
+};
+
+/// Every node of every kind in `history`: drained and down nodes first, then nodes whose latest run failed, then the
+/// others, by kind and name within each group.
+std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
+                                  const std::vector<FleetOutlier>& outliers);
+/// {"kind","node","host","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
+/// "check_details","outliers"}.
+nlohmann::json toJson(const FleetNode& n);
+
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.
 double worseningPct(const report::SeriesMetric& metric, double before, double after);
 

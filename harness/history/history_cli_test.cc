@@ -18,6 +18,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
+#include "harness/report/fleet_page.h"
 #include "harness/report/site.h"
 #include "harness/testing/cli.h"
 #include "reference/testing/testing.h"
@@ -233,6 +234,82 @@ TEST_P(HistoryCliTest, ByHostNeverJoinsTwoKinds) {
       EXPECT_EQ(h->run(p.run_id).kind + "@" + h->run(p.run_id).nodeOrHost(), series.machine) << series.id;
   }
   EXPECT_EQ(machines.size(), 2u);
+}
+
+// The fleet view: every node of the kind with its latest verdict and recorded scheduler state, out of service first,
+// then failing, then the rest; a node below its fleet but passing its own checks is reported as such; the site's fleet
+// page shows the same order, the failed checks with their actions, and escapes what it was given.
+TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
+  std::mt19937_64 rng(7);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int host = 0; host < 6; ++host) {
+    // node-4's runs carry its full host name; the scheduler names it node-4.
+    const std::string name = "node-" + std::to_string(host) + (host == 4 ? ".example" : "");
+    report::Run run = testing::syntheticRun(rng, host, name, "kind-x", 1.0, host == 5 ? 1.25 : 1.0);
+    // node-3's copies ran but their data did not verify: its run fails.
+    if (host == 3) run.results.front().wrong = 7;
+    args.push_back(writeRun(run, "h" + std::to_string(host) + ".json"));
+  }
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  auto state = [&](const std::string& node, const std::string& st, const std::string& reason) {
+    return runPeerlab({"history", "node-state", "--db", url_, "--node", node, "--state", st, "--reason", reason});
+  };
+  EXPECT_EQ(state("node-1", "drained", "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink").exit_code, 0);
+  EXPECT_EQ(state("node-4", "drained", "disk swap by admin").exit_code, 0);
+  // The latest state counts.
+  EXPECT_EQ(state("node-4", "in_service", "").exit_code, 0);
+  EXPECT_EQ(state("node-0", "down", "Not responding").exit_code, 0);
+  // Bad states and names are one line, exit 2, nothing stored.
+  for (const auto& [node, st] : std::vector<std::pair<std::string, std::string>>{
+           {"node-2", "broken"}, {"", "drained"}, {"node\x1b[2J", "drained"}, {std::string(300, 'n'), "drained"}}) {
+    CliRun bad = state(node, st, "");
+    EXPECT_EQ(bad.exit_code, 2) << node << " " << st << ": " << bad.err;
+    EXPECT_EQ(peerlab::testing::lineCount(bad.err), 1) << bad.err;
+  }
+
+  CliRun r = runPeerlab({"history", "fleet", "--db", url_, "--kind", "kind-x", "--json", dir_ + "/f.json"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // node-5 sits outside the fleet
+  const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
+  ASSERT_EQ(nodes.size(), 6u) << nodes.dump(1);
+  std::vector<std::string> order;
+  for (const auto& n : nodes) {
+    order.push_back(n["name"]);
+    // Named by the host, identified by the GPUs (a host name identifies nothing on cloud VMs).
+    EXPECT_EQ(n["name"], n["host"]);
+    EXPECT_EQ(n["node"].get<std::string>().rfind("gpus-", 0), 0u) << n.dump();
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4.example", "node-5"}));
+  EXPECT_EQ(nodes[1]["state"], "drained");
+  EXPECT_EQ(nodes[1]["reason"], "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink");
+  EXPECT_EQ(nodes[2]["verdict"], "FAIL");
+  EXPECT_EQ(nodes[4]["state"], "in_service");
+  EXPECT_EQ(nodes[5]["verdict"], "PASS");
+  EXPECT_EQ(nodes[5]["outliers"], 13);
+  EXPECT_NE(r.out.find("kind-x: 6 nodes, 2 out of service, 1 failing their latest run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  node-1               PASS drained (peerlab: nvlink_state GPU0: reset GPU, reseat NVLink)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("failed: data: peer_copy: results ran and verified"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("below its fleet on 13 series (reported, not a failure of its own thresholds)"),
+            std::string::npos)
+      << r.out;
+
+  ASSERT_EQ(runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site"}).exit_code, 0);
+  const std::string page = readFile(dir_ + "/site/" + report::fleetPageName("kind-x"));
+  const size_t n0 = page.find(">node-0<"), n1 = page.find(">node-1<"), n3 = page.find(">node-3<"),
+               n5 = page.find(">node-5<");
+  ASSERT_NE(n0, std::string::npos) << page;
+  EXPECT_LT(n0, n1);
+  EXPECT_LT(n1, n3);
+  EXPECT_LT(n3, n5);
+  EXPECT_NE(page.find("drained: peerlab: nvlink_state GPU0: reset GPU, reseat NVLink"), std::string::npos);
+  EXPECT_NE(page.find("data: peer_copy: results ran and verified: driver bug: peerlab repro"), std::string::npos)
+      << page;
+  EXPECT_NE(page.find("6 nodes: 2 out of service, 1 failing their latest run"), std::string::npos);
+  // The trend page and the index link to it.
+  EXPECT_NE(readFile(dir_ + "/site/" + report::kindPageName("kind-x")).find(report::fleetPageName("kind-x")),
+            std::string::npos);
+  EXPECT_NE(readFile(dir_ + "/site/index.html").find(report::fleetPageName("kind-x")), std::string::npos);
 }
 
 // Read-only commands open an existing history only: on a fresh PostgreSQL database (or a SQLite store that is not

@@ -120,6 +120,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
            {"series", nlohmann::json::array()},
            {"regressions", nlohmann::json::array()},
            {"fleet", nlohmann::json::array()},
+           {"nodes", nlohmann::json::array()},
            {"heatmaps", nlohmann::json::array()}};
     }
     return k;
@@ -183,6 +184,10 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
                                           {"mad", f.mad},
                                           {"z", f.z}});
   }
+  // The fleet page: every node with its latest verdict and scheduler state, out of service first.
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<NodeState> states, store.nodeStates());
+  for (const FleetNode& n : fleetNodes(h, states, fleet))
+    kindOf(n.machine)["nodes"].push_back(toJson(n));
   // Heatmaps from the latest run of each kind that measured GPU pairs (a later run of one suite alone, MoE rows say,
   // has none to draw); newest first, so most kinds read one run.
   std::set<std::string> drawn;

@@ -6,7 +6,7 @@
 ///   "change_points":[{"index","before","after","change_pct","p_value"}]}], "regressions":[...as `history
 ///   regressions --json`...], "fleet":[{"host","series_id","value","median","mad","z"}],
 ///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}],"left_out" (cells not
-///   drawn, when any)}]}]}
+///   drawn, when any)}], "nodes":[...as `history fleet --json` "nodes", out of service and failing first...]}]}
 
 #include <nlohmann/json.hpp>
 

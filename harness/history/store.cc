@@ -2,10 +2,12 @@
 
 #include "harness/report/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <map>
 
 #include "reference/core/text.h"
 
@@ -117,6 +119,25 @@ bool isKey(const std::string& s, size_t len, const char* allowed) {
   return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
 }
 
+// What the fleet page's node x check matrix reads: the counts per check category, and the first failed checks with
+// their actions.
+nlohmann::json checkDetails(const report::RunVerdict& v) {
+  nlohmann::json j = nlohmann::json::object();
+  std::map<std::string, std::vector<report::Check>> byCategory;
+  nlohmann::json failures = nlohmann::json::array();
+  for (const report::Check& c : v.checks) {
+    byCategory[c.category].push_back(c);
+    if (c.failed() && failures.size() < kMaxStoredFailures)
+      failures.push_back({{"category", c.category}, {"name", c.name}, {"action", c.action}});
+  }
+  nlohmann::json categories = nlohmann::json::object();
+  for (const auto& [category, checks] : byCategory)
+    categories[category] = report::toJson(report::countChecks(checks));
+  j["categories"] = std::move(categories);
+  j["failures"] = std::move(failures);
+  return j;
+}
+
 }  // namespace
 
 std::optional<std::string> normalizeTimestamp(const std::string& text) {
@@ -214,7 +235,14 @@ const std::vector<std::string>& schemaMigrations() {
       // 3: the run's verdict and check counts from the checks engine, as qualify and report give them.
       "ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE runs ADD COLUMN checks TEXT NOT NULL DEFAULT '{}'",
-      // 4: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
+      // 4: nodes' scheduler states (drained, in service), as the Slurm sweep records them; the checks per category
+      // and the first failed checks of each run (the fleet page).
+      "ALTER TABLE runs ADD COLUMN check_details TEXT NOT NULL DEFAULT '{}';"
+      "CREATE TABLE node_states ("
+      " id %ID%, node TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, recorded_at TEXT NOT NULL,"
+      " source TEXT NOT NULL);"
+      "CREATE INDEX node_states_by_node ON node_states (node, id)",
+      // 5: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
       "ALTER TABLE runs ADD COLUMN node TEXT NOT NULL DEFAULT ''",
   };
   return steps;
@@ -349,19 +377,20 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
 
   // The verdict the checks engine gives the run: the same qualify --results and report give it.
   const report::RunVerdict verdict = report::verdictOf(run);
+  const nlohmann::json details = checkDetails(verdict);
 
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   IngestOutcome out;
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks, node)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+        " source, ingested_at, expectations, verdict, checks, check_details, node)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), run.node.id},
+         report::toJson(verdict.counts).dump(), details.dump(), run.node.id},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -402,7 +431,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   Status parseError;
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source,"
-      " expectations, ingested_at, verdict, checks, node FROM runs ORDER BY id",
+      " expectations, ingested_at, verdict, checks, check_details, node FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RunInfo info;
         info.id = r.integer(0);
@@ -427,7 +456,9 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         info.verdict = r.text(15);
         auto checks = nlohmann::json::parse(r.text(16), nullptr, false);
         if (checks.is_object()) info.checks = checks;
-        info.node = r.text(17);
+        auto details = nlohmann::json::parse(r.text(17), nullptr, false);
+        if (details.is_object()) info.check_details = details;
+        info.node = r.text(18);
         info.time = orderTime(info.timestamp, info.ingested_at);
         out.push_back(std::move(info));
       }));
@@ -517,6 +548,50 @@ Status HistoryStore::readResults(const std::string& where, const std::vector<Sql
         s.sample_values = r.text(16);
         fn(s);
       });
+}
+
+Status HistoryStore::recordNodeState(const NodeState& s) {
+  if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) {
+    return PEERLAB_INVALID_ARGUMENT("state \"" + printable(s.state, 40) + "\": not one of in_service, drained, down");
+  }
+  auto plain = [](const std::string& text) {
+    return std::all_of(text.begin(), text.end(),
+                       [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+  };
+  if (s.node.empty() || s.node.size() > kMaxNodeNameBytes || !plain(s.node)) {
+    return PEERLAB_INVALID_ARGUMENT("node \"" + printable(s.node, 64) + "\": 1 to " +
+                                    std::to_string(kMaxNodeNameBytes) + " bytes without control characters");
+  }
+  if (s.reason.size() > kMaxNodeReasonBytes || !plain(s.reason) || !plain(s.source)) {
+    return PEERLAB_INVALID_ARGUMENT("reason \"" + printable(s.reason, 64) + "\": at most " +
+                                    std::to_string(kMaxNodeReasonBytes) + " bytes without control characters");
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  Status st =
+      db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
+                 {s.node, s.state, s.reason, nowUtc(), s.source});
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  return db_->commit();
+}
+
+StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
+  std::map<std::string, NodeState> latest;
+  PEERLAB_RETURN_IF_ERROR(db_->query(
+      "SELECT node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
+        NodeState s{r.text(0), r.text(1), r.text(2), r.text(3), r.text(4)};
+        // What another version stored is read as it is checked on the way in.
+        if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) s.state = "down";
+        s.node = printable(s.node, kMaxNodeNameBytes);
+        s.reason = printable(s.reason, kMaxNodeReasonBytes);
+        latest[s.node] = std::move(s);
+      }));
+  std::vector<NodeState> out;
+  for (auto& [node, s] : latest)
+    out.push_back(std::move(s));
+  return out;
 }
 
 StatusOr<std::int64_t> HistoryStore::count(const std::string& table) {

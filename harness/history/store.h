@@ -41,12 +41,35 @@ struct RunInfo {
   /// "warnings","unsupported","skipped"}); "" and {} for runs stored before verdicts were kept.
   std::string verdict;
   nlohmann::json checks = nlohmann::json::object();
+  /// What the fleet page's node x check matrix shows, from the same checks: {"categories": {category: counts as in
+  /// `checks`}, "failures": [{"category", "name", "action"}] (the first kMaxStoredFailures failed checks)}; {} for runs
+  /// stored before schema step 4.
+  nlohmann::json check_details = nlohmann::json::object();
 
   /// What series are grouped by: the kind, or the node (else the host) when the run names no kind.
   const std::string& machine() const { return !kind.empty() ? kind : nodeOrHost(); }
   /// The node that ran it: its identity, or the host name for runs stored before identities were kept.
   const std::string& nodeOrHost() const { return node.empty() ? host : node; }
 };
+
+/// A node's state in the scheduler, as `history node-state` recorded it (the Slurm sweep records every node it looks
+/// at): fleet pages list drained nodes first, with the reason.
+struct NodeState {
+  std::string node;
+  std::string state;        ///< one of kNodeStates
+  std::string reason;       ///< the scheduler's reason ("peerlab: nvlink_state GPU0: reset GPU, reseat NVLink")
+  std::string recorded_at;  ///< UTC, when it was recorded
+  std::string source;       ///< what recorded it ("peerlab-slurm-sweep")
+  bool outOfService() const { return state != "in_service"; }
+};
+
+/// The states a node can be recorded in: in service, drained (or draining) with a reason, down (not responding).
+inline const std::vector<std::string> kNodeStates = {"in_service", "drained", "down"};
+/// Most failed checks a run's check_details names (the bundle has them all).
+inline constexpr size_t kMaxStoredFailures = 20;
+/// Longest node name and reason stored.
+inline constexpr size_t kMaxNodeNameBytes = 255;
+inline constexpr size_t kMaxNodeReasonBytes = 1024;
 
 /// One stored result: the run file's fields plus the spread figures benchmarks write.
 struct StoredResult {
@@ -116,6 +139,12 @@ class HistoryStore {
   Status forEachResultOfRun(std::int64_t run_id, const std::function<void(const StoredResult&)>& fn);
   /// Counts rows of `table` ("runs" or "results").
   StatusOr<std::int64_t> count(const std::string& table);
+
+  /// Records a node's state (recorded_at is set to now). `invalid_argument` for a state outside kNodeStates, an empty
+  /// or over-long node name or reason with control characters.
+  Status recordNodeState(const NodeState& state);
+  /// The latest recorded state of every node, by node name.
+  StatusOr<std::vector<NodeState>> nodeStates();
 
  private:
   explicit HistoryStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}

@@ -49,6 +49,11 @@ JobEstimate fromTally(double start_s, const Tally& tally);
 JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s,
                        const std::function<Tally(int src, int dst)>& perPair);
 
+/// A pair suite's sample (serial or concurrent): a start, one pair's setup and `ops` x `bytes` of one row on the
+/// slowest pair it covers.
+JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
+                       double ops);
+
 /// "4.2", "95"
 std::string fmt(double v);
 

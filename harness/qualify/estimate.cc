@@ -106,6 +106,16 @@ JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, doubl
   return e;
 }
 
+JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
+                       double ops) {
+  double data = 0;
+  for (const auto& [s, d] : job.pairs)
+    data = std::max(data, seconds(bytes, ops, pairRate(t, s, d)));
+  Tally tally;
+  tally.add(1, pair_setup_s + 0.025, data);
+  return fromTally(kProcessStartS + kContextS, tally);
+}
+
 }  // namespace cost
 
 namespace {

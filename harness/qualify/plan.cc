@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -197,7 +198,30 @@ PlanTopology fromTopology(const topology::Topology& topo) {
   out.warnings = topo.warnings();
   out.numa_nodes = topo.machine().numa_nodes;
   if (topo.gpus().empty()) out.no_gpu_message = topo.noGpuMessage();
+  // On a live machine, the GPUs CUDA does not show this process (CUDA_VISIBLE_DEVICES, or a GPU CUDA cannot use)
+  // are listed last by the topology; nothing can run on them, so the plan covers the ones CUDA sees (their indices
+  // are their CUDA ordinals) and says which were left out.
+  const bool live = std::any_of(topo.gpus().begin(), topo.gpus().end(),
+                                [](const topology::Gpu& g) { return g.cuda_ordinal >= 0; });
+  auto runnable = [&](int index) {
+    if (!live) return true;
+    for (const topology::Gpu& g : topo.gpus())
+      if (g.index == index) return g.cuda_ordinal >= 0;
+    return false;
+  };
+  std::string hidden;
   for (const topology::Gpu& g : topo.gpus()) {
+    if (runnable(g.index)) continue;
+    hidden += (hidden.empty() ? "" : ", ") + g.bus_id;
+  }
+  if (!hidden.empty()) {
+    const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+    out.warnings.push_back("CUDA does not show this process the GPU(s) at " + hidden +
+                           (env != nullptr ? " (CUDA_VISIBLE_DEVICES=" + std::string(env) + ")" : std::string()) +
+                           ": they are left out of the plan");
+  }
+  for (const topology::Gpu& g : topo.gpus()) {
+    if (!runnable(g.index)) continue;
     PlanGpu pg;
     pg.index = g.index;
     pg.bus_id = g.bus_id;
@@ -209,6 +233,7 @@ PlanTopology fromTopology(const topology::Topology& topo) {
     out.gpus.push_back(pg);
   }
   for (const topology::GpuPair& p : topo.pairs()) {
+    if (!runnable(p.a) || !runnable(p.b)) continue;
     for (int dir = 0; dir < 2; ++dir) {
       PlanPair pp;
       pp.src = dir ? p.b : p.a;

@@ -203,6 +203,35 @@ TEST(ReportCli, CompareJsonCarriesTheNoiseRule) {
   EXPECT_EQ(runPeerlab({"report", "--compare", a, b, "--spread-factor", "x"}).exit_code, 2);
 }
 
+// --drain-reason: stdout holds only the text of a Slurm drain reason (the failed check calling for the most drastic
+// action, its GPU, the action's short form), nothing for a passing run; it reads one run and nothing else.
+TEST(ReportCli, DrainReasonIsOneLineForAFailingRunAndNothingForAPassingOne) {
+  const std::string dir = scratchDir("report-cli-drain");
+  auto run = report::readRun(sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json"));
+  ASSERT_TRUE(run.isOk());
+  ASSERT_TRUE(report::writeRun(*run, dir + "/pass.json").isOk());
+  for (report::Result& r : run->results) {
+    if (r.suite == "health" && (r.name == "nvlink_state" || r.name == "pcie_link")) r.status = "fail";
+  }
+  ASSERT_TRUE(report::writeRun(*run, dir + "/fail.json").isOk());
+  CliRun f = runPeerlab({"report", dir + "/fail.json", "--drain-reason"});
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_EQ(f.out, "nvlink_state GPU0: reset GPU, reseat NVLink (+1 more failed)\n");
+  CliRun p = runPeerlab({"report", dir + "/pass.json", "--drain-reason"});
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.out, "");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"report", dir + "/fail.json", "--drain-reason", "--html", dir + "/x.html"},
+        {"report", "--drain-reason", "--compare", dir + "/pass.json", dir + "/fail.json"},
+        {"report", dir + "/missing.json", "--drain-reason"}}) {
+    CliRun b = runPeerlab(bad);
+    EXPECT_EQ(b.exit_code, 2) << b.err;
+    EXPECT_EQ(lineCount(b.err), 1) << b.err;
+    EXPECT_EQ(b.out, "");
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.html"));
+}
+
 TEST(ReportCli, BadInputsAreOneLineErrorsWithExitTwo) {
   const std::string dir = scratchDir("report-cli-bad");
   std::ofstream(dir + "/truncated.json") << readFile(sample()).substr(0, 300);

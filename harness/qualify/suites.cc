@@ -147,6 +147,33 @@ BenchJob pairRoundsJob(const SuiteSpec& spec, const std::string& binary, const s
   return j;
 }
 
+std::vector<BenchJob> guardedPairRounds(const SuiteSpec& spec, const std::string& binary, const std::string& what,
+                                        const std::vector<std::vector<std::pair<int, int>>>& rounds, bool concurrent,
+                                        const std::string& schedule_basis, const std::string& filter,
+                                        const std::string& guard_filter, double deadline_base_s,
+                                        const std::vector<std::string>& env) {
+  std::vector<BenchJob> jobs;
+  BenchJob main = pairRoundsJob(spec, binary, what, rounds, filter, deadline_base_s);
+  main.schedule_basis = schedule_basis;
+  main.env.insert(main.env.end(), env.begin(), env.end());
+  const auto round = std::find_if(rounds.begin(), rounds.end(), [](const auto& r) { return r.size() > 1; });
+  if (concurrent && !guard_filter.empty() && round != rounds.end()) {
+    // The first pair of the first concurrent round alone, then that round at once, on the same rows.
+    BenchJob alone =
+        pairRoundsJob(spec, binary, what + " serial sample", {{round->front()}}, guard_filter, deadline_base_s);
+    BenchJob together =
+        pairRoundsJob(spec, binary, what + " concurrent sample", {*round}, guard_filter, deadline_base_s);
+    together.concurrent_sample = true;
+    for (BenchJob* j : {&alone, &together}) {
+      j->guard_for = main.label;
+      j->env.insert(j->env.end(), env.begin(), env.end());
+      jobs.push_back(*j);
+    }
+  }
+  jobs.push_back(main);
+  return jobs;
+}
+
 std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const SuiteRequest& req) {
   if (spec.jobs) return spec.jobs(spec, req);
   std::vector<std::string> common;
@@ -178,33 +205,8 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const SuiteRequest& req) {
       if (req.pairs.empty()) break;
       const PairSchedule schedule = req.topology ? schedulePairs(*req.topology, req.pairs, req.concurrent)
                                                  : PairSchedule{serialRounds(req.pairs), false, ""};
-      BenchJob main = pairRoundsJob(spec, spec.binary, spec.name, schedule.rounds, filter, budget);
-      main.schedule_basis = schedule.basis;
-      if (schedule.concurrent && !spec.guard_filter.empty()) {
-        // A serial sample first: the first pair of the first concurrent round alone, on the rows the guard compares.
-        std::pair<int, int> first = schedule.rounds.front().front();
-        for (const auto& round : schedule.rounds) {
-          if (round.size() > 1) {
-            first = round.front();
-            break;
-          }
-        }
-        BenchJob guard =
-            pairRoundsJob(spec, spec.binary, spec.name + " serial sample", {{first}}, spec.guard_filter, budget);
-        guard.guard_for = main.label;
-        jobs.push_back(guard);
-        // Then that round's pairs at once on the same rows: the two decide how the process runs.
-        for (const auto& round : schedule.rounds) {
-          if (round.front() != first) continue;
-          BenchJob together =
-              pairRoundsJob(spec, spec.binary, spec.name + " concurrent sample", {round}, spec.guard_filter, budget);
-          together.guard_for = main.label;
-          together.concurrent_sample = true;
-          jobs.push_back(together);
-          break;
-        }
-      }
-      jobs.push_back(main);
+      jobs = guardedPairRounds(spec, spec.binary, spec.name, schedule.rounds, schedule.concurrent, schedule.basis,
+                               filter, spec.guard_filter, budget);
       break;
     }
     case JobShape::kCollective: {

@@ -37,6 +37,14 @@ std::vector<BenchJob> jobsFor(const SuiteSpec& spec, const SuiteRequest& request
 BenchJob pairRoundsJob(const SuiteSpec& spec, const std::string& binary, const std::string& what,
                        const std::vector<std::vector<std::pair<int, int>>>& rounds, const std::string& filter,
                        double deadline_base_s);
+/// A kPairRounds process over `schedule` and, where pairs of it run at once and `guard_filter` is set, its two samples
+/// first (the first pair of the first concurrent round alone, then that round at once, on the rows of `guard_filter`):
+/// {serial sample, concurrent sample, process} or {process}. `env` goes to all three.
+std::vector<BenchJob> guardedPairRounds(const SuiteSpec& spec, const std::string& binary, const std::string& what,
+                                        const std::vector<std::vector<std::pair<int, int>>>& rounds, bool concurrent,
+                                        const std::string& schedule_basis, const std::string& filter,
+                                        const std::string& guard_filter, double deadline_base_s,
+                                        const std::vector<std::string>& env = {});
 /// The environment a kPairRounds process reads its rounds from ("PEERLAB_PAIR_ROUNDS=0-1,2-3;1-0,3-2").
 std::string pairRoundsEnv(const std::vector<std::vector<std::pair<int, int>>>& rounds);
 

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "harness/report/actions.h"
 #include "harness/report/json_in.h"
 
 namespace peerlab::report {
@@ -87,6 +88,9 @@ json toJson(const Check& c) {
             {"basis", c.basis},       {"reason", c.reason}};
   j["measured_value"] = c.measured_value ? json(*c.measured_value) : json(nullptr);
   j["expected_value"] = c.expected_value ? json(*c.expected_value) : json(nullptr);
+  if (const std::optional<Action> a = actionById(c.action)) {
+    j["action"] = {{"id", a->id}, {"short", a->short_text}, {"text", a->text}};
+  }
   return j;
 }
 
@@ -113,6 +117,13 @@ StatusOr<std::vector<Check>> checksFromJson(const json& doc, const std::string& 
       c.reason = j.str("reason", "");
       c.measured_value = j.num("measured_value", -1e300, 1e300);
       c.expected_value = j.num("expected_value", -1e300, 1e300);
+      // Only the id is read back; an id this peerlab does not know is left out.
+      if (auto a = j.opt("action")) {
+        if (a->json().is_object()) {
+          const std::string id = a->str("id", "", kMaxNameBytes);
+          if (actionById(id)) c.action = id;
+        }
+      }
       if (auto s = j.opt("status")) {
         auto status = checkStatusFromName(s->str(kMaxNameBytes));
         if (!status) s->fail("\"" + s->str() + "\" is not one of pass, warn, unsupported, skipped, fail");

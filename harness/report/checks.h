@@ -33,6 +33,7 @@ struct Check {
   std::string reason;    ///< one line: why this status, with the numbers behind it
   std::optional<double> measured_value;
   std::optional<double> expected_value;
+  std::string action;  ///< a failed check: the id of its recommended action (harness/report/actions.h), else ""
 
   bool failed() const { return status == CheckStatus::kFail; }
 };

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "harness/report/actions.h"
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
 
@@ -65,6 +66,12 @@ Check make(std::string category, std::string name, CheckStatus status, std::stri
   return c;
 }
 
+// A failed check carries the action its kind of failure calls for (harness/report/actions.h).
+Check act(Check c, const std::string& key) {
+  if (c.failed()) c.action = actionFor(key);
+  return c;
+}
+
 CheckStatus passOrFail(bool pass) {
   return pass ? CheckStatus::kPass : CheckStatus::kFail;
 }
@@ -78,21 +85,23 @@ void topologyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out
   std::string desc;
   for (const auto& [m, n] : models)
     desc += (desc.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
-  out.push_back(
+  out.push_back(act(
       make("topology", "NVIDIA GPUs present", passOrFail(!t.gpus.empty()),
            std::to_string(t.gpus.size()) + " GPUs" + (desc.empty() ? "" : " (" + desc + ")"), ">= 1",
            "the plan's topology (" + t.source + ")",
            t.gpus.empty() ? (t.no_gpu_message.empty() ? "no NVIDIA GPU" : t.no_gpu_message) : "found in " + t.source,
-           static_cast<double>(t.gpus.size()), 1.0));
+           static_cast<double>(t.gpus.size()), 1.0),
+      "topology.gpus_present"));
   // CUDA must see every GPU the PCI topology has: a GPU that fell off the bus or failed to initialise shows here.
   if (!run.fingerprint.gpus.empty() && t.format == "live") {
     const size_t cuda = run.fingerprint.gpus.size();
-    out.push_back(
+    out.push_back(act(
         make("topology", "CUDA sees every GPU", passOrFail(cuda == t.gpus.size()),
              std::to_string(cuda) + " visible to CUDA", std::to_string(t.gpus.size()), "GPUs in the PCI topology",
              cuda == t.gpus.size() ? "all GPUs usable"
                                    : "CUDA and the PCI topology disagree (CUDA_VISIBLE_DEVICES set, or a GPU failed)",
-             static_cast<double>(cuda), static_cast<double>(t.gpus.size())));
+             static_cast<double>(cuda), static_cast<double>(t.gpus.size())),
+        "topology.cuda_sees"));
   }
   if (plan.require_link_info && t.gpus.size() > 1) {
     // A pair is known when the topology says whether it has NVLink and, without NVLink, both GPUs' PCIe rates.
@@ -121,11 +130,12 @@ void topologyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out
       }
       reason += " (require_link_info = true; set it false to qualify without bandwidth expectations)";
     }
-    out.push_back(make("topology", "link information for every pair", passOrFail(missing == 0),
-                       missing == 0 ? "known for " + std::to_string(t.pairs.size()) + " pairs"
-                                    : "unknown for " + std::to_string(missing) + " pairs",
-                       "known for " + std::to_string(t.pairs.size()) + " pairs", "[qualify] require_link_info", reason,
-                       static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())));
+    out.push_back(act(make("topology", "link information for every pair", passOrFail(missing == 0),
+                           missing == 0 ? "known for " + std::to_string(t.pairs.size()) + " pairs"
+                                        : "unknown for " + std::to_string(missing) + " pairs",
+                           "known for " + std::to_string(t.pairs.size()) + " pairs", "[qualify] require_link_info",
+                           reason, static_cast<double>(t.pairs.size() - missing), static_cast<double>(t.pairs.size())),
+                      "topology.link_info"));
   }
   // GPUs of one model in one machine have the same number of active NVLinks; one fewer is a link down.
   std::map<std::string, std::map<int, std::vector<int>>> linksByModel;
@@ -144,12 +154,29 @@ void topologyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out
       detail += (detail.empty() ? "" : "; ") + std::to_string(links) + " links on GPU " + list;
     }
     if (most == 0) continue;
-    out.push_back(make("topology", "active NVLinks equal on every " + model, passOrFail(most == least),
-                       most == least ? std::to_string(most) + " links per GPU" : detail,
-                       std::to_string(most) + " on every GPU", "GPUs of one model in one machine",
-                       most == least ? "no link down" : "a GPU has fewer active NVLinks than its peers: a link is down",
-                       static_cast<double>(least), static_cast<double>(most)));
+    out.push_back(
+        act(make("topology", "active NVLinks equal on every " + model, passOrFail(most == least),
+                 most == least ? std::to_string(most) + " links per GPU" : detail,
+                 std::to_string(most) + " on every GPU", "GPUs of one model in one machine",
+                 most == least ? "no link down" : "a GPU has fewer active NVLinks than its peers: a link is down",
+                 static_cast<double>(least), static_cast<double>(most)),
+            "topology.nvlinks_equal"));
   }
+}
+
+// The action for the XIDs the watch saw on `gpu` (run.extra.health.xids): the most drastic of their actions.
+std::string xidAction(const Run& run, std::optional<int> gpu) {
+  std::string action;
+  if (!gpu || !run.extra.is_object() || !run.extra.contains("health")) return actionFor("health.xid");
+  const auto& h = run.extra["health"];
+  if (!h.is_object() || !h.contains("xids") || !h["xids"].is_array()) return actionFor("health.xid");
+  for (const auto& x : h["xids"]) {
+    if (!x.is_object() || !x.contains("gpu") || !x.contains("xid")) continue;
+    if (!x["gpu"].is_number_integer() || x["gpu"].get<long long>() != *gpu) continue;
+    if (!x["xid"].is_number_unsigned() && !x["xid"].is_number_integer()) continue;
+    action = moreDrastic(action, actionFor("health.xid." + std::to_string(x["xid"].get<long long>())));
+  }
+  return action.empty() ? actionFor("health.xid") : action;
 }
 
 // Machine health: one check per GPU and health result; the verdict's numbers are the reason.
@@ -167,8 +194,11 @@ void healthChecks(const Run& run, std::vector<Check>& out) {
       s = CheckStatus::kSkipped;
     }
     const std::string gpu = r.src ? "GPU " + std::to_string(*r.src) : std::string("host");
-    out.push_back(make("health", r.name + " " + gpu, s, r.status, "ok", "[health] thresholds (DCGM's defaults)",
-                       r.detail.empty() ? r.status : r.detail));
+    Check c = act(make("health", r.name + " " + gpu, s, r.status, "ok", "[health] thresholds (DCGM's defaults)",
+                       r.detail.empty() ? r.status : r.detail),
+                  "health." + r.name);
+    if (c.failed() && r.name == "xid") c.action = xidAction(run, r.src);
+    out.push_back(std::move(c));
   }
 }
 
@@ -192,14 +222,15 @@ void throttleChecks(const Run& run, std::vector<Check>& out) {
   }
   for (const auto& key : order) {
     const auto& [count, reasons] = hits[key];
-    out.push_back(make("health", key.first + " on GPU " + std::to_string(key.second) + " measured at full clocks",
-                       CheckStatus::kFail, "throttled: " + reasons, "no HW slowdown, thermal or power-brake slowdown",
-                       "[health] clock_fail_reasons",
-                       std::to_string(count) +
-                           " results involve a GPU whose clocks were held down during the "
-                           "benchmarks (" +
-                           reasons + "): their figures are not trusted",
-                       static_cast<double>(count), 0.0));
+    out.push_back(act(make("health", key.first + " on GPU " + std::to_string(key.second) + " measured at full clocks",
+                           CheckStatus::kFail, "throttled: " + reasons,
+                           "no HW slowdown, thermal or power-brake slowdown", "[health] clock_fail_reasons",
+                           std::to_string(count) +
+                               " results involve a GPU whose clocks were held down during the "
+                               "benchmarks (" +
+                               reasons + "): their figures are not trusted",
+                           static_cast<double>(count), 0.0),
+                      "health.throttled"));
   }
 }
 
@@ -216,16 +247,19 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
                          plan->pairs.empty() ? "not run: the topology has no GPU pair"
                                              : "not run: the plan did not run the probe (--skip-probe)"));
     } else if ((plan && plan->probe) || !processError.empty()) {
-      out.push_back(make("probe", "verified probe", CheckStatus::kFail, "no cells", "a verdict per method and pair",
-                         "the plan's \"probe\": true",
-                         processError.empty() ? "the plan ran the probe but the run holds no probe cell" : processError,
-                         0.0, std::nullopt));
+      out.push_back(
+          act(make("probe", "verified probe", CheckStatus::kFail, "no cells", "a verdict per method and pair",
+                   "the plan's \"probe\": true",
+                   processError.empty() ? "the plan ran the probe but the run holds no probe cell" : processError, 0.0,
+                   std::nullopt),
+              "probe.process"));
     }
     return;
   }
   if (!processError.empty()) {
-    out.push_back(make("probe", "probe process completed", CheckStatus::kFail, processError, "exit 0 or 1",
-                       "peerlab probe", processError));
+    out.push_back(act(make("probe", "probe process completed", CheckStatus::kFail, processError, "exit 0 or 1",
+                           "peerlab probe", processError),
+                      "probe.process"));
   }
   const bool failUnclaimed = plan && plan->fail_unclaimed;
   std::vector<std::string> methods;
@@ -235,6 +269,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
   for (const std::string& method : methods) {
     int n = 0, claimed = 0, verified = 0;
     std::vector<std::string> lies, unclaimedOk, unclaimedBad;
+    std::string action;  // the most drastic of the failing cells' actions
     for (const ProbeCell& c : cells) {
       if (c.method != method) continue;
       ++n;
@@ -245,6 +280,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
           ++verified;
         } else {
           lies.push_back(cell + " " + c.verdict);
+          action = moreDrastic(action, actionFor("probe." + c.verdict));
         }
       } else if (c.verdict == "ok") {
         if (c.claimed.has_value()) unclaimedOk.push_back(cell);
@@ -253,6 +289,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
       }
     }
     const bool pass = lies.empty() && (!failUnclaimed || unclaimedBad.empty());
+    if (failUnclaimed && !unclaimedBad.empty()) action = moreDrastic(action, actionFor("probe.unclaimed"));
     std::string reason;
     if (!lies.empty()) reason = "claimed by the driver but not verified: " + joinSome(lies);
     if (failUnclaimed && !unclaimedBad.empty()) {
@@ -265,12 +302,14 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
     }
     const std::string injected = injectionNote(run);
     if (!injected.empty()) reason += " (fault injection in this run: " + injected + "; not the driver's verdict)";
-    out.push_back(make("probe", "probe " + method + ": claimed cells verify", passOrFail(pass),
+    Check check = make("probe", "probe " + method + ": claimed cells verify", passOrFail(pass),
                        std::to_string(verified) + " of " + std::to_string(claimed) + " claimed cells verified (" +
                            std::to_string(n) + (n == 1 ? " cell" : " cells") + ")",
                        std::to_string(claimed) + " of " + std::to_string(claimed),
                        failUnclaimed ? "cudaDeviceCanAccessPeer; fail_unclaimed = true" : "cudaDeviceCanAccessPeer",
-                       reason, static_cast<double>(verified), static_cast<double>(claimed)));
+                       reason, static_cast<double>(verified), static_cast<double>(claimed));
+    if (check.failed()) check.action = action;
+    out.push_back(std::move(check));
   }
 }
 
@@ -279,6 +318,7 @@ void dataChecks(const Run& run, const std::set<std::string>& planned, std::vecto
     if (suite == "probe" || suite == "health") continue;
     int ok = 0, skipped = 0;
     bool ownSkipped = false;  // a peerlab implementation (not a baseline) did not run
+    bool wrongData = false;   // a result ran and its data did not verify
     std::vector<std::string> failed, skips;
     for (const Result& r : run.results) {
       if (r.suite != suite) continue;
@@ -291,6 +331,7 @@ void dataChecks(const Run& run, const std::set<std::string>& planned, std::vecto
         if (std::find(skips.begin(), skips.end(), r.status) == skips.end()) skips.push_back(r.status);
       } else {
         const std::string why = rank == 2 ? fmt("%.0f wrong elements", *r.wrong) : r.status;
+        wrongData |= rank == 2;
         failed.push_back(describeResult(r) + ": " + why);
       }
     }
@@ -310,11 +351,14 @@ void dataChecks(const Run& run, const std::set<std::string>& planned, std::vecto
       reason = "every result ran and its data verified";
       if (skipped) reason += "; skipped: " + joinSome(skips, 3);
     }
-    out.push_back(make("data", suite + ": results ran and verified", status,
-                       std::to_string(ok) + " ok, " + std::to_string(skipped) + " skipped, " +
-                           std::to_string(failed.size()) + " failed",
-                       "0 failed, 0 wrong elements", "seeded data checked on the GPU that owns it", reason,
-                       static_cast<double>(failed.size()), 0.0));
+    out.push_back(act(make("data", suite + ": results ran and verified", status,
+                           std::to_string(ok) + " ok, " + std::to_string(skipped) + " skipped, " +
+                               std::to_string(failed.size()) + " failed",
+                           "0 failed, 0 wrong elements", "seeded data checked on the GPU that owns it", reason,
+                           static_cast<double>(failed.size()), 0.0),
+                      failed.empty() ? "data.not_measured"
+                      : wrongData    ? "data.wrong"
+                                     : "data.failed"));
   }
 }
 
@@ -352,20 +396,22 @@ void bandwidthChecks(const Run& run, const RunPlan& plan, std::vector<Check>& ou
       const std::string basis = e.basis + " [rule " + e.rule + ", scope " + e.scope + "]";
       if (!e.gbps) {
         // Nothing to compare with: a failure where the config requires link information, else not checked.
-        out.push_back(make("bandwidth", name, plan.require_link_info ? CheckStatus::kFail : CheckStatus::kSkipped,
-                           measured, "unknown", basis,
-                           plan.require_link_info
-                               ? "the expected figure is unknown and require_link_info = true: " + e.basis
-                               : "not checked: the expected figure is unknown (" + e.basis + ")",
-                           v, std::nullopt));
+        out.push_back(
+            act(make("bandwidth", name, plan.require_link_info ? CheckStatus::kFail : CheckStatus::kSkipped, measured,
+                     "unknown", basis,
+                     plan.require_link_info ? "the expected figure is unknown and require_link_info = true: " + e.basis
+                                            : "not checked: the expected figure is unknown (" + e.basis + ")",
+                     v, std::nullopt),
+                "bandwidth.unknown"));
         continue;
       }
       const double floor = *e.gbps;
       const double ratio = floor > 0 ? v / floor : 0;
-      out.push_back(make("bandwidth", name, passOrFail(v >= floor), measured, fmt(">= %.1f GB/s", floor), basis,
-                         fmt("%.1f%% of the expected figure", ratio * 100) +
-                             (v >= floor ? "" : ": below the floor by " + fmt("%.1f GB/s", floor - v)),
-                         v, floor));
+      out.push_back(act(make("bandwidth", name, passOrFail(v >= floor), measured, fmt(">= %.1f GB/s", floor), basis,
+                             fmt("%.1f%% of the expected figure", ratio * 100) +
+                                 (v >= floor ? "" : ": below the floor by " + fmt("%.1f GB/s", floor - v)),
+                             v, floor),
+                        "bandwidth.below"));
     }
   }
 }
@@ -386,14 +432,15 @@ void latencyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out,
     for (const GroupKey& key : order) {
       const Result& r = *worst[key];
       const bool pass = *r.time_us <= l.max_us;
-      out.push_back(make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r),
-                         passOrFail(pass), fmt("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""),
-                         fmt("<= %g us", l.max_us),
-                         (l.note.empty() ? "" : l.note + " ") + "[rule " + l.id + ", sizes up to " +
-                             (l.max_bytes >= 1e14 ? std::string("any") : formatBytes(l.max_bytes)) + "]",
-                         pass ? "within the bound (the slowest size checked)"
-                              : fmt("slower than the bound by %.2f us", *r.time_us - l.max_us),
-                         *r.time_us, l.max_us));
+      out.push_back(act(
+          make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r), passOrFail(pass),
+               fmt("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""), fmt("<= %g us", l.max_us),
+               (l.note.empty() ? "" : l.note + " ") + "[rule " + l.id + ", sizes up to " +
+                   (l.max_bytes >= 1e14 ? std::string("any") : formatBytes(l.max_bytes)) + "]",
+               pass ? "within the bound (the slowest size checked)"
+                    : fmt("slower than the bound by %.2f us", *r.time_us - l.max_us),
+               *r.time_us, l.max_us),
+          "latency.above"));
     }
   }
 }
@@ -440,10 +487,11 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
     }
     std::string reason = n > 0 ? "present" : "the plan ran suite " + suite + " but the run holds none of its results";
     if (n == 0 && !failures.empty()) reason += ": " + joinSome(failures, 2);
-    out.push_back(make("coverage", "suite " + suite + " has results", passOrFail(n > 0),
-                       std::to_string(n) + (n == 1 ? " result" : " results") +
-                           (failures.empty() ? "" : " (+" + std::to_string(failures.size()) + " process failures)"),
-                       ">= 1", "the plan's jobs", reason, static_cast<double>(n), 1.0));
+    out.push_back(act(make("coverage", "suite " + suite + " has results", passOrFail(n > 0),
+                           std::to_string(n) + (n == 1 ? " result" : " results") +
+                               (failures.empty() ? "" : " (+" + std::to_string(failures.size()) + " process failures)"),
+                           ">= 1", "the plan's jobs", reason, static_cast<double>(n), 1.0),
+                      "coverage.suite"));
   }
   std::set<std::string> seen;
   for (const Expectation& e : plan.expectations) {
@@ -461,14 +509,15 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
       continue;
     }
     out.push_back(
-        make("coverage", id + " has results to check", CheckStatus::kFail,
-             std::to_string(candidates) + " results of " + e.suite + " " + e.impl + " " + e.name + ", largest " +
-                 formatBytes(largest),
-             (e.metric == "busbw_gbps" ? "busbw" : "algbw") + std::string(" at >= ") + formatBytes(e.min_bytes),
-             "[rule " + e.rule + "]",
-             "no result reached the size the expectation needs (or none reported " + e.metric +
-                 "): run a sweep that includes it, or lower min_bytes",
-             largest, e.min_bytes));
+        act(make("coverage", id + " has results to check", CheckStatus::kFail,
+                 std::to_string(candidates) + " results of " + e.suite + " " + e.impl + " " + e.name + ", largest " +
+                     formatBytes(largest),
+                 (e.metric == "busbw_gbps" ? "busbw" : "algbw") + std::string(" at >= ") + formatBytes(e.min_bytes),
+                 "[rule " + e.rule + "]",
+                 "no result reached the size the expectation needs (or none reported " + e.metric +
+                     "): run a sweep that includes it, or lower min_bytes",
+                 largest, e.min_bytes),
+            "coverage.rule"));
   }
   for (const LatencyRule& l : plan.latency) {
     if (matched.count("latency." + l.id)) continue;
@@ -483,13 +532,14 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
       unmatchedRule(run, "latency." + l.id, l.suite, l.impl, l.name, out);
       continue;
     }
-    out.push_back(make("coverage", "latency." + l.id + " has results to check", CheckStatus::kFail,
-                       std::to_string(candidates) + " results of " + l.suite + " " + l.impl + " " + l.name +
-                           ", smallest " + formatBytes(smallest),
-                       "time_us at <= " + formatBytes(l.max_bytes), "[latency " + l.id + "]",
-                       "no result with a time at the sizes the bound is for: run a sweep that includes them, or "
-                       "raise max_bytes",
-                       smallest, l.max_bytes));
+    out.push_back(act(make("coverage", "latency." + l.id + " has results to check", CheckStatus::kFail,
+                           std::to_string(candidates) + " results of " + l.suite + " " + l.impl + " " + l.name +
+                               ", smallest " + formatBytes(smallest),
+                           "time_us at <= " + formatBytes(l.max_bytes), "[latency " + l.id + "]",
+                           "no result with a time at the sizes the bound is for: run a sweep that includes them, or "
+                           "raise max_bytes",
+                           smallest, l.max_bytes),
+                      "coverage.rule"));
   }
 }
 
@@ -540,16 +590,18 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     const std::string basis = row.metric == "status" || !row.decision
                                   ? "the baseline's status"
                                   : "baseline " + fmt("%.4g", *row.base_value) + ": " + row.decision->rule;
-    out.push_back(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected, basis,
-                       reason, row.new_value, row.base_value));
+    out.push_back(act(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected,
+                           basis, reason, row.new_value, row.base_value),
+                      "baseline.regressed"));
   }
-  out.push_back(make("baseline", "baseline results present in this run", passOrFail(missing.empty()),
-                     std::to_string(missing.size()) + " missing", "0 missing", "the baseline run's results",
-                     missing.empty() ? "every baseline result of the suites that ran was measured again"
-                                     : "missing: " + joinSome(missing, 4) +
-                                           " (was the baseline made in another mode, --quick/--full, or with "
-                                           "other pairs?)",
-                     static_cast<double>(missing.size()), 0.0));
+  out.push_back(act(make("baseline", "baseline results present in this run", passOrFail(missing.empty()),
+                         std::to_string(missing.size()) + " missing", "0 missing", "the baseline run's results",
+                         missing.empty() ? "every baseline result of the suites that ran was measured again"
+                                         : "missing: " + joinSome(missing, 4) +
+                                               " (was the baseline made in another mode, --quick/--full, or with "
+                                               "other pairs?)",
+                         static_cast<double>(missing.size()), 0.0),
+                    "baseline.missing"));
 }
 
 }  // namespace
@@ -563,6 +615,10 @@ std::string injectionNote(const Run& run) {
     }
     if (i.contains("worker") && i["worker"].is_string()) {
       what += (what.empty() ? "" : ", ") + std::string("probe worker ") + i["worker"].get<std::string>();
+    }
+    if (i.contains("topology") && i["topology"].is_string()) {
+      what += (what.empty() ? "" : ", ") + std::string("stand-in machine (topology ") +
+              i["topology"].get<std::string>() + ", no CUDA)";
     }
   }
   std::map<std::string, int> cells;

@@ -678,14 +678,22 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     if (topo.is_object() && topo.contains("pairs") && topo["pairs"].is_array()) {
       const int n = topo.contains("gpus") && topo["gpus"].is_array() ? static_cast<int>(topo["gpus"].size()) : gpus;
       std::vector<std::string> cell(static_cast<size_t>(n * n), "");
+      // The stored plan is read as untrusted: a member of another type (null NVLinks where they are unknown) is
+      // taken as absent.
+      auto integer = [](const nlohmann::json& p, const char* key, int fallback) {
+        return p.is_object() && p.contains(key) && p[key].is_number_integer() ? p[key].get<int>() : fallback;
+      };
       for (const auto& p : topo["pairs"]) {
-        const int a = p.value("src", -1), b = p.value("dst", -1);
+        const int a = integer(p, "src", -1), b = integer(p, "dst", -1);
         if (a < 0 || b < 0 || a >= n || b >= n) continue;
-        const int links = p.value("nvlinks", 0);
-        cell[static_cast<size_t>(a * n + b)] = links > 0 ? "NV" + std::to_string(links) : p.value("pci", "");
+        const int links = integer(p, "nvlinks", 0);
+        const std::string pci = p.contains("pci") && p["pci"].is_string() ? p["pci"].get<std::string>() : "";
+        cell[static_cast<size_t>(a * n + b)] = links > 0 ? "NV" + std::to_string(links) : pci;
       }
       section("topology", "Topology");
-      body << "<p>" << htmlEscape(topo.value("source", "")) << "</p><table><tr><th></th>";
+      body << "<p>"
+           << htmlEscape(topo.contains("source") && topo["source"].is_string() ? topo["source"].get<std::string>() : "")
+           << "</p><table><tr><th></th>";
       for (int j = 0; j < n; ++j)
         body << "<th>GPU" << j << "</th>";
       body << "</tr>";

@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "harness/report/summary.h"
+
 namespace peerlab::report {
 
 std::string xmlEscape(std::string_view text) {
@@ -80,8 +82,11 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
         x << "      <skipped message=\"" << xmlEscape(status + ": " + c->reason) << "\"/>\n";
       }
       if (c->failed()) {
-        x << "      <failure type=\"check failed\" message=\"" << xmlEscape(numbers + ": " + c->reason) << "\">"
-          << xmlEscape(c->name + "\n" + numbers + "\n" + c->reason) << "</failure>\n";
+        const std::string action = actionLine(*c);
+        x << "      <failure type=\"check failed\" message=\""
+          << xmlEscape(numbers + ": " + c->reason + (action.empty() ? "" : " (action: " + action + ")")) << "\">"
+          << xmlEscape(c->name + "\n" + numbers + "\n" + c->reason + (action.empty() ? "" : "\naction: " + action))
+          << "</failure>\n";
       }
       x << "      <system-out>" << xmlEscape(status + ": " + numbers + "\n" + c->reason) << "</system-out>\n";
       x << "    </testcase>\n";

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <unistd.h>
 
+#include "harness/report/compressed.h"
 #include "harness/report/report.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
@@ -251,7 +253,13 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
   auto stated = [](const fs::path& file) -> json {
     auto text = readTextFile(file.string());
     EXPECT_TRUE(text.isOk()) << file;
-    return text.isOk() ? json::parse(*text, nullptr, false) : json();
+    if (!text.isOk()) return json();
+    if (isGzip(*text)) {
+      auto inflated = gunzip(*text, 1u << 30);
+      EXPECT_TRUE(inflated.isOk()) << file << ": " << inflated.status().toString();
+      return inflated.isOk() ? json::parse(*inflated, nullptr, false) : json();
+    }
+    return json::parse(*text, nullptr, false);
   };
   // The kind the hardware gives (model x count; the interconnect, where stated, must agree).
   auto expectKind = [&](const fs::path& file, const json& doc, const std::vector<GpuFingerprint>& gpus) {
@@ -265,17 +273,32 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
       const DerivedKind hw = deriveKind(gpus);
       EXPECT_TRUE(sameHardware(kind, hw.kind)) << kind << " against the hardware's " << hw.kind;
     }
-    const std::string name =
-        file.filename() == "results.json" ? file.parent_path().filename().string() : file.stem().string();
+    std::string name =
+        file.filename() == "results.json" ? file.parent_path().filename().string() : file.filename().string();
+    for (const char* ext : {".json.gz", ".json"}) {
+      const size_t n = std::strlen(ext);
+      if (name.size() > n && name.compare(name.size() - n, n, ext) == 0) {
+        name.resize(name.size() - n);
+        break;
+      }
+    }
     const bool named =
         name == kind || name.find("-" + kind + "-") != std::string::npos ||
         (name.size() > kind.size() && name.compare(name.size() - kind.size() - 1, std::string::npos, "-" + kind) == 0);
     EXPECT_TRUE(named) << name << " is not named by " << kind;
     ++checked;
   };
+  // Run files may be stored gzip-compressed (.json.gz).
+  auto runFile = [](const fs::path& p) {
+    const std::string n = p.filename().string();
+    auto ends = [&](const std::string& ext) {
+      return n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0;
+    };
+    return ends(".json") || ends(".json.gz");
+  };
   for (const char* dir : {"runs", "baselines"}) {
     for (const auto& e : fs::directory_iterator(root / dir)) {
-      if (e.path().extension() != ".json") continue;
+      if (!runFile(e.path())) continue;
       auto run = readRun(e.path().string());
       ASSERT_TRUE(run.isOk()) << run.status().toString();
       expectKind(e.path(), stated(e.path()), run->fingerprint.gpus);

@@ -159,6 +159,21 @@ TEST(Html, ScalesToSixteenGpusAndMarksProbeMismatches) {
   EXPECT_EQ(html.find("inf\""), std::string::npos);
 }
 
+// A stored plan whose pairs have unknown NVLinks (null, as qualify writes them where the topology cannot say) or
+// members of the wrong type draws its topology table all the same.
+TEST(Html, PlanTopologyWithUnknownLinksIsDrawn) {
+  report::Run run = newRun();
+  nlohmann::json pairs = nlohmann::json::array();
+  pairs.push_back({{"src", 0}, {"dst", 1}, {"nvlinks", nullptr}, {"pci", "SYS"}});
+  pairs.push_back({{"src", 1}, {"dst", 0}, {"nvlinks", 4}, {"pci", nullptr}});
+  pairs.push_back({{"src", "0"}, {"dst", 1.5}, {"nvlinks", "many"}});
+  pairs.push_back(7);
+  run.extra["plan"] = {{"topology", {{"source", nullptr}, {"gpus", nlohmann::json::array({1, 2})}, {"pairs", pairs}}}};
+  const std::string html = renderHtml(run, {});
+  EXPECT_NE(html.find("<td>SYS</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>NV4</td>"), std::string::npos);
+}
+
 TEST(Html, AtMostEightSeriesPerChart) {
   report::Run run = syntheticRun(2);
   // 20 implementations of one case: split over three charts.
@@ -390,9 +405,16 @@ TEST(Html, BenchmarkProcessesAreListed) {
 TEST(Html, RunWithoutResultsStillRenders) {
   report::Run run = newRun();
   run.fingerprint.hostname = "empty";
-  const std::string html = renderHtml(run);
+  std::string html = renderHtml(run);
   EXPECT_EQ(html.find("class=\"plchart\""), std::string::npos);
-  EXPECT_NE(html.find("Not in this run: probe, peer_copy, zcopy, alltoallv, moe"), std::string::npos);
+  EXPECT_EQ(html.find("Not in this run"), std::string::npos);  // no plan: nothing was meant to run
+  // The suites its plan ran that left no rows are named.
+  run.extra["plan"] = {{"level", "standard"},
+                       {"jobs", {{{"suite", "zcopy"}, {"binary", "zcopy_bench"}, {"label", "zcopy (2 pairs, 2 rounds)"}},
+                                 {{"suite", "host_copy"}, {"binary", "host_copy_bench"}, {"label", "host_copy (2 GPUs)"}}}}};
+  ASSERT_TRUE(attachPlan(run).isOk());
+  html = renderHtml(run);
+  EXPECT_NE(html.find("Not in this run: zcopy, host_copy"), std::string::npos);
 }
 
 Check check(const std::string& category, const std::string& name, CheckStatus status, const std::string& measured,

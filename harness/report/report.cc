@@ -1,5 +1,6 @@
 #include "harness/report/report.h"
 
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 
 #include "harness/report/checks.h"
+#include "harness/report/compressed.h"
 #include "harness/report/json_in.h"
 #include "reference/core/devices.h"
 #include "reference/core/files.h"
@@ -634,7 +636,14 @@ StatusOr<Run> readRun(const std::string& path) {
   if (!f) return bad(path, std::string("cannot read: ") + std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
-  auto run = runFromText(ss.str());
+  std::string text = ss.str();
+  // A gzip-compressed run file (`.json.gz`, reports/README.md) reads as its content, bounded like a plain one.
+  if (isGzip(text)) {
+    auto inflated = gunzip(text, kMaxRunFileBytes);
+    if (!inflated.isOk()) return bad(path, inflated.status().message());
+    text = std::move(*inflated);
+  }
+  auto run = runFromText(text);
   if (!run.isOk()) return bad(path, run.status().message());
   return run;
 }
@@ -661,7 +670,14 @@ Status attachPlan(Run& run) {
 
 Status writeRun(const Run& run, const std::string& path) {
   // The one safe writer: a temporary made with O_EXCL|O_NOFOLLOW beside the target, renamed into place.
-  return writeTextFile(path, toJson(run).dump(2) + "\n");
+  // A path ending in .gz gets the run gzip-compressed (read back transparently by readRun).
+  std::string text = toJson(run).dump(2) + "\n";
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    auto packed = gzip(text);
+    if (!packed.isOk()) return PEERLAB_INVALID_ARGUMENT("cannot write " + path + ": " + packed.status().message());
+    text = std::move(*packed);
+  }
+  return writeTextFile(path, text);
 }
 
 std::string utcTimestamp() {

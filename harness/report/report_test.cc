@@ -6,6 +6,8 @@
 #include <fstream>
 #include <functional>
 
+#include "harness/report/compressed.h"
+#include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
@@ -139,6 +141,68 @@ TEST(RunSchema, BadFilesGiveOneLineNamingTheFile) {
   EXPECT_EQ(h.status().message().rfind(huge + ": malformed JSON (number overflow", 0), 0u) << h.status().message();
   for (const auto& p : {truncated, wrongVersion, empty, huge})
     std::filesystem::remove(p);
+}
+
+// Committed runs are stored gzip-compressed (reports/README.md): the one reader takes them as they are, bounded.
+TEST(RunReader, GzipRunFilesReadLikePlainOnes) {
+  if (!haveGzip()) GTEST_SKIP() << "built without zlib: gzip-compressed run files are refused (tested below)";
+  const std::string text = loadSample().dump(2);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string packed, gzip(text));
+  EXPECT_TRUE(isGzip(packed));
+  EXPECT_LT(packed.size(), text.size());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string back, gunzip(packed, text.size()));
+  EXPECT_EQ(back, text);
+  // One byte short of the whole: refused, naming the bound.
+  auto bomb = gunzip(packed, text.size() - 1);
+  ASSERT_FALSE(bomb.isOk());
+  EXPECT_NE(bomb.status().message().find("inflates past"), std::string::npos) << bomb.status().message();
+
+  const std::string plain = writeTemp(text);
+  const std::string gz = writeTemp(packed);
+  auto a = readRun(plain);
+  auto b = readRun(gz);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  ASSERT_TRUE(b.isOk()) << b.status().toString();
+  EXPECT_EQ(toJson(*a), toJson(*b));
+
+  // writeRun compresses where the path ends in .gz, and the result reads back.
+  const std::string out = writeTemp("") + ".gz";
+  PEERLAB_ASSERT_OK(writeRun(*a, out));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(std::string written, readTextFile(out));
+  EXPECT_TRUE(isGzip(written));
+  auto c = readRun(out);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(toJson(*a), toJson(*c));
+
+  // Truncated and corrupt members: one line naming the file, never a crash.
+  const std::string cut = writeTemp(packed.substr(0, packed.size() / 2));
+  auto t = readRun(cut);
+  ASSERT_FALSE(t.isOk());
+  EXPECT_EQ(t.status().message(), cut + ": gzip data is truncated");
+  std::string flipped = packed;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x5a);
+  const std::string bad = writeTemp(flipped);
+  auto f = readRun(bad);
+  ASSERT_FALSE(f.isOk());
+  EXPECT_EQ(f.status().message().rfind(bad + ": ", 0), 0u) << f.status().message();
+  EXPECT_EQ(f.status().message().find('\n'), std::string::npos);
+  // Two members one after the other read as their concatenation (what `cat a.gz b.gz` gives): here that is two
+  // documents, which is malformed JSON, not a crash or the first alone.
+  const std::string twice = writeTemp(packed + packed);
+  auto d = readRun(twice);
+  ASSERT_FALSE(d.isOk());
+  EXPECT_NE(d.status().message().find("malformed JSON"), std::string::npos) << d.status().message();
+  for (const auto& p : {plain, gz, out, cut, bad, twice})
+    std::filesystem::remove(p);
+}
+
+TEST(RunReader, GzipIsRefusedWithTheReasonWithoutZlib) {
+  if (haveGzip()) GTEST_SKIP() << "built with zlib (the test above reads gzip-compressed runs)";
+  const std::string gz = writeTemp(std::string("\x1f\x8b\x08\x00", 4));
+  auto r = readRun(gz);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("built without zlib"), std::string::npos) << r.status().message();
+  std::filesystem::remove(gz);
 }
 
 // Untrusted run files: every value any part of peerlab reads is checked, refused with its JSON path and value.

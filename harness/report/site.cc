@@ -11,6 +11,7 @@
 
 #include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
+#include "harness/report/fleet_page.h"
 #include "reference/core/files.h"
 #include "reference/core/text.h"
 
@@ -125,7 +126,7 @@ Status validateKind(const json& kind, const std::string& where) {
       kind["kind"].get<std::string>().empty()) {
     return PEERLAB_INVALID_ARGUMENT(where + ": needs a non-empty string \"kind\"");
   }
-  for (const char* key : {"series", "regressions", "fleet", "heatmaps"})
+  for (const char* key : {"series", "regressions", "fleet", "heatmaps", "nodes"})
     PEERLAB_RETURN_IF_ERROR(checkArray(kind, key, where));
   const json& series = arrayAt(kind, "series");
   for (size_t i = 0; i < series.size(); ++i) {
@@ -393,8 +394,8 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   std::ostringstream out;
   out << pageBegin("peerlab history: " + name);
   out << "<h1>peerlab history: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all "
-      << "machine kinds</a> &middot; generated " << htmlEscape(generated) << " &middot; " << series.size()
-      << " series</p>\n";
+      << "machine kinds</a> &middot; <a href=\"" << htmlEscape(fleetPageName(name)) << "\">fleet: nodes x checks</a>"
+      << " &middot; generated " << htmlEscape(generated) << " &middot; " << series.size() << " series</p>\n";
   out << "<p class=\"" << (regressions.empty() ? "verdict-pass\">no regressions" : "verdict-fail\">")
       << (regressions.empty()
               ? ""
@@ -465,11 +466,11 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
         }
       }
     }
-    out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a></td><td>"
-        << series.size() << "</td><td>" << runs.size() << "</td><td>" << htmlEscape(shortTime(latest))
-        << "</td><td class=\"l " << verdictClass << "\">" << htmlEscape(verdict) << "</td><td class=\""
-        << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions << "</td><td class=\""
-        << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
+    out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a> (<a href=\""
+        << htmlEscape(fleetPageName(name)) << "\">fleet</a>)</td><td>" << series.size() << "</td><td>" << runs.size()
+        << "</td><td>" << htmlEscape(shortTime(latest)) << "</td><td class=\"l " << verdictClass << "\">"
+        << htmlEscape(verdict) << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions
+        << "</td><td class=\"" << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
   }
   out << "</table>\n";
   if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
@@ -520,6 +521,7 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
         // NOTE: rendering reads the model defensively; an exception here would be a bug, and it costs this kind only.
         try {
           st = writeTextFile((dir / page).string(), renderKindPage(kind, generated));
+          if (st.isOk()) st = writeTextFile((dir / fleetPageName(name)).string(), renderFleetPage(kind, generated));
         } catch (const std::exception& e) {
           st = PEERLAB_INTERNAL(std::string("cannot render: ") + e.what());
         }

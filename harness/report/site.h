@@ -11,7 +11,8 @@
 
 namespace peerlab::report {
 
-/// Writes the site into `out_dir` (created when missing): one page per kind (kindPageName), then index.html. Every
+/// Writes the site into `out_dir` (created when missing): one page per kind (kindPageName) and its fleet page
+/// (fleetPageName, harness/report/fleet_page.h: the kind's "nodes"), then index.html. Every
 /// file is written through reference/core writeTextFile (a temporary renamed into place; no symlink followed). The
 /// model:
 /// {"generated": ISO, "kinds": [{"kind",

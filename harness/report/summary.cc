@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "harness/report/actions.h"
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
@@ -67,14 +68,15 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
 
   // Every check that did not pass, with the numbers behind it: failures first, then warnings, unsupported, skipped.
   if (counts.passed != counts.total) {
-    md << "## Checks that did not pass\n\n| status | check | measured | expected | reason |\n|---|---|---|---|---|\n";
+    md << "## Checks that did not pass\n\n| status | check | measured | expected | reason | action |\n"
+          "|---|---|---|---|---|---|\n";
     for (CheckStatus want :
          {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped}) {
       for (const Check& c : checks) {
         if (c.status != want) continue;
         md << "| " << (want == CheckStatus::kFail ? "**FAIL**" : checkStatusLabel(want)) << " | "
            << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected) << " | "
-           << cell(c.reason) << " |\n";
+           << cell(c.reason) << " | " << cell(actionLine(c)) << " |\n";
       }
     }
     md << "\n";
@@ -161,6 +163,11 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   return md.str();
 }
 
+std::string actionLine(const Check& c) {
+  const std::optional<Action> a = actionById(c.action);
+  return a ? a->short_text + ": " + a->text : "";
+}
+
 std::string formatCheckLines(const std::vector<Check>& checks) {
   std::string out;
   for (CheckStatus want : {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped}) {
@@ -170,6 +177,7 @@ std::string formatCheckLines(const std::vector<Check>& checks) {
              (c.measured.empty() ? std::string("-") : c.measured) + ", expected " +
              (c.expected.empty() ? std::string("-") : c.expected) + (c.basis.empty() ? "" : " (" + c.basis + ")") +
              ": " + c.reason + "\n";
+      if (const std::string a = actionLine(c); !a.empty()) out += "  action: " + a + "\n";
     }
   }
   return out;

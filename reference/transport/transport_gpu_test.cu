@@ -37,9 +37,21 @@ StatusOr<Side> makeSide(int device) {
 
 // Rank r on GPU r. Rank 0 writes (with a notification) into rank 1's dst, rank 1 reads rank 0's src into its own
 // second half; rank 1 checks both on its GPU.
-void vramRoundTrip(Bootstrap& boot, Library library, WaitMode mode) {
+// Why `library` cannot move GPU memory on this machine ("" when it can): not found, or a UCX built without CUDA (no
+// ucx/libuct_cuda.so beside libucp; the endpoint rightly refuses GPU memory there, which the CPU tests check).
+std::string unusableForGpuMemory(Library library) {
   const Found found = findLibrary(library);
-  if (!found.found) GTEST_SKIP() << found.describe(library);
+  if (!found.found) return found.describe(library);
+  if (library == Library::kUcx && !found.cuda_module) {
+    return found.describe(library) +
+           ": a UCX without CUDA support (no ucx/libuct_cuda.so beside it); set "
+           "PEERLAB_UCX_DIR to a UCX built with CUDA (ci/transport_deps.sh brings one)";
+  }
+  return "";
+}
+
+void vramRoundTrip(Bootstrap& boot, Library library, WaitMode mode) {
+  if (const std::string why = unusableForGpuMemory(library); !why.empty()) GTEST_SKIP() << why;
   const int me = boot.rank();
   auto side = makeSide(me);
   ASSERT_TRUE(side.isOk()) << side.status().toString();
@@ -102,8 +114,7 @@ TEST(TransportGpu, NixlVramBetweenTwoGpus) {
 // Rank 0 writes into rank 1's buffer; its stream waits for the transfer through StreamCompletion and then copies
 // the source onto itself (a marker kernel would do): a graph captured around the wait replays it.
 void streamCompletion(Bootstrap& boot, Library library, bool graph) {
-  const Found found = findLibrary(library);
-  if (!found.found) GTEST_SKIP() << found.describe(library);
+  if (const std::string why = unusableForGpuMemory(library); !why.empty()) GTEST_SKIP() << why;
   const int me = boot.rank();
   auto side = makeSide(me);
   ASSERT_TRUE(side.isOk()) << side.status().toString();

@@ -33,9 +33,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!std::filesystem::is_regular_file(dir + "/index.html")) fuzz::invariantFailed("no index.html for a model");
   if (st.isOk() != failures.empty()) fuzz::invariantFailed("the status and the failures disagree");
-  size_t pages = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    pages += e.path().filename() != "index.html";
+  // Each kind written has its trend page and its fleet page.
+  size_t pages = 0, fleets = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    pages += name.rfind("kind-", 0) == 0;
+    fleets += name.rfind("fleet-", 0) == 0;
+  }
   if (pages + failures.size() != model["kinds"].size()) fuzz::invariantFailed("a kind is neither written nor named");
+  if (fleets != pages) fuzz::invariantFailed("a kind's page was written without its fleet page");
   return 0;
 }

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The Slurm wrappers against real GPUs: a one-node Slurm started on this GPU machine (as root), its health check, a
+# gated job and a sweep of the node, with every bundle and log under $OUT.
+#
+#   ci/slurm_gpu.sh --fetch DIR     on a machine with network and the GPU machine's distribution (Ubuntu 24.04 for the
+#                                   CUDA image): Slurm's and munge's packages with everything they depend on, as .deb
+#                                   files in DIR (carry DIR to the GPU machine)
+#   ci/slurm_gpu.sh [--debs DIR]    on the GPU machine: unpacks DIR's packages where Slurm or munge is missing (dpkg -x,
+#                                   through ci/packages.sh), builds what qualify runs (default preset) and the stand-in
+#                                   NVML, then:
+#     1. starts munged, slurmctld and slurmd here (harness/slurm/testing/slurm_cluster.sh, SLURM_CLUSTER_LOCAL=1), with
+#        peerlab-healthcheck as HealthCheckProgram and peerlab-gate as Prolog and Epilog; slurmd runs the health check
+#        as it starts: the node must stay idle;
+#     2. one health check with a fault on the real NVML (the stand-in NVML wrapping it, wrap:pcie_downtrain): the node
+#        must be drained "peerlab: pcie_link GPU0: reseat GPU/riser (PCIe)"; it is resumed by hand after;
+#     3. a gated job (--constraint=peerlab_gate): the prolog qualifies the node (--level quick) and the job runs
+#        nvidia-smi -L;
+#     4. peerlab-sweep of the node at --level standard into a SQLite history, then `peerlab history fleet` and the
+#        history site.
+#   Output: $OUT (default build/slurm-gpu): summary.txt (one line per step, PASS or FAIL), gate/ and sweep/ (the
+#   bundles), history.sqlite, site/, fleet.txt, wrappers.log, sweep.log, slurm/log/. Exit 0 when every step did what
+#   it should, 1 otherwise, 4 when Slurm could not start or peerlab could not be built.
+set -uo pipefail
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"; fi
+log() { echo "[slurm_gpu.sh $(date +%T)] $*"; }
+debs="" fetch=""
+case "${1:-}" in
+  --debs) debs="$(cd "${2:?--debs DIR}" && pwd)" || exit 2 ;;
+  --fetch) mkdir -p "${2:?--fetch DIR}" && fetch="$(cd "$2" && pwd)" || exit 2 ;;
+  "") ;;
+  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/.." || exit 4
+src="$PWD"
+
+if [ -n "$fetch" ]; then
+  dir="$fetch"
+  pkgs=(slurmctld slurmd slurm-client munge)
+  apt-get update -qq || { log "apt-get update failed"; exit 1; }
+  # Every package they depend on (the GPU image lacks most); what the image has is skipped when unpacking.
+  mapfile -t all < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "${pkgs[@]}" | grep -E '^[a-z0-9]' | sort -u)
+  (cd "$dir" && for p in "${all[@]}"; do apt-get download "$p" >/dev/null 2>&1 || echo "not downloaded: $p"; done)
+  log "$(ls "$dir"/*.deb | wc -l) packages ($(du -sh "$dir" | cut -f1)) in $dir; on the GPU machine: ci/slurm_gpu.sh --debs $dir"
+  exit 0
+fi
+
+OUT="${OUT:-$src/build/slurm-gpu}"
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+: >"$summary"
+rc=0
+step() {  # step PASS|FAIL text
+  echo "$1 $2" | tee -a "$summary"
+  [ "$1" = PASS ] || rc=1
+}
+[ "$(id -u)" -eq 0 ] || { log "run as root: slurmctld, slurmd and the drains need it"; exit 4; }
+
+# Packages: Slurm and munge from --debs where apt-get cannot install them; the build's own packages as qualify.sh.
+source ci/packages.sh
+[ -n "$debs" ] && export PEERLAB_DEB_DIR="$debs"
+packages_setup ci/slurm_gpu.sh "build" || { log "cannot build without the packages above"; exit 4; }
+if ! have_cmd slurmctld || ! have_cmd munged; then
+  packages_setup ci/slurm_gpu.sh "test" >/dev/null 2>&1
+fi
+for tool in munged slurmctld slurmd sbatch scontrol; do
+  have_cmd "$tool" || { log "$tool not found: bring Slurm with ci/slurm_gpu.sh --fetch DIR, then --debs DIR"; exit 4; }
+done
+if [ -z "${CUDACXX:-}" ] && ! have_cmd nvcc; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -x "$d/nvcc" ] && export CUDACXX="$d/nvcc" && break; done
+fi
+generator=()
+have_cmd ninja && generator=(-G Ninja)
+log "build peerlab_qualify and the stand-in NVML (log $OUT/build.log)"
+if ! { cmake --preset default "${generator[@]}" &&
+  cmake --build --preset default -j "$(nproc)" --target peerlab_qualify peerlab_fake_nvml; } >"$OUT/build.log" 2>&1; then
+  tail -30 "$OUT/build.log"
+  log "build failed"
+  exit 4
+fi
+peerlab="$src/build/default/bin/peerlab"
+fake_nvml="$(ls "$src"/build/default/lib/libpeerlab_fake_nvml.so)"
+node="$(hostname -s)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# The wrappers' settings.
+mkdir -p "$OUT/bin" "$OUT/gate"
+cat >"$OUT/peerlab-slurm.conf" <<EOF
+PEERLAB=$peerlab
+export SLURM_CONF=$OUT/slurm/slurm.conf
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -f "$OUT/fault" ] && export PEERLAB_NVML_LIBRARY=$fake_nvml PEERLAB_FAKE_NVML="\$(cat "$OUT/fault")"
+PEERLAB_GATE_BUDGET_S=840
+PEERLAB_HEALTH_WATCH_S=2
+PEERLAB_BUNDLE_DIR=$OUT/gate
+PEERLAB_SLURM_LOG=$OUT/wrappers.log
+EOF
+for w in healthcheck gate; do
+  printf '#!/bin/sh\nPEERLAB_SLURM_CONFIG=%s exec %s "$@"\n' "$OUT/peerlab-slurm.conf" "$src/harness/slurm/peerlab-$w" \
+    >"$OUT/bin/$w"
+  chmod 755 "$OUT/bin/$w"
+done
+cleanup() { harness/slurm/testing/slurm_cluster.sh stop "$OUT/slurm" >/dev/null 2>&1; }
+trap cleanup EXIT
+
+# 1. Slurm here; slurmd runs the health check as it starts.
+SLURM_CLUSTER_LOCAL=1 SLURM_CLUSTER_HEALTHCHECK="$OUT/bin/healthcheck" SLURM_CLUSTER_PROLOG="$OUT/bin/gate" \
+  SLURM_CLUSTER_EPILOG="$OUT/bin/gate" SLURM_CLUSTER_PROLOG_TIMEOUT=900 \
+  harness/slurm/testing/slurm_cluster.sh start "$OUT/slurm" | tee "$OUT/slurm-start.txt"
+[ -f "$OUT/slurm/skip" ] && { log "Slurm did not start: $(cat "$OUT/slurm/skip")"; exit 4; }
+source "$OUT/slurm/env"
+state() { sinfo -h -n "$node" -N -o '%T' | head -n 1; }
+reason() { sinfo -h -n "$node" -N -o '%E' | head -n 1; }
+sleep 5
+if [ "$(state)" = idle ]; then
+  step PASS "health check at slurmd start: $node idle ($(grep -c "healthcheck \[$node\]" "$OUT/wrappers.log") log lines)"
+else
+  step FAIL "health check at slurmd start: $node is $(state): $(reason)"
+  scontrol update nodename="$node" state=resume
+fi
+
+# 2. A fault injected into the real NVML's answers: the health check drains.
+echo "wrap:pcie_downtrain" >"$OUT/fault"
+SLURMD_NODENAME="$node" "$OUT/bin/healthcheck"
+if [[ "$(state)" == drain* ]] && [[ "$(reason)" == "peerlab: pcie_link GPU0: "* ]]; then
+  step PASS "health check under wrap:pcie_downtrain drained $node: $(reason)"
+else
+  step FAIL "health check under wrap:pcie_downtrain: $node is $(state): $(reason)"
+fi
+rm -f "$OUT/fault"
+scontrol update nodename="$node" state=resume
+sleep 2
+
+# 3. A gated job.
+start=$(date +%s)
+job="$(sbatch --parsable --constraint=peerlab_gate -o "$OUT/gated-job.out" --wrap 'hostname -s; nvidia-smi -L')"
+for _ in $(seq 1000); do
+  squeue -h -j "$job" 2>/dev/null | grep -q . || break
+  sleep 1
+done
+gate_bundle="$OUT/gate/gate-$job-$node-prolog"
+if [ -f "$gate_bundle/results.json" ] && grep -q "^$node$" "$OUT/gated-job.out" 2>/dev/null; then
+  step PASS "gated job $job ran after the prolog's qualify ($(($(date +%s) - start)) s): $(tail -n 1 "$gate_bundle/console.log")"
+else
+  step FAIL "gated job $job: $(cat "$OUT/gated-job.out" 2>/dev/null | head -n 3) node $(state) $(reason); bundle $gate_bundle"
+fi
+
+# 4. The sweep of this node, into a SQLite history.
+[ "$(state)" = idle ] || scontrol update nodename="$node" state=resume
+src_rc=0
+PEERLAB_SLURM_CONFIG="$OUT/peerlab-slurm.conf" harness/slurm/peerlab-sweep --nodes "$node" \
+  --db "$OUT/history.sqlite" --bundle-dir "$OUT/sweep" --level standard --timeout 1800 --wait 120 \
+  --log "$OUT/sweep.log" >/dev/null 2>&1 || src_rc=$?
+if [ "$src_rc" -eq 0 ] && [ -f "$OUT/sweep/$node/results.json" ] && [ "$(state)" = idle ]; then
+  step PASS "sweep: $(tail -n 1 "$OUT/sweep/$node/console.log")"
+else
+  step FAIL "sweep exit $src_rc: $(tail -n 2 "$OUT/sweep.log" | head -n 1); $node $(state) $(reason)"
+fi
+"$peerlab" history fleet --db "$OUT/history.sqlite" >"$OUT/fleet.txt" 2>&1
+"$peerlab" history html --db "$OUT/history.sqlite" --out "$OUT/site" >/dev/null 2>&1 ||
+  step FAIL "history html"
+log "done: $(grep -c ^PASS "$summary") PASS, $(grep -c ^FAIL "$summary") FAIL; everything under $OUT"
+exit $rc

@@ -1,0 +1,131 @@
+#include "harness/report/fleet_page.h"
+
+#include <sstream>
+#include <vector>
+
+#include "harness/report/actions.h"
+#include "harness/report/chart_page.h"
+#include "harness/report/site.h"
+
+namespace peerlab::report {
+
+using nlohmann::json;
+
+namespace {
+
+// The check categories of the checks engine, in its order (harness/report/evaluate.h).
+const std::vector<std::string> kCategories = {"topology",  "health",  "probe",    "data",
+                                              "bandwidth", "latency", "coverage", "baseline"};
+
+// Longest text taken from the model for one cell.
+constexpr size_t kMaxCellText = 300;
+// Most failed checks listed for one node.
+constexpr size_t kMaxFailuresShown = 8;
+
+std::string text(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  std::string s = j[key].get<std::string>();
+  if (s.size() > kMaxCellText) s = s.substr(0, kMaxCellText) + "...";
+  return s;
+}
+
+long long count(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return 0;
+  const long long v = j[key].get<long long>();
+  return v < 0 ? 0 : v;
+}
+
+// A node's failed checks with their actions, as stored at ingest (at most kMaxFailuresShown).
+std::vector<std::pair<std::string, std::string>> failuresOf(const json& checks, const std::string& category) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!checks.is_object() || !checks.contains("failures") || !checks["failures"].is_array()) return out;
+  for (const json& f : checks["failures"]) {
+    if (out.size() >= kMaxFailuresShown) break;
+    if (!category.empty() && text(f, "category") != category) continue;
+    const std::optional<Action> a = actionById(text(f, "action"));
+    out.push_back({text(f, "category") + ": " + text(f, "name"), a ? a->short_text : ""});
+  }
+  return out;
+}
+
+std::string categoryCell(const json& checks, const std::string& category) {
+  if (!checks.is_object() || !checks.contains("categories") || !checks["categories"].is_object() ||
+      !checks["categories"].contains(category)) {
+    return "<td class=\"muted\">-</td>";
+  }
+  const json& c = checks["categories"][category];
+  const long long total = count(c, "total"), failed = count(c, "failed"), warnings = count(c, "warnings");
+  if (failed > 0) {
+    std::string tip;
+    for (const auto& [name, action] : failuresOf(checks, category))
+      tip += (tip.empty() ? "" : "\n") + name + (action.empty() ? "" : " -> " + action);
+    return "<td class=\"cell-fail\" title=\"" + htmlEscape(tip) + "\">" + std::to_string(failed) + " failed</td>";
+  }
+  if (warnings > 0) return "<td class=\"cell-warn\">" + std::to_string(warnings) + " warn</td>";
+  return "<td class=\"cell-ok\">" + std::to_string(count(c, "passed")) + "/" + std::to_string(total) + "</td>";
+}
+
+}  // namespace
+
+std::string fleetPageName(const std::string& kind) {
+  return "fleet-" + kindPageName(kind).substr(5);
+}
+
+std::string renderFleetPage(const json& kind, const std::string& generated) {
+  const std::string name = text(kind, "kind");
+  static const json kEmpty = json::array();
+  const json& nodes = kind.is_object() && kind.contains("nodes") && kind["nodes"].is_array() ? kind["nodes"] : kEmpty;
+  int outOfService = 0, failing = 0;
+  for (const json& n : nodes) {
+    const std::string state = text(n, "state");
+    outOfService += !state.empty() && state != "in_service";
+    failing += text(n, "verdict") == "FAIL";
+  }
+  std::ostringstream out;
+  out << pageBegin("peerlab fleet: " + name);
+  out << "<h1>peerlab fleet: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all machine "
+      << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(name)) << "\">trends</a> &middot; generated "
+      << htmlEscape(generated) << "</p>\n";
+  out << "<p class=\"" << (outOfService + failing ? "verdict-fail" : "verdict-pass") << "\">" << nodes.size()
+      << " nodes: " << outOfService << " out of service, " << failing << " failing their latest run</p>\n";
+  out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
+         "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
+         "the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
+  out << "<table class=\"fleet-nodes\"><tr><th class=\"l\">node</th><th class=\"l\">state</th><th>verdict</th>"
+         "<th>latest run</th>";
+  for (const std::string& c : kCategories)
+    out << "<th>" << c << "</th>";
+  out << "<th class=\"l\">failed checks: action</th><th>below fleet</th></tr>\n";
+  for (const json& n : nodes) {
+    const std::string state = text(n, "state");
+    const std::string reason = text(n, "reason");
+    const std::string verdict = text(n, "verdict");
+    const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
+    const bool out_of_service = !state.empty() && state != "in_service";
+    // The node by the name the fleet gives it (its host name; its identity beside it where hosts share a name).
+    const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
+    out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-fail" : "")
+        << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
+        << "</td>";
+    out << "<td class=\""
+        << (verdict == "PASS"   ? "cell-ok"
+            : verdict == "FAIL" ? "cell-fail"
+                                : "muted")
+        << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(text(n, "time"))
+        << "</td>";
+    for (const std::string& c : kCategories)
+      out << categoryCell(checks, c);
+    std::string failed;
+    for (const auto& [check, action] : failuresOf(checks, ""))
+      failed += (failed.empty() ? "" : "<br>") + htmlEscape(check) + (action.empty() ? "" : ": " + htmlEscape(action));
+    const long long below = count(n, "outliers");
+    out << "<td class=\"l\">" << (failed.empty() ? "-" : failed) << "</td><td class=\""
+        << (below ? "cell-warn" : "cell-ok") << "\">" << below << "</td></tr>\n";
+  }
+  out << "</table>\n";
+  if (nodes.empty()) out << "<p class=\"muted\">No node of this kind has a run in the history.</p>\n";
+  out << pageEnd(false);
+  return out.str();
+}
+
+}  // namespace peerlab::report

@@ -1,0 +1,20 @@
+#pragma once
+/// A kind's fleet page on the history site: a node x check matrix (one row per node, one column per check category
+/// of its latest run), nodes out of service first with their scheduler's reason, then nodes whose latest run failed,
+/// with each failure's recommended action and how many series sit below the fleet.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace peerlab::report {
+
+/// The page of one kind of the site model (its "nodes" array, as `history fleet --json` lists them). Every string
+/// from the model is escaped; a node that is not an object, or fields of the wrong type, show as "-", never break the
+/// page.
+std::string renderFleetPage(const nlohmann::json& kind, const std::string& generated);
+
+/// "fleet-" + the same stem and hash as kindPageName.
+std::string fleetPageName(const std::string& kind);
+
+}  // namespace peerlab::report
