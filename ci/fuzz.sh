@@ -7,7 +7,7 @@
 #     --seconds N   time per target (default $PEERLAB_FUZZ_SECONDS or 60)
 #     --build DIR   build directory (default build/fuzz)
 #     --merge       also merge inputs that add coverage into fixtures/fuzz/<target>/ (keeps the corpus small)
-#     TARGET        report, render, site, history, fault_spec, probe_cache, topology, cli (default: every target
+#     TARGET        report, render, site, history, stored, fault_spec, probe_cache, topology, cli (default: every target
 #                   that is built)
 # The renderers write pages on every input: they run with TMPDIR on /dev/shm where it exists and without Chart.js
 # inlined (PEERLAB_CHARTJS=""), so that the time goes into inputs rather than into disk writes.
@@ -56,7 +56,7 @@ fi
 if [ ${#targets[@]} -eq 0 ]; then
   # Every known target the build defines (a module that is not there yet has none).
   known=$(cmake --build "$build" --target help 2>/dev/null)
-  for t in report render site history fault_spec probe_cache topology cli; do
+  for t in report render site history stored fault_spec probe_cache topology cli; do
     grep -qE "(^|[ .])fuzz_$t(:| |$)" <<<"$known" && targets+=("$t")
   done
 fi

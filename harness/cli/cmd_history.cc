@@ -76,9 +76,22 @@ StatusOr<Numbers> parseNumbers(const HistoryArgs& a) {
   return n;
 }
 
+// Read commands open the store read-only (--create: read-write, to make it); ingest and remove keep what they write,
+// so an in-memory SQLite database, which keeps nothing, is refused for them. A stored row that does not read is left
+// out with one warning line on stderr naming it.
 StatusOr<std::unique_ptr<history::HistoryStore>> openStore(const HistoryArgs& a, history::OpenMode mode) {
   if (a.db.empty()) return PEERLAB_INVALID_ARGUMENT("--db is required (a SQLite path or a postgresql:// URL)");
-  return history::HistoryStore::open(a.db, a.create ? history::OpenMode::kCreate : mode);
+  const bool keeps = mode != history::OpenMode::kReadOnly;
+  if (keeps && (a.db == ":memory:" || a.db.rfind("file::memory:", 0) == 0)) {
+    return PEERLAB_INVALID_ARGUMENT("--db " + a.db +
+                                    ": an in-memory database keeps nothing; give a SQLite file or a PostgreSQL URL");
+  }
+  auto store = history::HistoryStore::open(a.db, a.create ? history::OpenMode::kCreate : mode);
+  if (store.isOk()) {
+    (*store)->onWarning(
+        [](const std::string& w) { std::fprintf(stderr, "peerlab %s: warning: %s\n", kCmd, w.c_str()); });
+  }
+  return store;
 }
 
 // An unknown --kind is a typo, not an empty answer: the kinds (and hosts) the store holds are listed.
@@ -166,7 +179,7 @@ int runRemove(const HistoryArgs& a) {
 }
 
 int runList(const HistoryArgs& a) {
-  auto store = openStore(a, history::OpenMode::kExisting);
+  auto store = openStore(a, history::OpenMode::kReadOnly);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   auto runs = (*store)->runs();
   if (!runs.isOk()) return fail(kCmd, kExitRuntime, runs.status().message());
@@ -189,7 +202,7 @@ int runList(const HistoryArgs& a) {
                      {"gpus", r.gpus},
                      {"source", r.source},
                      {"verdict", r.verdict},
-                     {"checks", r.checks}});
+                     {"checks", r.checksJson()}});
     }
     // Strings from run files are kept as they are: JSON escapes every control character.
     Status st = writeOutput(
@@ -204,10 +217,10 @@ int runList(const HistoryArgs& a) {
     std::string time = r.time;
     if (history::normalizeTimestamp(r.timestamp) != r.time) time += " (file: " + printable(r.timestamp, 40) + ")";
     std::string checks;
-    if (r.checks.contains("total")) {
-      checks = std::to_string(r.checks.value("total", 0)) + ": " + std::to_string(r.checks.value("failed", 0)) +
-               " failed, " + std::to_string(r.checks.value("warnings", 0)) + " warn, " +
-               std::to_string(r.checks.value("unsupported", 0) + r.checks.value("skipped", 0)) + " not checked";
+    if (r.checks) {
+      checks = std::to_string(r.checks->total) + ": " + std::to_string(r.checks->failed) + " failed, " +
+               std::to_string(r.checks->warnings) + " warn, " +
+               std::to_string(r.checks->unsupported + r.checks->skipped) + " not checked";
     }
     std::printf("%-5lld %-20s %-16s %-12s %-20s %8d  %-7s %-40s %s\n", static_cast<long long>(r.id), time.c_str(),
                 printable(r.kind, 64).c_str(), printable(r.git_sha.substr(0, 12)).c_str(),
@@ -233,7 +246,7 @@ std::string jsonText(const nlohmann::json& doc) {
 int runRegressions(const HistoryArgs& a) {
   auto n = parseNumbers(a);
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
-  auto store = openStore(a, history::OpenMode::kExisting);
+  auto store = openStore(a, history::OpenMode::kReadOnly);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, a.by_host});
@@ -270,7 +283,7 @@ int runRegressions(const HistoryArgs& a) {
 int runFleet(const HistoryArgs& a) {
   auto n = parseNumbers(a);
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
-  auto store = openStore(a, history::OpenMode::kExisting);
+  auto store = openStore(a, history::OpenMode::kReadOnly);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, false});
@@ -367,7 +380,7 @@ int runHtml(const HistoryArgs& a) {
   auto n = parseNumbers(a);
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
   // Everything that can be refused is checked before the output directory is touched.
-  auto store = openStore(a, history::OpenMode::kExisting);
+  auto store = openStore(a, history::OpenMode::kReadOnly);
   if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
   history::SiteOptions so;
   so.detect = detectOptions(*n);
@@ -375,7 +388,10 @@ int runHtml(const HistoryArgs& a) {
   so.fleet.z_threshold = n->z_threshold;
   so.fleet.min_hosts = n->min_hosts;
   auto model = history::buildSiteModel(**store, so);
-  if (!model.isOk()) return fail(kCmd, kExitRuntime, model.status().message());
+  if (!model.isOk()) {
+    const int code = model.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime;
+    return fail(kCmd, code, "html: " + model.status().message());
+  }
   FILE* out = summaryStream(a.model_out);
   if (!a.model_out.empty()) {
     Status st = writeOutput(a.model_out, model->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

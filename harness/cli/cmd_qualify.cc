@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -118,8 +120,39 @@ std::vector<report::Result> runProbe(const QualifyArgs& a, const qualify::Plan& 
   return rows;
 }
 
+// A bundle is written completely or marked as not: INCOMPLETE is made before anything else and removed after the last
+// output; an output that cannot be written takes the outputs written before it away, and INCOMPLETE then says why.
+// So a bundle without INCOMPLETE is whole, and one that failed part-way (a full disk) holds nothing that looks valid.
+class BundleMarker {
+ public:
+  static constexpr const char* kName = "INCOMPLETE";
+  static constexpr const char* kOutputs[] = {"results.json", "report.html", "summary.md", "junit.xml"};
+
+  explicit BundleMarker(std::string dir) : path_(std::move(dir) + "/" + kName) {}
+  Status begin() {
+    return writeTextFile(path_, "peerlab qualify is writing this bundle (started " + report::utcTimestamp() +
+                                    "); while this file is here, the bundle is not complete.\n");
+  }
+  // Takes the outputs away and says why (as far as the disk still lets it).
+  void failed(const std::string& why) {
+    const std::string dir = path_.substr(0, path_.size() - std::string(kName).size());
+    for (const char* f : kOutputs)
+      ::unlink((dir + f).c_str());
+    writeTextFile(path_, "this bundle is not complete: " + why + "\n").ignore();
+  }
+  Status done() {
+    if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
+      return PEERLAB_INVALID_ARGUMENT("cannot remove " + path_ + ": " + std::strerror(errno));
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::string path_;
+};
+
 int writeBundle(const std::string& dir, report::Run& run, const std::vector<report::Check>& checks,
-                const QualifyArgs& a, double wall_s, std::vector<std::string> notes) {
+                const QualifyArgs& a, double wall_s, std::vector<std::string> notes, BundleMarker& marker) {
   const report::CheckCounts counts = report::countChecks(checks);
   std::string command;
   for (const std::string& s : a.argv)
@@ -134,25 +167,32 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   std::vector<std::string> files = {"results.json", "report.html", "summary.md", "junit.xml", "plan.txt"};
   if (std::filesystem::exists(dir + "/probe.json")) files.push_back("probe.json, probe.log (peerlab probe)");
   if (std::filesystem::exists(dir + "/gbench")) files.push_back("gbench/ (each bench process's JSON and log)");
+  auto failed = [&](const Status& st) {
+    marker.failed(st.message());
+    return fail(kCmd, kExitUsage, st.message() + " (bundle " + dir + " left marked INCOMPLETE)");
+  };
   Status st = report::writeRun(run, dir + "/results.json");
-  if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  if (!st.isOk()) return failed(st);
   report::HtmlOptions ho;
   ho.title = "peerlab qualify: " + report::machineTitle(run);
   ho.checks = checks;
   st = writeTextFile(dir + "/report.html", report::renderHtml(run, ho));
-  if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  if (!st.isOk()) return failed(st);
   report::SummaryOptions so;
   so.command = command;
   so.files = files;
   so.notes = std::move(notes);
   st = writeTextFile(dir + "/summary.md", report::renderSummary(run, checks, so));
-  if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  if (!st.isOk()) return failed(st);
   report::JunitOptions jo;
   jo.hostname = run.fingerprint.hostname;
   jo.timestamp = run.timestamp;
   jo.time_s = wall_s;
+  jo.disabled_rules = report::disabledRulesNote(run);
   st = writeTextFile(dir + "/junit.xml", report::renderJunit(checks, jo));
-  if (!st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  if (!st.isOk()) return failed(st);
+  st = marker.done();
+  if (!st.isOk()) return fail(kCmd, kExitRuntime, st.message());
   return kExitOk;
 }
 
@@ -181,11 +221,13 @@ qualify::Plan planOf(const report::RunPlan& stored) {
 
 // Prints what the checks say, as `peerlab report` does: every check that did not pass with its reason, then the
 // counts; a FAIL also gets one line on stderr.
-int printVerdict(const std::vector<report::Check>& checks, const std::string& dir) {
+int printVerdict(const report::Run& run, const std::vector<report::Check>& checks, const std::string& dir) {
   const report::CheckCounts counts = report::countChecks(checks);
   std::fputs(report::formatCheckLines(checks).c_str(), stdout);
-  std::printf("peerlab qualify: %s: %s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
-              report::verdictWord(counts), report::formatCounts(counts).c_str(), dir.c_str());
+  const std::string disabled = report::disabledRulesNote(run);
+  std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
+              report::verdictWord(counts), report::formatCounts(counts).c_str(),
+              disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());
   if (counts.empty()) {
     return fail(kCmd, kExitNothingChecked,
                 "EMPTY: 0 checks: nothing in the run is checked (no result, no plan, no health reading): not a PASS "
@@ -436,10 +478,13 @@ int runQualify(const QualifyArgs& a) {
   if (ec || !std::filesystem::is_directory(dir)) {
     return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
   }
+  BundleMarker marker(dir);
+  if (Status st = marker.begin(); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   const std::string planText = plan ? qualify::formatPlan(*plan)
                                     : "no plan: the run file carries none; its probe, health and data are checked\n";
   if (Status st = writeTextFile(dir + "/plan.txt", planText); !st.isOk()) {
-    return fail(kCmd, kExitUsage, st.message());
+    marker.failed(st.message());
+    return fail(kCmd, kExitUsage, st.message() + " (bundle " + dir + " left marked INCOMPLETE)");
   }
 
   report::Run run;
@@ -481,6 +526,7 @@ int runQualify(const QualifyArgs& a) {
   }
   // The checks read the plan as the run file stores it: the same path `peerlab report` takes.
   if (Status st = report::attachPlan(run); !st.isOk()) {
+    marker.failed("the plan does not read back: " + st.message());
     return fail(kCmd, kExitRuntime, "the plan does not read back: " + st.message());
   }
 
@@ -495,8 +541,6 @@ int runQualify(const QualifyArgs& a) {
                     "); noise rule: " + report::describeNoiseRule(noise_rule));
   }
   if (plan) {
-    for (const std::string& r : plan->disabled_rules)
-      notes.push_back("disabled by the config: " + r);
     for (const std::string& n : plan->notes)
       notes.push_back("note: " + n);
   }
@@ -510,9 +554,9 @@ int runQualify(const QualifyArgs& a) {
     timing = buf;
     notes.push_back(timing);
   }
-  if (int rc = writeBundle(dir, run, checks, a, wall, notes); rc != kExitOk) return rc;
+  if (int rc = writeBundle(dir, run, checks, a, wall, notes, marker); rc != kExitOk) return rc;
   if (!timing.empty()) std::printf("peerlab qualify: %s\n", timing.c_str());
-  const int rc = printVerdict(checks, dir);
+  const int rc = printVerdict(run, checks, dir);
   if (process::interruptRequested()) return fail(kCmd, kExitRuntime, "interrupted; partial bundle written to " + dir);
   return rc;
 }

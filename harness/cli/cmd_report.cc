@@ -187,13 +187,13 @@ int runRender(const ReportArgs& a) {
         return fail(kCmd, kExitRuntime, "--screenshot: " + st.message());
       }
     }
-    Status st = qualify::screenshotReport(htmlPath, a.screenshot, a.width);
+    auto shot = qualify::screenshotReport(htmlPath, a.screenshot, a.width);
     if (!tmpDir.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(tmpDir, ec);
     }
-    if (!st.isOk()) return fail(kCmd, kExitRuntime, "--screenshot " + a.screenshot + ": " + st.message());
-    std::fprintf(stderr, "peerlab report: wrote %s\n", a.screenshot.c_str());
+    if (!shot.isOk()) return fail(kCmd, kExitRuntime, "--screenshot " + a.screenshot + ": " + shot.status().message());
+    std::fprintf(stderr, "peerlab report: wrote %s\n", shot->describe().c_str());
   }
   if (!a.summary.empty() || summaryToStdout) {
     report::SummaryOptions so;
@@ -212,9 +212,11 @@ int runRender(const ReportArgs& a) {
   std::FILE* console = summaryToStdout ? stderr : stdout;
   std::fputs(report::formatCheckLines(verdict.checks).c_str(), console);
   const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
+  const std::string disabled = report::disabledRulesNote(*run);
   const std::string line = std::string(report::verdictWord(verdict.counts)) + ": " +
-                           report::formatCounts(verdict.counts) + " (recomputed from " +
-                           std::to_string(run->results.size()) + " results; the file states " + stored + ")";
+                           report::formatCounts(verdict.counts) + (disabled.empty() ? "" : "; " + disabled) +
+                           " (recomputed from " + std::to_string(run->results.size()) + " results; the file states " +
+                           stored + ")";
   if (verdict.counts.empty()) {
     return fail(kCmd, kExitNothingChecked,
                 line + ": nothing in the run is checked (no result, no plan, no health reading): not a PASS");
@@ -232,7 +234,9 @@ std::function<int()> setup(CLI::App& sub) {
   auto a = std::make_shared<ReportArgs>();
   sub.add_option("run", a->run, "Run file (reports/schema, schema_version 1) to render");
   sub.add_option("--html", a->html, "Write the self-contained HTML report here");
-  sub.add_option("--screenshot", a->screenshot, "Write a PNG of the HTML report here (headless Chromium)");
+  sub.add_option("--screenshot", a->screenshot,
+                 "Write PNGs of the whole HTML report here (headless Chromium): FILE.png, and FILE-2.png, ... for each "
+                 "further 16,000 px of a long page");
   sub.add_option("--summary", a->summary,
                  "Write the Markdown summary here (\"-\": stdout, the default with no other output; messages then go "
                  "to stderr)");

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -130,7 +131,18 @@ int main(int argc, char** argv) {
   }
   for (CLI::App* sub : app.get_subcommands()) {
     auto it = runners.find(sub);
-    if (it != runners.end()) return it->second();
+    if (it == runners.end()) continue;
+    const int rc = it->second();
+    // What went to stdout is an output like any file: a write that failed (a full disk, `> /dev/full`, a closed
+    // pipe) is an error, never a success.
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    if (!flushed || std::ferror(stdout)) {
+      const std::string why = !flushed && errno != 0 ? std::strerror(errno) : "a write failed";
+      const int code = fail(sub->get_name(), kExitRuntime, "cannot write stdout: " + why);
+      return rc == kExitOk || rc == kExitCheckFailed ? code : rc;
+    }
+    return rc;
   }
   return fail("usage", kExitUsage, "no command given (see peerlab --help)");
 }

@@ -213,13 +213,23 @@ nlohmann::json toJson(const Regression& r) {
   return j;
 }
 
+namespace {
+
+// A member of a fleet: its node identity and its host name. Cloud VMs share a host name ("vm") and differ by identity;
+// machines whose identity cannot tell them apart (stand-in GPUs) differ by host name.
+std::string fleetMember(const std::string& node, const std::string& host) {
+  return node + '\n' + host;
+}
+
+}  // namespace
+
 std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options) {
   std::vector<FleetOutlier> out;
   for (const Series& s : history.series) {
     // The latest figure of each host (points are oldest first).
     std::map<std::string, const SeriesPoint*> latest;
     for (const SeriesPoint& p : s.points)
-      latest[history.run(p.run_id).nodeOrHost()] = &p;
+      latest[fleetMember(history.run(p.run_id).nodeOrHost(), history.run(p.run_id).host)] = &p;
     if (static_cast<int>(latest.size()) < options.min_hosts) continue;
     std::vector<double> values;
     for (auto& [host, p] : latest)
@@ -247,7 +257,8 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
       test.z = z;
       const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, fleet, own, rule, &test);
       if (d.verdict == report::Verdict::kRegressed) {
-        out.push_back({s.machine, history.run(p->run_id).host, host, &s, p->run_id, p->value, med, mad, z, d});
+        const RunInfo& run = history.run(p->run_id);
+        out.push_back({s.machine, run.host, run.nodeOrHost(), &s, p->run_id, p->value, med, mad, z, d});
       }
     }
   }
@@ -258,10 +269,10 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
 
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers) {
-  // Nodes by identity (cloud VMs all call themselves "vm"), each shown by its latest run's host name.
+  // Nodes by identity and host name (cloud VMs all call themselves "vm"), each shown by its host name.
   std::map<std::pair<std::string, std::string>, FleetNode> nodes;
   for (const RunInfo& r : history.runs) {  // oldest first: the last one seen is the latest
-    FleetNode& n = nodes[{r.machine(), r.nodeOrHost()}];
+    FleetNode& n = nodes[{r.machine(), fleetMember(r.nodeOrHost(), r.host)}];
     n.machine = r.machine();
     n.node = r.nodeOrHost();
     n.host = r.host;
@@ -281,7 +292,7 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
       if (n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node) n.state = s;
   }
   for (const FleetOutlier& f : outliers) {
-    auto it = nodes.find({f.machine, f.node});
+    auto it = nodes.find({f.machine, fleetMember(f.node, f.host)});
     if (it != nodes.end()) ++it->second.outliers;
   }
   std::vector<FleetNode> out;
@@ -303,7 +314,7 @@ nlohmann::json toJson(const FleetNode& n) {
   j["run_id"] = n.latest ? nlohmann::json(n.latest->id) : nlohmann::json(nullptr);
   j["time"] = n.latest ? n.latest->time : "";
   j["verdict"] = n.latest ? n.latest->verdict : "";
-  j["checks"] = n.latest ? n.latest->checks : nlohmann::json::object();
+  j["checks"] = n.latest ? n.latest->checksJson() : nlohmann::json::object();
   j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
   return j;
 }

@@ -523,6 +523,140 @@ TEST_P(HistoryCliTest, SiteRendersWhatIsStoredKindByKind) {
   EXPECT_EQ(indexPage.find("9999-12"), std::string::npos);
 }
 
+// A stored row that does not read (a `checks` column nested 200,000 deep, GPU names of the wrong type, a result of
+// the wrong type) is left out with one warning naming it; every read command answers for the rest, on both backends.
+TEST_P(HistoryCliTest, StoredRowsThatDoNotReadAreLeftOutWithAWarning) {
+  std::mt19937_64 rng(21);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 4; ++i)
+    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x"), "run" + std::to_string(i) + ".json"));
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  {
+    auto db = openDatabase(url_);
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    PEERLAB_ASSERT_OK((*db)->query("UPDATE runs SET checks = $1 WHERE id = 1", {deep}));
+    PEERLAB_ASSERT_OK((*db)->query("UPDATE runs SET expectations = $1 WHERE id = 4", {deep}));
+    PEERLAB_ASSERT_OK((*db)->query("UPDATE runs SET gpus = $1 WHERE id = 2", {std::string("[1, 2]")}));
+    // A result of run 3 whose ranks is far out of range (SQLite: a text where an integer belongs).
+    PEERLAB_ASSERT_OK((*db)->exec(GetParam() == "sqlite"
+                                      ? "UPDATE results SET ranks = 'many' WHERE run_id = 3 AND seq = 0"
+                                      : "UPDATE results SET ranks = 99999 WHERE run_id = 3 AND seq = 0"));
+  }
+  const std::string site = dir_ + "/site";
+  const std::vector<std::vector<std::string>> commands = {
+      {"history", "list", "--db", url_},
+      {"history", "list", "--db", url_, "--json"},
+      {"history", "regressions", "--db", url_, "--json", dir_ + "/r.json"},
+      {"history", "fleet", "--db", url_},
+      {"history", "html", "--db", url_, "--out", site, "--model", dir_ + "/model.json"},
+  };
+  for (const auto& cmd : commands) {
+    CliRun r = runPeerlab(cmd);
+    EXPECT_EQ(r.signal, 0) << cmd[1];
+    EXPECT_TRUE(r.exit_code == 0 || (cmd[1] == "regressions" && r.exit_code == 1)) << cmd[1] << ": " << r.err;
+    EXPECT_NE(r.err.find("warning: stored run 1 ("), std::string::npos) << cmd[1] << ": " << r.err;
+    EXPECT_NE(r.err.find("left out: checks: 400000 bytes, more than the 4096 allowed"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("warning: stored run 4 ("), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("left out: expectations: nested deeper than the 64 levels allowed"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("warning: stored run 2 ("), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("gpus[0]: must be a string"), std::string::npos) << r.err;
+    if (cmd[1] != "list") {
+      EXPECT_NE(r.err.find("run 3: 1 stored result left out (row 0: ranks"), std::string::npos) << cmd[1] << r.err;
+    }
+    EXPECT_LT(r.err.size(), 2000u) << r.err.substr(0, 300);
+  }
+  const nlohmann::json list = nlohmann::json::parse(runPeerlab({"history", "list", "--db", url_, "--json"}).out);
+  ASSERT_EQ(list["runs"].size(), 1u);
+  EXPECT_EQ(list["runs"][0]["id"], 3);
+  EXPECT_EQ(list["runs"][0]["checks"]["total"].get<int>(),
+            list["runs"][0]["checks"]["passed"].get<int>() + list["runs"][0]["checks"]["failed"].get<int>() +
+                list["runs"][0]["checks"]["warnings"].get<int>() + list["runs"][0]["checks"]["unsupported"].get<int>() +
+                list["runs"][0]["checks"]["skipped"].get<int>());
+  EXPECT_TRUE(std::filesystem::is_regular_file(site + "/index.html"));
+  // The run left out can still be taken out.
+  CliRun removed = runPeerlab({"history", "remove", "--db", url_, "1"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(count("runs"), 3);
+  // Stored by this peerlab, such a depth is refused at ingest already; the readers bound it all the same.
+  EXPECT_EQ(runPeerlab({"history", "list", "--db", url_}).signal, 0);
+}
+
+// Check counts that do not add up, or a verdict that contradicts them, are a row that does not read either.
+TEST_P(HistoryCliTest, StoredCountsThatContradictThemselvesAreLeftOut) {
+  std::mt19937_64 rng(22);
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_,
+                        writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), "a.json"),
+                        writeRun(testing::syntheticRun(rng, 1, "node-a", "kind-x"), "b.json")})
+                .exit_code,
+            0);
+  {
+    auto db = openDatabase(url_);
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    PEERLAB_ASSERT_OK((*db)->exec(
+        "UPDATE runs SET verdict = 'PASS', checks = '{\"verdict\":\"PASS\",\"total\":5,\"passed\":2,\"failed\":3,"
+        "\"warnings\":0,\"unsupported\":0,\"skipped\":0}' WHERE id = 1"));
+    PEERLAB_ASSERT_OK((*db)->exec("UPDATE runs SET checks = '{\"total\":\"7\"}' WHERE id = 2"));
+  }
+  CliRun r = runPeerlab({"history", "list", "--db", url_, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out)["runs"].empty());
+  EXPECT_NE(r.err.find("stored run 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("verdict \"PASS\" does not match 3 failed checks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stored run 2 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checks.total: must be an integer"), std::string::npos) << r.err;
+}
+
+// The fleet columns go through the same bounds: a check_details column nested 200,000 deep or of the wrong shape
+// leaves its run out with a warning, a stored node state whose reason is larger than any recorded one is left out
+// with a warning; `history fleet` and the fleet page answer for the rest.
+TEST_P(HistoryCliTest, StoredCheckDetailsAndNodeStatesAreReadThroughBounds) {
+  std::mt19937_64 rng(23);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 3; ++i) {
+    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-" + std::to_string(i), "kind-x"),
+                            "run" + std::to_string(i) + ".json"));
+  }
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  ASSERT_EQ(runPeerlab({"history", "node-state", "--db", url_, "--node", "node-2", "--state", "drained", "--reason",
+                        "peerlab: reset GPU"})
+                .exit_code,
+            0);
+  {
+    auto db = openDatabase(url_);
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+    PEERLAB_ASSERT_OK((*db)->query("UPDATE runs SET check_details = $1 WHERE id = 1", {deep}));
+    PEERLAB_ASSERT_OK((*db)->exec(
+        "UPDATE runs SET check_details = '{\"categories\": {}, \"failures\": [{\"category\": 7}]}' WHERE id = 2"));
+    PEERLAB_ASSERT_OK(
+        (*db)->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
+                     {std::string("node-2"), std::string("drained"), std::string(size_t{2} << 20, 'r'),
+                      std::string("2026-01-01T00:00:00Z"), std::string("x")}));
+  }
+  CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", dir_ + "/f.json"});
+  EXPECT_EQ(fleet.signal, 0);
+  EXPECT_TRUE(fleet.exit_code == 0 || fleet.exit_code == 1) << fleet.err;
+  EXPECT_NE(fleet.err.find("warning: stored run 1 ("), std::string::npos) << fleet.err;
+  EXPECT_NE(fleet.err.find("left out: check_details: nested deeper than"), std::string::npos) << fleet.err;
+  EXPECT_NE(fleet.err.find("warning: stored run 2 ("), std::string::npos) << fleet.err;
+  EXPECT_NE(fleet.err.find("check_details.failures[0].category: must be a string"), std::string::npos) << fleet.err;
+  EXPECT_NE(fleet.err.find("warning: stored node state 2 left out: reason: 2097152 bytes"), std::string::npos)
+      << fleet.err;
+  EXPECT_LT(fleet.err.size(), 2000u) << fleet.err.substr(0, 300);
+  const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
+  ASSERT_EQ(nodes.size(), 1u) << nodes.dump(1);
+  EXPECT_EQ(nodes[0]["name"], "node-2");  // by its host name; "node" is its identity
+  // The state recorded before the bad row still counts.
+  EXPECT_EQ(nodes[0]["state"], "drained");
+  EXPECT_EQ(nodes[0]["reason"], "peerlab: reset GPU");
+  EXPECT_TRUE(nodes[0]["check_details"]["categories"].is_object()) << nodes[0].dump();
+  CliRun html = runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site"});
+  EXPECT_EQ(html.exit_code, 0) << html.err;
+  EXPECT_NE(readFile(dir_ + "/site/" + report::fleetPageName("kind-x")).find(">node-2<"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryCliTest, ::testing::Values("sqlite", "postgresql"),
                          [](const auto& info) { return info.param; });
 
@@ -736,6 +870,193 @@ TEST(HistoryCli, NothingRawReachesTheTerminal) {
   EXPECT_NE(pg.err.find("postgresql://peerlab:***@127.0.0.1:1/none"), std::string::npos) << pg.err;
   CliRun param = runPeerlab({"history", "list", "--db", "postgresql://127.0.0.1:1/none?user=a&password=s3cr3t-pw"});
   EXPECT_EQ(param.err.find("s3cr3t-pw"), std::string::npos) << param.err;
+  std::filesystem::remove_all(dir);
+}
+
+// What --db names is decided before anything is opened: PostgreSQL in every spelling goes to libpq, a value that is
+// neither an existing file nor a connection string is refused, no password reaches a file name or a message, and an
+// in-memory database is refused where data is kept.
+TEST(HistoryCli, ConnectionStringsNeverBecomeFilesOrLeakPasswords) {
+  const std::string dir = scratchDir("history-connstr");
+  std::mt19937_64 rng(24);
+  const std::string run = dir + "/run.json";
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), run).isOk());
+  const std::string cwd = dir + "/cwd";
+  std::filesystem::create_directories(cwd);
+  struct Case {
+    std::string db;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"host=127.0.0.1 port=1 user=peerlab password=s3cr3t-pw dbname=none", "cannot connect to PostgreSQL"},
+      {"POSTGRESQL://peerlab:s3cr3t-pw@127.0.0.1:1/none", "cannot connect to PostgreSQL"},
+      {"Postgres://peerlab:s3cr3t-pw@127.0.0.1:1/none", "cannot connect to PostgreSQL"},
+      {"postgresql://peerlab:s3cr3t@pw-tail@127.0.0.1:1/none", "'@', '/', '?' or '#' unescaped"},
+      {"postgresql://peerlab:s3cr3t/pw-tail@127.0.0.1:1/none", "'@', '/', '?' or '#' unescaped"},
+      {"host=127.0.0.1 password='s3cr3t-pw", "not a valid PostgreSQL connection string"},
+      {"host=127.0.0.1 password=s3cr3t-pw pw-tail more", "not a valid PostgreSQL connection string"},
+      {"hots=127.0.0.1 password=s3cr3t-pw", "not a valid PostgreSQL connection string"},
+      {"mysql://peerlab:s3cr3t-pw@127.0.0.1/none", "not a SQLite file nor a PostgreSQL URL"},
+      {cwd + "/h.sqlite password=s3cr3t-pw", "holds a password but is no PostgreSQL connection string"},
+      {":memory:", "an in-memory database keeps nothing"},
+  };
+  for (const Case& c : cases) {
+    for (const char* command : {"ingest", "remove"}) {
+      std::vector<std::string> args = {"env", "-C", cwd, PEERLAB_BINARY, "history", command, "--db", c.db};
+      args.push_back(std::string(command) == "ingest" ? run : "1");
+      CliRun r = peerlab::testing::runCommand(args);
+      EXPECT_EQ(r.exit_code, 2) << c.db << ": " << r.out << r.err;
+      EXPECT_NE(r.err.find(c.says), std::string::npos) << c.db << ": " << r.err;
+      EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+      for (const char* secret : {"s3cr3t", "pw-tail"}) {
+        EXPECT_EQ(r.err.find(secret), std::string::npos) << c.db << ": " << r.err;
+        EXPECT_EQ(r.out.find(secret), std::string::npos) << c.db << ": " << r.out;
+      }
+      EXPECT_EQ(r.out.find("stored as run"), std::string::npos) << r.out;
+    }
+  }
+  // Nothing was made in the working directory or beside the run.
+  EXPECT_TRUE(std::filesystem::is_empty(cwd));
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  EXPECT_EQ(names.size(), 2u);
+  // A read command given a value that is no file and no connection string says so and makes nothing.
+  CliRun typo = runPeerlab({"history", "list", "--db", cwd + "/typo.sqlite"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("no such history database"), std::string::npos) << typo.err;
+  EXPECT_TRUE(std::filesystem::is_empty(cwd));
+  std::filesystem::remove_all(dir);
+}
+
+// Read commands open a SQLite history read-only: they change nothing in it and leave no -wal or -shm beside it, and
+// they read one in a directory they cannot write (as another user when the test runs as root).
+TEST(HistoryCli, ReadCommandsOpenTheDatabaseReadOnly) {
+  const std::string dir = scratchDir("history-readonly");
+  const std::string store = dir + "/db";
+  std::filesystem::create_directories(store);
+  const std::string db = store + "/h.sqlite";
+  std::mt19937_64 rng(25);
+  std::vector<std::string> ingest = {"history", "ingest", "--db", db};
+  for (int i = 0; i < 3; ++i) {
+    const std::string f = dir + "/r" + std::to_string(i) + ".json";
+    ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x"), f).isOk());
+    ingest.push_back(f);
+  }
+  ASSERT_EQ(runPeerlab(ingest).exit_code, 0);
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(store))
+      names.insert(e.path().filename().string());
+    return names;
+  };
+  ASSERT_EQ(listing(), std::set<std::string>({"h.sqlite"}));
+  const std::string before = readFile(db);
+  const std::vector<std::vector<std::string>> commands = {
+      {"history", "list", "--db", db},
+      {"history", "regressions", "--db", db, "--json", dir + "/r.json"},
+      {"history", "fleet", "--db", db},
+      {"history", "html", "--db", db, "--out", dir + "/site"},
+  };
+  for (const auto& cmd : commands) {
+    CliRun r = runPeerlab(cmd);
+    EXPECT_EQ(r.exit_code, 0) << cmd[1] << ": " << r.err;
+    EXPECT_EQ(listing(), std::set<std::string>({"h.sqlite"})) << cmd[1];
+  }
+  EXPECT_EQ(readFile(db), before);
+  // A directory the reader cannot write: 0555, and as root the commands run as nobody.
+  std::filesystem::permissions(store, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec |
+                                          std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
+                                          std::filesystem::perms::others_read | std::filesystem::perms::others_exec);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  std::vector<std::string> as;
+  if (::geteuid() == 0) as = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  const std::string out = dir + "/out";
+  std::filesystem::create_directories(out);
+  std::filesystem::permissions(out, std::filesystem::perms::all);
+  const std::vector<std::vector<std::string>> readers = {
+      {"history", "list", "--db", db, "--json"},
+      {"history", "regressions", "--db", db, "--json", out + "/r.json"},
+      {"history", "fleet", "--db", db},
+      {"history", "html", "--db", db, "--out", out + "/site"},
+  };
+  for (const auto& cmd : readers) {
+    std::vector<std::string> args = as;
+    args.push_back(PEERLAB_BINARY);
+    args.insert(args.end(), cmd.begin(), cmd.end());
+    CliRun r = peerlab::testing::runCommand(args);
+    EXPECT_EQ(r.exit_code, 0) << cmd[1] << ": " << r.out << r.err;
+    if (cmd[1] == "list") {
+      EXPECT_EQ(nlohmann::json::parse(r.out)["runs"].size(), 3u) << r.out;
+    }
+  }
+  EXPECT_EQ(listing(), std::set<std::string>({"h.sqlite"}));
+  EXPECT_TRUE(std::filesystem::is_regular_file(out + "/site/index.html"));
+  std::filesystem::permissions(store, std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(dir);
+}
+
+// A PostgreSQL server named by a libpq keyword/value string or by a URL with its scheme in capitals is PostgreSQL.
+TEST(HistoryCli, EveryConnectionStringFormReachesPostgres) {
+  std::string why;
+  const std::string server = testing::postgresServerUrl(&why);
+  if (server.empty()) GTEST_SKIP() << why;
+  const std::string url = testing::freshPostgresDatabase(server, "connstr");
+  ASSERT_FALSE(url.empty());
+  // postgresql://postgres@127.0.0.1:PORT/NAME
+  const size_t at = url.find('@'), colon = url.rfind(':'), slash = url.rfind('/');
+  ASSERT_TRUE(at != std::string::npos && colon > at && slash > colon) << url;
+  const std::string user = url.substr(13, at - 13), host = url.substr(at + 1, colon - at - 1);
+  const std::string port = url.substr(colon + 1, slash - colon - 1), name = url.substr(slash + 1);
+  const std::string keywords = "host=" + host + " port=" + port + " user=" + user + " dbname=" + name;
+  const std::string upper = "POSTGRESQL://" + url.substr(13);
+  const std::string dir = scratchDir("history-connstr-pg");
+  const std::string cwd = dir + "/cwd";
+  std::filesystem::create_directories(cwd);
+  std::mt19937_64 rng(23);
+  const std::string run = dir + "/a.json";
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), run).isOk());
+  for (const std::string& db : {keywords, upper}) {
+    CliRun r = peerlab::testing::runCommand({"env", "-C", cwd, PEERLAB_BINARY, "history", "ingest", "--db", db, run});
+    EXPECT_EQ(r.exit_code, 0) << db << ": " << r.err;
+    CliRun list = runPeerlab({"history", "list", "--db", db, "--json"});
+    EXPECT_EQ(list.exit_code, 0) << db << ": " << list.err;
+    EXPECT_EQ(nlohmann::json::parse(list.out)["runs"].size(), 1u) << db;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(cwd));
+  std::filesystem::remove_all(dir);
+}
+
+// An ingest that cannot write (a file size limit stands in for a full disk) leaves no file behind that would later
+// read as "not a peerlab history"; on an existing history it leaves the history as it was.
+TEST(HistoryCli, AnIngestThatCannotWriteLeavesNothingThatLooksLikeAHistory) {
+  const std::string dir = scratchDir("history-full-disk");
+  std::mt19937_64 rng(26);
+  const std::string a = dir + "/a.json", b = dir + "/b.json";
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 0, "node-a", "kind-x"), a).isOk());
+  ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, 1, "node-a", "kind-x"), b).isOk());
+  auto full = [&](const std::string& db, const std::string& run) {
+    // SIGXFSZ ignored: a write beyond the limit fails with EFBIG, as a full disk fails with ENOSPC. The limit holds
+    // for files only, so the messages go out through a pipe.
+    return peerlab::testing::runCommand(
+        {"bash", "-c",
+         "set -o pipefail; trap '' XFSZ; (ulimit -f 0; exec \"$0\" history ingest --db \"$1\" \"$2\") 2>&1 | cat >&2",
+         PEERLAB_BINARY, db, run});
+  };
+  const std::string fresh = dir + "/fresh.sqlite";
+  CliRun r = full(fresh, a);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+    EXPECT_FALSE(std::filesystem::exists(fresh + suffix)) << suffix;
+  // An existing history keeps what it held.
+  const std::string kept = dir + "/kept.sqlite";
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", kept, a}).exit_code, 0);
+  CliRun more = full(kept, b);
+  EXPECT_NE(more.exit_code, 0) << more.out << more.err;
+  CliRun list = runPeerlab({"history", "list", "--db", kept, "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(nlohmann::json::parse(list.out)["runs"].size(), 1u);
   std::filesystem::remove_all(dir);
 }
 

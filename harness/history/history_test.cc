@@ -1,7 +1,11 @@
 // The history store, series, regressions, fleet outliers and the site model, on SQLite and on PostgreSQL.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -10,6 +14,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/report/metric.h"
+#include "harness/report/site.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::history {
@@ -48,6 +53,98 @@ TEST(StoredRuns, ExpectationsKeepOnlyWellTypedEntries) {
   EXPECT_EQ(out[0]["impl"], "peerlab.*");
   EXPECT_EQ(out[1]["suite"], "host_copy");
   EXPECT_TRUE(sanitizeExpectations(nlohmann::json::object()).empty());
+}
+
+// What --db names is decided from the value alone (and whether a file is there), before anything is opened.
+TEST(ConnectionStrings, AreClassifiedBeforeAnythingIsOpened) {
+  const std::string dir = ::testing::TempDir() + "/peerlab-classify-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/h.sqlite";
+  std::ofstream(file) << "x";
+  struct Case {
+    std::string db;
+    OpenMode mode;
+    std::optional<Backend> backend;  // nullopt: refused
+  };
+  const std::vector<Case> cases = {
+      {"postgresql://u@db/x", OpenMode::kReadOnly, Backend::kPostgres},
+      {"POSTGRESQL://u@db/x", OpenMode::kReadOnly, Backend::kPostgres},
+      {"PostGres://u@db/x", OpenMode::kCreate, Backend::kPostgres},
+      {"host=db dbname=x user=u", OpenMode::kCreate, Backend::kPostgres},
+      {" dbname = x", OpenMode::kReadOnly, Backend::kPostgres},
+      {"postgresql://u:p@ss@db/x", OpenMode::kCreate, std::nullopt},
+      {"sqlite://x.db", OpenMode::kCreate, std::nullopt},
+      {file, OpenMode::kReadOnly, Backend::kSqlite},
+      {dir + "/new.sqlite", OpenMode::kCreate, Backend::kSqlite},
+      {dir + "/new.sqlite", OpenMode::kReadOnly, std::nullopt},
+      {dir + "/new.sqlite", OpenMode::kExisting, std::nullopt},
+      {dir + "/new.sqlite password=x", OpenMode::kCreate, std::nullopt},
+      {"", OpenMode::kCreate, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    auto b = classifyDatabase(c.db, c.mode);
+    if (c.backend) {
+      ASSERT_TRUE(b.isOk()) << c.db << ": " << b.status().toString();
+      EXPECT_EQ(*b, *c.backend) << c.db;
+    } else {
+      EXPECT_FALSE(b.isOk()) << c.db;
+    }
+  }
+#ifdef PEERLAB_HAVE_LIBPQ
+  // libpq's own parser refuses what it cannot take.
+  EXPECT_FALSE(classifyDatabase("host=db bogus_keyword=1", OpenMode::kCreate).isOk());
+  EXPECT_FALSE(classifyDatabase("host=db dbname='x", OpenMode::kCreate).isOk());
+#endif
+  EXPECT_FALSE(std::filesystem::exists(dir + "/new.sqlite"));
+  std::filesystem::remove_all(dir);
+}
+
+// libpq's messages quote pieces of a password it split wrongly; every piece is masked.
+TEST(ConnectionStrings, LibpqMessagesNeverShowThePassword) {
+  struct Case {
+    std::string message;
+    std::string url;
+    std::vector<std::string> secrets;
+  };
+  const std::vector<Case> cases = {
+      {"could not translate host name \"ss-w0rd@db\" to address", "postgresql://u:p@ss-w0rd@db/x", {"ss-w0rd"}},
+      {"invalid port number: \"s3cr3t\"", "postgresql://u:s3cr3t/tail@db/x", {"s3cr3t"}},
+      {"missing \"=\" after \"tail\" in connection info string", "host=db password=s3cr3t tail", {"tail", "s3cr3t"}},
+      {"password s3cr3t rejected", "host=db password='s3cr3t'", {"s3cr3t"}},
+      {"user p%40ss: p@ss", "postgresql://u:p%40ss@db/x", {"p@ss", "p%40ss"}},
+  };
+  for (const Case& c : cases) {
+    const std::string masked = maskPassword(c.message, c.url);
+    for (const std::string& secret : c.secrets)
+      EXPECT_EQ(masked.find(secret), std::string::npos) << c.message << " -> " << masked;
+    EXPECT_NE(masked.find("***"), std::string::npos) << masked;
+  }
+  // Words that only contain a short piece are left alone.
+  EXPECT_EQ(maskPassword("database \"x\" does not exist", "postgresql://u:ab@db/x"), "database \"x\" does not exist");
+}
+
+// A history of more machine kinds than a site shows is refused before its series are read.
+TEST(SiteModel, MoreKindsThanASiteShowsAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/peerlab-kinds-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto store = HistoryStore::open(dir + "/h.sqlite");
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  std::mt19937_64 rng(31);
+  ASSERT_TRUE((*store)->ingest(syntheticRun(rng, 0, "node", "kind-0", 1.0, 1.0, 0.01, 2)).isOk());
+  auto one = buildSiteModel(**store);
+  ASSERT_TRUE(one.isOk()) << one.status().toString();
+  for (size_t k = 1; k <= report::kMaxSiteKinds; ++k) {
+    report::Run run =
+        syntheticRun(rng, static_cast<int>(k % 300), "node", "kind-" + std::to_string(k), 1.0, 1.0, 0.01, 2);
+    run.results.resize(1);
+    ASSERT_TRUE((*store)->ingest(run).isOk());
+  }
+  auto many = buildSiteModel(**store);
+  ASSERT_FALSE(many.isOk());
+  EXPECT_NE(many.status().message().find("1001 machine kinds; a site shows at most 1000"), std::string::npos)
+      << many.status().message();
+  store->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SeriesMetric, TimeForSmallSizesAndBandwidthAboveNothingForTestsAndProbes) {

@@ -1,5 +1,7 @@
 #include "harness/history/site_model.h"
 
+#include "harness/report/site.h"
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -106,6 +108,18 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
 }
 
 StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& options) {
+  {
+    // A site of more kinds than it shows is refused before any series is read.
+    PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> runs, store.runs());
+    std::set<std::string> machines;
+    for (const RunInfo& r : runs)
+      machines.insert(r.machine());
+    if (machines.size() > report::kMaxSiteKinds) {
+      return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(machines.size()) +
+                                      " machine kinds; a site shows at most " + std::to_string(report::kMaxSiteKinds) +
+                                      " (nothing written)");
+    }
+  }
   PEERLAB_ASSIGN_OR_RETURN(History h, loadHistory(store));
   detectChangePoints(h, options.detect);
   const std::vector<Regression> regressions = findRegressions(h, options.threshold_pct);
@@ -129,7 +143,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   // The latest run of each kind and the verdict the checks engine gave it at ingest (runs are oldest first).
   for (const RunInfo& r : h.runs) {
     kindOf(r.machine())["latest_verdict"] = {
-        {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checks}};
+        {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checksJson()}};
   }
 
   // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.

@@ -1,13 +1,19 @@
 #include "harness/history/store.h"
 
 #include "harness/report/evaluate.h"
+#include "harness/report/json_in.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "reference/core/text.h"
 
@@ -36,33 +42,188 @@ std::string nowUtc() {
   return buf;
 }
 
-std::optional<double> column(const SqlRow& row, int col) {
-  if (row.isNull(col)) return std::nullopt;
-  return row.real(col);
-}
-
 // Larger figures are not measurements (1e15 GB/s, 31 years in us).
 constexpr double kMaxFigure = 1e15;
+// Stored JSON columns: the GPU names, the plan's expectations, the check counts; larger or deeper ones are refused.
+constexpr size_t kMaxGpusColumnBytes = size_t{1} << 20;
+constexpr size_t kMaxExpectationsBytes = size_t{64} << 20;
+constexpr size_t kMaxChecksColumnBytes = 4096;
+constexpr size_t kMaxCheckDetailsBytes = size_t{1} << 20;
+// Most check categories a run's check_details may count (the engine has eight).
+constexpr size_t kMaxStoredCategories = 64;
+constexpr size_t kMaxSampleValuesBytes = size_t{64} << 20;
 
-// A stored figure: nullopt for NULL; `ok` false for one that is not finite, negative or absurdly large.
-std::optional<double> figure(const SqlRow& row, int col, bool& ok) {
-  std::optional<double> v = column(row, col);
-  if (v && (!std::isfinite(*v) || *v < 0 || *v > kMaxFigure)) {
-    ok = false;
-    return std::nullopt;
+// One stored row read through bounds: text no longer than its limit, numbers of their column's type and range, JSON
+// bounded in size and depth before it is parsed. The first problem is kept (the row is then left out).
+class RowReader {
+ public:
+  explicit RowReader(const SqlRow& row) : row_(row) {}
+  bool ok() const { return why_.empty(); }
+  const std::string& why() const { return why_; }
+  void fail(const std::string& why) {
+    if (why_.empty()) why_ = why;
   }
-  return v;
+
+  std::string text(int col, const char* name, size_t max_bytes = report::kMaxTextBytes) {
+    if (row_.isNull(col)) return {};
+    const size_t n = row_.size(col);
+    if (n > max_bytes) {
+      fail(std::string(name) + ": " + std::to_string(n) + " bytes, more than the " + std::to_string(max_bytes) +
+           " allowed");
+      return {};
+    }
+    return row_.text(col);
+  }
+
+  // An integer column in [lo, hi]; nullopt for NULL (and for anything else, which fails the row).
+  std::optional<std::int64_t> integer(int col, const char* name, std::int64_t lo, std::int64_t hi) {
+    if (row_.isNull(col)) return std::nullopt;
+    const std::optional<std::int64_t> v = row_.exactInteger(col);
+    if (!v) {
+      fail(std::string(name) + ": not an integer");
+      return std::nullopt;
+    }
+    if (*v < lo || *v > hi) {
+      fail(std::string(name) + " " + std::to_string(*v) + " is outside " + std::to_string(lo) + " .. " +
+           std::to_string(hi));
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  // A figure: nullopt for NULL; a value that is not a number, not finite, negative or beyond kMaxFigure fails the row.
+  std::optional<double> figure(int col, const char* name) {
+    if (row_.isNull(col)) return std::nullopt;
+    const std::optional<double> v = row_.exactReal(col);
+    if (!v) {
+      fail(std::string(name) + ": not a number");
+      return std::nullopt;
+    }
+    if (!std::isfinite(*v) || *v < 0 || *v > kMaxFigure) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s %.6g is not a figure (0 .. 1e15)", name, *v);
+      fail(buf);
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  nlohmann::json json(int col, const char* name, size_t max_bytes, int max_depth) {
+    if (row_.isNull(col)) return nullptr;
+    const size_t n = row_.size(col);
+    if (n > max_bytes) {
+      fail(std::string(name) + ": " + std::to_string(n) + " bytes, more than the " + std::to_string(max_bytes) +
+           " allowed");
+      return nullptr;
+    }
+    auto doc = report::parseJsonText(row_.text(col), max_bytes, max_depth);
+    if (!doc.isOk()) {
+      fail(std::string(name) + ": " + doc.status().message());
+      return nullptr;
+    }
+    return std::move(*doc);
+  }
+
+ private:
+  const SqlRow& row_;
+  std::string why_;
+};
+
+// The stored GPU names: an array of at most kMaxGpus strings.
+std::vector<std::string> readGpuNames(const nlohmann::json& doc, RowReader& row) {
+  std::vector<std::string> out;
+  auto read = report::readJson([&] {
+    report::In in(doc, "gpus");
+    if (in.size() > static_cast<size_t>(kMaxGpus)) in.fail("more than " + std::to_string(kMaxGpus) + " GPUs");
+    std::vector<std::string> names;
+    for (size_t i = 0; i < in.size(); ++i)
+      names.push_back(in.item(i).str(report::kMaxNameBytes));
+    return names;
+  });
+  if (!read.isOk()) {
+    row.fail(read.status().message());
+    return out;
+  }
+  return std::move(*read);
 }
 
-// A stored GPU ordinal: nullopt for NULL; `ok` false when it lies outside [0, kMaxGpus).
-std::optional<int> gpuColumn(const SqlRow& row, int col, bool& ok) {
-  if (row.isNull(col)) return std::nullopt;
-  const std::int64_t v = row.integer(col);
-  if (v < 0 || v >= kMaxGpus) {
-    ok = false;
+// One set of counts: every count, adding up to the total.
+report::CheckCounts readCounts(const report::In& in) {
+  in.requireObject();
+  constexpr long long kMost = 1LL << 30;
+  report::CheckCounts c;
+  c.total = in.at("total").integer(0, kMost);
+  c.passed = in.at("passed").integer(0, kMost);
+  c.failed = in.at("failed").integer(0, kMost);
+  c.warnings = in.at("warnings").integer(0, kMost);
+  c.unsupported = in.at("unsupported").integer(0, kMost);
+  c.skipped = in.at("skipped").integer(0, kMost);
+  if (static_cast<long long>(c.passed) + c.failed + c.warnings + c.unsupported + c.skipped != c.total) {
+    in.fail("the counts do not add up to the total " + std::to_string(c.total));
+  }
+  return c;
+}
+
+// The stored check counts: {} (a run stored before verdicts were kept) or every count, adding up, with its verdict.
+std::optional<report::CheckCounts> readCheckCounts(const nlohmann::json& doc, const std::string& verdict,
+                                                   RowReader& row) {
+  if (doc.is_object() && doc.empty() && verdict.empty()) return std::nullopt;
+  auto read = report::readJson([&] {
+    report::In in(doc, "checks");
+    const report::CheckCounts c = readCounts(in);
+    const std::string word = in.str("verdict", verdict, report::kMaxNameBytes);
+    if (word != report::verdictWord(c) || verdict != word) {
+      in.fail("verdict \"" + printable(verdict, 16) + "\" does not match " + std::to_string(c.failed) +
+              " failed checks");
+    }
+    return c;
+  });
+  if (!read.isOk()) {
+    row.fail(read.status().message());
     return std::nullopt;
   }
-  return static_cast<int>(v);
+  return *read;
+}
+
+// The stored check details: {} (a run stored before schema step 4) or {"categories": {name: counts}, "failures":
+// [{"category", "name", "action"}]}, rebuilt from what reads (nothing else the column holds is passed on).
+nlohmann::json readCheckDetails(const nlohmann::json& doc, RowReader& row) {
+  if (doc.is_object() && doc.empty()) return nlohmann::json::object();
+  auto read = report::readJson([&] {
+    report::In in(doc, "check_details");
+    in.requireObject();
+    nlohmann::json out = nlohmann::json::object();
+    nlohmann::json categories = nlohmann::json::object();
+    const report::In cats = in.at("categories");
+    cats.requireObject();
+    if (cats.json().size() > kMaxStoredCategories) {
+      cats.fail("more than " + std::to_string(kMaxStoredCategories) + " categories");
+    }
+    for (const auto& [name, value] : cats.json().items()) {
+      if (name.empty() || name.size() > report::kMaxNameBytes)
+        cats.fail("a category name of " + std::to_string(name.size()) + " bytes");
+      categories[name] = report::toJson(readCounts(cats.member(name, value)));
+    }
+    nlohmann::json failures = nlohmann::json::array();
+    const report::In list = in.at("failures");
+    list.requireArray();
+    if (list.size() > kMaxStoredFailures) list.fail("more than " + std::to_string(kMaxStoredFailures) + " failures");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const report::In f = list.item(i);
+      f.requireObject();
+      failures.push_back({{"category", f.at("category").str(report::kMaxNameBytes)},
+                          {"name", f.at("name").str()},
+                          {"action", f.str("action", "", report::kMaxNameBytes)}});
+    }
+    out["categories"] = std::move(categories);
+    out["failures"] = std::move(failures);
+    return out;
+  });
+  if (!read.isOk()) {
+    row.fail(read.status().message());
+    return nlohmann::json::object();
+  }
+  return std::move(*read);
 }
 
 // Depth of a JSON value, walked without recursion (a run file's unknown keys may nest arbitrarily).
@@ -263,10 +424,52 @@ std::string runContentHash(const report::Run& run) {
 }
 
 StatusOr<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& url, OpenMode mode) {
-  PEERLAB_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, openDatabase(url, mode));
-  std::unique_ptr<HistoryStore> store(new HistoryStore(std::move(db)));
-  PEERLAB_RETURN_IF_ERROR(store->migrate(mode, url));
+  // A SQLite file this open makes is taken away again when it cannot be made a history (a full disk): nothing is left
+  // that would later read as "not a peerlab history".
+  struct stat st {};
+  auto backend = classifyDatabase(url, mode);
+  const bool makes = mode == OpenMode::kCreate && backend.isOk() && *backend == Backend::kSqlite && url != ":memory:" &&
+                     ::lstat(url.c_str(), &st) != 0 && errno == ENOENT;
+  auto unmake = [&] {
+    if (!makes) return;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+      ::unlink((url + suffix).c_str());
+  };
+  auto db = openDatabase(url, mode);
+  if (!db.isOk()) {
+    unmake();
+    return db.status();
+  }
+  std::unique_ptr<HistoryStore> store(new HistoryStore(std::move(*db)));
+  store->read_only_ = mode == OpenMode::kReadOnly;
+  if (Status migrated = store->migrate(mode, url); !migrated.isOk()) {
+    store.reset();
+    unmake();
+    return migrated;
+  }
   return store;
+}
+
+nlohmann::json RunInfo::checksJson() const {
+  return checks ? report::toJson(*checks) : nlohmann::json::object();
+}
+
+void HistoryStore::warn(const std::string& key, const std::string& message) {
+  if (!warned_.insert(key).second) return;
+  if (warnings_.size() + 1 < kMaxWarnings) {
+    warnings_.push_back(message);
+    if (warning_sink_) warning_sink_(message);
+    return;
+  }
+  // The last one counts the rest.
+  ++unshown_warnings_;
+  const std::string more = std::to_string(unshown_warnings_) + " more stored rows left out (not listed)";
+  if (warnings_.size() < kMaxWarnings) {
+    warnings_.push_back(more);
+  } else {
+    warnings_.back() = more;
+  }
+  if (warning_sink_ && unshown_warnings_ == 1) warning_sink_("more stored rows left out; the count is at the end");
 }
 
 Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
@@ -282,7 +485,7 @@ Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
                    ++tables;
                    hasSchema = hasSchema || r.text(0) == "schema_version";
                  }));
-  if (!hasSchema && mode == OpenMode::kExisting) {
+  if (!hasSchema && mode != OpenMode::kCreate) {
     return PEERLAB_INVALID_ARGUMENT(name +
                                     ": not a peerlab history (no schema_version table; only `peerlab history "
                                     "ingest`, or --create, makes one)");
@@ -305,6 +508,17 @@ Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
     if (current == latest) {
       version_ = latest;
       return Status::ok();
+    }
+    // A reader reads an older store as it is (runs() leaves the columns it lacks empty) and never migrates it.
+    if (mode == OpenMode::kReadOnly && current >= 1 && current < latest) {
+      version_ = current;
+      return Status::ok();
+    }
+    if (mode == OpenMode::kReadOnly) {
+      return PEERLAB_INVALID_ARGUMENT(name + ": schema version " + std::to_string(current) +
+                                      (current > latest
+                                           ? " is newer than this peerlab's (" + std::to_string(latest) + ")"
+                                           : " is not one this peerlab knows"));
     }
   }
   Status st = applyMigrations();
@@ -428,37 +642,51 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
 
 StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   std::vector<RunInfo> out;
-  Status parseError;
+  // Columns a store of an older schema (read, not migrated) does not have yet read as their defaults.
+  const std::string expectations = version_ >= 2 ? "expectations" : "'[]'";
+  const std::string verdict = version_ >= 3 ? "verdict, checks" : "'', '{}'";
+  const std::string details = version_ >= 4 ? "check_details" : "'{}'";
+  const std::string node = version_ >= 5 ? "node" : "''";
   PEERLAB_RETURN_IF_ERROR(db_->query(
-      "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source,"
-      " expectations, ingested_at, verdict, checks, check_details, node FROM runs ORDER BY id",
+      "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
+          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
+        RowReader row(r);
         RunInfo info;
-        info.id = r.integer(0);
-        info.content_hash = r.text(1);
-        info.host = r.text(2);
-        info.kind = r.text(3);
-        info.git_sha = r.text(4);
-        info.timestamp = r.text(5);
-        info.tool = r.text(6);
-        info.driver = r.text(7);
-        info.cuda = r.text(8);
-        info.nccl = r.text(9);
-        auto gpus = nlohmann::json::parse(r.text(10), nullptr, false);
-        if (gpus.is_array()) {
-          for (const auto& g : gpus)
-            if (g.is_string()) info.gpus.push_back(g.get<std::string>());
+        info.id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
+        info.content_hash = row.text(1, "content_hash", 64);
+        if (!isKey(info.content_hash, 32, "0123456789abcdef")) row.fail("content_hash is not 32 hex digits");
+        info.host = row.text(2, "host");
+        info.kind = row.text(3, "kind");
+        info.git_sha = row.text(4, "git_sha");
+        info.timestamp = row.text(5, "timestamp");
+        info.tool = row.text(6, "tool");
+        info.driver = row.text(7, "driver");
+        info.cuda = row.text(8, "cuda");
+        info.nccl = row.text(9, "nccl");
+        info.gpus = readGpuNames(row.json(10, "gpus", kMaxGpusColumnBytes, 2), row);
+        info.results = static_cast<int>(row.integer(11, "results", 0, report::kMaxResults).value_or(0));
+        info.source = row.text(12, "source");
+        info.expectations =
+            sanitizeExpectations(row.json(13, "expectations", kMaxExpectationsBytes, report::kMaxJsonDepth));
+        info.ingested_at = row.text(14, "ingested_at");
+        info.verdict = row.text(15, "verdict", 8);
+        if (!info.verdict.empty() && info.verdict != "PASS" && info.verdict != "FAIL") {
+          row.fail("verdict \"" + printable(info.verdict, 16) + "\" is not PASS or FAIL");
         }
-        info.results = static_cast<int>(r.integer(11));
-        info.source = r.text(12);
-        info.expectations = sanitizeExpectations(nlohmann::json::parse(r.text(13), nullptr, false));
-        info.ingested_at = r.text(14);
-        info.verdict = r.text(15);
-        auto checks = nlohmann::json::parse(r.text(16), nullptr, false);
-        if (checks.is_object()) info.checks = checks;
-        auto details = nlohmann::json::parse(r.text(17), nullptr, false);
-        if (details.is_object()) info.check_details = details;
-        info.node = r.text(18);
+        const nlohmann::json checks = row.json(16, "checks", kMaxChecksColumnBytes, 2);
+        if (row.ok()) info.checks = readCheckCounts(checks, info.verdict, row);
+        const nlohmann::json details = row.json(17, "check_details", kMaxCheckDetailsBytes, 4);
+        if (row.ok()) info.check_details = readCheckDetails(details, row);
+        info.node = row.text(18, "node", kMaxNodeNameBytes);
+        if (!row.ok()) {
+          const std::string which = info.id > 0 ? "run " + std::to_string(info.id) : std::string("a run without an id");
+          const std::string hash =
+              isKey(info.content_hash, 32, "0123456789abcdef") ? " (" + info.content_hash + ")" : "";
+          warn("run:" + std::to_string(info.id) + ":" + info.content_hash,
+               "stored " + which + hash + " left out: " + printable(row.why(), 200));
+          return;
+        }
         info.time = orderTime(info.timestamp, info.ingested_at);
         out.push_back(std::move(info));
       }));
@@ -470,6 +698,19 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
 StatusOr<std::vector<RunInfo>> HistoryStore::remove(const std::vector<std::string>& which) {
   if (which.empty()) return PEERLAB_INVALID_ARGUMENT("no run named (a run id or a content hash)");
   PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, runs());
+  // A run left out of runs() (a stored row that does not read) can be removed all the same, by id or hash.
+  {
+    std::set<std::int64_t> listed;
+    for (const RunInfo& r : all)
+      listed.insert(r.id);
+    PEERLAB_RETURN_IF_ERROR(db_->query("SELECT id, content_hash FROM runs", {}, [&](const SqlRow& r) {
+      RowReader row(r);
+      RunInfo info;
+      info.id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
+      info.content_hash = row.text(1, "content_hash", 64);
+      if (info.id > 0 && !listed.count(info.id)) all.push_back(std::move(info));
+    }));
+  }
   std::vector<RunInfo> chosen;
   for (const std::string& w : which) {
     const RunInfo* found = nullptr;
@@ -519,35 +760,60 @@ Status HistoryStore::forEachResultOfRun(std::int64_t run_id, const std::function
 
 Status HistoryStore::readResults(const std::string& where, const std::vector<SqlValue>& params,
                                  const std::function<void(const StoredResult&)>& fn) {
+  // Rows left out, per run: how many and the first one's reason (one warning per run).
+  struct LeftOut {
+    std::int64_t count = 0;
+    std::string first;
+  };
+  std::map<std::int64_t, LeftOut> leftOut;
   StoredResult s;
-  return db_->query(
+  Status st = db_->query(
       "SELECT run_id, suite, impl, name, src, dst, ranks, bytes, time_us, algbw_gbps, busbw_gbps, wrong, status,"
-      " p10_us, p90_us, samples, sample_values FROM results " +
+      " p10_us, p90_us, samples, sample_values, seq FROM results " +
           where,
       params, [&](const SqlRow& r) {
-        s.run_id = r.integer(0);
+        RowReader row(r);
+        s.run_id = row.integer(0, "run_id", 0, std::numeric_limits<std::int64_t>::max()).value_or(0);
         report::Result& x = s.result;
-        x.suite = r.text(1);
-        x.impl = r.text(2);
-        x.name = r.text(3);
-        s.valid = true;
-        x.src = gpuColumn(r, 4, s.valid);
-        x.dst = gpuColumn(r, 5, s.valid);
-        const std::int64_t ranks = r.integer(6);
-        x.ranks = ranks >= 1 && ranks <= kMaxGpus ? static_cast<int>(ranks) : 1;
-        s.valid = s.valid && ranks >= 1 && ranks <= kMaxGpus;
-        x.bytes = figure(r, 7, s.valid);
-        x.time_us = figure(r, 8, s.valid);
-        x.algbw_gbps = figure(r, 9, s.valid);
-        x.busbw_gbps = figure(r, 10, s.valid);
-        x.wrong = figure(r, 11, s.valid);
-        x.status = r.text(12);
-        s.p10_us = figure(r, 13, s.valid);
-        s.p90_us = figure(r, 14, s.valid);
-        s.samples = figure(r, 15, s.valid);
-        s.sample_values = r.text(16);
+        x.suite = row.text(1, "suite");
+        x.impl = row.text(2, "impl");
+        x.name = row.text(3, "name");
+        auto gpu = [&](int col, const char* name) -> std::optional<int> {
+          auto v = row.integer(col, name, 0, kMaxGpus - 1);
+          return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
+        };
+        x.src = gpu(4, "src");
+        x.dst = gpu(5, "dst");
+        const auto ranks = row.integer(6, "ranks", 1, kMaxGpus);
+        if (!ranks && r.isNull(6)) row.fail("ranks is NULL");
+        x.ranks = ranks ? static_cast<int>(*ranks) : 1;
+        x.bytes = row.figure(7, "bytes");
+        x.time_us = row.figure(8, "time_us");
+        x.algbw_gbps = row.figure(9, "algbw_gbps");
+        x.busbw_gbps = row.figure(10, "busbw_gbps");
+        x.wrong = row.figure(11, "wrong");
+        x.status = row.text(12, "status");
+        s.p10_us = row.figure(13, "p10_us");
+        s.p90_us = row.figure(14, "p90_us");
+        s.samples = row.figure(15, "samples");
+        s.sample_values = row.text(16, "sample_values", kMaxSampleValuesBytes);
+        s.valid = row.ok();
+        s.invalid_reason = row.why();
+        if (!s.valid) {
+          LeftOut& l = leftOut[s.run_id];
+          if (l.count++ == 0) {
+            const auto seq = r.exactInteger(17);
+            l.first = (seq ? "row " + std::to_string(*seq) + ": " : std::string()) + row.why();
+          }
+        }
         fn(s);
       });
+  for (const auto& [run, l] : leftOut) {
+    warn("results:" + std::to_string(run), "run " + std::to_string(run) + ": " + std::to_string(l.count) +
+                                               " stored result" + (l.count == 1 ? "" : "s") + " left out (" +
+                                               printable(l.first, 200) + ")");
+  }
+  return st;
 }
 
 Status HistoryStore::recordNodeState(const NodeState& s) {
@@ -579,9 +845,21 @@ Status HistoryStore::recordNodeState(const NodeState& s) {
 
 StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
   std::map<std::string, NodeState> latest;
+  // A store of an older schema (read, not migrated) has no node states yet.
+  if (version_ < 4) return std::vector<NodeState>{};
   PEERLAB_RETURN_IF_ERROR(db_->query(
-      "SELECT node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
-        NodeState s{r.text(0), r.text(1), r.text(2), r.text(3), r.text(4)};
+      "SELECT id, node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
+        RowReader row(r);
+        const std::int64_t id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
+        NodeState s{row.text(1, "node", kMaxNodeNameBytes), row.text(2, "state", 16),
+                    row.text(3, "reason", kMaxNodeReasonBytes), row.text(4, "recorded_at", report::kMaxNameBytes),
+                    row.text(5, "source", report::kMaxNameBytes)};
+        if (row.ok() && s.node.empty()) row.fail("node is empty");
+        if (!row.ok()) {
+          warn("node_state:" + std::to_string(id),
+               "stored node state " + std::to_string(id) + " left out: " + printable(row.why(), 200));
+          return;
+        }
         // What another version stored is read as it is checked on the way in.
         if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) s.state = "down";
         s.node = printable(s.node, kMaxNodeNameBytes);

@@ -7,10 +7,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "harness/history/database.h"
+#include "harness/report/checks.h"
 #include "harness/report/report.h"
 #include "reference/core/status.h"
 
@@ -37,19 +39,21 @@ struct RunInfo {
   int results = 0;
   std::string source;                                     ///< the file it was ingested from
   nlohmann::json expectations = nlohmann::json::array();  ///< the qualify plan's expected figures, if the run had one
-  /// The checks engine's verdict at ingest ("PASS"/"FAIL") and its counts ({"verdict","total","passed","failed",
-  /// "warnings","unsupported","skipped"}); "" and {} for runs stored before verdicts were kept.
+  /// The checks engine's verdict at ingest ("PASS"/"FAIL") and its counts; "" and nullopt for runs stored before
+  /// verdicts were kept.
   std::string verdict;
-  nlohmann::json checks = nlohmann::json::object();
+  std::optional<report::CheckCounts> checks;
   /// What the fleet page's node x check matrix shows, from the same checks: {"categories": {category: counts as in
-  /// `checks`}, "failures": [{"category", "name", "action"}] (the first kMaxStoredFailures failed checks)}; {} for runs
-  /// stored before schema step 4.
+  /// checksJson()}, "failures": [{"category", "name", "action"}] (the first kMaxStoredFailures failed checks)}; {} for
+  /// runs stored before schema step 4. Read back through bounds: the keys above only, each of its type.
   nlohmann::json check_details = nlohmann::json::object();
 
   /// What series are grouped by: the kind, or the node (else the host) when the run names no kind.
   const std::string& machine() const { return !kind.empty() ? kind : nodeOrHost(); }
   /// The node that ran it: its identity, or the host name for runs stored before identities were kept.
   const std::string& nodeOrHost() const { return node.empty() ? host : node; }
+  /// The counts as stored: {"verdict","total","passed","failed","warnings","unsupported","skipped"}, or {}.
+  nlohmann::json checksJson() const;
 };
 
 /// A node's state in the scheduler, as `history node-state` recorded it (the Slurm sweep records every node it looks
@@ -79,9 +83,11 @@ struct StoredResult {
   std::optional<double> p90_us;
   std::optional<double> samples;  ///< the sample count
   std::string sample_values;      ///< the samples as a JSON array when the run file listed them, else ""
-  /// False when the stored row names a GPU outside [0, kMaxGpus), ranks outside [1, kMaxGpus] or a figure that is
-  /// negative, not finite or beyond 1e15 (those fields are then left empty): such a row is neither drawn nor analysed.
+  /// False when the stored row names a GPU outside [0, kMaxGpus), ranks outside [1, kMaxGpus], a figure that is
+  /// negative, not finite or beyond 1e15, a column of the wrong type or a text longer than the reader takes (those
+  /// fields are then left empty): such a row is neither drawn nor analysed, and the store warns about it.
   bool valid = true;
+  std::string invalid_reason;  ///< why not valid: "src 2000 is outside 0 .. 1023"
 };
 
 struct IngestOptions {
@@ -119,8 +125,17 @@ class HistoryStore {
  public:
   /// Opens and migrates to the latest schema version; concurrent openers take turns. kCreate makes a missing store
   /// (`history ingest`); kExisting opens only a peerlab history that is there (a SQLite file or a PostgreSQL database
-  /// holding the schema) and never creates, converts or writes anything but a schema migration.
+  /// holding the schema) and never creates, converts or writes anything but a schema migration; kReadOnly writes
+  /// nothing at all (a store of an older schema is read as it is, its missing columns empty).
   static StatusOr<std::unique_ptr<HistoryStore>> open(const std::string& url, OpenMode mode = OpenMode::kCreate);
+
+  /// Every stored row is read through bounds (text sizes, JSON size and depth, column types and ranges); a row that
+  /// does not read is left out and named in one warning ("run 7 (content hash ...) left out: checks: nested deeper
+  /// than the 64 levels allowed"), each once per store. `sink` sees each warning as it is made.
+  void onWarning(std::function<void(const std::string&)> sink) { warning_sink_ = std::move(sink); }
+  /// The warnings made so far (at most kMaxWarnings; the rest are counted in the last).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  static constexpr size_t kMaxWarnings = 100;
 
   int schemaVersion() const { return version_; }
   const char* dialect() const { return db_->dialect(); }
@@ -152,9 +167,15 @@ class HistoryStore {
   Status applyMigrations();
   Status readResults(const std::string& where, const std::vector<SqlValue>& params,
                      const std::function<void(const StoredResult&)>& fn);
+  void warn(const std::string& key, const std::string& message);
 
   std::unique_ptr<Database> db_;
   int version_ = 0;
+  bool read_only_ = false;
+  std::function<void(const std::string&)> warning_sink_;
+  std::vector<std::string> warnings_;
+  std::set<std::string> warned_;
+  size_t unshown_warnings_ = 0;
 };
 
 }  // namespace peerlab::history

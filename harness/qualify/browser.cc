@@ -88,7 +88,23 @@ StatusOr<PageLoad> loadPage(const std::string& html_path, int timeout_s, int wid
   return load;
 }
 
-Status screenshotReport(const std::string& html_path, const std::string& png_path, int width, int timeout_s) {
+std::string Screenshot::describe() const {
+  auto thousands = [](int v) {
+    std::string t = std::to_string(v);
+    for (int i = static_cast<int>(t.size()) - 3; i > 0; i -= 3)
+      t.insert(static_cast<size_t>(i), ",");
+    return t;
+  };
+  std::string names;
+  for (const std::string& f : files)
+    names += (names.empty() ? "" : ", ") + f;
+  if (files.size() == 1) return names + " (the whole page, " + thousands(page_height) + " px)";
+  return names + " (the page is " + thousands(page_height) + " px high: " + std::to_string(files.size()) +
+         " parts of at most " + thousands(kScreenshotPartPx) + " px, top to bottom)";
+}
+
+StatusOr<Screenshot> screenshotReport(const std::string& html_path, const std::string& png_path, int width,
+                                      int timeout_s) {
   PEERLAB_ASSIGN_OR_RETURN(PageLoad load, loadPage(html_path, timeout_s, width));
   const std::string ready = htmlAttribute(load.dom, "data-peerlab-ready");
   if (ready != "ok") {
@@ -96,26 +112,54 @@ Status screenshotReport(const std::string& html_path, const std::string& png_pat
   }
   int height = 2000;
   const std::string h = htmlAttribute(load.dom, "data-peerlab-height");
-  if (!h.empty()) height = std::clamp(std::atoi(h.c_str()) + 16, 200, 16000);
+  if (!h.empty()) height = std::clamp(std::atoi(h.c_str()) + 16, 200, 1000000);
   const std::string chromium = findChromium();
-  PEERLAB_ASSIGN_OR_RETURN(TempDir profile, TempDir::make("peerlab-chromium"));
   std::error_code ec;
-  const std::string png = std::filesystem::absolute(png_path, ec).string();
-  std::filesystem::remove(png, ec);
-  process::ProcessOptions po;
-  po.argv = baseArgs(chromium, profile.path());
-  po.argv.push_back("--screenshot=" + png);
-  po.argv.push_back("--window-size=" + std::to_string(width) + "," + std::to_string(height));
-  po.argv.push_back(fileUrl(html_path));
-  po.stdout_path = profile.path() + "/chromium.log";
-  po.stderr_path = po.stdout_path;
-  po.timeout = std::chrono::seconds(timeout_s);
-  PEERLAB_ASSIGN_OR_RETURN(process::ProcessResult r, process::runProcess(po));
-  if (!r.ok() || !std::filesystem::exists(png) || std::filesystem::file_size(png, ec) == 0) {
-    return PEERLAB_INTERNAL(chromium + " --screenshot " + png_path + ": " + process::describeExit(r, po.timeout) +
-                            ": " + tailOfFile(po.stdout_path, 3));
+  const std::filesystem::path first = std::filesystem::absolute(png_path, ec);
+  const std::string stem = (first.parent_path() / first.stem()).string();
+  auto partName = [&](int k) { return k == 1 ? first.string() : stem + "-" + std::to_string(k) + ".png"; };
+  auto shownName = [&](int k) {
+    if (k == 1) return png_path;
+    const std::filesystem::path p(png_path);
+    return ((p.parent_path() / p.stem()).string() + "-" + std::to_string(k) + ".png");
+  };
+  Screenshot out;
+  out.page_height = height;
+  const int parts = (height + kScreenshotPartPx - 1) / kScreenshotPartPx;
+  // Parts a longer page left here before would read as part of this one: <stem>-N.png beyond this page's parts.
+  const std::string prefix = first.stem().string() + "-";
+  for (const auto& e : std::filesystem::directory_iterator(first.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - 4, 4, ".png") != 0) {
+      continue;
+    }
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::atoi(digits.c_str()) > parts) std::filesystem::remove(e.path(), ec);
   }
-  return Status::ok();
+  for (int k = 1; k <= parts; ++k) {
+    const int offset = (k - 1) * kScreenshotPartPx;
+    const int part = std::min(kScreenshotPartPx, height - offset);
+    PEERLAB_ASSIGN_OR_RETURN(TempDir profile, TempDir::make("peerlab-chromium"));
+    const std::string png = partName(k);
+    std::filesystem::remove(png, ec);
+    process::ProcessOptions po;
+    po.argv = baseArgs(chromium, profile.path());
+    po.argv.push_back("--screenshot=" + png);
+    po.argv.push_back("--window-size=" + std::to_string(width) + "," + std::to_string(part));
+    po.argv.push_back(fileUrl(html_path) + (offset > 0 ? "#peerlab-shot=" + std::to_string(offset) : ""));
+    po.stdout_path = profile.path() + "/chromium.log";
+    po.stderr_path = po.stdout_path;
+    po.timeout = std::chrono::seconds(timeout_s);
+    PEERLAB_ASSIGN_OR_RETURN(process::ProcessResult r, process::runProcess(po));
+    if (!r.ok() || !std::filesystem::exists(png) || std::filesystem::file_size(png, ec) == 0) {
+      return PEERLAB_INTERNAL(chromium + " --screenshot " + shownName(k) + ": " + process::describeExit(r, po.timeout) +
+                              ": " + tailOfFile(po.stdout_path, 3));
+    }
+    out.files.push_back(shownName(k));
+  }
+  return out;
 }
 
 }  // namespace peerlab::qualify

@@ -2,6 +2,7 @@
 /// Headless Chromium for the HTML report: load a page and read back its DOM, or write a PNG screenshot.
 
 #include <string>
+#include <vector>
 
 #include "reference/core/status.h"
 
@@ -20,10 +21,24 @@ struct PageLoad {
 /// `width` is the window width the page is laid out for (its height then follows from the layout).
 StatusOr<PageLoad> loadPage(const std::string& html_path, int timeout_s = 90, int width = 1280);
 
-/// Writes a PNG of the whole report: loads it once to read its height (data-peerlab-height, set by the report's
-/// script), then screenshots at `width` x that height (capped at 16000 px).
-Status screenshotReport(const std::string& html_path, const std::string& png_path, int width = 1280,
-                        int timeout_s = 120);
+/// Height of one screenshot part: a page longer than this is captured in several PNGs.
+inline constexpr int kScreenshotPartPx = 16000;
+
+/// The PNGs of a whole page, top to bottom.
+struct Screenshot {
+  std::vector<std::string> files;  ///< `png_path`, then <stem>-2.png, <stem>-3.png, ...
+  int page_height = 0;             ///< px
+  /// "report.png (the whole page, 13,840 px)" or "report.png, report-2.png (the page is 25,123 px high: 2 parts of
+  /// at most 16,000 px, top to bottom)".
+  std::string describe() const;
+};
+
+/// Writes PNGs of the whole report: loads it once to read its height (data-peerlab-height, set by the report's
+/// script), then screenshots it at `width` in parts of at most kScreenshotPartPx (the page's script shows part k from
+/// its offset, #peerlab-shot=N), so nothing below the first 16,000 px is lost. Parts a longer page left before are
+/// removed.
+StatusOr<Screenshot> screenshotReport(const std::string& html_path, const std::string& png_path, int width = 1280,
+                                      int timeout_s = 120);
 
 /// The value of attribute `name` on the first <html ...> tag of a DOM dump, "" when absent.
 std::string htmlAttribute(const std::string& dom, const std::string& name);

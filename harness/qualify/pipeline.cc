@@ -17,6 +17,11 @@ namespace peerlab::qualify {
 
 StatusOr<PlanTopology> loadPlanTopology(const std::string& fixture) {
   PEERLAB_ASSIGN_OR_RETURN(topology::Topology topo, topology::load(fixture));
+  if (topo.gpus().size() > static_cast<size_t>(kMaxPlanGpus)) {
+    return PEERLAB_INVALID_ARGUMENT((fixture.empty() ? std::string("this machine") : fixture) + ": " +
+                                    std::to_string(topo.gpus().size()) + " GPUs; peerlab plans for at most " +
+                                    std::to_string(kMaxPlanGpus) + " GPUs in one machine");
+  }
   PlanTopology plan = fromTopology(topo);
   if (fixture.empty()) {
     // The DRAM peak, for the device-local copy expectation; a GPU CUDA cannot see keeps none.

@@ -11,8 +11,12 @@
 
 namespace peerlab::qualify {
 
+/// Most GPUs of one machine peerlab plans for (the probe's workers take at most as many); a topology with more is
+/// refused before anything is planned.
+inline constexpr int kMaxPlanGpus = 64;
+
 /// The plan's view of the live machine (`fixture` empty) or of a topology XML file. `invalid_argument` names a bad
-/// file; the live machine without GPUs loads (with none).
+/// file or one of more than kMaxPlanGpus GPUs; the live machine without GPUs loads (with none).
 StatusOr<PlanTopology> loadPlanTopology(const std::string& fixture);
 
 /// Ok when CUDA sees at least one GPU; otherwise the reason (no driver, no device).

@@ -2,6 +2,8 @@
 // baseline checks, bad inputs.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -282,6 +284,92 @@ TEST(QualifyCli, BadInputs) {
     EXPECT_EQ(lineCount(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
   }
+}
+
+// A rule the config switches off is named in every output: the console line, summary.md, report.html, junit.xml and
+// `peerlab report` on the bundle's results.json.
+TEST(QualifyCli, DisabledRulesAreNamedInEveryOutput) {
+  const std::string dir = scratchDir("qualify-disabled");
+  const std::string good = storedRun(dir + "/good.json", 393.0);
+  std::ofstream(dir + "/off.toml") << "[expect.peer_copy_ce_uni]\nenabled = false\n";
+  CliRun r =
+      runPeerlab({"qualify", "--results", good, "--config", dir + "/off.toml", "--out", dir + "/b", "--skip-bench"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string note = "1 rule disabled by the config: expect.peer_copy_ce_uni";
+  EXPECT_NE(r.out.find("peerlab qualify: PASS: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped; " + note + "; bundle"), std::string::npos) << r.out;
+  EXPECT_NE(readFile(dir + "/b/summary.md").find("- " + note), std::string::npos);
+  EXPECT_NE(readFile(dir + "/b/report.html").find(note), std::string::npos);
+  const std::string junit = readFile(dir + "/b/junit.xml");
+  EXPECT_NE(junit.find("skipped; " + note + " -->"), std::string::npos) << junit.substr(0, 300);
+  EXPECT_NE(junit.find("<property name=\"disabled_rules\" value=\"" + note + "\"/>"), std::string::npos);
+  CliRun report = runPeerlab({"report", dir + "/b/results.json", "--html", dir + "/r.html"});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find(note), std::string::npos) << report.out;
+  // Without the config nothing is said.
+  CliRun plain = runPeerlab({"qualify", "--results", good, "--out", dir + "/p", "--skip-bench"});
+  EXPECT_EQ(plain.out.find("disabled by the config"), std::string::npos) << plain.out;
+  EXPECT_EQ(readFile(dir + "/p/junit.xml").find("disabled"), std::string::npos);
+}
+
+// A bundle that cannot be written completely (a file size limit stands in for a full disk) holds nothing that looks
+// valid: INCOMPLETE says why and no output is left; written again, it is whole and INCOMPLETE is gone.
+TEST(QualifyCli, ABundleThatCannotBeWrittenIsMarkedIncomplete) {
+  const std::string dir = scratchDir("qualify-incomplete");
+  const std::string good = storedRun(dir + "/good.json", 393.0);
+  const std::string out = dir + "/bundle";
+  // 48 KiB: INCOMPLETE, plan.txt and results.json fit, report.html (or summary.md) does not. SIGXFSZ ignored, so the
+  // write fails with EFBIG as it would with ENOSPC; messages go out through a pipe, which the limit does not hold.
+  CliRun r = runCommand({"bash", "-c",
+                         "set -o pipefail; trap '' XFSZ; (ulimit -f 48; exec \"$0\" qualify --results \"$1\" --out "
+                         "\"$2\") 2>&1 | cat >&2",
+                         PEERLAB_BINARY, good, out});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("left marked INCOMPLETE"), std::string::npos) << r.err;
+  ASSERT_TRUE(std::filesystem::is_regular_file(out + "/INCOMPLETE")) << r.err;
+  EXPECT_NE(readFile(out + "/INCOMPLETE").find("this bundle is not complete: cannot write"), std::string::npos)
+      << readFile(out + "/INCOMPLETE");
+  for (const char* f : {"results.json", "report.html", "summary.md", "junit.xml"})
+    EXPECT_FALSE(std::filesystem::exists(out + "/" + f)) << f;
+  CliRun again = runPeerlab({"qualify", "--results", good, "--out", out});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_FALSE(std::filesystem::exists(out + "/INCOMPLETE"));
+  for (const char* f : {"results.json", "report.html", "summary.md", "junit.xml", "plan.txt"})
+    EXPECT_TRUE(std::filesystem::is_regular_file(out + "/" + f)) << f;
+}
+
+// A topology of more GPUs than one machine holds is refused at once with the numbers, not planned for minutes.
+TEST(QualifyCli, TopologiesOfTooManyGpusAreRefused) {
+  const std::string dir = scratchDir("qualify-many-gpus");
+  auto fixture = [&](int gpus) {
+    const std::string path = dir + "/gpus" + std::to_string(gpus) + ".xml";
+    std::ofstream f(path);
+    f << "<system version=\"1\">\n  <cpu numaid=\"0\" affinity=\"ffffffff\" arch=\"x86_64\" vendor=\"GenuineIntel\" "
+         "familyid=\"6\" modelid=\"85\">\n";
+    for (int i = 0; i < gpus; ++i) {
+      char bus[32];
+      std::snprintf(bus, sizeof(bus), "0000:%02x:%02x.0", 1 + i / 32, i % 32);
+      f << "    <pci busid=\"" << bus
+        << "\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x20b0\" subsystem_vendor=\"0x10de\" "
+           "subsystem_device=\"0x134f\" link_speed=\"16 GT/s\" link_width=\"16\"/>\n";
+    }
+    f << "  </cpu>\n</system>\n";
+    return path;
+  };
+  for (int gpus : {65, 300}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CliRun r = runPeerlab({"qualify", "--fixture", fixture(gpus), "--dry-run"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(std::to_string(gpus) + " GPUs; peerlab plans for at most 64 GPUs in one machine"),
+              std::string::npos)
+        << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  }
+  // 64 plan (4,032 ordered pairs).
+  CliRun most = runPeerlab({"qualify", "--fixture", fixture(64), "--dry-run"});
+  EXPECT_EQ(most.exit_code, 0) << most.err;
+  EXPECT_NE(most.out.find("Pairs (4032 ordered)"), std::string::npos);
 }
 
 }  // namespace

@@ -203,6 +203,29 @@ TEST(ReportCli, CompareJsonCarriesTheNoiseRule) {
   EXPECT_EQ(runPeerlab({"report", "--compare", a, b, "--spread-factor", "x"}).exit_code, 2);
 }
 
+// What goes to stdout is an output like any file: `> /dev/full` is an error with exit 4, never a silent success; a
+// file option naming a full device is the file's error.
+TEST(ReportCli, FailedWritesAreErrors) {
+  const std::string dir = scratchDir("report-cli-full");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"report", sample()}, std::vector<std::string>{"report", sample(), "--summary", "-"},
+        std::vector<std::string>{"qualify", "--results", sample(), "--out", dir + "/b"}}) {
+    std::string cmd = "exec \"$0\"";
+    for (size_t i = 0; i < args.size(); ++i)
+      cmd += " \"$" + std::to_string(i + 1) + "\"";
+    std::vector<std::string> argv = {"bash", "-c", cmd + " >/dev/full", PEERLAB_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CliRun r = runCommand(argv);
+    EXPECT_EQ(r.exit_code, 4) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("cannot write stdout: No space left on device"), std::string::npos) << r.err;
+  }
+  CliRun summary = runPeerlab({"report", sample(), "--summary", "/dev/full"});
+  EXPECT_EQ(summary.exit_code, 2) << summary.err;
+  EXPECT_NE(summary.err.find("cannot write /dev/full: No space left on device"), std::string::npos) << summary.err;
+  CliRun html = runPeerlab({"report", sample(), "--html", "/dev/full"});
+  EXPECT_EQ(html.exit_code, 2) << html.err;
+}
+
 // --drain-reason: stdout holds only the text of a Slurm drain reason (the failed check calling for the most drastic
 // action, its GPU, the action's short form), nothing for a passing run; it reads one run and nothing else.
 TEST(ReportCli, DrainReasonIsOneLineForAFailingRunAndNothingForAPassingOne) {

@@ -1,10 +1,16 @@
 #include "harness/report/chart_page.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
+#include <set>
 #include <sstream>
 
 #include "harness/layout/layout.h"
@@ -28,17 +34,26 @@ table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f4f4f4; } td.l, th.l { text-align: left; }
 .muted { color: var(--muted); } .ok { color: var(--ok); } .warn { color: var(--warn); } .bad { color: var(--bad); }
+td, th { overflow-wrap: break-word; }
+td.long { overflow-wrap: anywhere; min-width: 14em; }
+.pill { white-space: nowrap; }
 td.cell-fail { background: #f8d0d0; color: #8b0000; font-weight: 600; }
 td.cell-warn { background: #fde8b8; color: #7a4a00; }
 td.cell-ok { background: #e3f4e6; }
+td.cell-info { background: #dbe8fb; color: #1b3f73; }
+td.cell-skip { background: repeating-linear-gradient(135deg, #efefef 0 5px, #dcdcdc 5px 10px); color: #555; font-style: italic; }
+td.cell-na { background: #fafafa; color: #999; font-style: italic; }
+td.cell-self { background: #e6e6e6; color: #888; }
+.tablebox { overflow-x: auto; max-width: 100%; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.plchart { flex: 1 1 520px; max-width: 700px; height: 340px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
+.plchart { flex: 1 1 520px; max-width: 700px; height: 380px; position: relative; border: 1px solid #eee; padding: 4px; box-sizing: border-box; }
 .plchart.nochart canvas { display: none; }
 .plchart.nochart::after { content: "chart unavailable"; color: var(--muted); }
 .tiles { display: flex; flex-wrap: wrap; gap: 4px 28px; align-items: flex-start; }
 .tile { max-width: 440px; }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
 .verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
+.verdict-warn { color: #7a4a00; font-weight: 700; }
 )css";
 
 // Draws every .plchart block with Chart.js and reports on <html> what it did.
@@ -52,6 +67,10 @@ constexpr const char* kBootScript = R"js(
     root.setAttribute('data-peerlab-ready', state);
     root.setAttribute('data-peerlab-height', String(Math.ceil(Math.max(document.body.scrollHeight,
         document.documentElement.scrollHeight))));
+    root.setAttribute('data-peerlab-width', String(Math.ceil(document.documentElement.scrollWidth)));
+    // A screenshot of a long page is taken in parts: #peerlab-shot=N shows the page from N px down.
+    var shot = /peerlab-shot=(\d+)/.exec(location.hash);
+    if (shot) document.body.style.transform = 'translateY(-' + shot[1] + 'px)';
   }
   function bytes(v) {
     var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
@@ -61,7 +80,10 @@ constexpr const char* kBootScript = R"js(
   if (typeof Chart === 'undefined') {
     blocks.forEach(function (b) { b.classList.add('nochart'); });
     var n = document.getElementById('nochartjs');
-    if (n) n.style.display = 'block';
+    if (n && blocks.length) {
+      document.body.insertBefore(n, document.body.firstChild);
+      n.style.display = 'block';
+    }
     finish(blocks.length ? 'no-chartjs' : 'ok', 0);
     return;
   }
@@ -105,9 +127,61 @@ std::string hexToRgba(const std::string& hex, double alpha) {
 }  // namespace
 
 const std::vector<std::string>& chartPalette() {
-  static const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  static const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
+                                                    "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
   return kPalette;
+}
+
+ImplColours::ImplColours(const std::vector<std::pair<std::string, std::string>>& suite_impls) {
+  // Which implementations share a suite (and so a chart); colours are handed out in name order, each taking the
+  // first palette colour none of its suite mates holds (the least used one when all are taken).
+  std::map<std::string, std::set<std::string>> suitesOf;
+  std::map<std::string, std::set<std::string>> implsOf;
+  for (const auto& [suite, impl] : suite_impls) {
+    suitesOf[impl].insert(suite);
+    implsOf[suite].insert(impl);
+  }
+  const auto& palette = chartPalette();
+  std::vector<int> uses(palette.size(), 0);
+  for (const auto& [impl, suites] : suitesOf) {
+    std::vector<bool> taken(palette.size(), false);
+    for (const std::string& suite : suites) {
+      for (const std::string& mate : implsOf[suite]) {
+        auto it = colour_.find(mate);
+        if (it == colour_.end()) continue;
+        const size_t at = std::find(palette.begin(), palette.end(), it->second) - palette.begin();
+        if (at < taken.size()) taken[at] = true;
+      }
+    }
+    size_t pick = palette.size();
+    for (size_t i = 0; i < palette.size() && pick == palette.size(); ++i)
+      if (!taken[i]) pick = i;
+    if (pick == palette.size()) pick = std::min_element(uses.begin(), uses.end()) - uses.begin();
+    ++uses[pick];
+    colour_[impl] = palette[pick];
+  }
+}
+
+std::string ImplColours::of(const std::string& impl) const {
+  auto it = colour_.find(impl);
+  return it == colour_.end() ? std::string() : it->second;
+}
+
+std::string bytesConvention(const std::string& suite) {
+  static const std::map<std::string, std::string> kConventions = {
+      {"peer_copy", "the bytes copied from the source GPU to the destination; bidir: both directions added"},
+      {"host_copy", "the bytes copied between the host and the GPU; bidir: both directions added"},
+      {"zcopy", "the message bytes moved from one process's GPU to the other's"},
+      {"transport", "the bytes written or read through the transport"},
+      {"alltoallv",
+       "the size is the bytes one rank sends to all peers together; algbw = size / time, busbw = algbw x "
+       "(n-1)/n (nccl-tests' alltoall definition)"},
+      {"moe",
+       "one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert), the local rank included, as DeepEP "
+       "and pplx-kernels count them; algbw = those bytes / time, busbw = algbw x (n-1)/n; compared on algbw"},
+  };
+  auto it = kConventions.find(suite);
+  return it == kConventions.end() ? std::string() : it->second;
 }
 
 std::string chartJsPath() {
@@ -117,14 +191,62 @@ std::string chartJsPath() {
   return shipped.empty() ? PEERLAB_CHARTJS_PATH : shipped;
 }
 
-std::string chartJsSource() {
+const ChartJsFile& chartJs() {
+  // Read once per path: every page of a site shares one read (the path may change between calls in tests).
+  static std::string cachedPath;
+  static ChartJsFile cached;
+  static bool loaded = false;
   const std::string path = chartJsPath();
-  if (path.empty()) return "";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  if (loaded && path == cachedPath) return cached;
+  loaded = true;
+  cachedPath = path;
+  cached = ChartJsFile{};
+  cached.path = path;
+  const bool fromEnv = std::getenv("PEERLAB_CHARTJS") != nullptr;
+  const std::string name = fromEnv ? "$PEERLAB_CHARTJS " + path : path;
+  if (path.empty()) {
+    cached.problem = fromEnv ? "$PEERLAB_CHARTJS is empty" : "Chart.js (Debian package libjs-chart.js) was not found";
+    return cached;
+  }
+  // O_NONBLOCK: a FIFO opens at once instead of waiting for a writer, and is then refused as not a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    cached.problem = name + ": " + std::strerror(errno);
+    return cached;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    cached.problem = name + ": not a regular file";
+    return cached;
+  }
+  if (static_cast<size_t>(st.st_size) > kMaxChartJsBytes) {
+    ::close(fd);
+    cached.problem = name + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+                     std::to_string(kMaxChartJsBytes >> 20) + " MiB a Chart.js build may have";
+    return cached;
+  }
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxChartJsBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > kMaxChartJsBytes) {
+    cached.problem = name + ": grew beyond " + std::to_string(kMaxChartJsBytes >> 20) + " MiB while read";
+  } else if (text.empty()) {
+    cached.problem = name + ": empty";
+  } else {
+    cached.source = std::move(text);
+  }
+  return cached;
+}
+
+std::string chartJsSource() {
+  return chartJs().source;
 }
 
 std::string htmlEscape(std::string_view text) {
@@ -159,20 +281,28 @@ std::string pageBegin(const std::string& title, const std::string& extra_css) {
       "<!DOCTYPE html>\n<html lang=\"en\" data-peerlab-ready=\"loading\">\n<head>\n<meta charset=\"utf-8\">\n";
   s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   s += "<title>" + htmlEscape(title) + "</title>\n<style>" + kCss + extra_css + "</style>\n</head>\n<body>\n";
-  s += "<p id=\"nochartjs\">Charts are unavailable: Chart.js (Debian package libjs-chart.js) was not found when this "
-       "page was made. Tables below are complete.</p>\n";
   return s;
 }
 
-std::string pageEnd(bool with_charts) {
+std::string pageEnd(ChartJsUse use) {
   std::string s;
-  const std::string lib = with_charts ? chartJsSource() : std::string();
-  if (!lib.empty()) {
-    // A "</script" inside the library would end the element early; Chart.js has none, but be safe.
-    std::string safe = lib;
-    for (size_t p = 0; (p = safe.find("</script", p)) != std::string::npos; p += 2)
-      safe.replace(p, 2, "<\\/");
-    s += "<script>\n" + safe + "\n</script>\n";
+  if (use != ChartJsUse::kNone) {
+    // Said only on pages that draw charts, and only shown (at the top) when the library did not load.
+    const ChartJsFile& lib = chartJs();
+    const std::string why = !lib.problem.empty() ? lib.problem
+                            : use == ChartJsUse::kShared
+                                ? std::string(kSharedChartJsName) + " beside this page did not load"
+                                : std::string("the inlined Chart.js did not load");
+    s += "<p id=\"nochartjs\">Charts are unavailable: " + htmlEscape(why) + ". Tables are complete.</p>\n";
+    if (use == ChartJsUse::kInline && !lib.source.empty()) {
+      // A "</script" inside the library would end the element early; Chart.js has none, but be safe.
+      std::string safe = lib.source;
+      for (size_t p = 0; (p = safe.find("</script", p)) != std::string::npos; p += 2)
+        safe.replace(p, 2, "<\\/");
+      s += "<script>\n" + safe + "\n</script>\n";
+    } else if (use == ChartJsUse::kShared && !lib.source.empty()) {
+      s += std::string("<script src=\"") + kSharedChartJsName + "\"></script>\n";
+    }
   }
   s += "<script>";
   s += kBootScript;
@@ -185,7 +315,7 @@ json chartConfig(const LineChart& chart) {
   const auto& palette = chartPalette();
   for (size_t i = 0; i < chart.series.size(); ++i) {
     const ChartSeries& s = chart.series[i];
-    const std::string& colour = palette[i % palette.size()];
+    const std::string& colour = s.colour.empty() ? palette[i % palette.size()] : s.colour;
     json d = {{"label", s.label}, {"data", s.points},   {"borderColor", colour}, {"backgroundColor", colour},
               {"borderWidth", 2}, {"pointRadius", 2.5}, {"fill", false},         {"spanGaps", true},
               {"tension", 0}};
@@ -268,17 +398,19 @@ std::vector<std::pair<size_t, size_t>> splitEvenly(size_t n, size_t max_per_grou
   return out;
 }
 
-std::string fractionColour(double fraction) {
+std::string fractionColour(double fraction, bool checked) {
   if (!std::isfinite(fraction)) return "#eeeeee";
-  // Hue rises with the fraction and never falls: 0 (red) at 0.7 and below, 40 (amber) at 0.85, 120 (green) at 0.95
-  // and above; one lightness, so no cell looks greener than a better one.
+  // Hue rises with the fraction and never falls; one lightness, so no cell looks greener than a better one. Checked:
+  // 0 (red) below 1, 120 (green) from 1. Unchecked: 40 (amber) at 0.7 and below, 120 (green) at 0.95 and above.
   double hue = 0;
-  if (fraction >= 0.95) {
+  if (checked) {
+    hue = fraction >= 1 ? 120 : 0;
+  } else if (fraction >= 0.95) {
     hue = 120;
-  } else if (fraction > 0.85) {
-    hue = 40 + (fraction - 0.85) / 0.10 * 80;
   } else if (fraction > 0.7) {
-    hue = (fraction - 0.7) / 0.15 * 40;
+    hue = 40 + (fraction - 0.7) / 0.25 * 80;
+  } else {
+    hue = 40;
   }
   char buf[48];
   std::snprintf(buf, sizeof(buf), "hsl(%.0f, 65%%, 80%%)", hue);
@@ -294,14 +426,19 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
   const bool pctOfExpected = !time && anyExpected;
   std::string out = "<h3>" + htmlEscape(title) + "</h3>\n<p class=\"muted\">";
   if (time) {
-    out += "Microseconds per pair (row = source GPU, column = destination); colour against the row's fastest pair.";
+    out +=
+        "Microseconds per pair (row = source GPU, column = destination); amber to green against the row's fastest "
+        "pair (no check is made on these cells).";
   } else if (pctOfExpected) {
     out += "Percent of the expected figure per pair (row = source GPU, column = destination); hover for " +
-           htmlEscape(unit) + ". Red below 70%, amber below 95%.";
+           htmlEscape(unit) + ". Red: below the expected figure (its check fails); green: at or above it.";
   } else {
-    out += htmlEscape(unit) + " per pair (row = source GPU, column = destination); colour against the row's best pair.";
+    out += htmlEscape(unit) +
+           " per pair (row = source GPU, column = destination); amber to green against the row's best pair (no check "
+           "is made on these cells).";
   }
-  out += "</p>\n<table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) + "\"><tr><th>src \\ dst</th>";
+  out += "</p>\n<div class=\"tablebox\"><table class=\"heatmap\" data-unit=\"" + htmlEscape(unit) +
+         "\"><tr><th>src \\ dst</th>";
   for (int d = 0; d < gpus; ++d)
     out += "<th>" + std::to_string(d) + "</th>";
   out += "</tr>\n";
@@ -320,13 +457,22 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
     for (int d = 0; d < gpus; ++d) {
       const HeatCell* c = at(s, d);
       if (c && !c->value && !c->status.empty() && c->status != "ok") {
-        const bool failed = c->status.rfind("skipped", 0) != 0 && c->status.rfind("unsupported", 0) != 0;
-        out += std::string("<td class=\"") + (failed ? "cell-fail" : "muted") + "\" title=\"" + htmlEscape(c->status) +
-               "\">" + (failed ? "failed" : "-") + "</td>";
+        const bool skipped = c->status.rfind("skipped", 0) == 0;
+        const bool failed = !skipped && c->status.rfind("unsupported", 0) != 0;
+        out += std::string("<td class=\"") + (failed ? "cell-fail" : "cell-skip") + "\" title=\"" +
+               htmlEscape(c->status) + "\">" +
+               (failed    ? "failed"
+                : skipped ? "skipped"
+                          : "unsupported") +
+               "</td>";
+        continue;
+      }
+      if (s == d && (!c || !c->value)) {
+        out += "<td class=\"cell-self\" title=\"a GPU with itself\">&middot;</td>";
         continue;
       }
       if (!c || !c->value) {
-        out += "<td class=\"muted\">-</td>";
+        out += "<td class=\"cell-na\" title=\"not measured: the run holds no result for this pair\">n/a</td>";
         continue;
       }
       const double v = *c->value;
@@ -343,13 +489,14 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
         text = shortNumber(v);
         if (best && v > 0) fraction = time ? *best / v : v / *best;
       }
-      out += "<td style=\"background:" + fractionColour(fraction) + "\" title=\"" + htmlEscape(tip) +
+      const bool checked = pctOfExpected && c->expected && *c->expected > 0;
+      out += "<td style=\"background:" + fractionColour(fraction, checked) + "\" title=\"" + htmlEscape(tip) +
              "\" data-fraction=\"" + (std::isfinite(fraction) ? shortNumber(fraction) : "") + "\">" + htmlEscape(text) +
              "</td>";
     }
     out += "</tr>\n";
   }
-  out += "</table>\n";
+  out += "</table></div>\n";
   return out;
 }
 

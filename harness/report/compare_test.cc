@@ -544,8 +544,8 @@ void slowDown(Result& r, double factor) {
 
 // The calibration of the noise rule (README "Comparing runs and baselines"): healthy machines of one kind compared
 // with each other pass with the default rule: one machine's two processes the same day, two boards of one kind the
-// same day, one H100 a day apart. A real step on the same files is still found: 11% on a stable row, and a time
-// beyond the jitter.
+// same day, two H100 boards a day or two apart. A real step on the same files is still found: 11% on a stable row, and
+// a time beyond the jitter.
 TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
   const std::string dir = peerlab::testing::sourcePath("reports/");
   struct Pair {
@@ -558,6 +558,8 @@ TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
       {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json", "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json"},
       {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json", "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json"},
       {"runs/2026-11-25-h100-x1-a99f8ae.json", "qualify/2026-11-26-h100-x1-6b15c97/results.json"},
+      {"qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json",
+       "qualify/2026-11-28-h100-x2-nvswitch-ad514f1-standard/results.json"},
       // One 4x H100 machine's two standard qualify runs 7 minutes apart: NCCL, UCX and NIXL times move by up to 52%
       // (8 us) either way between the processes, a 70 us UCX time by +10.1% (7.1 us).
       {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json",

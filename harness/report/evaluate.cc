@@ -631,6 +631,17 @@ std::string injectionNote(const Run& run) {
   return what;
 }
 
+std::string disabledRulesNote(const Run& run) {
+  const std::optional<RunPlan> plan = planOfRun(run);
+  if (!plan || plan->disabled_rules.empty()) return "";
+  const size_t n = plan->disabled_rules.size();
+  std::string names;
+  for (size_t i = 0; i < n && i < 20; ++i)
+    names += (i ? ", " : "") + plan->disabled_rules[i];
+  if (n > 20) names += ", and " + std::to_string(n - 20) + " more";
+  return std::to_string(n) + (n == 1 ? " rule" : " rules") + " disabled by the config: " + names;
+}
+
 bool globMatch(const std::string& pattern, const std::string& text) {
   return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }

@@ -67,6 +67,10 @@ inline std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const R
 /// when its verdicts are the machine's own. Every output shows it: such a failure is not a driver fault.
 std::string injectionNote(const Run& run);
 
+/// "2 rules disabled by the config: host_copy_ce, peer_copy_ce_uni" when the run's plan lists rules its config
+/// switched off (their checks were never made), "" otherwise. Every output states it beside the counts.
+std::string disabledRulesNote(const Run& run);
+
 /// Shell-style glob through fnmatch(3), as the plan's impl and name patterns are matched.
 bool globMatch(const std::string& pattern, const std::string& text);
 

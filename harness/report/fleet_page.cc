@@ -86,13 +86,15 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
   out << "<h1>peerlab fleet: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all machine "
       << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(name)) << "\">trends</a> &middot; generated "
       << htmlEscape(generated) << "</p>\n";
-  out << "<p class=\"" << (outOfService + failing ? "verdict-fail" : "verdict-pass") << "\">" << nodes.size()
+  // Red only for a failed check: a node out of service (drained, down, reserved) is amber, not a verdict.
+  out << "<p class=\"" << (failing ? "verdict-fail" : outOfService ? "verdict-warn" : "verdict-pass") << "\">"
+      << nodes.size()
       << " nodes: " << outOfService << " out of service, " << failing << " failing their latest run</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
          "the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
-  out << "<table class=\"fleet-nodes\"><tr><th class=\"l\">node</th><th class=\"l\">state</th><th>verdict</th>"
-         "<th>latest run</th>";
+  out << "<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th class=\"l\">node</th>"
+         "<th class=\"l\">state</th><th>verdict</th><th>latest run</th>";
   for (const std::string& c : kCategories)
     out << "<th>" << c << "</th>";
   out << "<th class=\"l\">failed checks: action</th><th>below fleet</th></tr>\n";
@@ -104,7 +106,7 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const bool out_of_service = !state.empty() && state != "in_service";
     // The node by the name the fleet gives it (its host name; its identity beside it where hosts share a name).
     const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
-    out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-fail" : "")
+    out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
         << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
         << "</td>";
     out << "<td class=\""
@@ -122,9 +124,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     out << "<td class=\"l\">" << (failed.empty() ? "-" : failed) << "</td><td class=\""
         << (below ? "cell-warn" : "cell-ok") << "\">" << below << "</td></tr>\n";
   }
-  out << "</table>\n";
+  out << "</table></div>\n";
   if (nodes.empty()) out << "<p class=\"muted\">No node of this kind has a run in the history.</p>\n";
-  out << pageEnd(false);
+  out << pageEnd(ChartJsUse::kNone);
   return out.str();
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -106,6 +107,11 @@ std::string probeMatrix(const ProbeGrid& g) {
         cls += " p-err";
         text = "E";
       }
+      // Red, brown and orange are failed checks: a cell the driver does not claim is expected not to work, so its
+      // failure is grey.
+      if (!v.empty() && v != "ok" && statusRank(v) != 1 && !claimed.value_or(false)) {
+        cls = "pcell p-unclaimed";
+      }
       // The point of the probe: where the driver's claim and the verified result disagree.
       if (!v.empty() && claimed.value_or(false) && v != "ok") cls += " claimed-failed";
       if (v == "ok" && claimed.has_value() && !*claimed) cls += " unclaimed-ok";
@@ -136,6 +142,40 @@ std::string statusClass(const std::string& status) {
   return rank == 2 ? "ok" : rank == 1 ? "skip" : "bad";
 }
 
+// Escaped text that may wrap after '.', '_' and '/' (column titles such as "cuda.memcpy_async h2d").
+std::string breakable(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += htmlEscape(std::string(1, c));
+    if (c == '.' || c == '_' || c == '/') out += "<wbr>";
+  }
+  return out;
+}
+
+// The error counters of a health result that passed but are not zero ("2454 NVLink CRC errors, 30.2/s"): the health
+// rules pass them (under DCGM's thresholds), and the page shows them as information. Read from the result's detail,
+// as every peerlab version writes it; "" when all are zero.
+std::string healthCounters(const Result& r) {
+  static const std::regex kCount(
+      "(\\d+) (CRC errors|replays|correctable errors|corrected|rows remapped for correctable)(?: \\(([0-9.]+)/s)?");
+  std::string out;
+  for (auto it = std::sregex_iterator(r.detail.begin(), r.detail.end(), kCount); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    // "0 uncorrected" is not "corrected", and a link's own count repeats the total.
+    if (m.position(0) > 0 && std::isalpha(static_cast<unsigned char>(r.detail[m.position(0) - 1]))) continue;
+    if (m.str(1).find_first_not_of('0') == std::string::npos) continue;
+    std::string what = m.str(2);
+    if (what == "CRC errors" && r.name.rfind("nvlink", 0) == 0) what = "NVLink CRC errors";
+    if (what == "corrected") what = "corrected ECC errors";
+    if (what == "rows remapped for correctable") what = "rows remapped for correctable errors";
+    std::string item = m.str(1) + " " + what + (m[3].matched ? ", " + m.str(3) + "/s" : "");
+    if (out.find(item) == std::string::npos) out += (out.empty() ? "" : "; ") + item;
+    // The totals come first; per-link counts after them are detail.
+    if (what == "NVLink CRC errors") break;
+  }
+  return out;
+}
+
 const char* kStyle = R"CSS(
 :root{--fg:#1d2330;--muted:#5b6474;--line:#d8dce3;--bg:#ffffff;--soft:#f4f6f9;--ok:#2e7d32;--bad:#c62828;--warn:#a15c00}
 *{box-sizing:border-box}
@@ -155,7 +195,8 @@ th{background:var(--soft);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fdecea}tr.skip td{color:var(--muted)}
 .pill{display:inline-block;min-width:44px;text-align:center;border-radius:3px;font-weight:700;font-size:12px;color:#fff}
-.pill.pass{background:var(--ok)}.pill.fail{background:var(--bad)}.pill.other{background:var(--warn)}
+.pill.pass{background:var(--ok)}.pill.fail{background:var(--bad)}.pill.warn{background:var(--warn)}
+.pill.unsupported{background:#6b7280}.pill.skipped{background:#fff;color:#555;border:1px dashed #888}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(540px,1fr));gap:8px 20px}
 .tiles{display:flex;flex-wrap:wrap;gap:12px 26px;align-items:flex-start}
 figure{margin:0 0 8px}figcaption{font-size:13px;color:var(--muted);margin:2px 0 4px}
@@ -175,7 +216,7 @@ p.injected{background:#fff3cd;border:1px solid #d39e00;padding:6px 10px}
 .tile{display:inline-block;vertical-align:top;max-width:440px}
 table.probe td.pcell{width:30px;text-align:center;font-weight:700;color:#fff}
 td.p-ok{background:#59a14f}td.p-skip{background:#d9d9d9;color:#444!important}td.p-bad{background:#d62728}
-td.p-hang{background:#8c2d04}td.p-err{background:#f28e2b}
+td.p-hang{background:#8c2d04}td.p-err{background:#f28e2b}td.p-unclaimed{background:#8a8f98}
 td.claimed-failed{outline:3px solid #000;outline-offset:-3px}td.unclaimed-ok{outline:2px dashed #1f5fa8;outline-offset:-3px}
 table.heatmap td{text-align:right;min-width:52px}
 )CSS";
@@ -194,6 +235,13 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   const int gpus = gpuCount(run);
   const std::optional<RunPlan> plan = planOfRun(run);
 
+  // One colour per implementation on every chart of the page.
+  std::vector<std::pair<std::string, std::string>> drawn;
+  for (const Result& r : run.results) {
+    if (r.suite != "probe" && r.suite != "test" && r.suite != "health") drawn.emplace_back(r.suite, r.impl);
+  }
+  const ImplColours colours(drawn);
+
   std::ostringstream nav, body;
   auto section = [&](const std::string& id, const std::string& heading) {
     nav << "<a href=\"#" << id << "\">" << htmlEscape(heading) << "</a>";
@@ -208,6 +256,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << "\" data-failed=\"" << counts.failed << "\" data-warnings=\"" << counts.warnings << "\" data-unsupported=\""
          << counts.unsupported << "\" data-skipped=\"" << counts.skipped << "\"><strong>" << verdictWord(counts)
          << "</strong>: " << htmlEscape(formatCounts(counts)) << ".</p>";
+    if (const std::string disabled = disabledRulesNote(run); !disabled.empty()) {
+      body << "<p class=\"disabled-rules warn\">" << htmlEscape(disabled) << " (their checks were not made).</p>";
+    }
     std::vector<std::string> categories;
     std::map<std::string, std::vector<Check>> byCategory;
     for (const Check& c : checks) {
@@ -226,22 +277,26 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     body << "</table>";
     auto checkRows = [&](bool onlyNotPassed) {
       std::ostringstream t;
-      t << "<table><tr><th>status</th><th>category</th><th>check</th><th>measured</th><th>expected</th>"
-           "<th>basis</th><th>reason</th></tr>";
+      t << "<div class=\"tablebox\"><table class=\"checks\"><tr><th>status</th><th>category</th><th>check</th>"
+           "<th>measured</th><th>expected</th><th>basis</th><th>reason</th></tr>";
       for (CheckStatus want : {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped,
                                CheckStatus::kPass}) {
         if (onlyNotPassed && want == CheckStatus::kPass) continue;
         for (const Check& c : checks) {
           if (c.status != want) continue;
-          const char* pill = c.failed() ? "fail" : c.status == CheckStatus::kPass ? "pass" : "other";
+          const char* pill = c.failed()                              ? "fail"
+                             : c.status == CheckStatus::kPass        ? "pass"
+                             : c.status == CheckStatus::kWarn        ? "warn"
+                             : c.status == CheckStatus::kUnsupported ? "unsupported"
+                                                                     : "skipped";
           t << "<tr class=\"check-" << checkStatusName(c.status) << (c.failed() ? " bad" : "")
             << "\"><td><span class=\"pill " << pill << "\">" << checkStatusLabel(c.status) << "</span></td><td>"
             << htmlEscape(c.category) << "</td><td>" << htmlEscape(c.name) << "</td><td>" << htmlEscape(c.measured)
-            << "</td><td>" << htmlEscape(c.expected) << "</td><td>" << htmlEscape(c.basis) << "</td><td>"
-            << htmlEscape(c.reason) << "</td></tr>";
+            << "</td><td>" << htmlEscape(c.expected) << "</td><td class=\"long\">" << htmlEscape(c.basis)
+            << "</td><td class=\"long\">" << htmlEscape(c.reason) << "</td></tr>";
         }
       }
-      t << "</table>";
+      t << "</table></div>";
       return t.str();
     };
     if (counts.passed != counts.total) body << "<h3>Checks that did not pass</h3>" << checkRows(true);
@@ -264,7 +319,11 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     auto times = timeSeries(run, suite);
     if (bandwidth.empty() && times.empty()) continue;
     anyPlot = true;
-    bw << "<h3 id=\"plot-" << htmlEscape(suite) << "\">" << htmlEscape(suite) << "</h3><div class=\"charts\">";
+    bw << "<h3 id=\"plot-" << htmlEscape(suite) << "\">" << htmlEscape(suite) << "</h3>";
+    if (const std::string bytes = bytesConvention(suite); !bytes.empty()) {
+      bw << "<p class=\"note bytes\">Bytes: " << htmlEscape(bytes) << ".</p>";
+    }
+    bw << "<div class=\"charts\">";
     auto plots = [&](std::vector<Series> series, bool time) {
       // Group by case (name and ranks), peerlab's own first within a case.
       std::stable_sort(series.begin(), series.end(), [](const Series& x, const Series& y) {
@@ -349,6 +408,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
             ChartSeries cs;
             cs.label = sr.impl;
             cs.dashed = isDashed(sr.impl);
+            cs.colour = colours.of(sr.impl);
             for (const SeriesPoint& pt : sr.points) {
               std::string note =
                   pt.n > 1 ? "median of " + std::to_string(pt.n) + " pairs, " + figure(pt.min) + " to " + figure(pt.max)
@@ -373,10 +433,10 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << (drawCharts
                  ? "Solid: peerlab; dashed: baselines (NCCL, CUDA, torch). Bandwidth axes start at 0, times are "
                    "on a log scale. "
-                 : "Charts are not drawn: Chart.js (Debian package libjs-chart.js) was not found when peerlab was "
-                   "built; the tables hold the same figures. ")
+                 : "Charts are not drawn (" + htmlEscape(chartJs().problem) + "); the tables hold the same figures. ")
          << "Medians of each benchmark's samples, then the median over pairs (hover for the spread over pairs); a case "
-            "measured at one size is a table.</p>"
+            "measured at one size is a table. Each implementation has one colour on every chart. GB/s is 10<sup>9"
+            "</sup> bytes per second; sizes are powers of two (KiB, MiB).</p>"
          << bw.str() << "</section>";
   }
 
@@ -438,8 +498,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (pairTables) {
     section("pairs", "Pair matrices");
     body << "<p class=\"note\">Rows: source GPU, columns: destination GPU. Bandwidth cells show the percentage of the "
-            "figure the qualify plan expects (else the value, coloured against the row's best pair), latency cells "
-            "microseconds coloured against the row's fastest pair: a weak link turns amber or red.</p>";
+            "figure the qualify plan expects, red where it is below (its check fails); otherwise the value, or the "
+            "latency in microseconds, amber to green against the row's best or fastest pair (a weak link stands out "
+            "in amber; no check is made on these). Hatched: skipped; n/a: nothing measured for the pair.</p>";
     if (omittedGrids) {
       body << "<p class=\"note\">" << omittedGrids << " more pair matrices are not drawn: the run holds more pair "
            << "results than one page shows (" << kMaxGridCells << " cells); they are in the tables below.</p>";
@@ -473,7 +534,9 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
            << " verified but not claimed." << wall << "</p>";
       body << "<p class=\"key\"><span style=\"background:#59a14f\"></span>ok<span style=\"background:#d9d9d9\">"
               "</span>unsupported<span style=\"background:#d62728\"></span>C corrupt<span style=\"background:#8c2d04\">"
-              "</span>H hang<span style=\"background:#f28e2b\"></span>E error &nbsp; &#9698; claimed by "
+              "</span>H hang<span style=\"background:#f28e2b\"></span>E error<span "
+              "style=\"background:#8a8f98\"></span>C, "
+              "H, E where the driver claims nothing (no check fails) &nbsp; &#9698; claimed by "
               "cudaDeviceCanAccessPeer / the driver &nbsp; thick black border: claimed but failed &nbsp; dashed blue "
               "border: works but not claimed</p><div class=\"tiles\">";
       for (const ProbeGrid& g : probes) {
@@ -528,6 +591,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     std::map<int, std::map<std::string, std::pair<double, std::string>>> cells;  // gpu -> column -> value, unit
     std::map<int, std::string> numa;
     std::map<int, std::vector<std::string>> failures;
+    std::map<int, std::map<std::string, std::string>> skipped;  // gpu -> column -> why it did not run
     for (const Result& r : run.results) {
       if (r.suite != "host_copy") continue;
       const int gpu = r.src.value_or(r.dst.value_or(-1));
@@ -543,6 +607,11 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         } else if (numa[gpu].find(node) == std::string::npos) {
           numa[gpu] += ", " + node;
         }
+      }
+      // A case that did not run here (no remote NUMA node) does not apply: shown as such, never as a failure.
+      if (r.status != "ok" && statusRank(r.status) == 1) {
+        skipped[gpu].emplace(col, r.status);
+        continue;
       }
       if (r.status != "ok" || (r.wrong && *r.wrong > 0)) {
         failures[gpu].push_back(col + ": " + (r.status != "ok" ? r.status : "wrong elements"));
@@ -563,13 +632,18 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         gpuRows.insert(g);
       for (const auto& [g, f] : failures)
         gpuRows.insert(g);
+      for (const auto& [g, f] : skipped)
+        gpuRows.insert(g);
       section("host_copy", "Host copies");
       body << "<p class=\"note\">Per GPU: the best bandwidth of each implementation and direction over sizes (GB/s; "
               "bidir as the sum of both directions), latency in microseconds, and the host NUMA node the buffers "
-              "came from. Each column is coloured against its best GPU: a slow link or a far NUMA node stands "
-              "out.</p><table class=\"host-copy\"><tr><th>GPU</th><th>NUMA node</th>";
+              "came from. Each column is coloured amber to green against its best GPU: a slow link or a far NUMA node "
+              "stands out (only a failed check is red); hatched: the case does not apply here (n/a, hover for why). "
+              "Bytes: "
+           << htmlEscape(bytesConvention("host_copy"))
+           << ".</p><div class=\"tablebox\"><table class=\"host-copy\"><tr><th>GPU</th><th>NUMA node</th>";
       for (const std::string& c : columns)
-        body << "<th>" << htmlEscape(c) << "</th>";
+        body << "<th>" << breakable(c) << "</th>";
       body << "<th>failures</th></tr>";
       std::map<std::string, double> best;
       for (const auto& [g, row] : cells) {
@@ -586,7 +660,12 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         for (const std::string& col : columns) {
           auto it = cells[g].find(col);
           if (it == cells[g].end()) {
-            body << "<td class=\"num\">-</td>";
+            auto why = skipped[g].find(col);
+            if (why != skipped[g].end()) {
+              body << "<td class=\"num cell-skip\" title=\"" << htmlEscape(why->second) << "\">n/a</td>";
+            } else {
+              body << "<td class=\"num cell-na\">-</td>";
+            }
             continue;
           }
           const auto& [v, unit] = it->second;
@@ -596,7 +675,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
         }
         body << "<td>" << htmlEscape(failures.count(g) ? failures[g].front() : "") << "</td></tr>";
       }
-      body << "</table></section>";
+      body << "</table></div></section>";
     }
   }
 
@@ -613,11 +692,11 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       byGpu[r.src.value_or(-1)][r.name] = &r;
     }
     if (!byGpu.empty()) {
-      int failing = 0, warning = 0;
+      int failing = 0, warning = 0, noted = 0;
       std::ostringstream t;
-      t << "<table class=\"health\"><tr><th>GPU</th>";
+      t << "<div class=\"tablebox\"><table class=\"health\"><tr><th>GPU</th>";
       for (const std::string& c : checks)
-        t << "<th>" << htmlEscape(c) << "</th>";
+        t << "<th>" << breakable(c) << "</th>";
       t << "</tr>";
       for (const auto& [gpu, row] : byGpu) {
         t << "<tr><td>" << (gpu < 0 ? std::string("host") : std::to_string(gpu)) << "</td>";
@@ -630,27 +709,34 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
           const Result& r = *it->second;
           const std::string& detail = r.detail;
           std::string cls = "cell-ok";
+          const std::string info = r.status == "ok" ? healthCounters(r) : std::string();
           if (r.status == "fail" || r.status.rfind("failed", 0) == 0) {
             cls = "cell-fail";
             ++failing;
           } else if (r.status == "warn") {
             cls = "cell-warn";
             ++warning;
+          } else if (!info.empty()) {
+            cls = "cell-info";
+            ++noted;
           } else if (r.status != "ok") {
-            cls = "muted";
+            cls = "cell-skip";
           }
           t << "<td class=\"" << cls << "\" title=\"" << htmlEscape(detail) << "\"><strong>" << htmlEscape(r.status)
-            << "</strong>" << (detail.empty() ? "" : "<br><small>" + htmlEscape(detail) + "</small>") << "</td>";
+            << "</strong>" << (info.empty() ? "" : "<br><span class=\"info\">" + htmlEscape(info) + "</span>")
+            << (detail.empty() ? "" : "<br><small>" + htmlEscape(detail) + "</small>") << "</td>";
         }
         t << "</tr>";
       }
-      t << "</table>";
+      t << "</table></div>";
       section("health", "Machine health");
       // Checks of the whole machine (no GPU) sit on a "host" row and are not counted as a GPU.
       const size_t gpus = byGpu.size() - byGpu.count(-1);
       body << "<p>" << gpus << " GPU" << (gpus == 1 ? "" : "s") << (byGpu.count(-1) ? " and the host" : "")
-           << " checked: " << failing << " failing, " << warning << " warning" << (warning == 1 ? "" : "s")
-           << ". Red: fail, amber: warn, grey: unsupported on this machine.</p>" << t.str() << "</section>";
+           << " checked: " << failing << " failing, " << warning << " warning" << (warning == 1 ? "" : "s") << ", "
+           << noted << " ok with counters under their thresholds (information). Red: fail, amber: warn, blue: ok "
+           << "with non-zero error counters below the threshold (per GPU, and per second where the rate is the rule), "
+           << "hatched grey: unsupported on this machine.</p>" << t.str() << "</section>";
     }
   }
 
@@ -693,7 +779,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       section("topology", "Topology");
       body << "<p>"
            << htmlEscape(topo.contains("source") && topo["source"].is_string() ? topo["source"].get<std::string>() : "")
-           << "</p><table><tr><th></th>";
+           << "</p><div class=\"tablebox\"><table><tr><th></th>";
       for (int j = 0; j < n; ++j)
         body << "<th>GPU" << j << "</th>";
       body << "</tr>";
@@ -703,7 +789,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
           body << "<td>" << (i == j ? "X" : htmlEscape(cell[static_cast<size_t>(i * n + j)])) << "</td>";
         body << "</tr>";
       }
-      body << "</table></section>";
+      body << "</table></div></section>";
     }
   }
 
@@ -759,17 +845,18 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
     std::stable_sort(problems.begin(), problems.end(),
                      [](const Result* a, const Result* b) { return statusRank(a->status) < statusRank(b->status); });
     section("problems", "Failed and skipped");
-    body << "<table><tr><th>result</th><th>status</th></tr>";
+    body << "<div class=\"tablebox\"><table><tr><th>result</th><th>status</th></tr>";
     for (const Result* r : problems) {
-      body << "<tr class=\"" << statusClass(r->status) << "\"><td>" << htmlEscape(describeResult(*r)) << "</td><td>"
-           << htmlEscape(r->status) << "</td></tr>";
+      body << "<tr class=\"" << statusClass(r->status) << "\"><td>" << htmlEscape(describeResult(*r))
+           << "</td><td class=\"long\">" << htmlEscape(r->status) << "</td></tr>";
     }
-    body << "</table></section>";
+    body << "</table></div></section>";
   }
 
   // Every result.
   section("results", "All results");
-  body << "<details><summary>" << run.results.size() << " results</summary><table><tr><th>suite</th><th>name</th>"
+  body << "<details><summary>" << run.results.size()
+       << " results</summary><div class=\"tablebox\"><table><tr><th>suite</th><th>name</th>"
        << "<th>impl</th><th>pair</th><th>bytes</th><th>ranks</th><th>time us</th><th>algbw GB/s</th>"
        << "<th>busbw GB/s</th><th>wrong</th><th>status</th></tr>";
   for (const Result& r : run.results) {
@@ -779,9 +866,10 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
          << "</td><td class=\"num\">"
          << (r.suite == "test" && r.time_us ? fmt("%.1f s", *r.time_us / 1e6) : optFigure(r.time_us))
          << "</td><td class=\"num\">" << optFigure(r.algbw_gbps) << "</td><td class=\"num\">" << optFigure(r.busbw_gbps)
-         << "</td><td class=\"num\">" << optFigure(r.wrong) << "</td><td>" << htmlEscape(r.status) << "</td></tr>";
+         << "</td><td class=\"num\">" << optFigure(r.wrong) << "</td><td class=\"long\">" << htmlEscape(r.status)
+         << "</td></tr>";
   }
-  body << "</table></details></section>";
+  body << "</table></div></details></section>";
 
   // Suites the plan ran that left no rows.
   std::vector<std::string> absent;
@@ -818,7 +906,7 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
       meta << (i ? ", " : "") << htmlEscape(absent[i]);
     meta << ".</p>\n";
   }
-  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0 && drawCharts);
+  html += meta.str() + body.str() + "\n</main>\n" + pageEnd(charts > 0 ? ChartJsUse::kInline : ChartJsUse::kNone);
   return html;
 }
 

@@ -9,6 +9,44 @@ namespace peerlab::report {
 
 using nlohmann::json;
 
+int jsonTextDepth(std::string_view text, int stop_at) {
+  int depth = 0, most = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        inString = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+      if (most > stop_at) return most;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return most;
+}
+
+StatusOr<json> parseJsonText(std::string_view text, size_t max_bytes, int max_depth) {
+  if (text.size() > max_bytes) {
+    return PEERLAB_INVALID_ARGUMENT(std::to_string(text.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                                    " allowed");
+  }
+  if (jsonTextDepth(text, max_depth) > max_depth) {
+    return PEERLAB_INVALID_ARGUMENT("nested deeper than the " + std::to_string(max_depth) + " levels allowed");
+  }
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return PEERLAB_INVALID_ARGUMENT("malformed JSON");
+  return doc;
+}
+
 std::string shortValue(const json& v) {
   std::string s;
   if (v.is_array()) {

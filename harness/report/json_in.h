@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "reference/core/status.h"
@@ -24,6 +25,14 @@ struct BadJson {
   std::string path;
   std::string why;
 };
+
+/// Nesting depth of JSON text, counted without parsing (strings skipped) and stopping once it passes `stop_at`, so
+/// that text nested deeper than a reader allows is refused before a recursive copy or printer could overflow the stack.
+int jsonTextDepth(std::string_view text, int stop_at);
+
+/// Parses untrusted JSON text (a file, a stored column): refused when longer than `max_bytes`, nested deeper than
+/// `max_depth` or malformed; `invalid_argument` says which ("nested deeper than the 64 levels allowed").
+StatusOr<nlohmann::json> parseJsonText(std::string_view text, size_t max_bytes, int max_depth);
 
 /// "12", "\"abc\"", "[...]" (at most ~40 characters) for messages.
 std::string shortValue(const nlohmann::json& v);

@@ -182,6 +182,12 @@ std::vector<Expectation> expectationsFromJson(const json& doc) {
 }
 
 const PlanPair* PlanTopology::pair(int src, int dst) const {
+  // Pairs are usually every ordered pair, source-major: look there first (plans call this per pair and rule).
+  const long n = static_cast<long>(gpus.size());
+  if (src >= 0 && dst >= 0 && src != dst && src < n && dst < n) {
+    const long at = src * (n - 1) + (dst < src ? dst : dst - 1);
+    if (at < static_cast<long>(pairs.size()) && pairs[at].src == src && pairs[at].dst == dst) return &pairs[at];
+  }
   for (const PlanPair& p : pairs) {
     if (p.src == src && p.dst == dst) return &p;
   }

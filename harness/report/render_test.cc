@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -255,7 +256,8 @@ TEST(Html, LatencySuitesShowMicrosecondMatrices) {
   EXPECT_EQ(html.find("0 B"), std::string::npos) << html.substr(html.find("0 B") - 300, 400);
   EXPECT_NE(html.find("<h3>peer_latency peerlab.flag one_way (latency)</h3>"), std::string::npos);
   EXPECT_NE(html.find("title=\"2-&gt;3: 2.10 us\" data-fraction=\"0.333\">2.10</td>"), std::string::npos);
-  EXPECT_NE(html.find("background:hsl(0, 65%, 80%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
+  // Three times the row's fastest: amber (no check compares these cells, so never red).
+  EXPECT_NE(html.find("background:hsl(40, 65%, 80%)\" title=\"2-&gt;3: 2.10 us\""), std::string::npos);
 }
 
 // With the plan's expectations in the run, bandwidth cells show % of the expected figure; a weak link is red.
@@ -296,23 +298,31 @@ TEST(Html, CtestTimesInSecondsAndNotPlotted) {
 }
 
 TEST(Html, CellColourNeverFallsAsTheFractionRises) {
-  // The legend reads red -> amber -> green: a cell at 93% of its expected figure is never greener than one at 100%.
-  auto hue = [](double f) {
-    const std::string c = fractionColour(f);
+  // Against the row's best (no check): amber -> green, never red; a cell at 93% is never greener than one at 100%.
+  // Against a checked figure: red below it (the check fails), green from it.
+  auto hue = [](double f, bool checked) {
+    const std::string c = fractionColour(f, checked);
     int h = -1;
     EXPECT_EQ(std::sscanf(c.c_str(), "hsl(%d,", &h), 1) << c;
     EXPECT_NE(c.find(", 65%, 80%)"), std::string::npos) << c;  // one lightness for every cell
     return h;
   };
-  int previous = -1;
-  for (int i = 0; i <= 130; ++i) {
-    const int h = hue(i / 100.0);
-    EXPECT_GE(h, previous) << "fraction " << i / 100.0;
-    previous = h;
+  for (bool checked : {false, true}) {
+    int previous = -1;
+    for (int i = 0; i <= 130; ++i) {
+      const int h = hue(i / 100.0, checked);
+      EXPECT_GE(h, previous) << "fraction " << i / 100.0;
+      if (!checked) {
+        EXPECT_GE(h, 40) << "unchecked cells are never red";
+      }
+      previous = h;
+    }
   }
-  EXPECT_LT(hue(0.93), hue(1.0));
-  EXPECT_EQ(hue(0.5), 0);
-  EXPECT_EQ(hue(1.0), 120);
+  EXPECT_LT(hue(0.93, false), hue(1.0, false));
+  EXPECT_EQ(hue(0.5, false), 40);
+  EXPECT_EQ(hue(1.0, false), 120);
+  EXPECT_EQ(hue(0.99, true), 0);
+  EXPECT_EQ(hue(1.0, true), 120);
   EXPECT_EQ(fractionColour(std::nan("")), "#eeeeee");
 }
 
@@ -365,25 +375,69 @@ TEST(Html, HostCopyAndHealthTables) {
   run.results.push_back(machine);
   const std::string html = withoutLibrary(renderHtml(run));
   EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
-  EXPECT_NE(html.find("<th>peerlab.ce h2d</th>"), std::string::npos);
-  EXPECT_NE(html.find("<th>cuda.pageable latency</th>"), std::string::npos);
-  // GPU 1 at half the bandwidth of GPU 0: red.
-  EXPECT_NE(html.find("style=\"background:hsl(0, 65%, 80%)\" title=\"27.0 GB/s\""), std::string::npos)
+  // Column titles may wrap after '.' and '_'.
+  EXPECT_NE(html.find("<th>peerlab.<wbr>ce h2d</th>"), std::string::npos);
+  EXPECT_NE(html.find("<th>cuda.<wbr>pageable latency</th>"), std::string::npos);
+  // GPU 1 at half the bandwidth of GPU 0: amber (a weak link, but no failed check).
+  EXPECT_NE(html.find("style=\"background:hsl(40, 65%, 80%)\" title=\"27.0 GB/s\""), std::string::npos)
       << html.substr(html.find("id=\"host_copy\""), 1500);
   EXPECT_NE(html.find("<td>1</td><td>1</td>"), std::string::npos);  // GPU 1, NUMA node 1
   EXPECT_NE(html.find("id=\"health\""), std::string::npos);
-  EXPECT_NE(html.find("2 GPUs and the host checked: 1 failing, 1 warning."), std::string::npos);
+  EXPECT_NE(html.find("2 GPUs and the host checked: 1 failing, 1 warning, "), std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-fail\" title=\"Gen4 x8, expected Gen5 x16\"><strong>fail</strong>"),
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"cell-warn\" title=\"12 corrected errors\"><strong>warn</strong>"),
             std::string::npos);
-  EXPECT_NE(html.find("<td class=\"muted\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-skip\" title=\"fine\"><strong>unsupported</strong>"), std::string::npos);
   EXPECT_NE(html.find("<tr><td>host</td>"), std::string::npos);
   EXPECT_EQ(html.find("<td>-1</td>"), std::string::npos);
   EXPECT_EQ(html.find("GPU -1"), std::string::npos);
   EXPECT_EQ(html.find("0-&gt;?"), std::string::npos);
   // Health checks are not latencies.
   EXPECT_EQ(html.find("<h3>health</h3>"), std::string::npos);
+}
+
+// Health counters that are not zero but under their thresholds are information (blue), with the count per GPU and
+// the rate; zero counters stay plain ok; where bandwidth is shown the page says how its bytes are counted.
+TEST(Html, CountersUnderThresholdAreInformationAndBytesAreExplained) {
+  report::Run run = syntheticRun(2);
+  Result crc;
+  crc.suite = "health";
+  crc.impl = "nvml";
+  crc.name = "nvlink_errors";
+  crc.src = 0;
+  crc.status = "ok";
+  crc.detail =
+      "6812 CRC errors (84.1/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s; link 0: "
+      "330 CRC, 0 replay, 0 recovery";
+  run.results.push_back(crc);
+  Result clean = crc;
+  clean.src = 1;
+  clean.detail = "0 CRC errors (0.0/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s";
+  run.results.push_back(clean);
+  Result ecc = crc;
+  ecc.name = "ecc";
+  ecc.detail = "volatile 0 uncorrected, 0 corrected; aggregate 0 uncorrected, 3 corrected";
+  run.results.push_back(ecc);
+  Result moe;
+  moe.suite = "moe";
+  moe.name = "T=128";
+  moe.impl = "peerlab.dispatch";
+  moe.ranks = 2;
+  moe.bytes = 14680064;
+  moe.time_us = 15.3;
+  moe.algbw_gbps = 961.0;
+  run.results.push_back(moe);
+  const std::string html = withoutLibrary(renderHtml(run));
+  EXPECT_NE(html.find("<td class=\"cell-info\" title=\"6812 CRC errors (84.1/s"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"info\">6812 NVLink CRC errors, 84.1/s</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"info\">3 corrected ECC errors</span>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"cell-ok\" title=\"0 CRC errors (0.0/s"), std::string::npos);
+  EXPECT_NE(html.find("2 ok with counters under their thresholds (information)"), std::string::npos);
+  EXPECT_NE(html.find("Bytes: one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert)"), std::string::npos);
+  EXPECT_NE(html.find("GB/s is 10<sup>9</sup> bytes per second"), std::string::npos);
+  const std::string md = renderSummary(run, {});
+  EXPECT_NE(md.find("- moe: one bf16 row"), std::string::npos) << md;
 }
 
 TEST(Html, BenchmarkProcessesAreListed) {
@@ -410,8 +464,9 @@ TEST(Html, RunWithoutResultsStillRenders) {
   EXPECT_EQ(html.find("Not in this run"), std::string::npos);  // no plan: nothing was meant to run
   // The suites its plan ran that left no rows are named.
   run.extra["plan"] = {{"level", "standard"},
-                       {"jobs", {{{"suite", "zcopy"}, {"binary", "zcopy_bench"}, {"label", "zcopy (2 pairs, 2 rounds)"}},
-                                 {{"suite", "host_copy"}, {"binary", "host_copy_bench"}, {"label", "host_copy (2 GPUs)"}}}}};
+                       {"jobs",
+                        {{{"suite", "zcopy"}, {"binary", "zcopy_bench"}, {"label", "zcopy (2 pairs, 2 rounds)"}},
+                         {{"suite", "host_copy"}, {"binary", "host_copy_bench"}, {"label", "host_copy (2 GPUs)"}}}}};
   ASSERT_TRUE(attachPlan(run).isOk());
   html = renderHtml(run);
   EXPECT_NE(html.find("Not in this run: zcopy, host_copy"), std::string::npos);
@@ -456,7 +511,7 @@ TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
   const std::string html = renderHtml(run, opts);
   EXPECT_NE(html.find("3 checks: 1 passed, 0 failed, 1 warning, 1 unsupported, 0 skipped"), std::string::npos);
   // The reasons are visible text, not only tooltips.
-  EXPECT_NE(html.find("<td>1 in the past</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"long\">1 in the past</td>"), std::string::npos);
 }
 
 TEST(Aggregate, SeriesPairGridsAndProbe) {
@@ -490,6 +545,16 @@ TEST(Aggregate, SeriesPairGridsAndProbe) {
     }
   }
   EXPECT_TRUE(zcopy);
+}
+
+std::string printableForTest(const std::string& s) {
+  std::string out;
+  char buf[8];
+  for (unsigned char c : s) {
+    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    out += buf;
+  }
+  return out;
 }
 
 std::string tempFile(const std::string& name, const std::string& content) {
@@ -538,6 +603,68 @@ TEST(Junit, WellFormedAndParsesBack) {
   const int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("parsed 3"), std::string::npos) << out;
+}
+
+// Whatever a check's strings hold (U+FFFE, U+FFFF, C0 and C1 controls, bytes that are not UTF-8, a UTF-8 surrogate,
+// "]]>", "--"), junit.xml is XML 1.0 that Python's parser reads, with each such character shown as an escape.
+TEST(Junit, AnyStringIsValidXmlWithForbiddenCharactersShownAsEscapes) {
+  const std::string nasty = std::string("a\xEF\xBF\xBF b\xEF\xBF\xBE c\x01 d\x1b[31m e\xff f\xed\xa0\x80 g\xc2\x85 h") +
+                            "]]> -- <!-- & \t\n\x7f";
+  std::vector<Check> checks = {check("bandwidth", "name " + nasty, CheckStatus::kFail, nasty, nasty, "reason " + nasty),
+                               check("probe", nasty, CheckStatus::kSkipped, "", "", nasty)};
+  JunitOptions opts;
+  opts.hostname = nasty;
+  opts.disabled_rules = "1 rule disabled by the config: " + nasty;
+  const std::string xml = renderJunit(checks, opts);
+  for (const char* raw : {"\xEF\xBF\xBF", "\xEF\xBF\xBE", "\x01", "\x1b", "\xff", "\xed\xa0\x80", "\xc2\x85", "\x7f"})
+    EXPECT_EQ(xml.find(raw), std::string::npos) << "raw " << printableForTest(raw);
+  for (const char* shown : {"\\uFFFF", "\\uFFFE", "\\x01", "\\x1b[31m", "\\xff", "\\xed\\xa0\\x80", "\\u0085"})
+    EXPECT_NE(xml.find(shown), std::string::npos) << shown;
+  const std::string path = tempFile("junit-nasty.xml", xml);
+  const std::string cmd =
+      "python3 -c \"import sys, xml.etree.ElementTree as ET\n"
+      "r = ET.parse(sys.argv[1]).getroot()\n"
+      "cases = r.findall('./testsuite/testcase')\n"
+      "assert len(cases) == 2, len(cases)\n"
+      "m = cases[0].find('failure').get('message')\n"
+      "assert '\\\\\\\\uFFFF' in m and ']]>' in m and '<!--' in m, m\n"
+      "props = r.findall('./testsuite/properties/property')\n"
+      "assert props and props[0].get('name') == 'disabled_rules', props\n"
+      "print('parsed', len(cases))\" " +
+      path + " 2>&1";
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p))
+    out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("parsed 2"), std::string::npos) << out;
+}
+
+// HTML in a run's strings reaches summary.md as text: a Markdown renderer passes inline HTML through.
+TEST(Summary, HtmlFromARunIsShownNotInterpreted) {
+  report::Run run = syntheticRun(2);
+  run.fingerprint.hostname = "<script>alert(1)</script>";
+  run.fingerprint.gpus[0].name = "<img src=x onerror=alert(2)>";
+  run.fingerprint.driver = "<!-- the rest is hidden";
+  run.tool = "peerlab <b>bold</b>";
+  run.results.back().status = "failed: <iframe src=x>";
+  std::vector<Check> checks = {check("bandwidth", "<svg onload=alert(3)>", CheckStatus::kFail, "<u>1</u>", "&amp;",
+                                     "<style>body{display:none}</style>")};
+  SummaryOptions opts;
+  opts.command = "peerlab qualify --out `x` <b>";
+  opts.notes = {"<a href=javascript:alert(4)>note</a>"};
+  opts.files = {"<script>file</script>"};
+  const std::string md = renderSummary(run, checks, opts);
+  for (const char* tag : {"<script", "<img", "<!--", "<b>bold", "<iframe", "<svg", "<u>", "<style", "<a href"})
+    EXPECT_EQ(md.find(tag), std::string::npos) << tag << "\n" << md;
+  EXPECT_NE(md.find("&lt;script>alert(1)&lt;/script>"), std::string::npos) << md;
+  EXPECT_NE(md.find("&lt;img src=x onerror=alert(2)>"), std::string::npos) << md;
+  EXPECT_NE(md.find("&amp;amp;"), std::string::npos) << md;
+  // The command line is a code span (shown verbatim, never interpreted), fenced past its own backticks.
+  EXPECT_NE(md.find("- command: ``peerlab qualify --out `x` <b>``"), std::string::npos) << md;
 }
 
 TEST(Summary, FailedChecksFirstWithNumbers) {
@@ -589,8 +716,8 @@ TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   HtmlOptions ho;
   ho.checks = checks;
   const std::string html = renderHtml(run, ho);
-  EXPECT_NE(html.find("<span class=\"pill other\">UNSUPPORTED</span>"), std::string::npos);
-  EXPECT_NE(html.find("<span class=\"pill other\">WARN</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"pill unsupported\">UNSUPPORTED</span>"), std::string::npos);
+  EXPECT_NE(html.find("<span class=\"pill warn\">WARN</span>"), std::string::npos);
   const std::string console = formatCheckLines(checks);
   EXPECT_EQ(console.rfind("FAIL health: pcie_link GPU 0: measured fail, expected ok: Gen3 x8 of Gen5 x16\n", 0), 0u)
       << console;

@@ -113,33 +113,6 @@ json toJson(const Run& run) {
 
 namespace {
 
-// Nesting depth of JSON text, counted without parsing (strings skipped), so that a document nested deeper than any
-// run file is refused before a recursive parser or printer could overflow the stack.
-int nestingDepth(const std::string& text, int stop_at) {
-  int depth = 0, most = 0;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (inString) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        inString = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      most = std::max(most, ++depth);
-      if (most > stop_at) return most;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return most;
-}
-
 // Depth of a parsed document, looking no deeper than one level past `limit`.
 int jsonDepth(const json& j, int limit) {
   if (!j.is_array() && !j.is_object()) return 0;
@@ -594,7 +567,7 @@ StatusOr<Run> fromJson(json doc) {
 
 StatusOr<Run> runFromText(const std::string& text) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return PEERLAB_INVALID_ARGUMENT("empty file");
-  if (nestingDepth(text, kMaxJsonDepth) > kMaxJsonDepth) {
+  if (jsonTextDepth(text, kMaxJsonDepth) > kMaxJsonDepth) {
     return PEERLAB_INVALID_ARGUMENT("JSON nested deeper than the " + std::to_string(kMaxJsonDepth) +
                                     " levels a run file may have");
   }

@@ -241,32 +241,71 @@ std::string renderTrends(const json& series, int* charts) {
   out << "<h2>Trends</h2>\n";
   if (series.empty()) out << "<p class=\"muted\">No performance series.</p>\n";
   out << "<p class=\"muted\">One point per run (oldest left, labelled with its date and commit). Triangles mark change "
-         "points, diamonds a driver change; hover a point for its p10-p90 spread.";
+         "points, diamonds a driver change; hover a point for its p10-p90 spread. A chart shows one implementation; "
+         "its "
+         "lines are the pairs and sizes. A series is drawn from two runs on.";
   if (axis.total_runs > axis.labels.size()) {
     out << " Showing the latest " << axis.labels.size() << " of " << axis.total_runs << " runs.";
   }
-  out << "</p>\n<div class=\"charts\">\n";
+  out << "</p>\n";
+  // How the bytes behind each suite's bandwidth are counted.
+  std::set<std::string> suites;
+  for (const json& s : series)
+    suites.insert(str(s, "suite"));
+  std::string bytes;
+  for (const std::string& suite : suites) {
+    if (const std::string b = bytesConvention(suite); !b.empty())
+      bytes += "<li>" + htmlEscape(suite + ": " + b) + "</li>";
+  }
+  if (!bytes.empty())
+    out << "<p class=\"muted\">GB/s is 10<sup>9</sup> bytes per second. Bytes:</p><ul class=\"muted\">" << bytes
+        << "</ul>\n";
+  out << "<div class=\"charts\">\n";
+  std::ostringstream single;
+  size_t singleRows = 0;
   for (const std::string& key : order) {
     const std::vector<size_t>& idx = members[key];
     const std::string group = key.substr(0, key.find('\x1f'));
     std::set<std::string> hosts;
     for (size_t i : idx)
       hosts.insert(str(series[i], "host"));
-    const auto parts = splitEvenly(idx.size(), kMaxSeriesPerChart);
+    // Series of one run (or none) have no trend: listed in a table below, not drawn as a one-dot chart.
+    std::vector<size_t> drawable;
+    for (size_t i : idx) {
+      size_t points = 0;
+      for (const json& pt : series[i]["points"])
+        points += num(pt, "value").has_value() && axis.label_of.count(runKey(pt));
+      if (points >= 2) {
+        drawable.push_back(i);
+        continue;
+      }
+      const json& s = series[i];
+      const json* last = s["points"].empty() ? nullptr : &s["points"].back();
+      single << "<tr><td class=\"l\">" << htmlEscape(group) << "</td><td class=\"l\">"
+             << htmlEscape(seriesLabel(s, hosts.size() > 1)) << "</td><td>"
+             << (last ? fmtNum(num(*last, "value")) : std::string("-")) << "</td><td class=\"l\">"
+             << htmlEscape(str(s, "unit")) << "</td><td class=\"l\">"
+             << (last ? htmlEscape(shortTime(str(*last, "timestamp")) + " " + shortSha(str(*last, "git_sha")))
+                      : std::string("-"))
+             << "</td></tr>\n";
+      ++singleRows;
+    }
+    const auto parts = splitEvenly(drawable.size(), kMaxSeriesPerChart);
     for (size_t part = 0; part < parts.size(); ++part) {
       LineChart chart;
       chart.title =
           group + (parts.size() > 1 ? " (" + std::to_string(part + 1) + "/" + std::to_string(parts.size()) + ")" : "");
       chart.x_label = "run (date, commit)";
-      const json& first = series[idx[parts[part].first]];
+      const json& first = series[drawable[parts[part].first]];
       chart.y_label = metricAxis(str(first, "metric"), str(first, "unit"));
       // Trends zoom to the data so a few percent show; the axis title says so.
       chart.y_autoscale = true;
       chart.x_labels = axis.labels;
-      ChartMarkers changes{"change point", "#d62728", "triangle", json::array()};
-      ChartMarkers drivers{"driver change", "#444444", "rectRot", json::array()};
+      // Markers in greys: red is kept for failed checks.
+      ChartMarkers changes{"change point", "#222222", "triangle", json::array()};
+      ChartMarkers drivers{"driver change", "#8a8a8a", "rectRot", json::array()};
       for (size_t m = parts[part].first; m < parts[part].second; ++m) {
-        const json& s = series[idx[m]];
+        const json& s = series[drawable[m]];
         ChartSeries cs;
         cs.label = seriesLabel(s, hosts.size() > 1);
         const std::string impl = str(s, "impl");
@@ -308,6 +347,14 @@ std::string renderTrends(const json& series, int* charts) {
     }
   }
   out << "</div>\n";
+  if (singleRows > 0) {
+    out << "<h3>Series with a single run</h3>\n<p class=\"muted\">" << singleRows << " series "
+        << (singleRows == 1 ? "has" : "have")
+        << " one run so far: no trend to draw yet.</p>\n<div class=\"tablebox\"><table class=\"single-run\"><tr><th "
+           "class=\"l\">group</th><th class=\"l\">series</th><th>value</th><th class=\"l\">unit</th><th "
+           "class=\"l\">run</th></tr>\n"
+        << single.str() << "</table></div>\n";
+  }
   return out.str();
 }
 
@@ -318,7 +365,8 @@ std::string renderRegressions(const json& regressions) {
     out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold.</p>\n";
     return out.str();
   }
-  out << "<table class=\"regressions\"><tr><th class=\"l\">series</th><th class=\"l\">host</th><th "
+  out << "<div class=\"tablebox\"><table class=\"regressions\"><tr><th class=\"l\">series</th><th "
+         "class=\"l\">host</th><th "
          "class=\"l\">metric</th><th>before</th><th>after</th><th>change</th><th>p</th><th class=\"l\">first run "
          "after</th><th class=\"l\">fingerprint changes</th></tr>\n";
   for (const json& r : regressions) {
@@ -332,7 +380,7 @@ std::string renderRegressions(const json& regressions) {
         << " " << htmlEscape(shortTime(str(r, "timestamp"))) << "</td><td class=\"l\">"
         << htmlEscape(changes.empty() ? "none" : changes) << "</td></tr>\n";
   }
-  out << "</table>\n";
+  out << "</table></div>\n";
   return out.str();
 }
 
@@ -346,7 +394,8 @@ std::string renderFleet(const json& fleet, const json& series) {
     out << "<p class=\"ok\">No host's latest figure sits outside the fleet.</p>\n";
     return out.str();
   }
-  out << "<table class=\"fleet\"><tr><th class=\"l\">host</th><th class=\"l\">series</th><th>value</th><th>fleet "
+  out << "<div class=\"tablebox\"><table class=\"fleet\"><tr><th class=\"l\">host</th><th "
+         "class=\"l\">series</th><th>value</th><th>fleet "
          "median</th><th>MAD</th><th>robust z</th></tr>\n";
   for (const json& f : fleet) {
     const std::string id = str(f, "series_id");
@@ -355,7 +404,7 @@ std::string renderFleet(const json& fleet, const json& series) {
         << "</td><td>" << fmtNum(num(f, "value")) << "</td><td>" << fmtNum(num(f, "median")) << "</td><td>"
         << fmtNum(num(f, "mad")) << "</td><td class=\"cell-warn\">" << fmtNum(num(f, "z")) << "</td></tr>\n";
   }
-  out << "</table>\n";
+  out << "</table></div>\n";
   return out.str();
 }
 
@@ -385,7 +434,7 @@ std::string renderHeatmap(const json& hm) {
   return out;
 }
 
-std::string renderKindPage(const json& kind, const std::string& generated) {
+std::string renderKindPage(const json& kind, const std::string& generated, int* charts_out) {
   const std::string name = kind["kind"].get<std::string>();
   const json& series = arrayAt(kind, "series");
   const json& regressions = arrayAt(kind, "regressions");
@@ -411,7 +460,9 @@ std::string renderKindPage(const json& kind, const std::string& generated) {
   out << "</div>\n";
   int charts = 0;
   out << renderTrends(series, &charts);
-  out << pageEnd(charts > 0);
+  // Chart.js is one file beside the pages (chart.min.js), not inlined into each.
+  out << pageEnd(charts > 0 ? ChartJsUse::kShared : ChartJsUse::kNone);
+  *charts_out += charts;
   return out.str();
 }
 
@@ -474,7 +525,7 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
   }
   out << "</table>\n";
   if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
-  out << pageEnd(false);
+  out << pageEnd(ChartJsUse::kNone);
   return out.str();
 }
 
@@ -501,6 +552,12 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
   const std::filesystem::path dir(out_dir);
   const std::string generated = str(model, "generated");
   const json& kinds = model["kinds"];
+  if (kinds.size() > kMaxSiteKinds) {
+    return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(kinds.size()) +
+                                    " machine kinds; a site shows at most " + std::to_string(kMaxSiteKinds) +
+                                    " (nothing written)");
+  }
+  int charts = 0;
   std::vector<std::string> pages(kinds.size());
   std::vector<std::string> problems(kinds.size());
   std::map<std::string, std::string> pageOwner;
@@ -520,7 +577,7 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
       } else {
         // NOTE: rendering reads the model defensively; an exception here would be a bug, and it costs this kind only.
         try {
-          st = writeTextFile((dir / page).string(), renderKindPage(kind, generated));
+          st = writeTextFile((dir / page).string(), renderKindPage(kind, generated, &charts));
           if (st.isOk()) st = writeTextFile((dir / fleetPageName(name)).string(), renderFleetPage(kind, generated));
         } catch (const std::exception& e) {
           st = PEERLAB_INTERNAL(std::string("cannot render: ") + e.what());
@@ -532,6 +589,10 @@ Status renderHistorySite(const json& model, const std::string& out_dir, std::vec
       problems[k] = st.message();
       failed.push_back("kind \"" + printable(name, 80) + "\": " + st.message());
     }
+  }
+  // The one copy of Chart.js every kind page loads.
+  if (charts > 0 && !chartJsSource().empty()) {
+    PEERLAB_RETURN_IF_ERROR(writeTextFile((dir / kSharedChartJsName).string(), chartJsSource()));
   }
   PEERLAB_RETURN_IF_ERROR(writeTextFile((dir / "index.html").string(), renderIndex(model, pages, problems)));
   if (failures != nullptr) *failures = failed;

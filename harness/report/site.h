@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,12 @@
 
 namespace peerlab::report {
 
+/// Most machine kinds one site shows; a model with more is refused before anything is written.
+inline constexpr size_t kMaxSiteKinds = 1000;
+
 /// Writes the site into `out_dir` (created when missing): one page per kind (kindPageName) and its fleet page
-/// (fleetPageName, harness/report/fleet_page.h: the kind's "nodes"), then index.html. Every
+/// (fleetPageName, harness/report/fleet_page.h: the kind's "nodes"), chart.min.js once (the trend pages load it from
+/// beside them; without Chart.js they say why charts are missing), then index.html. Every
 /// file is written through reference/core writeTextFile (a temporary renamed into place; no symlink followed). The
 /// model:
 /// {"generated": ISO, "kinds": [{"kind",

@@ -1,10 +1,12 @@
 #include "harness/report/site.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -196,18 +198,108 @@ TEST_F(SiteTest, OddNumbersInTheModelRenderWithoutHarm) {
   EXPECT_NE(page.find("3 results naming a GPU outside the run's GPUs left out"), std::string::npos);
 }
 
-TEST_F(SiteTest, ChartJsInlinedOrPageSaysUnavailable) {
-  if (chartJsSource().empty()) GTEST_SKIP() << "Chart.js (libjs-chart.js) not installed: nothing to inline";
+// Chart.js is one file beside the pages, written once per site; the index, which draws no chart, neither loads it nor
+// says it is missing. Without Chart.js the pages with charts say why.
+TEST_F(SiteTest, ChartJsIsWrittenOnceAndSharedByThePages) {
+  if (chartJsSource().empty()) GTEST_SKIP() << "Chart.js (libjs-chart.js) not installed: " << chartJs().problem;
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
-  const std::string page = readFile((dir_ / kPageX4).string());
-  EXPECT_NE(page.find("Chart.js v3"), std::string::npos);
-  EXPECT_EQ(page.find("<script src"), std::string::npos) << "the page must not load anything";
+  ASSERT_TRUE(fs::is_regular_file(dir_ / kSharedChartJsName));
+  EXPECT_EQ(readFile((dir_ / kSharedChartJsName).string()), chartJsSource());
+  for (const std::string& page : {kPageX4, kPageX2}) {
+    const std::string html = readFile((dir_ / page).string());
+    EXPECT_EQ(html.find("Chart.js v3"), std::string::npos) << page << ": the library is not inlined";
+    EXPECT_EQ(countOf(html, "<script src=\"chart.min.js\"></script>"), 1u) << page;
+    EXPECT_LT(html.size(), chartJsSource().size()) << page;
+  }
+  const std::string index = readFile((dir_ / "index.html").string());
+  EXPECT_EQ(index.find("chart.min.js"), std::string::npos);
+  EXPECT_EQ(index.find("Charts are unavailable"), std::string::npos);
   ::setenv("PEERLAB_CHARTJS", "", 1);
+  fs::remove_all(dir_);
   PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
   ::unsetenv("PEERLAB_CHARTJS");
+  EXPECT_FALSE(fs::exists(dir_ / kSharedChartJsName));
   const std::string bare = readFile((dir_ / kPageX4).string());
-  EXPECT_EQ(bare.find("Chart.js v3"), std::string::npos);
-  EXPECT_NE(bare.find("Charts are unavailable"), std::string::npos);
+  EXPECT_EQ(bare.find("<script src"), std::string::npos);
+  EXPECT_NE(bare.find("Charts are unavailable: $PEERLAB_CHARTJS is empty"), std::string::npos);
+}
+
+// The file $PEERLAB_CHARTJS names is read with limits: a device that never ends, a FIFO nobody writes, a directory
+// and a file beyond the size cap are refused at once, and the pages say why.
+TEST_F(SiteTest, ChartJsFromTheEnvironmentIsReadWithLimits) {
+  fs::create_directories(dir_);
+  const std::string fifo = (dir_ / "fifo.js").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = (dir_ / "big.js").string();
+  std::ofstream(big) << std::string(kMaxChartJsBytes + 1, 'x');
+  struct Case {
+    std::string path;
+    std::string says;
+  };
+  const std::vector<Case> cases = {{"/dev/zero", "not a regular file"},
+                                   {fifo, "not a regular file"},
+                                   {dir_.string(), "not a regular file"},
+                                   {big, "more than the 4 MiB"},
+                                   {(dir_ / "missing.js").string(), "No such file"}};
+  for (const Case& c : cases) {
+    ::setenv("PEERLAB_CHARTJS", c.path.c_str(), 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    const ChartJsFile& lib = chartJs();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << c.path;
+    EXPECT_TRUE(lib.source.empty()) << c.path;
+    EXPECT_NE(lib.problem.find(c.says), std::string::npos) << c.path << ": " << lib.problem;
+    EXPECT_NE(lib.problem.find("$PEERLAB_CHARTJS " + c.path), std::string::npos) << lib.problem;
+    const fs::path site = dir_ / "site";
+    PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), site.string()));
+    EXPECT_NE(readFile((site / kPageX4).string()).find(c.says), std::string::npos) << c.path;
+    EXPECT_FALSE(fs::exists(site / kSharedChartJsName));
+  }
+  ::unsetenv("PEERLAB_CHARTJS");
+}
+
+// A site shows at most kMaxSiteKinds machine kinds; a model with more is refused before anything is written.
+TEST_F(SiteTest, TooManyKindsAreRefusedAndNothingWritten) {
+  nlohmann::json model = {{"generated", "2026-01-01T00:00:00Z"}, {"kinds", nlohmann::json::array()}};
+  for (size_t k = 0; k <= kMaxSiteKinds; ++k)
+    model["kinds"].push_back({{"kind", "kind-" + std::to_string(k)}, {"series", nlohmann::json::array()}});
+  Status st = renderHistorySite(model, dir_.string());
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("1001 machine kinds; a site shows at most 1000"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(dir_));
+  model["kinds"].erase(model["kinds"].size() - 1);
+  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+}
+
+// A kind with one run draws no one-dot charts: its series are listed in a table until a second run comes.
+TEST_F(SiteTest, SeriesOfOneRunAreATableNotCharts) {
+  const nlohmann::json model = testing::historyModel(1, 2, 10);
+  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+  const std::string page = readFile((dir_ / kPageX4).string());
+  size_t series = 0;
+  for (const auto& k : model["kinds"])
+    if (k["kind"] == "h200-x4-nvswitch") series = k["series"].size();
+  EXPECT_EQ(countOf(page, "class=\"plchart\""), 0u);
+  EXPECT_NE(page.find("<h3>Series with a single run</h3>"), std::string::npos);
+  const size_t table = page.find("<table class=\"single-run\">");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_EQ(countOf(page.substr(table, page.find("</table>", table) - table), "<tr><td"), series);
+  EXPECT_GE(series, 20u);
+  EXPECT_EQ(page.find(kSharedChartJsName), std::string::npos);
+  // Two runs: charts again.
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(2, 2, 10), dir_.string()));
+  const std::string two = readFile((dir_ / kPageX4).string());
+  EXPECT_GT(countOf(two, "class=\"plchart\""), 0u);
+  EXPECT_EQ(two.find("Series with a single run"), std::string::npos);
+}
+
+// Where bandwidth is shown, the page says how its bytes are counted; red is kept for failed checks (change points
+// are grey markers).
+TEST_F(SiteTest, BytesConventionStatedAndMarkersNotRed) {
+  PEERLAB_ASSERT_OK(renderHistorySite(testing::historyModel(), dir_.string()));
+  const std::string page = readFile((dir_ / kPageX4).string());
+  EXPECT_NE(page.find("GB/s is 10<sup>9</sup> bytes per second"), std::string::npos);
+  EXPECT_NE(page.find("peer_copy: the bytes copied from the source GPU to the destination"), std::string::npos);
+  EXPECT_EQ(page.find("#d62728"), std::string::npos);
 }
 
 TEST(ChartPage, SplitEvenly) {

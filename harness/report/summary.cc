@@ -8,6 +8,7 @@
 
 #include "harness/report/actions.h"
 #include "harness/report/aggregate.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 
@@ -15,7 +16,9 @@ namespace peerlab::report {
 
 namespace {
 
-// Table cells must not break the Markdown table.
+// Text from a run in Markdown: HTML in it is shown, never interpreted (a renderer of summary.md passes inline HTML
+// through: <script>, <img onerror>, <!-- would hide the rest), and it cannot break a table or a line. '<' and '&'
+// are enough: no tag, comment or entity starts without one ('>' stays readable in "0->1").
 std::string cell(const std::string& text) {
   std::string out;
   for (char ch : text) {
@@ -23,11 +26,30 @@ std::string cell(const std::string& text) {
       out += "\\|";
     } else if (ch == '\n' || ch == '\r') {
       out += ' ';
+    } else if (ch == '<') {
+      out += "&lt;";
+    } else if (ch == '&') {
+      out += "&amp;";
     } else {
       out += ch;
     }
   }
   return out;
+}
+
+// A Markdown code span holding `text` verbatim: fenced by more backticks than any run of them inside (no HTML is
+// interpreted in a code span).
+std::string codeSpan(const std::string& text) {
+  size_t longest = 0, run = 0;
+  std::string flat;
+  for (char ch : text) {
+    run = ch == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+    flat += ch == '\n' || ch == '\r' ? ' ' : ch;
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = !flat.empty() && (flat.front() == '`' || flat.back() == '`');
+  return fence + (pad ? " " : "") + flat + (pad ? " " : "") + fence;
 }
 
 std::string figure(double v) {
@@ -49,21 +71,22 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     md << "# " << options.title << ": " << verdictWord(counts) << " on " << cell(host) << "\n\n";
     md << "- " << formatCounts(counts) << "\n";
   } else {
-    md << "# " << options.title << ": " << host << "\n\n";
+    md << "# " << options.title << ": " << cell(host) << "\n\n";
   }
   md << "- machine: " << gpus << " GPU" << (gpus == 1 ? "" : "s");
-  if (!run.fingerprint.gpus.empty()) md << " (" << run.fingerprint.gpus.front().name << ")";
-  md << ", driver " << run.fingerprint.driver << ", CUDA " << run.fingerprint.cuda_runtime << ", NCCL "
-     << run.fingerprint.nccl << "\n";
-  md << "- run: " << run.timestamp << ", " << run.tool << " (" << run.git_sha << "), " << run.results.size()
-     << " results\n";
-  if (!options.command.empty()) md << "- command: `" << options.command << "`\n";
+  if (!run.fingerprint.gpus.empty()) md << " (" << cell(run.fingerprint.gpus.front().name) << ")";
+  md << ", driver " << cell(run.fingerprint.driver) << ", CUDA " << cell(run.fingerprint.cuda_runtime) << ", NCCL "
+     << cell(run.fingerprint.nccl) << "\n";
+  md << "- run: " << cell(run.timestamp) << ", " << cell(run.tool) << " (" << cell(run.git_sha) << "), "
+     << run.results.size() << " results\n";
+  if (!options.command.empty()) md << "- command: " << codeSpan(options.command) << "\n";
   if (const std::string injected = injectionNote(run); !injected.empty()) {
     md << "- **fault injection**: " << cell(injected)
        << " (these verdicts come from injected faults or a stand-in worker, not from this machine's driver)\n";
   }
+  if (const std::string disabled = disabledRulesNote(run); !disabled.empty()) md << "- " << cell(disabled) << "\n";
   for (const std::string& n : options.notes)
-    md << "- " << n << "\n";
+    md << "- " << cell(n) << "\n";
   md << "\n";
 
   // Every check that did not pass, with the numbers behind it: failures first, then warnings, unsupported, skipped.
@@ -90,12 +113,12 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     if (!ps.claimed_but_failed.empty()) {
       md << "\nClaimed by the driver but not verified:\n";
       for (const auto& c : ps.claimed_but_failed)
-        md << "- " << c << "\n";
+        md << "- " << cell(c) << "\n";
     }
     if (!ps.works_unclaimed.empty()) {
       md << "\nVerified although not claimed: ";
       for (size_t i = 0; i < ps.works_unclaimed.size(); ++i)
-        md << (i ? ", " : "") << ps.works_unclaimed[i];
+        md << (i ? ", " : "") << cell(ps.works_unclaimed[i]);
       md << "\n";
     }
     md << "\n";
@@ -121,7 +144,13 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (bwRows) {
     md << "## Peak bandwidth (GB/s)\n\n| suite | implementation | metric | size | pairs | median | min | max |\n"
        << "|---|---|---|---|---|---|---|---|\n"
-       << bw.str() << "\n";
+       << bw.str() << "\nGB/s is 10^9 bytes per second. Bytes:\n";
+    for (const std::string& suite : suitesIn(run)) {
+      if (const std::string b = bytesConvention(suite); !b.empty() && !bandwidthSeries(run, suite).empty()) {
+        md << "- " << cell(suite) << ": " << cell(b) << "\n";
+      }
+    }
+    md << "\n";
   }
 
   auto latency = latencyRows(run);
@@ -140,7 +169,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   std::ostringstream bad;
   for (const Result& r : run.results) {
     if (statusRank(r.status) == 0) {
-      bad << "- " << describeResult(r) << ": " << r.status << "\n";
+      bad << "- " << cell(describeResult(r)) << ": " << cell(r.status) << "\n";
       ++problems;
     }
   }
@@ -158,7 +187,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (!options.files.empty()) {
     md << "## Files\n\n";
     for (const std::string& f : options.files)
-      md << "- " << f << "\n";
+      md << "- " << cell(f) << "\n";
   }
   return md.str();
 }

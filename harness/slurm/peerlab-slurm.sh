@@ -58,6 +58,13 @@ pl_node() {
   echo "${SLURMD_NODENAME:-$(hostname -s)}"
 }
 
+# A history location with its password masked, for logs: a URL's password (up to the last '@', so an unescaped '@'
+# in it does not leak the rest) and libpq's keyword/value form (password=..., quoted or not).
+pl_mask_db() {
+  printf '%s\n' "$1" | sed -e 's#://\([^:/@]*\):.*@#://\1:***@#' \
+    -e "s#\([Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd][[:space:]]*=[[:space:]]*\)\('[^']*'\|[^[:space:]&]*\)#\1***#g"
+}
+
 # One log line: time, wrapper, node, message; on stderr, in $PEERLAB_SLURM_LOG and in syslog (tag peerlab-slurm).
 pl_log() {
   local line

@@ -217,6 +217,20 @@ rc="$(gate prolog_slurmd "peerlab_gate" "")"
 grep -q "qualify --level standard --out $work/gate/gate-7-gpu01-prolog" "$STUB/qualify" &&
   ok "gate: PEERLAB_GATE_LEVEL is qualify's --level" || fail "gate level: $(cat "$STUB/qualify" 2>/dev/null)"
 
+# The history location in the sweep's log never carries a password, in either connection-string form.
+masked="$(
+  source "$slurm/peerlab-slurm.sh"
+  pl_mask_db "postgresql://pl:pa@ss@db.example/peerlab"
+  pl_mask_db "host=db.example password='se cret' dbname=peerlab"
+  pl_mask_db "POSTGRES://pl:s3cret@db.example:5432/peerlab?password=s3cret&sslmode=require"
+)"
+if [[ "$masked" != *pa@ss* && "$masked" != *ss@db* && "$masked" != *se\ cret* && "$masked" != *s3cret* ]] &&
+  [ "$(grep -c '\*\*\*' <<<"$masked")" = 3 ]; then
+  ok "sweep log: passwords masked in URLs (an unescaped @ included) and keyword/value strings"
+else
+  fail "sweep log masking: $masked"
+fi
+
 # Resume: only what peerlab drained.
 config
 # shellcheck source=peerlab-slurm.sh

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/faults/fuzz/fuzz_util.h"
+#include "harness/report/chart_page.h"
 #include "harness/report/site.h"
 #include "reference/core/files.h"
 
@@ -29,6 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool root = model.is_object() && model.contains("kinds") && model["kinds"].is_array();
   if (!root) {
     if (st.isOk()) fuzz::invariantFailed("a model without a kinds array rendered");
+    return 0;
+  }
+  if (model["kinds"].size() > report::kMaxSiteKinds) {
+    if (st.isOk() || std::filesystem::exists(dir)) fuzz::invariantFailed("a site of too many kinds was written");
     return 0;
   }
   if (!std::filesystem::is_regular_file(dir + "/index.html")) fuzz::invariantFailed("no index.html for a model");
