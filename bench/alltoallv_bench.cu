@@ -114,7 +114,7 @@ struct Plan {
 // A sample starts from an idle GPU on every rank, and the ranks' processes launch it a few microseconds apart: the
 // first call of a sample waits for the last rank to arrive. At least 10 calls per sample (nccl-tests times 20) keep
 // that skew a small share of each call: at 4 KB per rank, 2 calls per sample measured 6.5 us graph-replayed where 20
-// measure 4.3; at 128 MB, 2 and 10 calls measure the same (nvidia-h200-x4).
+// measure 4.3; at 128 MB, 2 and 10 calls measure the same (h200-x4-nvswitch).
 // PEERLAB_ALLTOALLV_BATCH=<calls> overrides the batch for every size (the NCCL host-count path syncs the host in
 // every call, so its per-call time does not depend on the batch).
 Plan planFor(uint64_t bytes) {

@@ -56,8 +56,10 @@ report::Run makeRun(int index, int results, std::mt19937_64& rng) {
   run.timestamp = ts;
   run.fingerprint = {"node-" + std::to_string(index % 4), index < 700 ? "580.159.04" : "590.10", "13.0", "2.28.3", {}};
   for (int g = 0; g < 4; ++g)
-    run.fingerprint.gpus.push_back({g, "GPU-" + std::to_string(g), "", "NVIDIA H200"});
-  run.extra["kind"] = "nvidia-h200-x4";
+    run.fingerprint.gpus.push_back({g, "GPU-" + run.fingerprint.hostname + "-" + std::to_string(g), "", "NVIDIA H200"});
+  run.node = report::nodeIdentity(run.fingerprint, "");
+  run.kind.name = "h200-x4-nvswitch";
+  run.kind.source = report::KindSource::kHardware;
   const char* suites[] = {"peer_copy", "zcopy", "peer_latency", "alltoallv", "probe"};
   for (int i = 0; i < results; ++i) {
     report::Result r;

@@ -91,8 +91,10 @@ def main():
     out = {k: v for k, v in base.items() if k != "results"}
     if args.git_sha:
         out["git_sha"] = args.git_sha
-    if args.kind:
+    # The kind is peerlab's (the input run's kind and its kind_source); --kind names it only for inputs that have none.
+    if args.kind and "kind" not in out:
         out["kind"] = args.kind
+        out["kind_source"] = "--kind"
     out["sources"] = args.runs + ([args.junit] if args.junit else [])
     results = []
     for r in runs:

@@ -100,16 +100,21 @@ if has_stage tests; then
   grep -E "tests passed|Failed|\*\*\*|Not Run|Passed|Skipped" "$work/tests.log" | tail -40
 fi
 
-# The kind: given, or derived from the hardware by the peerlab just built (qualify and bench derive the same one and
-# record how: kind_source).
+# The kind: the one the peerlab just built files the run under (the given kind in its canonical spelling, or the
+# hardware's), read from the plan's JSON. A kind that contradicts the hardware stops here (peerlab exits 2 naming both).
 kind_args=()
-if [ -n "$kind" ]; then
-  kind_args=(--kind "$kind")
-else
-  kind="$("$bin/peerlab" qualify --dry-run --skip-probe --skip-bench 2>/dev/null | sed -n 's/^kind: \([^ ]*\) (.*/\1/p')"
-  kind="${kind:-unknown}"
-  log "kind: $kind (derived from the hardware)"
+[ -n "$kind" ] && kind_args=(--kind "$kind")
+plan_json="$work/kind-plan.json"
+if "$bin/peerlab" qualify --dry-run --json --skip-probe --skip-bench "${kind_args[@]}" >"$plan_json" 2>"$work/kind.log" ||
+  [ -s "$plan_json" ]; then
+  kind="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("kind") or "")' "$plan_json" 2>/dev/null)"
 fi
+if [ -z "$kind" ]; then
+  log "no machine kind: $(tail -n 1 "$work/kind.log" 2>/dev/null)"
+  exit 2
+fi
+# The stages get --kind only when one was given: a derived kind is recorded as the hardware's (kind_source).
+log "kind: $kind ($(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d.get("kind_source", ""), d.get("kind_basis", ""))' "$plan_json"))"
 run_file="reports/runs/${date_tag}-${kind}-${sha:0:7}${tag:+-$tag}.json.gz"
 
 runs=()
@@ -204,6 +209,26 @@ if [ ${#runs[@]} -gt 0 ] || [ ${#junit[@]} -gt 0 ]; then
   mkdir -p reports/runs
   python3 ci/assemble_run.py --out "$run_file" --kind "$kind" --git-sha "$sha" "${junit[@]}" "${runs[@]}" &&
     cp "$run_file" "$out/run.json.gz"
+  # The assembled file holds more than qualify checked (the ctest rows): its stored verdict is made again from all
+  # of it, so that the count it states is the count every reader recomputes.
+  if [ -s "$run_file" ] && python3 -c 'import gzip, json, sys; sys.exit(0 if "qualify" in json.load(gzip.open(sys.argv[1], "rt")) else 1)' "$run_file"; then
+    "$bin/peerlab" qualify --results "$run_file" --out "$work/recheck" >"$work/recheck.log" 2>&1
+    if [ -s "$work/recheck/results.json" ]; then
+      # The verdict, counts and checks of the re-check; the command and wall time stay the qualify run's.
+      python3 - "$run_file" "$work/recheck/results.json" <<'PY' && cp "$run_file" "$out/run.json.gz"
+import gzip, json, sys
+run = json.load(gzip.open(sys.argv[1], "rt"))
+again = json.load(open(sys.argv[2]))["qualify"]
+for key in ("verdict", "summary", "checks", "failed"):
+    run["qualify"][key] = again[key]
+with gzip.open(sys.argv[1], "wt") as f:
+    json.dump(run, f, indent=2)
+    f.write("\n")
+PY
+    else
+      log "re-check of $run_file wrote nothing: $(tail -n 1 "$work/recheck.log")"
+    fi
+  fi
 fi
 
 # Raw logs and JSON, packed (what comes back from a device run is a few files).

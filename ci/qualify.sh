@@ -57,7 +57,8 @@ case " $* " in
       out_args=(--out "$OUT/qualify")
     else
       # The kind qualify will file the run under (--kind, $PEERLAB_KIND, or derived from the hardware).
-      kind="$(build/default/bin/peerlab qualify --dry-run "$@" 2>/dev/null | sed -n 's/^kind: \([^ ]*\) (.*/\1/p')"
+      kind="$(build/default/bin/peerlab qualify --dry-run --json "$@" 2>/dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin).get("kind") or "")' 2>/dev/null)"
       out_args=(--out "build/qualify/${kind:-qualify}-$(date +%Y%m%d-%H%M%S)")
     fi
     ;;

@@ -22,7 +22,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 build=build/default
 deps=.deps/transport
 bench_pairs=0-1
-kind="${PEERLAB_KIND:-gpu-x2}"
+kind="${PEERLAB_KIND:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;

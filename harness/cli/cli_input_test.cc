@@ -120,7 +120,9 @@ TEST_F(ReproInput, BundleTextIsQuotedEscapedAndWrittenSafely) {
   std::ofstream(dir_ + "/outside.txt") << "keep";
   fs::create_symlink(dir_ + "/outside.txt", bundle + "/README.md");
   fs::create_symlink(dir_ + "/outside.txt", bundle + "/probe.json");
-  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", bundle, "--timeout", "5s"});
+  // (The probe file names another host: the bundle holds its fingerprint and cells, no state of this machine.)
+  CliRun r = runPeerlab(
+      {"repro", "--probe-json", dir_ + "/probe.json", "--out", bundle, "--timeout", "5s", "--other-machine"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(readFile(dir_ + "/outside.txt"), "keep");
   EXPECT_FALSE(fs::is_symlink(bundle + "/README.md"));
@@ -142,7 +144,7 @@ TEST_F(ReproInput, InjectedFailuresAreNotDriverFaults) {
   run.results[0].extra["injected"] = "corrupt";
   run.extra["injected"] = {{"probe_inject", "corrupt:ce_write:0:1"}, {"faults", 1}, {"worker", nullptr}};
   ASSERT_TRUE(report::writeRun(run, dir_ + "/probe.json").isOk());
-  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", dir_ + "/bundle"});
+  CliRun r = runPeerlab({"repro", "--probe-json", dir_ + "/probe.json", "--out", dir_ + "/bundle", "--other-machine"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("INJECTED: PEERLAB_PROBE_INJECT=corrupt:ce_write:0:1: 1 of 1 failing cells injected; not a "
                        "driver fault"),

@@ -37,6 +37,7 @@ struct BenchArgs {
   std::string timeout;  ///< seconds, checked in runBench
   double timeout_s = 0;
   std::string kind;
+  bool kind_override = false;
   std::vector<std::string> bench_args;
   bool probe = false;
   std::vector<std::string> import;  ///< Google Benchmark JSON files of peerlab's benches, turned into a run file
@@ -56,7 +57,10 @@ int importGbench(const BenchArgs& a) {
     run.results.insert(run.results.end(), rows->begin(), rows->end());
     run.extra["sources"].push_back(file);
   }
-  if (!a.kind.empty()) run.extra["kind"] = a.kind;
+  // The machine is not known here: the kind is kept as given (in the canonical spelling where it is one).
+  auto kind = report::chooseKind({a.kind, "", a.kind_override}, {});
+  if (!kind.isOk()) return fail(kCmd, kExitUsage, kind.status().message());
+  run.kind = *kind;
   // What the import wrote must read back through the one reader.
   if (auto back = report::fromJson(report::toJson(run)); !back.isOk()) {
     return fail(kCmd, kExitUsage, "--import: " + back.status().message());
@@ -126,13 +130,15 @@ int runBench(BenchArgs a) {
   ro.extra_args = a.bench_args;
   // probe_bench re-executes peerlab as its workers: this one.
   ro.env = {"PEERLAB_BIN=" + selfExecutable()};
-  const qualify::DerivedKind kind = qualify::chooseKind(a.kind, *topo);
+  auto chosen = report::chooseKind(report::kindRequest(a.kind, a.kind_override), report::deriveKind(*topo));
+  if (!chosen.isOk()) return fail(kCmd, kExitUsage, chosen.status().message());
+  const report::RunKind kind = *chosen;
   // Every executable the plan runs, resolved before anything is measured: a missing one is a setup error (exit 4).
   const Status executables = qualify::resolveExecutables(plan->jobs, ro);
 
   if (a.dry_run) {
     std::fputs(qualify::formatPlan(*plan, "peerlab bench").c_str(), stdout);
-    std::printf("kind: %s (%s)\n", kind.kind.c_str(), kind.source.c_str());
+    std::printf("kind: %s\n", report::describeKind(kind).c_str());
     if (executables.isOk()) {
       std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
     } else {
@@ -177,8 +183,8 @@ int runBench(BenchArgs a) {
   run.results = probeRows;
   run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
 
-  run.extra["kind"] = kind.kind;
-  run.extra["kind_source"] = kind.source;
+  run.kind = kind;
+  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   run.extra["bench"] = qualify::toJson(outcome, std::string(qualify::levelName(po.level)));
   run.extra["plan"] = qualify::toJson(*plan);
 
@@ -223,7 +229,11 @@ std::function<int()> setup(CLI::App& sub) {
                  "Deadline per bench process, 1 to 604800 seconds (default: 4x its budget, >= 180)");
   sub.add_option("--kind", a->kind,
                  "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
-                 "model x count x interconnect, e.g. h200-x2-nvswitch)");
+                 "model x count x interconnect, e.g. h200-x2-nvswitch); an alias of the hardware's kind is filed "
+                 "under the canonical one, one that contradicts the hardware is refused");
+  sub.add_flag("--kind-override", a->kind_override,
+               "File the run under --kind (or $PEERLAB_KIND) even where it contradicts the hardware; the run file "
+               "records that it was overridden");
   sub.add_flag("--probe", a->probe, "Run the verified probe first (peerlab probe) and add its cells to the run file");
   sub.add_option("--benchmark-arg", a->bench_args,
                  "Extra argument for every bench process, e.g. "

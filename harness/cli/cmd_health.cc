@@ -89,7 +89,8 @@ std::function<int()> setup(CLI::App& sub) {
   auto a = std::make_shared<HealthArgs>();
   sub.add_option("--config", a->config, "Thresholds file (default: the built-in reports/qualify.toml, [health])");
   sub.add_option("--watch", a->watch,
-                 "Seconds to watch for XID events and clock event reasons, 0 to 86400 (default 1: the whole check in a few seconds, as a scheduler's health program needs)");
+                 "Seconds to watch for XID events and clock event reasons, 0 to 86400 (default 1: the whole check in a "
+                 "few seconds, as a scheduler's health program needs)");
   sub.add_option("--json", a->json, "Write the results as a run file (\"-\": stdout, the check lines to stderr)");
   return [a] { return runHealth(*a); };
 }

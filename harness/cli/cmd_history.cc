@@ -29,6 +29,7 @@ struct HistoryArgs {
   std::vector<std::string> files;
   std::vector<std::string> remove;
   std::string kind;
+  bool kind_override = false;
   bool json = false;
   bool create = false;
   std::string json_out;
@@ -99,7 +100,7 @@ Status checkKind(history::HistoryStore& store, const std::string& kind) {
   PEERLAB_ASSIGN_OR_RETURN(std::vector<history::RunInfo> runs, store.runs());
   std::set<std::string> kinds;
   for (const history::RunInfo& r : runs) {
-    if (r.machine() == kind || r.host == kind) return Status::ok();
+    if (history::machineMatches(r, kind)) return Status::ok();
     kinds.insert(r.machine());
   }
   std::string known;
@@ -128,7 +129,16 @@ int runIngest(const HistoryArgs& a) {
       continue;
     }
     history::IngestOptions opts;
-    opts.kind = a.kind;
+    if (!a.kind.empty()) {
+      // --kind is held against the run's hardware as qualify holds it: an alias is filed under the canonical kind.
+      auto kind = report::chooseKind({a.kind, "", a.kind_override}, report::hardwareOf(*run));
+      if (!kind.isOk()) {
+        fail(kCmd, kExitUsage, "ingest: " + file + ": " + kind.status().message() + " (nothing of it stored)");
+        ++bad;
+        continue;
+      }
+      opts.kind = kind->name;
+    }
     opts.source = std::filesystem::path(file).filename().string();
     auto outcome = (*store)->ingest(*run, opts);
     if (!outcome.isOk()) {
@@ -180,6 +190,7 @@ int runList(const HistoryArgs& a) {
                      {"content_hash", r.content_hash},
                      {"host", r.host},
                      {"kind", r.kind},
+                     {"node", r.node},
                      {"git_sha", r.git_sha},
                      {"timestamp", r.timestamp},
                      {"time", r.time},
@@ -244,17 +255,20 @@ int runRegressions(const HistoryArgs& a) {
   const std::vector<history::Regression> regs = history::findRegressions(*h, n->threshold_pct);
   // With --json - the JSON is stdout's only content.
   FILE* out = summaryStream(a.json_out);
-  std::fprintf(out, "%zu runs, %zu series; %zu regressions (latest change point worse by more than %g%%)\n",
-               h->runs.size(), h->series.size(), regs.size(), n->threshold_pct);
+  std::fprintf(out,
+               "%zu runs, %zu series%s; %zu regressions (latest change point, E-Divisive p <= %g, worse by more than "
+               "%g%%)\n",
+               h->runs.size(), h->series.size(), a.by_host ? " (one per node within each kind)" : " (one per kind)",
+               regs.size(), n->max_p_value, n->threshold_pct);
   for (const history::Regression& r : regs) {
     std::string fp;
     for (const std::string& c : r.fingerprint_changes)
       fp += (fp.empty() ? " [" : ", ") + c;
     if (!fp.empty()) fp += "]";
-    std::fprintf(out, "  %+.1f%%  %s  %s: %.4g -> %.4g %s (p %.2f) since %s %s on %s%s\n", r.change.change_pct,
+    std::fprintf(out, "  %+.1f%%  %s  %s: %.4g -> %.4g %s since %s %s on %s%s; rule: %s\n", r.change.change_pct,
                  r.series->metric.field.c_str(), printable(r.series->id, 200).c_str(), r.change.before, r.change.after,
-                 r.series->metric.unit.c_str(), r.change.p_value, printable(r.run->git_sha.substr(0, 12)).c_str(),
-                 r.run->time.c_str(), printable(r.run->host, 64).c_str(), printable(fp, 300).c_str());
+                 r.series->metric.unit.c_str(), printable(r.run->git_sha.substr(0, 12)).c_str(), r.run->time.c_str(),
+                 printable(r.run->nodeOrHost(), 64).c_str(), printable(fp, 300).c_str(), r.decision.rule.c_str());
   }
   if (!a.json_out.empty()) {
     nlohmann::json arr = nlohmann::json::array();
@@ -319,7 +333,7 @@ int runFleet(const HistoryArgs& a) {
       below = "; below its fleet on " + std::to_string(n.outliers) + " series" +
               (n.failed() ? "" : " (reported, not a failure of its own thresholds)");
     }
-    std::fprintf(out, "  %-20s %-4s %s; run %lld at %s%s%s\n", printable(n.node, 64).c_str(),
+    std::fprintf(out, "  %-20s %-4s %s; run %lld at %s%s%s\n", printable(n.name, 64).c_str(),
                  n.latest && !n.latest->verdict.empty() ? n.latest->verdict.c_str() : "-",
                  printable(state, 300).c_str(), static_cast<long long>(n.latest ? n.latest->id : 0),
                  n.latest ? n.latest->time.c_str() : "-",
@@ -330,8 +344,9 @@ int runFleet(const HistoryArgs& a) {
                "fleets of %d or more hosts)\n",
                h->series.size(), found.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
   for (const history::FleetOutlier& f : found) {
-    std::fprintf(out, "  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g), z %+.1f\n", printable(f.host, 64).c_str(),
-                 printable(f.series->id, 200).c_str(), f.value, f.series->metric.unit.c_str(), f.median, f.mad, f.z);
+    std::fprintf(out, "  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g); rule: %s\n", printable(f.host, 64).c_str(),
+                 printable(f.series->id, 200).c_str(), f.value, f.series->metric.unit.c_str(), f.median, f.mad,
+                 f.decision.rule.c_str());
   }
   if (!a.json_out.empty()) {
     nlohmann::json arr = nlohmann::json::array();
@@ -418,7 +433,10 @@ std::function<int()> setup(CLI::App& sub) {
   sub.require_subcommand(1);
   CLI::App* ingest = sub.add_subcommand("ingest", "Store run files (idempotent; one transaction per file)");
   ingest->add_option("--db", a->db, "SQLite path or postgresql:// URL (created when missing)")->required();
-  ingest->add_option("--kind", a->kind, "Machine kind of these runs (default: the run file's `kind`)");
+  ingest->add_option("--kind", a->kind,
+                     "Machine kind of these runs (default: the run file's `kind`); held against each run's hardware");
+  ingest->add_flag("--kind-override", a->kind_override,
+                   "Store under --kind even where it contradicts a run's hardware");
   ingest->add_option("files", a->files, "Run files")->required();
 
   CLI::App* remove = sub.add_subcommand("remove", "Remove stored runs by id or content hash (one transaction)");
@@ -433,7 +451,7 @@ std::function<int()> setup(CLI::App& sub) {
   addDb(regs, *a, true);
   regs->add_option("--json", a->json_out, "Write {\"regressions\":[...]} here (\"-\": stdout, the summary to stderr)");
   regs->add_option("--kind", a->kind, "Only runs of this kind (or host)");
-  regs->add_flag("--by-host", a->by_host, "One series per host instead of per kind");
+  regs->add_flag("--by-host", a->by_host, "One series per node within each kind (never two kinds in one series)");
   regs->add_option("--threshold", a->threshold, "Worsening that counts, percent: 3 or 2.5% (default 3)");
   addDetectOptions(regs, *a);
 
@@ -470,7 +488,7 @@ std::function<int()> setup(CLI::App& sub) {
       "  peerlab history ingest --db history.sqlite reports/runs/*.json\n"
       "  peerlab history list --db postgresql://peerlab@db/peerlab --json\n"
       "  peerlab history regressions --db history.sqlite --json regressions.json\n"
-      "  peerlab history fleet --db history.sqlite --kind nvidia-h200-x4\n"
+      "  peerlab history fleet --db history.sqlite --kind h200-x4-nvswitch\n"
       "  peerlab history html --db history.sqlite --out site/\n"
       "  peerlab history remove --db history.sqlite 12\n"
       "  peerlab history node-state --db history.sqlite --node gpu07 --state drained --reason 'peerlab: ...'");

@@ -333,6 +333,11 @@ int runProbe(const ProbeArgs& a) {
   ReportContext ctx;
   ctx.run_seed = opt.run_seed;
   ctx.timeout_ms = static_cast<uint32_t>(opt.cell_timeout.count());
+  ctx.setup_timeout_ms = static_cast<uint32_t>(opt.setup_timeout.count());
+  for (Method m : opt.methods)
+    ctx.methods.push_back(std::string(methodName(m)));
+  ctx.sizes = opt.sizes;
+  ctx.pairs = a.pairs;
   if (const char* spec = std::getenv(kInjectEnv); spec && *spec) ctx.inject_spec = spec;
   ctx.inject = *inject;
   if (const char* w = std::getenv(kWorkerEnv); w && *w) ctx.worker = w;

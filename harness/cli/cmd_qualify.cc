@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,6 +64,8 @@ struct QualifyArgs {
   std::string results;
   double timeout_s = 0;
   std::string kind;
+  bool kind_override = false;
+  bool allow_other_hardware = false;
   std::string history;
   std::vector<std::string> argv;  // the command line, for the summary
 };
@@ -171,8 +174,7 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   Status st = report::writeRun(run, dir + "/results.json");
   if (!st.isOk()) return failed(st);
   report::HtmlOptions ho;
-  ho.title =
-      "peerlab qualify: " + (run.fingerprint.hostname.empty() ? std::string("unknown host") : run.fingerprint.hostname);
+  ho.title = "peerlab qualify: " + report::machineTitle(run);
   ho.checks = checks;
   st = writeTextFile(dir + "/report.html", report::renderHtml(run, ho));
   if (!st.isOk()) return failed(st);
@@ -226,6 +228,12 @@ int printVerdict(const report::Run& run, const std::vector<report::Check>& check
   std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
               report::verdictWord(counts), report::formatCounts(counts).c_str(),
               disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());
+  if (counts.empty()) {
+    return fail(kCmd, kExitNothingChecked,
+                "EMPTY: 0 checks: nothing in the run is checked (no result, no plan, no health reading): not a PASS "
+                "(bundle " +
+                    dir + ")");
+  }
   if (!counts.pass()) {
     fail(kCmd, kExitCheckFailed,
          std::string("FAIL: ") + report::firstFailure(checks) + " (" + std::to_string(counts.failed) + " of " +
@@ -246,16 +254,19 @@ int runQualify(const QualifyArgs& a) {
   if (!config.isOk()) return fail(kCmd, kExitUsage, "--config " + config.status().message());
   StatusOr<health::Thresholds> health_thresholds = qualify::loadHealthThresholds(a.config);
   if (!health_thresholds.isOk()) return fail(kCmd, kExitUsage, "--config " + health_thresholds.status().message());
-  double threshold = config->baseline_threshold_pct;
+  report::NoiseRule noise_rule = config->baseline_rule;
   if (!a.threshold.empty()) {
     auto t = report::parseThresholdPct(a.threshold);
     if (!t.isOk()) return fail(kCmd, kExitUsage, "--threshold: " + t.status().message());
-    threshold = *t;
+    noise_rule.threshold_pct = *t;
   }
   std::optional<report::Run> baseline;
   if (!a.baseline.empty()) {
     auto b = report::readRun(a.baseline);
     if (!b.isOk()) return fail(kCmd, kExitUsage, "--baseline " + b.status().message());
+    if (b->results.empty()) {
+      return fail(kCmd, kExitUsage, "--baseline " + a.baseline + ": holds no results: nothing to hold the run against");
+    }
     baseline = std::move(*b);
   }
   std::optional<report::Run> stored;
@@ -263,6 +274,11 @@ int runQualify(const QualifyArgs& a) {
     auto r = report::readRun(a.results);
     if (!r.isOk()) return fail(kCmd, kExitUsage, "--results " + r.status().message());
     stored = std::move(*r);
+  }
+  // A baseline of other hardware differs by design: refused (before anything is measured) unless asked for.
+  if (baseline && stored && !a.allow_other_hardware) {
+    Status same = report::checkSameHardware(*baseline, *stored, "--baseline " + a.baseline, "--allow-other-hardware");
+    if (!same.isOk()) return fail(kCmd, kExitUsage, same.message());
   }
   if (!a.fixture.empty() && !a.dry_run && !stored) {
     return fail(kCmd, kExitUsage, "--fixture plans for another machine: use it with --dry-run (or --results RUN.json)");
@@ -321,11 +337,21 @@ int runQualify(const QualifyArgs& a) {
   std::optional<qualify::Plan> plan;
   if (storedPlan && (a.config.empty() || !stored->plan->topology)) {
     plan = planOf(*stored->plan);
+  } else if (storedPlan && topo.isOk()) {
+    // A re-check keeps the run's facts (its suites, jobs, pairs, probe methods and notes, "not available" ones
+    // included: they describe the machine that ran, not the one checking) and takes only the rules from --config.
+    qualify::Plan facts = planOf(*stored->plan);
+    qualify::PlanOptions rules = facts.options;
+    std::erase_if(rules.suites, [](const std::string& s) { return !qualify::findSuite(s); });
+    auto made = qualify::makePlan(*topo, *config, rules);
+    if (!made.isOk()) return fail(kCmd, kExitUsage, made.status().message());
+    facts.expectations = std::move(made->expectations);
+    facts.latency = std::move(made->latency);
+    facts.disabled_rules = std::move(made->disabled_rules);
+    facts.require_link_info = made->require_link_info;
+    facts.fail_unclaimed = made->fail_unclaimed;
+    plan = std::move(facts);
   } else if (topo.isOk()) {
-    if (storedPlan) {
-      // Same suites, pairs, probe and mode as the run; expectations from the new config.
-      po = planOf(*stored->plan).options;
-    }
     auto made = qualify::makePlan(*topo, *config, po);
     if (!made.isOk()) return fail(kCmd, kExitUsage, made.status().message());
     plan = std::move(*made);
@@ -340,19 +366,41 @@ int runQualify(const QualifyArgs& a) {
                 topo.status().message());
   }
   // The kind the run is filed under: --kind, $PEERLAB_KIND, or derived from the hardware (never the host name).
-  std::optional<qualify::DerivedKind> kind;
+  std::optional<report::RunKind> kind;
   qualify::RunnerOptions ro;
   ro.bench_dir = a.bench_dir;
   Status executables = Status::ok();
   std::vector<std::string> stops;  // what would stop a real run before it measures anything (exit 4)
   if (plan && !stored) {
-    kind = qualify::chooseKind(a.kind, plan->topology);
+    auto chosen = report::chooseKind(report::kindRequest(a.kind, a.kind_override), report::deriveKind(plan->topology));
+    if (!chosen.isOk()) return fail(kCmd, kExitUsage, chosen.status().message());
+    kind = std::move(*chosen);
+    if (baseline && !a.allow_other_hardware) {
+      report::Run planned;
+      for (const qualify::PlanGpu& g : plan->topology.gpus)
+        planned.fingerprint.gpus.push_back({g.index, g.uuid, g.bus_id, g.model});
+      planned.kind = *kind;
+      Status same = report::checkSameHardware(*baseline, planned, "--baseline " + a.baseline, "--allow-other-hardware");
+      if (!same.isOk()) return fail(kCmd, kExitUsage, same.message());
+    }
     // The estimate: the model, or what past runs of this kind measured (--history).
     qualify::MeasuredWalls measured;
     if (!a.history.empty()) {
       auto past = loadHistory(a.history);
       if (!past.isOk()) return fail(kCmd, kExitUsage, past.status().message());
-      measured = qualify::measuredWalls(*past, kind->kind, qualify::deriveKind(plan->topology).kind);
+      measured = qualify::measuredWalls(*past, kind->name, kind->hardware);
+      if (measured.runs == 0) {
+        std::set<std::string> kinds;
+        for (const report::Run& r : *past)
+          kinds.insert(r.kind.empty() ? "no kind" : r.kind.name);
+        std::string list;
+        for (const std::string& k : kinds)
+          list += (list.empty() ? "" : ", ") + k;
+        plan->notes.push_back("--history " + a.history + ": none of its " + std::to_string(past->size()) +
+                              " runs is of kind " + kind->name + " with process wall times (" +
+                              (list.empty() ? std::string("no runs") : "kinds: " + list) +
+                              "): the estimate is the model's");
+      }
     }
     qualify::estimatePlan(*plan, measured);
     // Every executable the plan runs, resolved before anything is measured.
@@ -368,8 +416,11 @@ int runQualify(const QualifyArgs& a) {
       nlohmann::json doc = qualify::toJson(*plan);
       doc["config"] = config->source;
       if (kind) {
-        doc["kind"] = kind->kind;
-        doc["kind_source"] = kind->source;
+        doc["kind"] = kind->name;
+        doc["kind_source"] = report::kindSourceName(kind->source);
+        doc["kind_basis"] = kind->basis;
+        doc["hardware_kind"] = kind->hardware;
+        doc["kind_overridden"] = kind->overridden;
       }
       doc["stops"] = stops;
       std::puts(doc.dump(2).c_str());
@@ -391,10 +442,11 @@ int runQualify(const QualifyArgs& a) {
     if (a.dry_run) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
       std::printf("config: %s\n", config->source.c_str());
-      if (kind) std::printf("kind: %s (%s)\n", kind->kind.c_str(), kind->source.c_str());
+      if (kind) std::printf("kind: %s\n", report::describeKind(*kind).c_str());
       if (baseline)
-        std::printf("baseline: %s (%zu results, threshold %g%%)\n", a.baseline.c_str(), baseline->results.size(),
-                    threshold);
+        std::printf("baseline: %s (%s, %zu results); noise rule: %s\n", a.baseline.c_str(),
+                    report::machineTitle(*baseline).c_str(), baseline->results.size(),
+                    report::describeNoiseRule(noise_rule).c_str());
       if (!plan->jobs.empty() && executables.isOk())
         std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
       for (const std::string& why : stops)
@@ -467,8 +519,8 @@ int runQualify(const QualifyArgs& a) {
       run.extra["bench"] = qualify::toJson(outcome, std::string(qualify::levelName(po.level)));
     }
     if (health) health->end(run, a.health_watch_s, process::interruptRequested);
-    run.extra["kind"] = kind->kind;
-    run.extra["kind_source"] = kind->source;
+    run.kind = *kind;
+    run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
     if (!standin.empty()) run.extra["injected"]["topology"] = standin;
     run.extra["plan"] = qualify::toJson(*plan);
   }
@@ -480,12 +532,14 @@ int runQualify(const QualifyArgs& a) {
 
   report::EvaluateOptions eo;
   eo.baseline = baseline ? &*baseline : nullptr;
-  eo.baseline_threshold_pct = threshold;
+  eo.baseline_rule = noise_rule;
   std::vector<report::Check> checks = report::evaluateChecks(run, run.plan ? &*run.plan : nullptr, eo);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<std::string> notes = {"config: " + config->source};
-  if (baseline)
-    notes.push_back("baseline: " + a.baseline + " (threshold " + std::to_string(threshold).substr(0, 4) + "%)");
+  if (baseline) {
+    notes.push_back("baseline: " + a.baseline + " (" + report::machineTitle(*baseline) +
+                    "); noise rule: " + report::describeNoiseRule(noise_rule));
+  }
   if (plan) {
     for (const std::string& n : plan->notes)
       notes.push_back("note: " + n);
@@ -514,7 +568,11 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--baseline", a->baseline,
                  "Run file to compare against: no result may be worse by more than the "
                  "threshold");
-  sub.add_option("--threshold", a->threshold, "Baseline threshold in percent (default from the config: 5)");
+  sub.add_option("--threshold", a->threshold,
+                 "Baseline minimum effect in percent (default from the config: 10; README \"Comparing runs and "
+                 "baselines\")");
+  sub.add_flag("--allow-other-hardware", a->allow_other_hardware,
+               "Check against a --baseline of another GPU model or count (refused otherwise)");
   sub.add_option("--fixture", a->fixture, "Plan for a topology XML file instead of this machine (with --dry-run)");
   sub.add_flag("--dry-run", a->dry_run, "Print the plan (pairs, tests, expected figures) and exit");
   sub.add_flag("--json", a->json, "With --dry-run: print the plan as JSON (the run file's \"plan\" object)");
@@ -553,7 +611,11 @@ std::function<int()> setup(CLI::App& sub) {
           "SECONDS"));
   sub.add_option("--kind", a->kind,
                  "Machine kind recorded in the run file (default $PEERLAB_KIND, else derived from the hardware: GPU "
-                 "model x count x interconnect, e.g. h200-x2-nvswitch)");
+                 "model x count x interconnect, e.g. h200-x2-nvswitch); an alias of the hardware's kind "
+                 "(nvidia-h200-x2) is filed under the canonical one, one that contradicts the hardware is refused");
+  sub.add_flag("--kind-override", a->kind_override,
+               "File the run under --kind (or $PEERLAB_KIND) even where it contradicts the hardware; the run file "
+               "records that it was overridden");
   sub.add_option("--history", a->history,
                  "Past runs for the time estimate: a run file or a directory of run files; processes that ran on "
                  "this kind are estimated from their measured wall times");
@@ -578,7 +640,8 @@ std::function<int()> setup(CLI::App& sub) {
 }  // namespace
 
 PEERLAB_REGISTER_COMMAND(qualify, "qualify",
-                         "Qualify this machine at a level (quick, standard, full): topology, health, verified probe, benchmarks, checks; writes a bundle",
+                         "Qualify this machine at a level (quick, standard, full): topology, health, verified probe, "
+                         "benchmarks, checks; writes a bundle",
                          setup);
 
 }  // namespace peerlab::cli

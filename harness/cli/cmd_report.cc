@@ -22,6 +22,13 @@ namespace {
 
 constexpr const char* kCmd = "report";
 
+// A default as --help and the option's value give it: "10", "7.5".
+std::string formatDefault(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 struct ReportArgs {
   std::string run;
   std::string html;
@@ -30,7 +37,12 @@ struct ReportArgs {
   std::string title;
   int width = 1280;
   std::vector<std::string> compare;
-  std::string threshold = "5";
+  std::string threshold = formatDefault(report::kDefaultThresholdPct);
+  std::string jitter = formatDefault(report::kDefaultJitterUs);
+  std::string spread = formatDefault(report::kDefaultSpreadFactor);
+  bool jitter_set = false;
+  bool spread_set = false;
+  bool allow_other_hardware = false;
   bool only_changes = false;
   std::string compare_json;
   bool threshold_set = false;
@@ -38,25 +50,41 @@ struct ReportArgs {
 };
 
 std::string describeRun(const std::string& path, const report::Run& run) {
-  return path + " (" + run.fingerprint.hostname + ", " + run.timestamp + ", " + run.tool + " " +
+  return path + " (" + report::machineTitle(run) + ", " + run.timestamp + ", " + run.tool + " " +
          run.git_sha.substr(0, 12) + ", " + std::to_string(run.results.size()) + " results)";
 }
 
 int runCompare(const ReportArgs& a) {
   auto threshold = report::parseThresholdPct(a.threshold);
   if (!threshold.isOk()) return fail(kCmd, kExitUsage, "--threshold: " + threshold.status().message());
+  auto jitter = parseNumberOption("--jitter", a.jitter, 0, 1e6);
+  if (!jitter.isOk()) return fail(kCmd, kExitUsage, jitter.status().message() + " microseconds");
+  auto spread = parseNumberOption("--spread-factor", a.spread, 0, 100);
+  if (!spread.isOk()) return fail(kCmd, kExitUsage, spread.status().message());
   auto base = report::readRun(a.compare[0]);
   if (!base.isOk()) return fail(kCmd, kExitUsage, base.status().message());
   auto fresh = report::readRun(a.compare[1]);
   if (!fresh.isOk()) return fail(kCmd, kExitUsage, fresh.status().message());
-  report::CompareReport rep = report::compareRuns(*base, *fresh, {*threshold});
+  // Different hardware differs by design: refused unless asked for.
+  if (!a.allow_other_hardware) {
+    Status same =
+        report::checkSameHardware(*base, *fresh, a.compare[0] + " and " + a.compare[1], "--allow-other-hardware");
+    if (!same.isOk()) return fail(kCmd, kExitUsage, same.message());
+  }
+  report::NoiseRule rule;
+  rule.threshold_pct = *threshold;
+  rule.jitter_us = *jitter;
+  rule.spread_factor = *spread;
+  report::CompareReport rep = report::compareRuns(*base, *fresh, rule);
   // With --compare-json -, stdout carries the JSON document alone; the table goes to stderr.
   std::FILE* table = a.compare_json == "-" ? stderr : stdout;
-  std::fprintf(table,
-               "base: %s\nnew:  %s\nminimum effect: %g%%, significance: Mann-Whitney U p < %g on samples, else "
-               "p10-p90 apart\n\n",
-               describeRun(a.compare[0], *base).c_str(), describeRun(a.compare[1], *fresh).c_str(), *threshold,
-               rep.alpha);
+  std::fprintf(table, "base: %s\nnew:  %s\n", describeRun(a.compare[0], *base).c_str(),
+               describeRun(a.compare[1], *fresh).c_str());
+  if (a.allow_other_hardware) {
+    const std::string mismatch =
+        report::hardwareMismatch(base->fingerprint, base->kind.name, fresh->fingerprint, fresh->kind.name);
+    if (!mismatch.empty()) std::fprintf(table, "DIFFERENT HARDWARE (--allow-other-hardware): %s\n", mismatch.c_str());
+  }
   std::fputs(report::formatCompare(rep, a.only_changes).c_str(), table);
   if (!a.compare_json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
@@ -72,6 +100,12 @@ int runCompare(const ReportArgs& a) {
                           {"significant", r.significant},
                           {"verdict", report::verdictName(r.verdict)},
                           {"note", r.note}};
+      // The noise rule's decision beside the row: what it rested on.
+      if (r.decision) {
+        const nlohmann::json decision = report::toJson(*r.decision);
+        for (auto it = decision.begin(); it != decision.end(); ++it)
+          j[it.key()] = it.value();
+      }
       j["src"] = id.src ? nlohmann::json(*id.src) : nlohmann::json(nullptr);
       j["dst"] = id.dst ? nlohmann::json(*id.dst) : nlohmann::json(nullptr);
       j["numa"] = id.numa ? nlohmann::json(*id.numa) : nlohmann::json(nullptr);
@@ -84,8 +118,13 @@ int runCompare(const ReportArgs& a) {
     }
     nlohmann::json doc = {{"base", a.compare[0]},
                           {"new", a.compare[1]},
+                          {"base_kind", base->kind.name},
+                          {"new_kind", fresh->kind.name},
+                          {"base_node", base->node.id},
+                          {"new_node", fresh->node.id},
                           {"threshold_pct", *threshold},
                           {"alpha", rep.alpha},
+                          {"noise_rule", report::toJson(rule)},
                           {"fingerprint_changes", rep.fingerprint_changes},
                           {"regressions", rep.regressions()},
                           {"missing", rep.missing()},
@@ -96,10 +135,13 @@ int runCompare(const ReportArgs& a) {
       return fail(kCmd, kExitUsage, "--compare-json " + st.message());
     }
   }
+  if (rep.rows.empty()) {
+    return fail(kCmd, kExitNothingChecked, "nothing compared: neither run holds a result (EMPTY, not a pass)");
+  }
   if (rep.regressions() > 0 || rep.missing() > 0) {
     return fail(kCmd, kExitCheckFailed,
                 std::to_string(rep.regressions()) + (rep.regressions() == 1 ? " regression" : " regressions") +
-                    " beyond " + report::formatThreshold(*threshold) + ", " + std::to_string(rep.missing()) +
+                    " beyond the noise rule, " + std::to_string(rep.missing()) +
                     (rep.missing() == 1 ? " result" : " results") + " missing from the new run");
   }
   return kExitOk;
@@ -175,6 +217,10 @@ int runRender(const ReportArgs& a) {
                            report::formatCounts(verdict.counts) + (disabled.empty() ? "" : "; " + disabled) +
                            " (recomputed from " + std::to_string(run->results.size()) + " results; the file states " +
                            stored + ")";
+  if (verdict.counts.empty()) {
+    return fail(kCmd, kExitNothingChecked,
+                line + ": nothing in the run is checked (no result, no plan, no health reading): not a PASS");
+  }
   if (verdict.storedPassContradicted()) {
     return fail(kCmd, kExitCheckFailed,
                 line + "; the run file says PASS but its results fail: " + report::firstFailure(verdict.checks));
@@ -200,8 +246,19 @@ std::function<int()> setup(CLI::App& sub) {
                  "Compare two run files: BASE.json NEW.json; exit 1 on a regression or a missing result")
       ->expected(2);
   sub.add_option("--threshold", a->threshold,
-                 "Minimum effect for --compare in percent (default 5); smaller changes are noise")
+                 "Minimum effect for --compare in percent (default " + a->threshold + "); smaller changes are noise")
       ->each([a](const std::string&) { a->threshold_set = true; });
+  sub.add_option("--spread-factor", a->spread,
+                 "With --compare: a change must also exceed this many times either run's own p10-p90 spread (default " +
+                     a->spread + ")")
+      ->each([a](const std::string&) { a->spread_set = true; });
+  sub.add_option("--jitter", a->jitter,
+                 "Timing jitter between two processes for --compare, microseconds (default " + a->jitter +
+                     "): a time change must be larger (a baseline of several runs gives each time's own range "
+                     "instead)")
+      ->each([a](const std::string&) { a->jitter_set = true; });
+  sub.add_flag("--allow-other-hardware", a->allow_other_hardware,
+               "With --compare: compare runs of different GPU models or counts (refused otherwise)");
   sub.add_flag("--only-changes", a->only_changes, "With --compare: leave out rows within the noise");
   sub.add_flag("--drain-reason", a->drain_reason,
                "Print only the text of a Slurm drain reason for the run (\"<check> GPU<n>: <action>\" of the failed "
@@ -212,7 +269,7 @@ std::function<int()> setup(CLI::App& sub) {
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
       "  peerlab report run.json --html report.html --screenshot report.png\n"
-      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --threshold 5");
+      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --only-changes");
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");
@@ -225,7 +282,10 @@ std::function<int()> setup(CLI::App& sub) {
       return fail(kCmd, kExitUsage,
                   std::string(a->only_changes ? "--only-changes" : "--compare-json") + " goes with --compare BASE NEW");
     }
-    if (a->threshold_set) return fail(kCmd, kExitUsage, "--threshold goes with --compare BASE NEW");
+    if (a->threshold_set || a->jitter_set || a->spread_set || a->allow_other_hardware) {
+      return fail(kCmd, kExitUsage,
+                  "--threshold, --spread-factor, --jitter and --allow-other-hardware go with --compare BASE NEW");
+    }
     if (a->run.empty()) return fail(kCmd, kExitUsage, "no run file given (peerlab report RUN.json --html OUT.html)");
     if (a->drain_reason) {
       if (!a->html.empty() || !a->screenshot.empty() || !a->summary.empty() || !a->title.empty()) {

@@ -39,6 +39,18 @@ struct ReproArgs {
   std::string sizes;
   std::string timeout;
   bool skip_probe = false;
+  bool other_machine = false;
+};
+
+// The arguments a probe run file records ("probe": seed, methods, sizes, pairs, timeouts), read and checked here: they
+// end up in the command the README gives.
+struct ProbeRecord {
+  std::optional<uint64_t> seed;
+  std::optional<uint32_t> timeout_ms;
+  std::optional<uint32_t> setup_timeout_ms;
+  std::vector<std::string> methods;
+  std::vector<uint64_t> sizes;
+  std::string pairs;
 };
 
 struct FailingCell {
@@ -166,8 +178,52 @@ std::vector<FailingCell> failingCells(const report::Run& probe) {
   return out;
 }
 
-// The exact probe invocation covering every failing cell (and nothing the user did not ask for).
-std::string reproCommand(const std::vector<FailingCell>& cells, const ReproArgs& a) {
+// The probe's record of what it was asked for. `invalid_argument` names the file and the key of a value that is not a
+// probe argument (the README must never tell a vendor to run a typo).
+StatusOr<ProbeRecord> readProbeRecord(const report::Run& probe, const std::string& file) {
+  ProbeRecord rec;
+  auto it = probe.extra.find("probe");
+  if (it == probe.extra.end() || !it->is_object()) return rec;
+  const nlohmann::json& p = *it;
+  auto bad = [&](const std::string& key, const nlohmann::json& v) {
+    return PEERLAB_INVALID_ARGUMENT(file + ": $.probe." + key + ": " + printable(v.dump(), 60) +
+                                    " is not a probe argument");
+  };
+  if (auto s = p.find("seed"); s != p.end() && !s->is_null()) {
+    if (!s->is_number_unsigned() && !(s->is_number_integer() && s->get<long long>() >= 0)) return bad("seed", *s);
+    rec.seed = s->get<uint64_t>();
+  }
+  for (const char* key : {"timeout_ms", "setup_timeout_ms"}) {
+    auto t = p.find(key);
+    if (t == p.end() || t->is_null()) continue;
+    if (!t->is_number_integer() || t->get<long long>() < 1 || t->get<long long>() > 3600000) return bad(key, *t);
+    (std::string(key) == "timeout_ms" ? rec.timeout_ms : rec.setup_timeout_ms) = t->get<uint32_t>();
+  }
+  if (auto m = p.find("methods"); m != p.end() && !m->is_null()) {
+    if (!m->is_array() || m->size() > 64) return bad("methods", *m);
+    for (const auto& x : *m) {
+      if (!x.is_string() || !probe::parseMethod(x.get<std::string>())) return bad("methods", x);
+      rec.methods.push_back(x.get<std::string>());
+    }
+  }
+  if (auto z = p.find("sizes"); z != p.end() && !z->is_null()) {
+    if (!z->is_array() || z->size() > 64) return bad("sizes", *z);
+    for (const auto& x : *z) {
+      if (!x.is_number_unsigned() || !probe::validateCellBytes(x.get<uint64_t>()).isOk()) return bad("sizes", x);
+      rec.sizes.push_back(x.get<uint64_t>());
+    }
+  }
+  if (auto q = p.find("pairs"); q != p.end() && !q->is_null()) {
+    if (!q->is_string() || q->get<std::string>().size() > 4096) return bad("pairs", *q);
+    if (!q->get<std::string>().empty() && !probe::parsePairs(q->get<std::string>()).isOk()) return bad("pairs", *q);
+    rec.pairs = q->get<std::string>();
+  }
+  return rec;
+}
+
+// The exact probe invocation covering every failing cell (and nothing the user did not ask for), with the seed and
+// the timeouts the probe ran with, so that every cell moves the same pattern again.
+std::string reproCommand(const std::vector<FailingCell>& cells, const ReproArgs& a, const ProbeRecord& rec) {
   std::set<std::string> methods, pairs;
   std::set<double> sizes;
   for (const FailingCell& c : cells) {
@@ -181,23 +237,96 @@ std::string reproCommand(const std::vector<FailingCell>& cells, const ReproArgs&
       s += (s.empty() ? "" : ",") + fmt(x);
     return s;
   };
+  auto sizeText = [](double b) {
+    return std::to_string(b >= 0 && b < 1.8e19 ? static_cast<unsigned long long>(b) : 0ull);
+  };
   std::string cmd = "peerlab probe";
   if (cells.empty()) {
-    if (!a.methods.empty()) cmd += " --methods " + qualify::shellQuote(a.methods);
-    if (!a.pairs.empty()) cmd += " --pairs " + qualify::shellQuote(a.pairs);
-    if (!a.sizes.empty()) cmd += " --sizes " + qualify::shellQuote(a.sizes);
+    // Everything the probe ran: as it recorded it, else as this command was asked.
+    const std::string m = !rec.methods.empty() ? join(rec.methods, [](const std::string& x) { return x; }) : a.methods;
+    const std::string p = !rec.pairs.empty() ? rec.pairs : a.pairs;
+    const std::string z = !rec.sizes.empty() ? join(rec.sizes, [](uint64_t b) { return std::to_string(b); }) : a.sizes;
+    if (!m.empty()) cmd += " --methods " + qualify::shellQuote(m);
+    if (!p.empty()) cmd += " --pairs " + qualify::shellQuote(p);
+    if (!z.empty()) cmd += " --sizes " + qualify::shellQuote(z);
   } else {
     // Every argument quoted: method names come from a file (validated, and quoted all the same).
     cmd += " --methods " + qualify::shellQuote(join(methods, [](const std::string& x) { return x; }));
     cmd += " --pairs " + qualify::shellQuote(join(pairs, [](const std::string& x) { return x; }));
-    if (!sizes.empty()) {
-      cmd += " --sizes " + qualify::shellQuote(join(sizes, [](double b) {
-               return std::to_string(b >= 0 && b < 1.8e19 ? static_cast<unsigned long long>(b) : 0ull);
-             }));
-    }
+    if (!sizes.empty()) cmd += " --sizes " + qualify::shellQuote(join(sizes, sizeText));
   }
-  if (!a.timeout.empty()) cmd += " --timeout " + qualify::shellQuote(a.timeout);
+  if (rec.seed) cmd += " --seed " + std::to_string(*rec.seed);
+  if (rec.timeout_ms) {
+    cmd += " --timeout " + std::to_string(*rec.timeout_ms) + "ms";
+  } else if (!a.timeout.empty()) {
+    cmd += " --timeout " + qualify::shellQuote(a.timeout);
+  }
+  if (rec.setup_timeout_ms) cmd += " --setup-timeout " + std::to_string(*rec.setup_timeout_ms) + "ms";
   return cmd + " --refresh --verbose --json probe-repro.json";
+}
+
+// Whether the probe ran on another machine than this one: by its GPUs' UUIDs where both sides list them, else by
+// the host name. "" when it is this machine (or nothing tells them apart), else both described.
+std::string otherMachine(const report::Run& probe, const report::Fingerprint& here) {
+  const report::NodeIdentity theirs = report::nodeIdentity(probe.fingerprint, "");
+  const report::NodeIdentity ours = report::nodeIdentity(here, "");
+  bool other = false;
+  if (!theirs.gpu_uuids.empty() && !ours.gpu_uuids.empty()) {
+    other = theirs.gpu_uuids != ours.gpu_uuids;
+  } else {
+    other = probe.fingerprint.hostname != here.hostname;
+  }
+  if (!other) return "";
+  auto describe = [](const report::Fingerprint& fp, const report::NodeIdentity& n) {
+    return "host " + (fp.hostname.empty() ? std::string("?") : fp.hostname) + ", node " +
+           (n.id.empty() ? std::string("?") : n.id) + ", " + report::gpuSummary(fp) + ", driver " +
+           (fp.driver.empty() ? std::string("?") : fp.driver);
+  };
+  return "the probe ran on " + describe(probe.fingerprint, theirs) + "; this machine is " + describe(here, ours);
+}
+
+// The last `max_bytes` of a file another program wrote.
+std::string tailBytes(const std::string& path, size_t max_bytes) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return "";
+  const std::streamoff size = f.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes) ? size - max_bytes : 0;
+  f.seekg(from);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  return text;
+}
+
+// Runs a tool under a deadline, its output into `file` of the scratch directory; the output (its last 8 MiB), or
+// "" with `why` set when it could not run or failed.
+std::string runTool(const std::vector<std::string>& argv, const std::string& file, std::chrono::seconds deadline,
+                    std::string& why) {
+  const std::string exe = findInPath(argv[0]);
+  if (exe.empty()) {
+    why = argv[0] + " is not installed";
+    return "";
+  }
+  process::ProcessOptions po;
+  po.argv = argv;
+  po.argv[0] = exe;
+  po.stdout_path = file;
+  po.stderr_path = file + ".err";
+  po.timeout = deadline;
+  auto r = process::runProcess(po);
+  if (!r.isOk()) {
+    why = r.status().message();
+    return "";
+  }
+  if (!r->ok()) {
+    std::string last = tailOfFile(file + ".err", 1);
+    while (!last.empty() && last.back() == '\n')
+      last.pop_back();
+    why = argv[0] + ": " + process::describeExit(*r, po.timeout) +
+          (last.empty() ? "" : " (" + printable(last, 200) + ")");
+    return "";
+  }
+  return tailBytes(file, size_t{8} << 20);
 }
 
 std::string probeArgsText(const std::vector<std::string>& argv) {
@@ -239,18 +368,37 @@ Status checkProbeOptions(const ReproArgs& a) {
 int runRepro(const ReproArgs& a) {
   if (!a.probe_json.empty() && a.skip_probe)
     return fail(kCmd, kExitUsage, "--probe-json and --skip-probe exclude each other");
+  if (a.other_machine && a.probe_json.empty())
+    return fail(kCmd, kExitUsage, "--other-machine goes with --probe-json (a probe file of another machine)");
   if (Status st = checkProbeOptions(a); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  // This machine as this process sees it (CUDA here may see no GPU: the probe's workers are what saw them).
+  const report::Fingerprint here = report::collectFingerprint();
   std::optional<report::Run> givenProbe;
   std::string givenProbeText;
+  ProbeRecord record;
+  // A probe file of another machine: its bundle describes that machine, never this one.
+  std::string elsewhere;
   if (!a.probe_json.empty()) {
     auto r = report::readRun(a.probe_json);
     if (!r.isOk()) return fail(kCmd, kExitUsage, r.status().message());
     if (Status st = checkProbeMethods(*r, a.probe_json); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
+    auto rec = readProbeRecord(*r, a.probe_json);
+    if (!rec.isOk()) return fail(kCmd, kExitUsage, rec.status().message());
+    record = std::move(*rec);
     auto text = readTextFile(a.probe_json);
     if (!text.isOk()) return fail(kCmd, kExitUsage, text.status().message());
+    elsewhere = otherMachine(*r, here);
+    if (!elsewhere.empty() && !a.other_machine) {
+      return fail(kCmd, kExitUsage,
+                  "--probe-json " + a.probe_json + ": " + elsewhere +
+                      ": a bundle describes the machine the probe ran on; write it there (peerlab repro on that "
+                      "machine), or pass --other-machine for one with the probe's own fingerprint and GPU list and "
+                      "no state of this machine");
+    }
     givenProbe = std::move(*r);
     givenProbeText = std::move(*text);
   }
+  const bool local = elsewhere.empty();
   const std::string dir = a.out.empty() ? qualify::defaultOutputName("peerlab-repro") : a.out;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -271,63 +419,6 @@ int runRepro(const ReproArgs& a) {
     return text.isOk() && write(name, *text);
   };
   std::vector<std::string> files;
-
-  // Fingerprint: versions and GPUs with UUIDs and bus ids, plus the kernel and OS.
-  report::Fingerprint fp = report::collectFingerprint();
-  nlohmann::json fpj = report::toJson(fp);
-  struct utsname u {};
-  if (::uname(&u) == 0) fpj["kernel"] = std::string(u.sysname) + " " + u.release + " " + u.version + " " + u.machine;
-  fpj["os"] = osRelease();
-  const std::string nvidiaVersion = firstLine("/proc/driver/nvidia/version");
-  fpj["nvidia_driver_version_file"] = nvidiaVersion.empty() ? "unreadable" : nvidiaVersion;
-  fpj["tool"] = std::string("peerlab ") + PEERLAB_VERSION;
-  fpj["collected"] = report::utcTimestamp();
-  if (write("fingerprint.json", fpj.dump(2) + "\n"))
-    files.push_back("fingerprint.json: driver, CUDA, NCCL, kernel, OS, GPUs with UUIDs and bus ids");
-
-  // Topology: the machine's hwloc XML, as hwloc exports it, plus peerlab's reading of it.
-  std::vector<std::string> gpuBusIds;
-  for (const auto& g : fp.gpus)
-    gpuBusIds.push_back(g.bus_id);
-  auto topo = topology::loadLive();
-  if (topo.isOk()) {
-    Status st = topo->exportXml(dir + "/topology.xml");
-    if (st.isOk()) {
-      files.push_back("topology.xml: the machine's hwloc topology (hwloc_topology_export_xml)");
-    } else {
-      write("topology.xml.unreadable", "unreadable: " + st.message() + "\n");
-    }
-    write("topology.txt", topo->formatMatrix());
-    write("topology.json", topo->toJson().dump(2) + "\n");
-    files.push_back("topology.txt, topology.json: GPU pairs, PCIe paths, NVLink as peerlab reads them");
-    if (gpuBusIds.empty()) {
-      for (const auto& g : topo->gpus())
-        gpuBusIds.push_back(g.bus_id);
-    }
-  } else {
-    write("topology.txt", "unreadable: " + topo.status().message() + "\n");
-    files.push_back("topology.txt: why the topology could not be read");
-  }
-
-  // IOMMU, ACS, kernel command line, lspci when installed.
-  write("iommu.txt", qualify::describeIommu(gpuBusIds));
-  write("acs.txt", qualify::describeAcs(gpuBusIds));
-  write("cmdline.txt", qualify::kernelCommandLine() + "\n");
-  files.push_back("iommu.txt: IOMMU groups (/sys/kernel/iommu_groups), the GPUs' groups first");
-  files.push_back("acs.txt: PCIe ACS capability and control of every function, and of the bridges above each GPU");
-  files.push_back("cmdline.txt: the kernel command line (/proc/cmdline)");
-  if (const std::string lspci = findInPath("lspci"); !lspci.empty()) {
-    process::ProcessOptions po;
-    po.argv = {lspci, "-vvv"};
-    po.stdout_path = scratch->file("lspci.txt");
-    po.stderr_path = scratch->file("lspci.txt");
-    po.timeout = std::chrono::seconds(60);
-    auto r = process::runProcess(po);
-    if (r.isOk() && r->ok() && copyIn(scratch->file("lspci.txt"), "lspci.txt"))
-      files.push_back("lspci.txt: lspci -vvv");
-  } else {
-    write("lspci.txt", "unreadable: lspci is not installed (pciutils); acs.txt decodes ACS from sysfs instead\n");
-  }
 
   // The probe: run as a child (`peerlab probe --json`), or the run file given.
   std::optional<report::Run> probe = givenProbe;
@@ -365,16 +456,139 @@ int runRepro(const ReproArgs& a) {
         copyIn(probeJson, "probe.json");
         auto run = report::readRun(probeJson);
         Status methods = run.isOk() ? checkProbeMethods(*run, "probe.json") : run.status();
-        if (methods.isOk()) {
+        StatusOr<ProbeRecord> rec = methods.isOk() ? readProbeRecord(*run, "probe.json") : methods;
+        if (rec.isOk()) {
+          record = std::move(*rec);
           probe = std::move(*run);
         } else {
-          probeError = methods.message();
+          probeError = rec.status().message();
         }
       } else {
         probeError = "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(probeLog, 1);
       }
     }
     files.push_back("probe.json, probe.log: the verified probe's run file (reports/schema) and its output");
+  }
+
+  // Fingerprint: the probe's (its workers saw the GPUs, and it may come from another machine), else this process's;
+  // plus the kernel and OS where this is the machine.
+  const bool fromProbe = probe && !probe->fingerprint.gpus.empty();
+  const report::Fingerprint fp = fromProbe ? probe->fingerprint : here;
+  nlohmann::json fpj = report::toJson(fp);
+  fpj["source"] = fromProbe ? "the probe run file (its workers' inventory)" : "this process (CUDA)";
+  fpj["node"] = report::toJson(fromProbe ? probe->node : report::nodeIdentity(here, report::readBoardSerial()));
+  if (fromProbe && !probe->kind.empty()) fpj["kind"] = probe->kind.name;
+  if (local) {
+    struct utsname u {};
+    if (::uname(&u) == 0) fpj["kernel"] = std::string(u.sysname) + " " + u.release + " " + u.version + " " + u.machine;
+    fpj["os"] = osRelease();
+    const std::string nvidiaVersion = firstLine("/proc/driver/nvidia/version");
+    fpj["nvidia_driver_version_file"] = nvidiaVersion.empty() ? "unreadable" : nvidiaVersion;
+  } else {
+    fpj["written_on"] = elsewhere;
+  }
+  fpj["tool"] = std::string("peerlab ") + PEERLAB_VERSION;
+  fpj["collected"] = report::utcTimestamp();
+  if (write("fingerprint.json", fpj.dump(2) + "\n")) {
+    files.push_back(std::string("fingerprint.json: driver, CUDA, NCCL, GPUs with UUIDs and bus ids, node identity (") +
+                    (fromProbe ? "from the probe run file" : "from this process") + ")" +
+                    (local ? ", kernel, OS" : ""));
+  }
+
+  if (local) {
+    // Topology: the machine's hwloc XML, as hwloc exports it, plus peerlab's reading of it.
+    std::vector<std::string> gpuBusIds;
+    for (const auto& g : fp.gpus)
+      gpuBusIds.push_back(g.bus_id);
+    auto topo = topology::loadLive();
+    if (topo.isOk()) {
+      Status st = topo->exportXml(dir + "/topology.xml");
+      if (st.isOk()) {
+        files.push_back("topology.xml: the machine's hwloc topology (hwloc_topology_export_xml)");
+      } else {
+        write("topology.xml.unreadable", "unreadable: " + st.message() + "\n");
+      }
+      write("topology.txt", topo->formatMatrix());
+      write("topology.json", topo->toJson().dump(2) + "\n");
+      files.push_back("topology.txt, topology.json: GPU pairs, PCIe paths, NVLink as peerlab reads them");
+      if (gpuBusIds.empty()) {
+        for (const auto& g : topo->gpus())
+          gpuBusIds.push_back(g.bus_id);
+      }
+    } else {
+      write("topology.txt", "unreadable: " + topo.status().message() + "\n");
+      files.push_back("topology.txt: why the topology could not be read");
+    }
+
+    // IOMMU, ACS, kernel command line, lspci when installed.
+    write("iommu.txt", qualify::describeIommu(gpuBusIds));
+    write("acs.txt", qualify::describeAcs(gpuBusIds));
+    write("cmdline.txt", qualify::kernelCommandLine() + "\n");
+    files.push_back("iommu.txt: IOMMU groups (/sys/kernel/iommu_groups), the GPUs' groups first");
+    files.push_back("acs.txt: PCIe ACS capability and control of every function, and of the bridges above each GPU");
+    files.push_back("cmdline.txt: the kernel command line (/proc/cmdline)");
+    std::string why;
+    const std::string lspci = runTool({"lspci", "-vvv"}, scratch->file("lspci.txt"), std::chrono::seconds(60), why);
+    if (!lspci.empty()) {
+      write("lspci.txt", lspci);
+      files.push_back("lspci.txt: lspci -vvv");
+    } else {
+      write("lspci.txt", "unreadable: " + why + " (acs.txt decodes ACS from sysfs instead)\n");
+    }
+
+    // The kernel log's NVIDIA lines (NVRM, XID): dmesg, else journalctl -k; either may be closed to this user.
+    std::string dmesgWhy, journalWhy, source;
+    std::string log = runTool({"dmesg"}, scratch->file("dmesg.txt"), std::chrono::seconds(15), dmesgWhy);
+    source = "dmesg";
+    if (log.empty()) {
+      log = runTool({"journalctl", "-k", "--no-pager", "-q", "-n", "20000"}, scratch->file("journal.txt"),
+                    std::chrono::seconds(30), journalWhy);
+      source = "journalctl -k";
+    }
+    if (!log.empty()) {
+      const std::string lines = qualify::nvidiaKernelLines(log);
+      write("kernel-log.txt", "# the NVRM and XID lines of " + source + " (the last 500; " +
+                                  std::to_string(log.size()) + " bytes read)\n" + (lines.empty() ? "none\n" : lines));
+      files.push_back("kernel-log.txt: the kernel log's NVRM and XID lines (" + source + ")");
+    } else {
+      write("kernel-log.txt", "unreadable: dmesg: " + (dmesgWhy.empty() ? std::string("no output") : dmesgWhy) +
+                                  "; journalctl -k: " + (journalWhy.empty() ? std::string("no output") : journalWhy) +
+                                  " (run peerlab repro as root, or add the lines of `dmesg | grep -E 'NVRM|Xid'`)\n");
+      files.push_back("kernel-log.txt: why the kernel log could not be read");
+    }
+    // nvidia-smi -q, under a deadline (it can hang on a GPU that fell off the bus).
+    std::string smiWhy;
+    const std::string smi =
+        runTool({"nvidia-smi", "-q"}, scratch->file("nvidia-smi.txt"), std::chrono::seconds(60), smiWhy);
+    write("nvidia-smi-q.txt", smi.empty() ? "unreadable: " + smiWhy + "\n" : smi);
+    files.push_back(smi.empty() ? "nvidia-smi-q.txt: why nvidia-smi -q could not run"
+                                : "nvidia-smi-q.txt: nvidia-smi -q");
+    // The NVML health readings, through `peerlab health` as a child (NVML loaded there, under a deadline).
+    {
+      const std::string healthJson = scratch->file("health.json");
+      const std::string healthLog = scratch->file("health.log");
+      process::ProcessOptions po;
+      po.argv = {selfExecutable(), "health", "--watch", "0", "--json", healthJson};
+      po.stdout_path = healthLog;
+      po.stderr_path = healthLog;
+      po.timeout = std::chrono::seconds(120);
+      auto r = process::runProcess(po);
+      copyIn(healthLog, "health.txt");
+      if (r.isOk() && std::filesystem::exists(healthJson) && copyIn(healthJson, "health.json")) {
+        files.push_back(
+            "health.json, health.txt: NVML health readings (peerlab health: PCIe, NVLink, ECC, row "
+            "remapping, XIDs, clocks)");
+      } else {
+        std::string last = tailOfFile(healthLog, 1);
+        while (!last.empty() && last.back() == '\n')
+          last.pop_back();
+        const std::string why = !r.isOk() ? r.status().message()
+                                          : "peerlab health " + process::describeExit(*r, po.timeout) +
+                                                (last.empty() ? "" : " (" + last + ")");
+        write("health.txt", "unreadable: " + why + "\n");
+        files.push_back("health.txt: why the NVML health readings could not be taken");
+      }
+    }
   }
 
   const std::vector<FailingCell> cells = probe ? failingCells(*probe) : std::vector<FailingCell>{};
@@ -384,7 +598,7 @@ int runRepro(const ReproArgs& a) {
   for (const FailingCell& c : cells)
     injectedCells += !c.injected.empty();
   const bool notDriver = !injected.empty() || injectedCells > 0;
-  std::string command = reproCommand(cells, a);
+  std::string command = reproCommand(cells, a, record);
   if (probe) {
     if (auto it = probe->extra.find("injected"); it != probe->extra.end() && it->is_object()) {
       if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
@@ -396,6 +610,12 @@ int runRepro(const ReproArgs& a) {
   std::ostringstream md;
   md << "# peerlab " << (notDriver ? "fault-injection run (not a driver bug bundle)" : "bug bundle") << ": "
      << (fp.hostname.empty() ? "unknown host" : mdCell(fp.hostname)) << ", " << report::utcTimestamp() << "\n\n";
+  if (!local) {
+    md << "**Written on another machine than the probe's**: " << mdCell(elsewhere)
+       << ". The fingerprint and GPU list below are the probe file's; the state of the probe's machine (topology, "
+          "IOMMU, ACS, kernel command line and log, nvidia-smi, NVML health) is not in this bundle: run `peerlab "
+          "repro --probe-json probe.json` on that machine for it.\n\n";
+  }
   if (notDriver) {
     md << "**INJECTED: these failures were injected** (" << (injected.empty() ? "faults injected" : injected)
        << "), or come from a stand-in probe worker: they are not driver faults. Do not send this bundle to a driver "
@@ -417,7 +637,8 @@ int runRepro(const ReproArgs& a) {
      << "`peerlab probe` writes a seeded pattern (different per run, pair, method and size) into poisoned destination "
         "memory and verifies it on the destination's GPU, in watched worker processes with a deadline per cell; it "
         "exits 1 when a cell the driver claims works (cudaDeviceCanAccessPeer and the per-method attributes) fails. "
-        "`--verbose` prints every cell, the workers' phase timings and the seed.\n\n";
+        "`--verbose` prints every cell, the workers' phase timings and the seed"
+     << (record.seed ? "; `--seed` is the probe's own, so every cell moves the same data again" : "") << ".\n\n";
   if (!probeCommand.empty())
     md << "This bundle's probe ran as: `" << probeCommand << "` (exit " << probeExit << ").\n\n";
   if (!cells.empty()) {
@@ -430,19 +651,26 @@ int runRepro(const ReproArgs& a) {
     }
     md << "\n";
   }
-  md << "## Machine\n\n- driver " << mdCell(fp.driver) << ", CUDA runtime " << mdCell(fp.cuda_runtime) << ", NCCL "
-     << mdCell(fp.nccl) << "\n- " << mdCell(fpj.value("kernel", "kernel unknown")) << "\n- "
-     << mdCell(fpj.value("os", "")) << "\n- kernel command line: `" << mdCell(qualify::kernelCommandLine()) << "`\n\n";
-  // The probe's workers report the GPUs as well (this process may see none, e.g. with a stand-in worker).
-  const std::vector<report::GpuFingerprint>& gpus = !fp.gpus.empty() || !probe ? fp.gpus : probe->fingerprint.gpus;
-  if (!gpus.empty()) {
+  md << "## Machine\n\n- " << (fromProbe ? "as the probe's workers saw it" : "as this process sees it") << ": driver "
+     << mdCell(fp.driver) << ", CUDA runtime " << mdCell(fp.cuda_runtime) << ", NCCL " << mdCell(fp.nccl) << "\n";
+  if (fromProbe && !probe->kind.empty()) {
+    md << "- kind " << mdCell(probe->kind.name) << ", node " << mdCell(probe->node.id) << " ("
+       << mdCell(probe->node.basis) << ")\n";
+  }
+  if (local) {
+    md << "- " << mdCell(fpj.value("kernel", "kernel unknown")) << "\n- " << mdCell(fpj.value("os", ""))
+       << "\n- kernel command line: `" << mdCell(qualify::kernelCommandLine()) << "`\n";
+  }
+  md << "\n";
+  if (!fp.gpus.empty()) {
     md << "| ordinal | GPU | UUID | bus id |\n|---|---|---|---|\n";
-    for (const auto& g : gpus) {
+    for (const auto& g : fp.gpus) {
       md << "| " << g.ordinal << " | " << mdCell(g.name) << " | " << mdCell(g.uuid) << " | " << mdCell(g.bus_id)
          << " |\n";
     }
     md << "\n";
-    if (fp.gpus.empty()) md << "(GPUs as the probe's workers saw them; this process saw none.)\n\n";
+    if (fromProbe && here.gpus.empty() && local)
+      md << "(GPUs as the probe's workers saw them; this process saw none.)\n\n";
   } else {
     md << "No GPU visible to CUDA.\n\n";
   }
@@ -454,6 +682,7 @@ int runRepro(const ReproArgs& a) {
 
   std::printf("repro: bundle %s: %zu failing cell%s\nreproduce with: %s\n", printable(dir).c_str(), cells.size(),
               cells.size() == 1 ? "" : "s", printable(command).c_str());
+  if (!local) std::printf("repro: %s: only the probe file's fingerprint and cells are bundled\n", elsewhere.c_str());
   if (notDriver) {
     std::printf("INJECTED: %s: %d of %zu failing cells injected; not a driver fault, not a bundle for a vendor\n",
                 injected.empty() ? "faults injected" : injected.c_str(), injectedCells, cells.size());
@@ -474,12 +703,18 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_option("--sizes", a->sizes, "Probe cell sizes, e.g. 4K,64M");
   sub.add_option("--timeout", a->timeout, "Deadline per probe cell, e.g. 5s");
   sub.add_flag("--skip-probe", a->skip_probe, "Collect the system state only");
+  sub.add_flag("--other-machine", a->other_machine,
+               "With --probe-json of another machine: bundle the probe file with its own fingerprint and GPU list, "
+               "and no state of this machine (refused otherwise)");
   return [a] { return runRepro(*a); };
 }
 
 }  // namespace
 
-PEERLAB_REGISTER_COMMAND(repro, "repro",
-                         "Write a driver bug bundle: fingerprint, hwloc XML, IOMMU/ACS, cmdline, probe, README", setup);
+PEERLAB_REGISTER_COMMAND(
+    repro, "repro",
+    "Write a driver bug bundle: fingerprint, hwloc XML, IOMMU/ACS, cmdline, kernel log, nvidia-smi, "
+    "NVML health, probe, README",
+    setup);
 
 }  // namespace peerlab::cli

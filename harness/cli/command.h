@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitUsage = 2,        ///< usage error or bad input (missing, unreadable or malformed file; bad option value)
   kExitNoGpu = 3,        ///< no NVIDIA GPU in the topology or on this machine
   kExitRuntime = 4,      ///< a CUDA, NCCL or internal error stopped the command
+  kExitNothingChecked = 5,  ///< the verdict is EMPTY: zero checks (nothing in the run any check applies to)
 };
 
 /// Configures `sub` (options, flags) and returns the function that runs the command and gives its exit code.

@@ -34,11 +34,16 @@ nlohmann::json orNull(const std::optional<T>& v) {
 
 }  // namespace
 
+bool machineMatches(const RunInfo& run, const std::string& kind) {
+  return run.machine() == kind || run.host == kind || run.nodeOrHost() == kind ||
+         (!run.kind.empty() && report::sameHardware(run.kind, kind));
+}
+
 StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options) {
   History h;
   PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, store.runs());
   for (RunInfo& r : all) {
-    if (!options.kind.empty() && r.machine() != options.kind && r.host != options.kind) continue;
+    if (!options.kind.empty() && !machineMatches(r, options.kind)) continue;
     h.run_index[r.id] = h.runs.size();
     h.runs.push_back(std::move(r));
   }
@@ -53,7 +58,8 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
     std::optional<double> value = report::metricValue(r, *metric);
     if (!value || !std::isfinite(*value) || *value <= 0) return;
     const RunInfo& info = h.runs[run->second];
-    const std::string& machine = options.by_host ? info.host : info.machine();
+    // Per host: the node within its kind, so that one series never holds two kinds of hardware.
+    const std::string machine = options.by_host ? info.machine() + "@" + info.nodeOrHost() : info.machine();
     const std::string id = seriesId(machine, r);
     auto [it, fresh] = byId.emplace(id, h.series.size());
     if (fresh) {
@@ -127,6 +133,7 @@ std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo
     if (a != b) out.push_back(std::string(what) + " " + (a.empty() ? "?" : a) + " -> " + (b.empty() ? "?" : b));
   };
   diff("host", before.host, after.host);
+  diff("node", before.node, after.node);
   diff("driver", before.driver, after.driver);
   diff("CUDA", before.cuda, after.cuda);
   diff("NCCL", before.nccl, after.nccl);
@@ -148,12 +155,27 @@ std::vector<Regression> findRegressions(const History& history, double threshold
   for (const Series& s : history.series) {
     if (s.change_points.empty()) continue;
     const ChangePoint& cp = s.change_points.back();
-    const double worse = worseningPct(s.metric, cp.before, cp.after);
-    if (worse <= threshold_pct) continue;
+    // The segments either side of the latest change point, judged by the one noise rule with E-Divisive's test.
+    const int start = s.change_points.size() > 1 ? s.change_points[s.change_points.size() - 2].index : 0;
+    report::Side before, after;
+    before.value = cp.before;
+    before.runs = cp.index - start;
+    after.value = cp.after;
+    after.runs = static_cast<int>(s.points.size()) - cp.index;
+    report::NoiseRule rule;
+    rule.threshold_pct = threshold_pct;
+    rule.jitter_us = 0;
+    report::RunsTest test;
+    test.name = "e-divisive";
+    test.significant = true;  // detectChangePoints kept only change points that passed it
+    test.p_value = cp.p_value;
+    const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, before, after, rule, &test);
+    if (d.verdict != report::Verdict::kRegressed) continue;
     Regression r;
     r.series = &s;
     r.change = cp;
-    r.worsening_pct = worse;
+    r.worsening_pct = d.worsening_pct;
+    r.decision = d;
     r.run = &history.run(s.points[cp.index].run_id);
     r.previous = &history.run(s.points[cp.index - 1].run_id);
     r.fingerprint_changes = fingerprintChanges(*r.previous, *r.run);
@@ -175,6 +197,7 @@ nlohmann::json toJson(const Regression& r) {
   j["series_id"] = r.series->id;
   j["machine"] = r.series->machine;
   j["host"] = r.run->host;
+  j["node"] = r.run->node;
   j["kind"] = r.run->kind;
   j["run_id"] = r.run->id;
   j["git_sha"] = r.run->git_sha;
@@ -186,8 +209,19 @@ nlohmann::json toJson(const Regression& r) {
   j["worsening_pct"] = r.worsening_pct;
   j["p_value"] = r.change.p_value;
   j["fingerprint_changes"] = r.fingerprint_changes;
+  j["noise_rule"] = report::toJson(r.decision);
   return j;
 }
+
+namespace {
+
+// A member of a fleet: its node identity and its host name. Cloud VMs share a host name ("vm") and differ by identity;
+// machines whose identity cannot tell them apart (stand-in GPUs) differ by host name.
+std::string fleetMember(const std::string& node, const std::string& host) {
+  return node + '\n' + host;
+}
+
+}  // namespace
 
 std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options) {
   std::vector<FleetOutlier> out;
@@ -195,7 +229,7 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
     // The latest figure of each host (points are oldest first).
     std::map<std::string, const SeriesPoint*> latest;
     for (const SeriesPoint& p : s.points)
-      latest[history.run(p.run_id).node()] = &p;
+      latest[fleetMember(history.run(p.run_id).nodeOrHost(), history.run(p.run_id).host)] = &p;
     if (static_cast<int>(latest.size()) < options.min_hosts) continue;
     std::vector<double> values;
     for (auto& [host, p] : latest)
@@ -208,11 +242,23 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
     const double mad = std::max(median(dev, 0, static_cast<int>(dev.size())), 1e-3 * std::fabs(med));
     if (mad <= 0) continue;
     for (auto& [host, p] : latest) {
+      // The host's figure against the fleet's median, by the one noise rule with the modified z-score as its test.
       const double z = 0.6745 * (p->value - med) / mad;
-      const double worseZ = s.metric.higher_is_better ? -z : z;
-      const double pct = std::fabs(p->value - med) / std::fabs(med) * 100.0;
-      if (worseZ > options.z_threshold && pct >= options.min_change_pct) {
-        out.push_back({s.machine, host, &s, p->run_id, p->value, med, mad, z});
+      report::Side fleet, own;
+      fleet.value = med;
+      fleet.runs = static_cast<int>(latest.size());
+      own.value = p->value;
+      report::NoiseRule rule;
+      rule.threshold_pct = options.min_change_pct;
+      rule.jitter_us = 0;
+      report::RunsTest test;
+      test.name = "mad-z";
+      test.significant = std::fabs(z) > options.z_threshold;
+      test.z = z;
+      const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, fleet, own, rule, &test);
+      if (d.verdict == report::Verdict::kRegressed) {
+        const RunInfo& run = history.run(p->run_id);
+        out.push_back({s.machine, run.host, run.nodeOrHost(), &s, p->run_id, p->value, med, mad, z, d});
       }
     }
   }
@@ -223,20 +269,30 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
 
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers) {
+  // Nodes by identity and host name (cloud VMs all call themselves "vm"), each shown by its host name.
   std::map<std::pair<std::string, std::string>, FleetNode> nodes;
   for (const RunInfo& r : history.runs) {  // oldest first: the last one seen is the latest
-    FleetNode& n = nodes[{r.machine(), r.node()}];
+    FleetNode& n = nodes[{r.machine(), fleetMember(r.nodeOrHost(), r.host)}];
     n.machine = r.machine();
-    n.node = r.node();
+    n.node = r.nodeOrHost();
+    n.host = r.host;
     n.latest = &r;
   }
-  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster").
+  std::map<std::pair<std::string, std::string>, int> hostsOfKind;  // (kind, host) -> nodes
+  for (auto& [key, n] : nodes)
+    ++hostsOfKind[{n.machine, n.host}];
+  for (auto& [key, n] : nodes) {
+    n.name = n.host.empty() ? n.node : n.host;
+    if (!n.host.empty() && n.node != n.host && hostsOfKind[{n.machine, n.host}] > 1) n.name += " (" + n.node + ")";
+  }
+  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster"). A state may also
+  // name the node's identity.
   for (const NodeState& s : states) {
     for (auto& [key, n] : nodes)
-      if (key.second == s.node || key.second.rfind(s.node + ".", 0) == 0) n.state = s;
+      if (n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node) n.state = s;
   }
   for (const FleetOutlier& f : outliers) {
-    auto it = nodes.find({f.machine, f.host});
+    auto it = nodes.find({f.machine, fleetMember(f.node, f.host)});
     if (it != nodes.end()) ++it->second.outliers;
   }
   std::vector<FleetNode> out;
@@ -244,13 +300,14 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     out.push_back(std::move(n));
   auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : 2; };
   std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
-    return std::make_tuple(a.machine, rank(a), a.node) < std::make_tuple(b.machine, rank(b), b.node);
+    return std::make_tuple(a.machine, rank(a), a.name) < std::make_tuple(b.machine, rank(b), b.name);
   });
   return out;
 }
 
 nlohmann::json toJson(const FleetNode& n) {
-  nlohmann::json j = {{"kind", n.machine}, {"node", n.node}, {"outliers", n.outliers}};
+  nlohmann::json j = {
+      {"kind", n.machine}, {"node", n.node}, {"host", n.host}, {"name", n.name}, {"outliers", n.outliers}};
   j["state"] = n.state ? n.state->state : "";
   j["reason"] = n.state ? n.state->reason : "";
   j["state_recorded_at"] = n.state ? n.state->recorded_at : "";
@@ -266,12 +323,14 @@ nlohmann::json toJson(const FleetOutlier& f) {
   nlohmann::json j = seriesFields(*f.series);
   j["kind"] = f.machine;
   j["host"] = f.host;
+  j["node"] = f.node;
   j["series_id"] = f.series->id;
   j["run_id"] = f.run_id;
   j["value"] = f.value;
   j["median"] = f.median;
   j["mad"] = f.mad;
   j["z"] = f.z;
+  j["noise_rule"] = report::toJson(f.decision);
   return j;
 }
 

@@ -11,6 +11,7 @@
 
 #include "harness/history/edivisive.h"
 #include "harness/history/store.h"
+#include "harness/report/compare.h"
 #include "harness/report/metric.h"
 
 namespace peerlab::history {
@@ -25,7 +26,7 @@ struct SeriesPoint {
 /// One series: (machine, suite, impl, name, src, dst, ranks, bytes) and its metric, oldest point first.
 struct Series {
   std::string id;       ///< "h200-x4-nvswitch/peer_copy/peerlab.ce/uni/0->1/r1/268435456"
-  std::string machine;  ///< kind, or host (runs without a kind, or --by host)
+  std::string machine;  ///< kind, or the node (runs without a kind); "<kind>@<node>" with --by-host
   std::string suite, impl, name;
   std::optional<int> src, dst;
   int ranks = 1;
@@ -43,9 +44,12 @@ struct History {
 };
 
 struct HistoryOptions {
-  std::string kind;      ///< only runs of this kind (or host) when not empty
-  bool by_host = false;  ///< group series by host even when runs name a kind
+  std::string kind;      ///< only runs of this kind (or node, or host) when not empty
+  bool by_host = false;  ///< one series per node within each kind
 };
+
+/// Whether a run is selected by --kind: its kind (or an alias of it), its node or its host.
+bool machineMatches(const RunInfo& run, const std::string& kind);
 
 /// Reads every run and result; keeps performance results (report::seriesMetric) whose status is ok and whose value
 /// is positive.
@@ -61,9 +65,11 @@ struct Regression {
   const RunInfo* previous = nullptr;  ///< the run before it
   double worsening_pct = 0;           ///< positive: worse, whatever the metric's direction
   std::vector<std::string> fingerprint_changes;
+  report::ChangeDecision decision;  ///< the noise rule's decision (test "e-divisive")
 };
 
-/// Series whose latest change point is a worsening of more than `threshold_pct`, worst first.
+/// Series whose latest change point the noise rule (report::decideChange, its test E-Divisive's, minimum effect
+/// `threshold_pct`) calls a regression, worst first.
 std::vector<Regression> findRegressions(const History& history, double threshold_pct);
 /// What changed between two runs: host, driver, CUDA, NCCL, GPUs ("driver 580.65 -> 580.95").
 std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo& after);
@@ -77,11 +83,13 @@ struct FleetOptions {
 
 struct FleetOutlier {
   std::string machine;  ///< the kind
-  std::string host;
+  std::string host;     ///< the host name of the node's latest run
+  std::string node;     ///< the node (its identity; the host name for runs stored before identities were kept)
   const Series* series = nullptr;
   std::int64_t run_id = 0;
   double value = 0, median = 0, mad = 0;
-  double z = 0;  ///< signed modified z-score; the outlier is on the worse side
+  double z = 0;                     ///< signed modified z-score; the outlier is on the worse side
+  report::ChangeDecision decision;  ///< the noise rule's decision (test "mad-z", minimum effect min_change_pct)
 };
 
 /// Per kind and series, the hosts whose latest figure sits on the worse side of the fleet beyond the threshold,
@@ -93,7 +101,9 @@ nlohmann::json toJson(const FleetOutlier& f);
 /// sit outside the fleet (reported, never a reason to drain by themselves).
 struct FleetNode {
   std::string machine;  ///< the kind
-  std::string node;
+  std::string node;     ///< the node's identity (RunInfo::nodeOrHost)
+  std::string host;     ///< the host name of its latest run
+  std::string name;     ///< how it is shown: the host name, with the identity beside it where hosts share the name
   const RunInfo* latest = nullptr;
   std::optional<NodeState> state;
   int outliers = 0;
@@ -105,7 +115,8 @@ struct FleetNode {
 /// others, by kind and name within each group.
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers);
-/// {"kind","node","state","reason","state_recorded_at","run_id","time","verdict","checks","check_details","outliers"}.
+/// {"kind","node","host","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
+/// "check_details","outliers"}.
 nlohmann::json toJson(const FleetNode& n);
 
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.

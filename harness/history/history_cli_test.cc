@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
+#include "harness/history/analysis.h"
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
@@ -201,6 +203,39 @@ TEST_P(HistoryCliTest, FleetNamesTheBadNode) {
   EXPECT_EQ(runPeerlab({"history", "fleet", "--db", url_, "--kind", "other-kind"}).exit_code, 2);
 }
 
+// Cloud VMs all call themselves "vm": --by-host keys series by node within each kind, so a run of one GPU model
+// never sits in another model's series (interleaved, they would read as change points every run).
+TEST_P(HistoryCliTest, ByHostNeverJoinsTwoKinds) {
+  std::mt19937_64 rng(6);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 24; ++i) {
+    const bool h100 = i % 2 == 1;
+    report::Run run = testing::syntheticRun(rng, i, "vm", h100 ? "h100-x4-nvswitch" : "h200-x4-nvswitch",
+                                            h100 ? 0.6 : 1.0, h100 ? 1.4 : 1.0);
+    if (h100) {
+      for (auto& g : run.fingerprint.gpus)
+        g.name = "NVIDIA H100 80GB HBM3";
+    }
+    args.push_back(writeRun(run, "k" + std::to_string(i) + ".json"));
+  }
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  CliRun r = runPeerlab({"history", "regressions", "--db", url_, "--by-host", "--json", dir_ + "/r.json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(one per node within each kind)"), std::string::npos) << r.out;
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir_ + "/r.json"))["regressions"].empty());
+  auto store = HistoryStore::open(url_);
+  ASSERT_TRUE(store.isOk());
+  auto h = loadHistory(**store, {"", true});
+  ASSERT_TRUE(h.isOk());
+  std::set<std::string> machines;
+  for (const Series& series : h->series) {
+    machines.insert(series.machine);
+    for (const SeriesPoint& p : series.points)
+      EXPECT_EQ(h->run(p.run_id).kind + "@" + h->run(p.run_id).nodeOrHost(), series.machine) << series.id;
+  }
+  EXPECT_EQ(machines.size(), 2u);
+}
+
 // The fleet view: every node of the kind with its latest verdict and recorded scheduler state, out of service first,
 // then failing, then the rest; a node below its fleet but passing its own checks is reported as such; the site's fleet
 // page shows the same order, the failed checks with their actions, and escapes what it was given.
@@ -237,8 +272,12 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
   ASSERT_EQ(nodes.size(), 6u) << nodes.dump(1);
   std::vector<std::string> order;
-  for (const auto& n : nodes)
-    order.push_back(n["node"]);
+  for (const auto& n : nodes) {
+    order.push_back(n["name"]);
+    // Named by the host, identified by the GPUs (a host name identifies nothing on cloud VMs).
+    EXPECT_EQ(n["name"], n["host"]);
+    EXPECT_EQ(n["node"].get<std::string>().rfind("gpus-", 0), 0u) << n.dump();
+  }
   EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4.example", "node-5"}));
   EXPECT_EQ(nodes[1]["state"], "drained");
   EXPECT_EQ(nodes[1]["reason"], "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink");
@@ -432,8 +471,12 @@ TEST_P(HistoryCliTest, SiteRendersWhatIsStoredKindByKind) {
       ASSERT_TRUE((*store)->ingest(run).isOk());
     }
   }
-  // A run that names neither a kind nor a host.
-  ASSERT_TRUE((*store)->ingest(testing::syntheticRun(rng, index++, "", "")).isOk());
+  // A run that names neither a kind nor a host, nor GPUs a kind or node could come from.
+  {
+    report::Run anonymous = testing::syntheticRun(rng, index++, "", "");
+    anonymous.node = {};
+    ASSERT_TRUE((*store)->ingest(anonymous).isOk());
+  }
   // Expectations stored by an older peerlab, whose suite is a number.
   {
     auto db = openDatabase(url_);
@@ -604,7 +647,7 @@ TEST_P(HistoryCliTest, StoredCheckDetailsAndNodeStatesAreReadThroughBounds) {
   EXPECT_LT(fleet.err.size(), 2000u) << fleet.err.substr(0, 300);
   const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
   ASSERT_EQ(nodes.size(), 1u) << nodes.dump(1);
-  EXPECT_EQ(nodes[0]["node"], "node-2");
+  EXPECT_EQ(nodes[0]["name"], "node-2");  // by its host name; "node" is its identity
   // The state recorded before the bad row still counts.
   EXPECT_EQ(nodes[0]["state"], "drained");
   EXPECT_EQ(nodes[0]["reason"], "peerlab: reset GPU");
@@ -1018,6 +1061,57 @@ TEST(HistoryCli, AnIngestThatCannotWriteLeavesNothingThatLooksLikeAHistory) {
 }
 
 // The committed run files are the first history: every command runs on them.
+// Every committed run file, bundle and baseline ingests under one kind per hardware (GPU model x count): the kinds
+// the store lists are the canonical ones, whatever spelling a file carried.
+TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
+  const std::string dir = scratchDir("history-kinds");
+  const std::string db = dir + "/history.sqlite";
+  std::vector<std::string> args = {"history", "ingest", "--db", db};
+  for (const char* sub : {"reports/runs", "reports/qualify", "reports/baselines"}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(peerlab::testing::sourcePath(sub))) {
+      // Run files, and each bundle's results.json (reports/qualify holds other JSON beside them).
+      const bool runFile = std::string(sub) == "reports/qualify" ? e.path().filename() == "results.json"
+                                                                 : e.path().extension() == ".json";
+      if (runFile) args.push_back(e.path().string());
+    }
+  }
+  ASSERT_GE(args.size(), 4u + 11u);
+  CliRun ingest = runPeerlab(args);
+  ASSERT_EQ(ingest.exit_code, 0) << ingest.out << ingest.err;
+  CliRun list = runPeerlab({"history", "list", "--db", db, "--json"});
+  ASSERT_EQ(list.exit_code, 0);
+  std::map<std::string, std::set<std::string>> kindsOf;  // "2x NVIDIA H200" -> kinds
+  const nlohmann::json listed = nlohmann::json::parse(list.out);
+  ASSERT_EQ(listed["runs"].size(), args.size() - 4);
+  for (const auto& r : listed["runs"]) {
+    std::map<std::string, int> models;
+    for (const auto& g : r["gpus"])
+      ++models[g.get<std::string>()];
+    std::string hw;
+    for (const auto& [m, n] : models)
+      hw += std::to_string(n) + "x " + m + " ";
+    kindsOf[hw].insert(r["kind"].get<std::string>());
+    EXPECT_EQ(r["node"].get<std::string>().rfind("gpus-", 0), 0u) << r.dump();
+  }
+  std::set<std::string> kinds;
+  for (const auto& [hw, k] : kindsOf) {
+    EXPECT_EQ(k.size(), 1u) << hw << ": " << nlohmann::json(k).dump();
+    kinds.insert(k.begin(), k.end());
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"h100-x1", "h100-x2-nvswitch", "h100-x4-nvswitch", "h200-x2-nvswitch",
+                                          "h200-x4-nvswitch"}));
+  // An alias given at ingest is filed under the canonical kind; a kind that contradicts the runs' hardware is refused.
+  const std::string x1 = peerlab::testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json");
+  CliRun alias = runPeerlab({"history", "ingest", "--db", dir + "/b.sqlite", "--kind", "nvidia-h100-x1", x1});
+  EXPECT_EQ(alias.exit_code, 0) << alias.err;
+  CliRun kinds2 = runPeerlab({"history", "list", "--db", dir + "/b.sqlite", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(kinds2.out)["runs"][0]["kind"], "h100-x1");
+  CliRun wrong = runPeerlab({"history", "ingest", "--db", dir + "/c.sqlite", "--kind", "h200-x1", x1});
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.err;
+  EXPECT_NE(wrong.err.find("contradicts the hardware: the hardware is h100-x1"), std::string::npos) << wrong.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   const std::string dir = scratchDir("history-smoke");
   const std::string db = dir + "/history.sqlite";

@@ -218,7 +218,7 @@ TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
   auto s = open();
   ASSERT_TRUE(s);
   std::mt19937_64 rng(7);
-  const report::Run run = syntheticRun(rng, 0, "node-a", "nvidia-h200-x4");
+  const report::Run run = syntheticRun(rng, 0, "node-a", "h200-x4-nvswitch");
   PEERLAB_ASSERT_OK_AND_ASSIGN(IngestOutcome first, s->ingest(run, {"", "a.json"}));
   PEERLAB_ASSERT_OK_AND_ASSIGN(IngestOutcome second, s->ingest(run, {"", "copy-of-a.json"}));
   EXPECT_TRUE(first.inserted);
@@ -230,7 +230,7 @@ TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(std::vector<RunInfo> runs, s->runs());
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].git_sha, run.git_sha);
-  EXPECT_EQ(runs[0].kind, "nvidia-h200-x4");
+  EXPECT_EQ(runs[0].kind, "h200-x4-nvswitch");
   EXPECT_EQ(runs[0].host, "node-a");
   EXPECT_EQ(runs[0].driver, "580.159.04");
   EXPECT_EQ(runs[0].cuda, "13.0");
@@ -354,11 +354,13 @@ TEST_P(HistoryStoreTest, FleetFindsTheBadNodeAmongTen) {
 
 TEST_P(HistoryStoreTest, SiteModelHasTheAgreedShape) {
   auto s = withStep(open(), nullptr);
-  // A run of a second kind, with a plan that expects 400 GB/s of every copy.
+  // A run of a second kind, with a plan that expects 400 GB/s of every copy (an expectation as a plan stores it:
+  // named by its rule, read by the one reader and matched by the one matcher).
   std::mt19937_64 rng(50);
   report::Run other = syntheticRun(rng, 99, "node-b", "kind-y", 1.0, 1.0, 0.0, 2);
   other.extra["plan"] = {{"expectations",
-                          {{{"suite", "peer_copy"},
+                          {{{"rule", "ce_uni"},
+                            {"suite", "peer_copy"},
                             {"impl", "peerlab.ce"},
                             {"name", "uni"},
                             {"src", nullptr},

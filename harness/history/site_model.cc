@@ -2,14 +2,14 @@
 
 #include "harness/report/site.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <map>
 #include <set>
 #include <tuple>
+
+#include "harness/report/evaluate.h"
 
 namespace peerlab::history {
 namespace {
@@ -35,39 +35,6 @@ std::string bytesLabel(double b) {
   return buf;
 }
 
-bool glob(const std::string& pattern, const std::string& text) {
-  return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
-}
-
-std::string textAt(const nlohmann::json& e, const char* key, const char* fallback) {
-  auto it = e.find(key);
-  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
-}
-
-std::optional<double> numberAt(const nlohmann::json& e, const char* key) {
-  auto it = e.find(key);
-  if (it == e.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-// The expected figure for a result: {metric, GB/s} of the first expectation that applies. Expectations come from the
-// store (sanitizeExpectations); every key is read with its type checked all the same.
-std::optional<std::pair<std::string, double>> expectedFor(const report::Result& r, const nlohmann::json& expectations) {
-  if (!expectations.is_array()) return std::nullopt;
-  for (const auto& e : expectations) {
-    if (!e.is_object() || textAt(e, "suite", "") != r.suite) continue;
-    if (!glob(textAt(e, "impl", "*"), r.impl) || !glob(textAt(e, "name", "*"), r.name)) continue;
-    if (const auto src = numberAt(e, "src"); src && (!r.src || *r.src != *src)) continue;
-    if (const auto dst = numberAt(e, "dst"); dst && (!r.dst || *r.dst != *dst)) continue;
-    if (const auto minBytes = numberAt(e, "min_bytes"); minBytes && (!r.bytes || *r.bytes < *minBytes)) continue;
-    const auto gbps = numberAt(e, "gbps");
-    if (!gbps) continue;
-    return std::make_pair(textAt(e, "metric", "algbw_gbps"), *gbps);
-  }
-  return std::nullopt;
-}
-
 std::string groupOf(const Series& s) {
   return s.suite + " " + s.name + " " + s.impl + " (" + s.metric.unit + ")";
 }
@@ -76,6 +43,9 @@ std::string groupOf(const Series& s) {
 
 nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohmann::json& expectations, int gpus) {
   using Key = std::tuple<std::string, std::string, std::string, std::string>;  // suite, name, impl, metric
+  // The plan's expectations as stored, read as a plan's are; matched by the one matcher (report::expectedFigure).
+  const std::vector<report::Expectation> expected = report::expectationsFromJson(expectations);
+  auto expectedFor = [&](const report::Result& r) { return report::expectedFigure(expected, r); };
   std::map<Key, std::vector<const report::Result*>> byKey;
   std::map<Key, int> leftOut;
   const int limit = gpus > 0 ? std::min(gpus, kMaxHeatmapGpus) : kMaxHeatmapGpus;
@@ -108,7 +78,7 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
     for (auto& [pair, r] : cells) {
       used.insert(pair.first);
       used.insert(pair.second);
-      if (bandwidth && expectedFor(*r, expectations)) anyExpected = true;
+      if (bandwidth && expectedFor(*r)) anyExpected = true;
     }
     nlohmann::json hm;
     const std::string unit = bandwidth ? "GB/s" : "us";
@@ -122,11 +92,11 @@ nlohmann::json runHeatmaps(const std::vector<StoredResult>& results, const nlohm
       nlohmann::json c = {{"src", pair.first}, {"dst", pair.second}, {"expected", nullptr}};
       // Bandwidth cells carry GB/s and the expected GB/s (the renderer shows the percentage); the figure is the one
       // the expectation names (algbw or busbw), else the series metric's.
-      const auto e = bandwidth ? expectedFor(*r, expectations) : std::nullopt;
+      const auto e = bandwidth ? expectedFor(*r) : std::nullopt;
       std::optional<double> v = report::metricValue(*r, {metric, unit, bandwidth});
       if (e) {
-        v = e->first == "busbw_gbps" ? r->busbw_gbps : r->algbw_gbps;
-        c["expected"] = e->second;
+        v = e->metric == "busbw_gbps" ? r->busbw_gbps : r->algbw_gbps;
+        c["expected"] = e->gbps;
       }
       c["value"] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
       jc.push_back(std::move(c));

@@ -403,6 +403,8 @@ const std::vector<std::string>& schemaMigrations() {
       " id %ID%, node TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, recorded_at TEXT NOT NULL,"
       " source TEXT NOT NULL);"
       "CREATE INDEX node_states_by_node ON node_states (node, id)",
+      // 5: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
+      "ALTER TABLE runs ADD COLUMN node TEXT NOT NULL DEFAULT ''",
   };
   return steps;
 }
@@ -578,11 +580,7 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
     }
   }
   const std::string hash = runContentHash(run);
-  std::string kind = options.kind;
-  if (kind.empty()) {
-    auto it = run.extra.find("kind");
-    if (it != run.extra.end() && it->is_string()) kind = it->get<std::string>();
-  }
+  const std::string kind = !options.kind.empty() ? options.kind : run.kind.name;
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& g : run.fingerprint.gpus)
     gpus.push_back(g.name);
@@ -600,13 +598,13 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks, check_details)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+        " source, ingested_at, expectations, verdict, checks, check_details, node)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump()},
+         report::toJson(verdict.counts).dump(), details.dump(), run.node.id},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -648,9 +646,10 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   const std::string expectations = version_ >= 2 ? "expectations" : "'[]'";
   const std::string verdict = version_ >= 3 ? "verdict, checks" : "'', '{}'";
   const std::string details = version_ >= 4 ? "check_details" : "'{}'";
+  const std::string node = version_ >= 5 ? "node" : "''";
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
-          expectations + ", ingested_at, " + verdict + ", " + details + " FROM runs ORDER BY id",
+          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
         RunInfo info;
@@ -679,6 +678,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         if (row.ok()) info.checks = readCheckCounts(checks, info.verdict, row);
         const nlohmann::json details = row.json(17, "check_details", kMaxCheckDetailsBytes, 4);
         if (row.ok()) info.check_details = readCheckDetails(details, row);
+        info.node = row.text(18, "node", kMaxNodeNameBytes);
         if (!row.ok()) {
           const std::string which = info.id > 0 ? "run " + std::to_string(info.id) : std::string("a run without an id");
           const std::string hash =

@@ -24,6 +24,8 @@ struct RunInfo {
   std::string content_hash;
   std::string host;
   std::string kind;  ///< machine kind ("h200-x4-nvswitch"): the run file's `kind`, or --kind at ingest; may be empty
+  std::string
+      node;  ///< node identity ("gpus-3fa2b81c04d9", report::NodeIdentity); "" for runs stored before it was kept
   std::string git_sha;
   std::string timestamp;  ///< as the run file gave it (display only: it may be anything the file said)
   std::string time;       ///< what runs are ordered by: `timestamp` in UTC ("2026-11-21T19:45:53Z") when it is a valid
@@ -46,10 +48,10 @@ struct RunInfo {
   /// runs stored before schema step 4. Read back through bounds: the keys above only, each of its type.
   nlohmann::json check_details = nlohmann::json::object();
 
-  /// What series are grouped by: the kind, or the host when the run names no kind.
-  const std::string& machine() const { return kind.empty() ? host : kind; }
-  /// The node the run was made on, as fleet pages and node states name it (the host name the run file gives).
-  const std::string& node() const { return host; }
+  /// What series are grouped by: the kind, or the node (else the host) when the run names no kind.
+  const std::string& machine() const { return !kind.empty() ? kind : nodeOrHost(); }
+  /// The node that ran it: its identity, or the host name for runs stored before identities were kept.
+  const std::string& nodeOrHost() const { return node.empty() ? host : node; }
   /// The counts as stored: {"verdict","total","passed","failed","warnings","unsupported","skipped"}, or {}.
   nlohmann::json checksJson() const;
 };
@@ -89,7 +91,8 @@ struct StoredResult {
 };
 
 struct IngestOptions {
-  std::string kind;    ///< overrides the run file's kind when not empty
+  std::string
+      kind;  ///< overrides the run file's kind when not empty (checked against the run's hardware by the caller)
   std::string source;  ///< recorded with the run
 };
 

@@ -83,7 +83,7 @@ struct Fixture {
     EXPECT_TRUE(stored.isOk()) << stored.status().toString();
     report::EvaluateOptions o;
     o.baseline = baseline;
-    o.baseline_threshold_pct = 5;
+    o.baseline_rule.threshold_pct = 5;
     return report::evaluateChecks(run, stored.isOk() ? &*stored : nullptr, o);
   }
 };

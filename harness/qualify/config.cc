@@ -67,7 +67,11 @@ class Reader {
 Status readQualify(const toml::table& t, Reader& r, QualifyConfig& cfg) {
   for (const auto& [k, v] : t) {
     if (k == "baseline_threshold_pct") {
-      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_threshold_pct, r.number(k, v, 0, 1000));
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.threshold_pct, r.number(k, v, 0, 1000));
+    } else if (k == "baseline_jitter_us") {
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.jitter_us, r.number(k, v, 0, 1e6));
+    } else if (k == "baseline_spread_factor") {
+      PEERLAB_ASSIGN_OR_RETURN(cfg.baseline_rule.spread_factor, r.number(k, v, 0, 100));
     } else if (k == "require_link_info") {
       PEERLAB_ASSIGN_OR_RETURN(cfg.require_link_info, r.boolean(k, v));
     } else if (k == "fail_unclaimed") {
@@ -135,7 +139,16 @@ StatusOr<BandwidthRule> readExpect(const std::string& id, const toml::table& t, 
     }
   }
   if (rule.suite.empty() && !*disabled) return r.error(t.source(), "[expect." + id + "] needs suite = \"...\"");
-  if (!have_pcie) rule.pcie_efficiency = rule.efficiency;
+  // A new rule that can give a PCIe figure names its PCIe efficiency: NVLink and PCIe reach different shares of their
+  // line rates, so one is never taken for the other.
+  const bool pcie = rule.scope == "host" || rule.scope == "gpu_pcie" ||
+                    ((rule.scope == "pair" || rule.scope == "gpu") && !rule.nvlink_only);
+  if (!have_pcie && pcie && !*disabled) {
+    return r.error(t.source(), "[expect." + id + "] gives PCIe figures (scope " + rule.scope +
+                                   (rule.scope == "pair" || rule.scope == "gpu" ? ", GPUs without NVLink" : "") +
+                                   ") and names no pcie_efficiency: add it (it is not taken from efficiency), or "
+                                   "nvlink_only = true");
+  }
   return rule;
 }
 

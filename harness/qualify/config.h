@@ -27,9 +27,11 @@ struct BandwidthRule {
   /// weakest GPU's own PCIe link, for the whole machine (all GPUs to or from the host at once); device: each GPU's
   /// DRAM peak (bus width x clock x 2) / 2 x efficiency, a copy within its memory reading and writing every byte.
   std::string scope = "pair";
-  double directions = 1;         ///< 2 for figures that add up both directions
-  double efficiency = 0.8;       ///< of the NVLink line rate
-  double pcie_efficiency = 0.8;  ///< of the PCIe link rate, for pairs without NVLink and host scopes
+  double directions = 1;    ///< 2 for figures that add up both directions
+  double efficiency = 0.8;  ///< of the NVLink line rate
+  /// Of the PCIe link rate, for pairs without NVLink and host scopes. A rule that can give a PCIe figure names it:
+  /// it is never taken from `efficiency` (NVLink and PCIe reach different shares of their line rates).
+  double pcie_efficiency = 0.8;
   double min_bytes = 0;
   bool nvlink_only = false;  ///< no expectation for pairs without NVLink
   std::string note;          ///< shown with the expected figure
@@ -38,11 +40,13 @@ struct BandwidthRule {
 using report::LatencyRule;
 
 struct QualifyConfig {
-  std::string source;                 ///< file path, or "built-in reports/qualify.toml"
-  double baseline_threshold_pct = 5;  ///< a result worse than its baseline by more fails
-  bool require_link_info = true;      ///< an expectation the topology cannot give (link unknown) fails its check
-  bool fail_unclaimed = false;        ///< probe cells the driver does not claim fail qualify when they hang/corrupt
-  double nvlink_gbps = 26.5625;       ///< per link and direction, when the topology gives the count but not the rate
+  std::string source;  ///< file path, or "built-in reports/qualify.toml"
+  /// With --baseline, a result worse than its baseline by more than this rule allows fails: [qualify]'s
+  /// baseline_threshold_pct, baseline_spread_factor and baseline_jitter_us (report/compare.h NoiseRule).
+  report::NoiseRule baseline_rule;
+  bool require_link_info = true;  ///< an expectation the topology cannot give (link unknown) fails its check
+  bool fail_unclaimed = false;    ///< probe cells the driver does not claim fail qualify when they hang/corrupt
+  double nvlink_gbps = 26.5625;   ///< per link and direction, when the topology gives the count but not the rate
   /// Path factor of a GPU pair across the SMP interconnect (PCIe path SYS): peer traffic between sockets crosses
   /// UPI / Infinity Fabric, whose peer-to-peer throughput is well below a PCIe x16 link (or staged through host
   /// memory where the platform does not route it).

@@ -17,7 +17,12 @@ TEST(Config, BuiltInDefaultIsTheRepositoryFile) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig builtIn, defaultConfig());
   EXPECT_EQ(fromFile.bandwidth.size(), builtIn.bandwidth.size());
   EXPECT_DOUBLE_EQ(builtIn.nvlink_gbps, 26.5625);
-  EXPECT_DOUBLE_EQ(builtIn.baseline_threshold_pct, 5.0);
+  // The file's noise rule is the built-in one (report::kDefault*), as calibrated.
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.threshold_pct, report::kDefaultThresholdPct);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.jitter_us, report::kDefaultJitterUs);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.spread_factor, report::kDefaultSpreadFactor);
+  EXPECT_DOUBLE_EQ(fromFile.baseline_rule.jitter_us, builtIn.baseline_rule.jitter_us);
+  EXPECT_DOUBLE_EQ(builtIn.baseline_rule.threshold_pct, 10.0);
   // The default rule: copy-engine one-way copies at 0.80 of the NVLink line rate.
   bool ceUni = false;
   for (const BandwidthRule& r : builtIn.bandwidth) {
@@ -39,6 +44,7 @@ TEST(Config, ParsesValuesAndDefaults) {
 # comment
 [qualify]
 baseline_threshold_pct = 7.5   # trailing comment
+baseline_spread_factor = 2
 fail_unclaimed = true
 [links]
 nvlink_gbps = 25
@@ -46,13 +52,16 @@ nvlink_gbps = 25
 suite = "peer_copy"
 name = "uni#1"
 efficiency = 0.5
+pcie_efficiency = 0.45
 min_bytes = 1_048_576
 [latency.y]
 suite = "zcopy"
 max_us = 3
 )",
                                                             "t.toml"));
-  EXPECT_DOUBLE_EQ(c.baseline_threshold_pct, 7.5);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.threshold_pct, 7.5);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.spread_factor, 2);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.jitter_us, report::kDefaultJitterUs);  // default kept
   EXPECT_TRUE(c.fail_unclaimed);
   EXPECT_TRUE(c.require_link_info);  // default kept
   EXPECT_DOUBLE_EQ(c.nvlink_gbps, 25);
@@ -61,7 +70,7 @@ max_us = 3
   EXPECT_EQ(c.bandwidth[0].name, "uni#1");  // '#' inside a string is not a comment
   EXPECT_EQ(c.bandwidth[0].impl, "*");
   EXPECT_DOUBLE_EQ(c.bandwidth[0].min_bytes, 1048576);
-  EXPECT_DOUBLE_EQ(c.bandwidth[0].pcie_efficiency, 0.5);  // follows efficiency unless given
+  EXPECT_DOUBLE_EQ(c.bandwidth[0].pcie_efficiency, 0.45);
   ASSERT_EQ(c.latency.size(), 1u);
   EXPECT_DOUBLE_EQ(c.latency[0].max_us, 3);
   EXPECT_DOUBLE_EQ(c.latency[0].max_bytes, 8);
@@ -82,7 +91,18 @@ TEST(Config, ErrorsNameFileAndLine) {
   ASSERT_FALSE(range.isOk());
   EXPECT_NE(range.status().message().find("my.toml:3:"), std::string::npos) << range.status().message();
   EXPECT_FALSE(parseConfig("[nonsense]\na = 1\n", "my.toml").isOk());
-  EXPECT_FALSE(parseConfig("[expect.a]\nefficiency = 0.5\n", "my.toml").isOk());    // no suite
+  EXPECT_FALSE(parseConfig("[expect.a]\nefficiency = 0.5\n", "my.toml").isOk());  // no suite
+  // A new rule that can give PCIe figures names pcie_efficiency: it is never taken from efficiency.
+  auto noPcie = parseConfig("[expect.a]\nsuite = \"zcopy\"\nefficiency = 0.5\n", "my.toml");
+  ASSERT_FALSE(noPcie.isOk());
+  EXPECT_NE(noPcie.status().message().find("[expect.a] gives PCIe figures"), std::string::npos)
+      << noPcie.status().message();
+  EXPECT_NE(noPcie.status().message().find("names no pcie_efficiency"), std::string::npos);
+  PEERLAB_EXPECT_OK(
+      parseConfig("[expect.a]\nsuite = \"zcopy\"\nefficiency = 0.5\nnvlink_only = true\n", "my.toml").status());
+  PEERLAB_EXPECT_OK(
+      parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"device\"\nefficiency = 0.5\n", "my.toml").status());
+  EXPECT_FALSE(parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"host\"\n", "my.toml").isOk());
   EXPECT_FALSE(parseConfig("[latency.a]\nsuite = \"zcopy\"\n", "my.toml").isOk());  // no max_us
   EXPECT_FALSE(parseConfig("[qualify\n", "my.toml").isOk());
   EXPECT_FALSE(parseConfig("[expect.a]\nsuite = \"zcopy\nx=1\n", "my.toml").isOk());
@@ -123,10 +143,11 @@ TEST(Config, TomlErrorsAndOwnedTables) {
     EXPECT_NE(r.status().message().find(k.needle), std::string::npos) << r.status().message();
     EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
   }
-  PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig host,
-                               parseConfig("[expect.h]\nsuite = \"host_copy\"\nscope = \"host\"\n"
-                                           "[expect.all]\nsuite = \"host_copy\"\nscope = \"gpu_pcie\"\n",
-                                           "my.toml"));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(
+      QualifyConfig host, parseConfig("[expect.h]\nsuite = \"host_copy\"\nscope = \"host\"\npcie_efficiency = 0.8\n"
+                                      "[expect.all]\nsuite = \"host_copy\"\nscope = \"gpu_pcie\"\n"
+                                      "pcie_efficiency = 0.8\n",
+                                      "my.toml"));
   ASSERT_EQ(host.bandwidth.size(), 2u);
 }
 
@@ -162,7 +183,7 @@ TEST_F(ConfigOverride, PartialFileKeepsEveryDefaultRule) {
   ASSERT_GE(before.second, 5u);
   PEERLAB_ASSERT_OK_AND_ASSIGN(QualifyConfig c,
                                loadConfig(write("partial.toml", "[qualify]\nbaseline_threshold_pct = 3\n")));
-  EXPECT_DOUBLE_EQ(c.baseline_threshold_pct, 3);
+  EXPECT_DOUBLE_EQ(c.baseline_rule.threshold_pct, 3);
   EXPECT_EQ(c.bandwidth.size(), builtIn.bandwidth.size());
   EXPECT_EQ(planned(c), before);
   EXPECT_NE(c.source.find("built-in reports/qualify.toml + "), std::string::npos) << c.source;
@@ -185,6 +206,7 @@ suite = "peer_copy"
 impl = "peerlab.ce"
 name = "uni"
 efficiency = 0.1
+pcie_efficiency = 0.1
 min_bytes = 1048576
 [latency.zcopy_graph]
 max_us = 12

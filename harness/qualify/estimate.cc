@@ -159,10 +159,11 @@ MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::str
   MeasuredWalls out;
   for (const report::Run& run : runs) {
     const nlohmann::json& x = run.extra;
-    bool same = x.contains("kind") && x["kind"].is_string() && x["kind"].get<std::string>() == kind;
-    if (!same && x.contains("plan") && x["plan"].is_object() && x["plan"].contains("topology")) {
-      auto topo = planTopologyFromJson(x["plan"]["topology"]);
-      same = topo.isOk() && deriveKind(*topo).kind == derived_kind;
+    // The same hardware: the kind it was filed under, or the kind its own hardware gives.
+    bool same = !run.kind.empty() && (run.kind.name == kind || report::sameHardware(run.kind.name, kind));
+    if (!same) {
+      const std::string hardware = report::hardwareOf(run).kind;
+      same = !hardware.empty() && report::sameHardware(hardware, derived_kind);
     }
     if (!same || !x.contains("bench") || !x["bench"].is_object() || !x["bench"].contains("jobs") ||
         !x["bench"]["jobs"].is_array()) {

@@ -65,9 +65,9 @@ TEST(GpuModels, KindFromTheHardware) {
   // NVLink unknown: no interconnect in the name, and the source says why.
   const DerivedKind unknown = deriveKind(box("NVIDIA H200", 4, std::nullopt, false));
   EXPECT_EQ(unknown.kind, "h200-x4");
-  EXPECT_NE(unknown.source.find("interconnect unknown"), std::string::npos) << unknown.source;
+  EXPECT_NE(unknown.basis.find("interconnect unknown"), std::string::npos) << unknown.basis;
   const DerivedKind h200 = deriveKind(box("NVIDIA H200", 2, 18, true));
-  EXPECT_EQ(h200.source, "derived from 2x NVIDIA H200, NVLink through NVSwitch (NVLink from nvml)");
+  EXPECT_EQ(h200.basis, "2x NVIDIA H200, NVLink through NVSwitch (NVLink from nvml)");
   // Mixed models.
   PlanTopology mixed = box("NVIDIA L4", 2, 0, false);
   mixed.gpus[1].model = "Tesla T4";
@@ -90,15 +90,20 @@ TEST(GpuModels, KindFromFixtures) {
 }
 
 TEST(GpuModels, KindOptionThenEnvironmentThenDerived) {
-  const PlanTopology t = box("NVIDIA H200", 2, 18, true);
+  const DerivedKind hw = deriveKind(box("NVIDIA H200", 2, 18, true));
   unsetenv("PEERLAB_KIND");
-  EXPECT_EQ(chooseKind("", t).kind, "h200-x2-nvswitch");
-  EXPECT_EQ(chooseKind("", t).source.rfind("derived from ", 0), 0u);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::RunKind derived, report::chooseKind(report::kindRequest("", false), hw));
+  EXPECT_EQ(derived.name, "h200-x2-nvswitch");
+  EXPECT_EQ(derived.source, report::KindSource::kHardware);
+  setenv("PEERLAB_KIND", "nvidia-h200-x2", 1);
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::RunKind env, report::chooseKind(report::kindRequest("", false), hw));
+  EXPECT_EQ(env.name, "h200-x2-nvswitch");
+  EXPECT_EQ(env.source, report::KindSource::kEnvironment);
+  EXPECT_EQ(env.given, "nvidia-h200-x2");
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::RunKind option, report::chooseKind(report::kindRequest("h200-x2", false), hw));
+  EXPECT_EQ(option.source, report::KindSource::kOption);
   setenv("PEERLAB_KIND", "lab-a", 1);
-  EXPECT_EQ(chooseKind("", t).kind, "lab-a");
-  EXPECT_EQ(chooseKind("", t).source, "PEERLAB_KIND");
-  EXPECT_EQ(chooseKind("mine", t).kind, "mine");
-  EXPECT_EQ(chooseKind("mine", t).source, "--kind");
+  EXPECT_FALSE(report::chooseKind(report::kindRequest("", false), hw).isOk());
   unsetenv("PEERLAB_KIND");
 }
 

@@ -153,7 +153,7 @@ TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   PEERLAB_REQUIRE_CHARTJS();
   auto sample = report::readRun(sourcePath("reports/schema/sample-run.json"));
   ASSERT_TRUE(sample.isOk());
-  auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json"));
+  auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json"));
   ASSERT_TRUE(committed.isOk());
   report::Run withChecks = bigRun(4);
   report::HtmlOptions checks;
@@ -198,8 +198,8 @@ TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
   PEERLAB_REQUIRE_CHARTJS();
   const std::string dir = scratchDir("browser-site");
   ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
-  const std::string x4 = report::kindPageName("nvidia-h200-x4");
-  for (const std::string& page : {std::string("index.html"), x4, report::kindPageName("nvidia-h200-x2")}) {
+  const std::string x4 = report::kindPageName("h200-x4-nvswitch");
+  for (const std::string& page : {std::string("index.html"), x4, report::kindPageName("h200-x2-nvswitch")}) {
     SCOPED_TRACE(page);
     const std::string html = readFile(dir + "/" + page);
     const int promised = promisedCharts(html);

@@ -107,6 +107,17 @@ Expectation blank(const BandwidthRule& rule, std::optional<int> src, std::option
   return e;
 }
 
+// The one PCIe figure: a GPU's link rate (generation x lanes x encoding) x the rule's PCIe efficiency x a path factor x
+// directions, and its basis ("PCIe Gen5 x16 63.02 GB/s x 0.80"). `gpu_note` follows the link ("of GPU1", "(GPU1, the
+// slower link)"), `factor_note` the factor when it is shown.
+void pcieFigure(Expectation& e, const PlanGpu& gpu, const BandwidthRule& rule, double factor, bool show_factor,
+                const std::string& gpu_note, const std::string& factor_note) {
+  e.gbps = gpu.pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
+  e.link = "pcie";
+  e.basis = "PCIe " + topology::describePcieLink(*gpu.pcie) + gpu_note + " x " + fmtEff(rule.pcie_efficiency) +
+            (show_factor ? " x " + fmtEff(factor) + factor_note : "") + directionsText(rule.directions);
+}
+
 }  // namespace
 
 namespace {
@@ -162,14 +173,9 @@ Expectation pairExpectation(const PlanTopology& topo, const QualifyConfig& confi
   // The slower of the two GPU links bounds the pair; across sockets the SMP interconnect bounds it further.
   const PlanGpu* slow = a->pcie->gbps <= b->pcie->gbps ? a : b;
   const bool sys = p->pci == "SYS";
-  const double factor = sys ? config.sys_factor : 1.0;
-  e.gbps = slow->pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
-  e.link = "pcie";
   const bool same = std::fabs(a->pcie->gbps - b->pcie->gbps) < 1e-9;
-  e.basis = "PCIe " + topology::describePcieLink(*slow->pcie) +
-            (same ? "" : " (GPU" + std::to_string(slow->index) + ", the slower link)") + " x " +
-            fmtEff(rule.pcie_efficiency) + (sys ? " x " + fmtEff(config.sys_factor) + " across sockets (SYS)" : "") +
-            directionsText(rule.directions);
+  pcieFigure(e, *slow, rule, sys ? config.sys_factor : 1.0, sys,
+             same ? "" : " (GPU" + std::to_string(slow->index) + ", the slower link)", " across sockets (SYS)");
   return e;
 }
 
@@ -180,10 +186,7 @@ Expectation hostExpectation(const PlanTopology& topo, const BandwidthRule& rule,
     e.basis = "unknown: the topology does not give the PCIe rate of GPU" + std::to_string(g);
     return e;
   }
-  e.gbps = gpu->pcie->gbps * rule.pcie_efficiency * rule.directions;
-  e.link = "pcie";
-  e.basis = "PCIe " + topology::describePcieLink(*gpu->pcie) + " x " + fmtEff(rule.pcie_efficiency) +
-            directionsText(rule.directions);
+  pcieFigure(e, *gpu, rule, 1.0, false, "", "");
   return e;
 }
 
@@ -261,27 +264,7 @@ Status setPcieLink(PlanTopology& topo, int gpu, int generation, int width, const
 }
 
 StatusOr<std::vector<std::pair<int, int>>> parsePairs(const std::string& text) {
-  std::vector<std::pair<int, int>> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    auto sep = item.find_first_of("-:");
-    if (item.rfind("->") != std::string::npos) sep = item.rfind("->");
-    if (sep == std::string::npos)
-      return PEERLAB_INVALID_ARGUMENT("pair \"" + item + "\": expected SRC-DST such as 0-1");
-    const std::string a = item.substr(0, sep);
-    const std::string b =
-        item.substr(item[sep] == '-' && sep + 1 < item.size() && item[sep + 1] == '>' ? sep + 2 : sep + 1);
-    auto isNum = [](const std::string& s) {
-      return !s.empty() && s.size() < 6 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    if (!isNum(a) || !isNum(b)) return PEERLAB_INVALID_ARGUMENT("pair \"" + item + "\": expected SRC-DST such as 0-1");
-    if (a == b) return PEERLAB_INVALID_ARGUMENT("pair \"" + item + "\": source and destination are the same GPU");
-    out.emplace_back(std::stoi(a), std::stoi(b));
-  }
-  if (out.empty()) return PEERLAB_INVALID_ARGUMENT("no pairs in \"" + text + "\"");
-  return out;
+  return probe::parsePairs(text);
 }
 
 StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, const PlanOptions& options) {
@@ -417,11 +400,7 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
         } else {
           // A collective over PCIe crosses the sockets when any pair does.
           const double factor = rule.scope == "gpu" && sys ? config.sys_factor : 1.0;
-          e.gbps = g.pcie->gbps * rule.pcie_efficiency * factor * rule.directions;
-          e.link = "pcie";
-          e.basis = "PCIe " + topology::describePcieLink(*g.pcie) + " of GPU" + std::to_string(g.index) + " x " +
-                    fmtEff(rule.pcie_efficiency) + (factor != 1.0 ? " x " + fmtEff(factor) + " across sockets" : "") +
-                    directionsText(rule.directions);
+          pcieFigure(e, g, rule, factor, factor != 1.0, " of GPU" + std::to_string(g.index), " across sockets");
         }
         // An unknown GPU makes the machine's figure unknown.
         if (!e.gbps) {
@@ -454,9 +433,7 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
 std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::Result& r) {
   std::vector<const Expectation*> out;
   for (const Expectation& e : plan.expectations) {
-    if (e.suite != r.suite || !globMatch(e.impl, r.impl) || !globMatch(e.name, r.name)) continue;
-    if (e.src && (r.src != e.src || r.dst != e.dst)) continue;
-    out.push_back(&e);
+    if (report::expectationApplies(e, r)) out.push_back(&e);
   }
   return out;
 }

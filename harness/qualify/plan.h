@@ -16,6 +16,7 @@
 #include "harness/report/report.h"
 #include "harness/topology/topology.h"
 #include "reference/core/status.h"
+#include "reference/probe/probe.h"
 
 namespace peerlab::qualify {
 
@@ -75,10 +76,11 @@ std::string formatPlan(const Plan& plan, const std::string& command = "peerlab q
 /// probe, jobs, expectations (each with rule, scope, link, gbps or null, basis), latency, notes, budget.
 nlohmann::json toJson(const Plan& plan);
 
-/// Expectations that apply to a result (same suite, matching impl/name globs and metric, pair or machine scope).
+/// Expectations that apply to a result (report::expectationApplies: suite, impl/name globs, scope).
 std::vector<const Expectation*> expectationsFor(const Plan& plan, const report::Result& result);
 
-/// Parses "0-1,1-0,2-3" (ordered pairs, "src-dst" or "src:dst"); `invalid_argument` names the bad entry.
+/// Parses "0-1,1-0,2-3" (ordered pairs, "src-dst", "src:dst" or "src->dst"): probe::parsePairs, the one syntax of
+/// every --pairs; `invalid_argument` names the bad entry.
 StatusOr<std::vector<std::pair<int, int>>> parsePairs(const std::string& text);
 
 }  // namespace peerlab::qualify

@@ -544,7 +544,8 @@ TEST(Plan, OneGpuGetsHostPathsAndDeviceLocalExpectations) {
 }
 
 TEST(Plan, HostAndDeviceScopesParse) {
-  EXPECT_TRUE(parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"host\"\n", "my.toml").isOk());
+  EXPECT_TRUE(
+      parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"host\"\npcie_efficiency = 0.8\n", "my.toml").isOk());
   EXPECT_TRUE(parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"device\"\n", "my.toml").isOk());
   auto bad = parseConfig("[expect.a]\nsuite = \"host_copy\"\nscope = \"numa\"\n", "my.toml");
   ASSERT_FALSE(bad.isOk());

@@ -136,22 +136,52 @@ TEST(QualifySetup, MissingExecutableStopsARealRunWithExitFour) {
 TEST(QualifySetup, KindIsDerivedFromTheHardwareAndSaysHow) {
   const nlohmann::json derived = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4)}, {"PEERLAB_KIND"});
   EXPECT_EQ(derived["kind"], "h200-x4");
-  EXPECT_EQ(derived["kind_source"].get<std::string>().rfind("derived from 4x NVIDIA H200", 0), 0u)
-      << derived["kind_source"];
+  EXPECT_EQ(derived["kind_source"], "hardware");
+  EXPECT_EQ(derived["kind_basis"].get<std::string>().rfind("4x NVIDIA H200, interconnect unknown", 0), 0u)
+      << derived["kind_basis"];
+  EXPECT_EQ(derived["kind_overridden"], false);
   const nlohmann::json dgx = dryRunJson(
       PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")}, {"PEERLAB_KIND"});
   EXPECT_EQ(dgx["kind"], "v100-x16-nvswitch");
+  // An alias of the hardware's kind (from the environment) is filed under the canonical spelling, and says so.
   const nlohmann::json env =
-      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4)}, {"PEERLAB_KIND=lab-rack-3"});
-  EXPECT_EQ(env["kind"], "lab-rack-3");
+      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4)}, {"PEERLAB_KIND=nvidia-h200-x4"});
+  EXPECT_EQ(env["kind"], "h200-x4");
   EXPECT_EQ(env["kind_source"], "PEERLAB_KIND");
+  // The hardware cannot tell the interconnect here: the given kind completes it.
   const nlohmann::json given =
-      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "mine"}, {"PEERLAB_KIND=lab-rack-3"});
-  EXPECT_EQ(given["kind"], "mine");
+      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "h200-x4-nvswitch"},
+                 {"PEERLAB_KIND=nvidia-h200-x4"});
+  EXPECT_EQ(given["kind"], "h200-x4-nvswitch");
   EXPECT_EQ(given["kind_source"], "--kind");
+  // A kind that contradicts the hardware is refused naming both, from the option and from the environment.
+  for (const auto& [args, env] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{{{"--kind", "nvidia-h100-x4"}, "PEERLAB_KIND"},
+                                                                     {{"--kind", "h200-x2"}, "PEERLAB_KIND"},
+                                                                     {{}, "PEERLAB_KIND=lab-rack-3"}}) {
+    std::vector<std::string> argv = {"qualify", "--dry-run", "--json", "--fixture", sourcePath(kH200x4)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CliRun r = runPeerlab(argv, {env});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("the hardware is h200-x4 (4x NVIDIA H200"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--kind-override"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  // With the override the run is filed under the given kind and records that it was overridden.
+  const nlohmann::json over = dryRunJson(
+      PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "lab-rack-3", "--kind-override"}, {"PEERLAB_KIND"});
+  EXPECT_EQ(over["kind"], "lab-rack-3");
+  EXPECT_EQ(over["kind_overridden"], true);
+  EXPECT_EQ(over["hardware_kind"], "h200-x4");
   CliRun text = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4)}, {"PEERLAB_KIND"});
-  EXPECT_NE(text.out.find("kind: h200-x4 (derived from 4x NVIDIA H200, interconnect unknown"), std::string::npos)
+  EXPECT_NE(text.out.find("kind: h200-x4 (hardware: 4x NVIDIA H200, interconnect unknown"), std::string::npos)
       << text.out;
+  // bench holds the kind against the hardware the same way.
+  CliRun bench =
+      runPeerlab({"bench", "--dry-run", "--fixture", sourcePath(kH200x4), "--kind", "h100-x4"}, {"PEERLAB_KIND"});
+  EXPECT_EQ(bench.exit_code, 2) << bench.out << bench.err;
+  EXPECT_NE(bench.err.find("contradicts the hardware"), std::string::npos) << bench.err;
 }
 
 TEST(QualifySetup, HelpAndHeadersMatchWhatRuns) {
@@ -203,7 +233,8 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   EXPECT_NE(dgx["budget"]["basis"].get<std::string>().find("deadlines are separate"), std::string::npos);
 
   // Past runs of the same kind: the measured wall times of the same processes (suite, label, arguments). Two run files
-  // that ran this plan's processes, 3 s and 5 s each: the estimate is their median, 4 s.
+  // that ran this plan's processes, 3 s and 5 s each: the estimate is their median, 4 s. They name their kind by an
+  // alias (nvidia-h200-x4) and the fixture cannot tell the interconnect: the same hardware, with or without --kind.
   const std::string runs = scratchDir("qualify-past-runs");
   const nlohmann::json plan = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
                                                           "--suite", "peer_copy,zcopy,alltoallv"});
@@ -218,17 +249,30 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
     run["bench"] = {{"jobs", jobs}};
     ASSERT_TRUE(writeFile(runs + "/" + std::to_string(static_cast<int>(wall)) + ".json", run.dump()));
   }
-  const nlohmann::json past = dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--kind", "nvidia-h200-x4",
-                                                          "--suite", "peer_copy,zcopy,alltoallv", "--history", runs});
-  ASSERT_EQ(past["jobs"].size(), plan["jobs"].size());
-  for (const auto& j : past["jobs"]) {
-    EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
-    EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
+  for (const std::vector<std::string>& kind : {std::vector<std::string>{}, {"--kind", "nvidia-h200-x4"}}) {
+    std::vector<std::string> args = {
+        "--fixture", sourcePath(kH200x4), "--suite", "peer_copy,zcopy,alltoallv", "--history", runs};
+    args.insert(args.end(), kind.begin(), kind.end());
+    const nlohmann::json past = dryRunJson(PEERLAB_BINARY, args, {"PEERLAB_KIND"});
+    ASSERT_EQ(past["jobs"].size(), plan["jobs"].size());
+    for (const auto& j : past["jobs"]) {
+      EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
+      EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
+    }
   }
+  // History of other hardware only: said in the plan, not silently ignored.
+  const nlohmann::json other = dryRunJson(
+      PEERLAB_BINARY,
+      {"--fixture", sourcePath(kH200x4), "--history", sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json")},
+      {"PEERLAB_KIND"});
+  bool said = false;
+  for (const auto& n : other["notes"])
+    said |= n.get<std::string>().find("none of its 1 runs is of kind h200-x4") != std::string::npos;
+  EXPECT_TRUE(said) << other["notes"].dump();
   // A history database keeps no per-process wall times: refused, naming it.
   const std::string dir = scratchDir("qualify-history");
   std::vector<std::string> ingest = {"history", "ingest", "--db", dir + "/h.sqlite",
-                                     sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json")};
+                                     sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json")};
   CliRun stored = runPeerlab(ingest);
   ASSERT_EQ(stored.exit_code, 0) << stored.err;
   CliRun db = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4), "--history", dir + "/h.sqlite"});

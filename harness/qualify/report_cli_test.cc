@@ -38,14 +38,17 @@ TEST(ReportCli, RendersHtml) {
   const std::string html = readFile(dir + "/r.html");
   EXPECT_NE(html.find("<table class=\"series\">"), std::string::npos);
   EXPECT_NE(html.find("sample-host"), std::string::npos);
-  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on sample-host"), std::string::npos);
+  // The machine by kind and node, the host name beside them.
+  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: PASS on h200-x2, node gpus-"), std::string::npos)
+      << readFile(dir + "/s.md");
+  EXPECT_NE(readFile(dir + "/s.md").find("(host sample-host)"), std::string::npos);
 }
 
 TEST(ReportCli, CompareExitCodes) {
   const std::string dir = scratchDir("report-cli-compare");
   const std::string base = variant(dir, "base.json", 394.1, "ok");
-  const std::string same = variant(dir, "same.json", 390.0, "ok");  // -1%: noise
-  const std::string slower = variant(dir, "slower.json", 350.0, "ok");
+  const std::string same = variant(dir, "same.json", 390.0, "ok");      // -1%: noise
+  const std::string slower = variant(dir, "slower.json", 350.0, "ok");  // 11% less: beyond the 10% threshold
   const std::string corrupt = variant(dir, "corrupt.json", 400.0, "corrupt");
 
   CliRun ok = runPeerlab({"report", "--compare", base, same});
@@ -57,7 +60,7 @@ TEST(ReportCli, CompareExitCodes) {
   EXPECT_EQ(reg.exit_code, 1) << reg.out;
   EXPECT_NE(reg.out.find("REGRESSED"), std::string::npos) << reg.out;
   EXPECT_NE(reg.out.find("-11.19%"), std::string::npos) << reg.out;
-  EXPECT_NE(reg.err.find("1 regression beyond 5%"), std::string::npos) << reg.err;
+  EXPECT_NE(reg.err.find("1 regression beyond the noise rule"), std::string::npos) << reg.err;
   // A wider noise threshold accepts it.
   EXPECT_EQ(runPeerlab({"report", "--compare", base, slower, "--threshold", "15"}).exit_code, 0);
 
@@ -73,7 +76,7 @@ TEST(ReportCli, CompareExitCodes) {
 // The verdict is recomputed from the results: a committed PASS run edited to hold a corrupt claimed probe cell fails.
 TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   const std::string dir = scratchDir("report-cli-verdict");
-  const std::string good = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json");
+  const std::string good = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
   CliRun ok = runPeerlab({"report", good, "--summary", dir + "/ok.md"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("peerlab report: PASS: 291 checks: 291 passed, 0 failed"), std::string::npos) << ok.out;
@@ -97,7 +100,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
 // Half the results missing from the new run: listed, exit 1.
 TEST(ReportCli, CompareMissingHalfExitsOne) {
   const std::string dir = scratchDir("report-cli-missing");
-  const std::string base = sourcePath("reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json");
+  const std::string base = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
   auto run = report::readRun(base);
   ASSERT_TRUE(run.isOk());
   const size_t half = run->results.size() / 2;
@@ -109,6 +112,95 @@ TEST(ReportCli, CompareMissingHalfExitsOne) {
   EXPECT_NE(r.err.find("549 results missing"), std::string::npos) << r.err;
   // The same run against itself: nothing regressed, nothing missing.
   EXPECT_EQ(runPeerlab({"report", "--compare", base, base}).exit_code, 0);
+}
+
+// Nothing checked is not a PASS: `report` of a run with no results says EMPTY and exits 5, as every output counts it.
+TEST(ReportCli, EmptyRunIsItsOwnVerdictWithExitFive) {
+  const std::string dir = scratchDir("report-cli-empty");
+  std::string text = readFile(sample());
+  auto doc = nlohmann::json::parse(text);
+  doc["results"] = nlohmann::json::array();
+  std::ofstream(dir + "/empty.json") << doc.dump(2);
+  CliRun r = runPeerlab({"report", dir + "/empty.json", "--summary", dir + "/s.md"});
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_NE(r.err.find("peerlab report: EMPTY: 0 checks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not a PASS"), std::string::npos) << r.err;
+  EXPECT_EQ(readFile(dir + "/s.md").find("PASS"), std::string::npos) << readFile(dir + "/s.md");
+  EXPECT_NE(readFile(dir + "/s.md").find("# peerlab report: EMPTY on "), std::string::npos) << readFile(dir + "/s.md");
+  // As a baseline it is refused: nothing to hold a run against.
+  CliRun q = runPeerlab({"qualify", "--results", sample(), "--baseline", dir + "/empty.json", "--out", dir + "/q"});
+  EXPECT_EQ(q.exit_code, 2) << q.out << q.err;
+  EXPECT_NE(q.err.find("holds no results"), std::string::npos) << q.err;
+  // And in qualify --results: EMPTY, exit 5.
+  CliRun e = runPeerlab({"qualify", "--results", dir + "/empty.json", "--out", dir + "/qe"});
+  EXPECT_EQ(e.exit_code, 5) << e.out << e.err;
+  auto stored = nlohmann::json::parse(readFile(dir + "/qe/results.json"));
+  EXPECT_EQ(stored["qualify"]["verdict"], "EMPTY");
+  EXPECT_NE(readFile(dir + "/qe/junit.xml").find("EMPTY: 0 checks"), std::string::npos);
+}
+
+// Runs of different GPU models or counts are not compared unless asked for; then the table says so.
+TEST(ReportCli, CompareRefusesOtherHardwareUnlessAsked) {
+  const std::string h200 = sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json");
+  const std::string h100 = sourcePath("reports/qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json");
+  const std::string x4 = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{{h200, h100}, {h200, x4}}) {
+    CliRun r = runPeerlab({"report", "--compare", a, b});
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("different hardware"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("2x NVIDIA H200 (h200-x2-nvswitch)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--allow-other-hardware"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  CliRun asked = runPeerlab({"report", "--compare", h200, h100, "--allow-other-hardware", "--only-changes"});
+  EXPECT_NE(asked.exit_code, 2) << asked.err;
+  EXPECT_NE(asked.out.find("DIFFERENT HARDWARE (--allow-other-hardware): 2x NVIDIA H200 (h200-x2-nvswitch) against "
+                           "2x NVIDIA H100 80GB HBM3 (h100-x2-nvswitch)"),
+            std::string::npos)
+      << asked.out;
+  // qualify --baseline holds the same line.
+  CliRun q = runPeerlab({"qualify", "--results", h100, "--baseline", h200, "--out", scratchDir("report-cli-hw")});
+  EXPECT_EQ(q.exit_code, 2) << q.out << q.err;
+  EXPECT_NE(q.err.find("--baseline " + h200 + ": different hardware"), std::string::npos) << q.err;
+}
+
+// The noise rule is printed beside every row and carried by --compare-json.
+TEST(ReportCli, CompareJsonCarriesTheNoiseRule) {
+  const std::string dir = scratchDir("report-cli-rule");
+  const std::string a = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-3710ae0.json");
+  const std::string b = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  CliRun r = runPeerlab({"report", "--compare", a, b, "--compare-json", "-"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("noise rule: a change counts when"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("min effect"), std::string::npos) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["noise_rule"]["threshold_pct"], 10.0);
+  EXPECT_EQ(doc["noise_rule"]["jitter_us"], 7.5);
+  EXPECT_EQ(doc["noise_rule"]["spread_factor"], 3.0);
+  EXPECT_EQ(doc["base_kind"], "h200-x4-nvswitch");
+  EXPECT_EQ(doc["regressions"], 0);
+  int decided = 0;
+  for (const auto& row : doc["rows"]) {
+    if (row["metric"] == "status") continue;
+    ++decided;
+    for (const char* key : {"test", "noise_pct", "spread_factor", "between_pct", "jitter_pct", "min_effect_pct",
+                            "base_samples", "new_samples", "rule"})
+      EXPECT_TRUE(row.contains(key)) << key << " in " << row.dump();
+  }
+  EXPECT_GT(decided, 700);
+  // --threshold, --spread-factor and --jitter change the rule (a stricter rule finds the same-day spread), and the
+  // JSON says which rule it was.
+  CliRun strict = runPeerlab({"report", "--compare", a, b, "--threshold", "5", "--spread-factor", "1", "--jitter", "0",
+                              "--compare-json", "-"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.err;
+  auto strictDoc = nlohmann::json::parse(strict.out);
+  EXPECT_EQ(strictDoc["noise_rule"]["spread_factor"], 1.0);
+  EXPECT_EQ(strictDoc["noise_rule"]["jitter_us"], 0.0);
+  EXPECT_GT(strictDoc["regressions"].get<int>(), 0);
+  EXPECT_EQ(runPeerlab({"report", a, "--jitter", "1"}).exit_code, 2);
+  EXPECT_EQ(runPeerlab({"report", a, "--spread-factor", "1"}).exit_code, 2);
+  EXPECT_EQ(runPeerlab({"report", "--compare", a, b, "--spread-factor", "x"}).exit_code, 2);
 }
 
 // What goes to stdout is an output like any file: `> /dev/full` is an error with exit 4, never a silent success; a
@@ -138,7 +230,7 @@ TEST(ReportCli, FailedWritesAreErrors) {
 // action, its GPU, the action's short form), nothing for a passing run; it reads one run and nothing else.
 TEST(ReportCli, DrainReasonIsOneLineForAFailingRunAndNothingForAPassingOne) {
   const std::string dir = scratchDir("report-cli-drain");
-  auto run = report::readRun(sourcePath("reports/runs/2026-11-25-nvidia-h100-x1-a99f8ae.json"));
+  auto run = report::readRun(sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json"));
   ASSERT_TRUE(run.isOk());
   ASSERT_TRUE(report::writeRun(*run, dir + "/pass.json").isOk());
   for (report::Result& r : run->results) {

@@ -11,6 +11,9 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
+
+#include "reference/core/text.h"
 
 namespace peerlab::qualify {
 
@@ -213,6 +216,25 @@ std::string describeIommu(const std::vector<std::string>& gpu_bus_ids, const std
         << (gpus.count(dev) ? "  <- GPU" : "") << "\n";
   }
   return out.str();
+}
+
+std::string nvidiaKernelLines(const std::string& log, size_t max_lines) {
+  std::vector<std::string> kept;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    const std::string_view line(log.data() + start, end - start);
+    if (line.find("NVRM") != std::string_view::npos || line.find("Xid") != std::string_view::npos) {
+      kept.push_back(printable(line, 1000));
+      if (kept.size() > max_lines) kept.erase(kept.begin());
+    }
+    start = end + 1;
+  }
+  std::string out;
+  for (const std::string& l : kept)
+    out += l + "\n";
+  return out;
 }
 
 std::string kernelCommandLine(const std::string& proc_root) {

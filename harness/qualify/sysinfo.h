@@ -31,6 +31,10 @@ std::string describeIommu(const std::vector<std::string>& gpu_bus_ids, const std
 /// The kernel command line (/proc/cmdline), or "unreadable: why".
 std::string kernelCommandLine(const std::string& proc_root = "/proc");
 
+/// The lines of a kernel log (dmesg, journalctl -k) a driver engineer asks for first: NVIDIA's (NVRM:) and every
+/// XID, the last `max_lines` of them, control characters escaped, each at most 1000 bytes.
+std::string nvidiaKernelLines(const std::string& log, size_t max_lines = 500);
+
 /// The chain of PCI bus ids from the root port down to `bus_id` (sysfs device path), empty when unknown.
 std::vector<std::string> pciPath(const std::string& bus_id, const std::string& root = "/sys");
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <regex>
 
@@ -27,6 +28,14 @@ struct Case {
   std::optional<bool> expect_pass;  // what the change must give, where it is known
 };
 
+// The committed run files: reports/runs/*.json, reports/baselines/*.json and each bundle's results.json (a bundle
+// directory holds other JSON, and reports/qualify a levels summary beside the bundles).
+bool isRunFile(const std::filesystem::path& p) {
+  if (p.extension() != ".json") return false;
+  return p.filename() == "results.json" || p.parent_path().filename() == "runs" ||
+         p.parent_path().filename() == "baselines";
+}
+
 Run load(const std::string& source) {
   auto run = report::readRun(sourcePath(source));
   EXPECT_TRUE(run.isOk()) << run.status().toString();
@@ -34,14 +43,14 @@ Run load(const std::string& source) {
 }
 
 std::vector<Case> cases() {
-  const std::string x4 = "reports/runs/2026-11-21-nvidia-h200-x4-db99ff9.json";
-  const std::string x2 = "reports/runs/2026-11-21-nvidia-h200-x2-542d5c6.json";
-  const std::string h100 = "reports/runs/2026-11-25-nvidia-h100-x1-a99f8ae.json";
+  const std::string x4 = "reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json";
+  const std::string x2 = "reports/runs/2026-11-21-h200-x2-nvswitch-542d5c6.json";
+  const std::string h100 = "reports/runs/2026-11-25-h100-x1-a99f8ae.json";
   std::vector<Case> out;
   // Every committed run as it is.
   for (const char* dir : {"reports/runs", "reports/baselines", "reports/qualify"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(sourcePath(dir))) {
-      if (e.path().extension() != ".json") continue;
+      if (!isRunFile(e.path())) continue;
       const std::string rel = std::filesystem::relative(e.path(), sourcePath(".")).string();
       out.push_back({"committed " + rel, rel, nullptr, std::nullopt});
     }
@@ -206,6 +215,78 @@ TEST(VerdictContract, EveryCommandAndEveryFileStatesTheSameCounts) {
     }
     EXPECT_TRUE(found) << list.out.substr(0, 400);
   }
+}
+
+// Every committed run file and bundle: the count it stores (qualify.summary, else its stored checks), the count the
+// checks engine recomputes from it, and the count of a re-check under --config (the built-in thresholds given as a
+// file) are one number. A re-check takes the run's facts (suites, jobs, pairs, probe methods, its "not available"
+// notes) from the run and only the thresholds from the config.
+TEST(VerdictContract, StoredCountEqualsRecomputedForEveryCommittedRun) {
+  const std::string dir = scratchDir("verdict-stored");
+  const std::string root = sourcePath(".");
+  int files = 0, stored = 0;
+  for (const char* sub : {"reports/runs", "reports/baselines", "reports/qualify"}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/" + sub)) {
+      if (!isRunFile(e.path())) continue;
+      const std::string file = e.path().string();
+      SCOPED_TRACE(file);
+      ++files;
+      auto run = report::readRun(file);
+      ASSERT_TRUE(run.isOk()) << run.status().toString();
+      const report::RunVerdict v = report::verdictOf(*run);
+      const nlohmann::json& q = run->extra.contains("qualify") ? run->extra["qualify"] : nlohmann::json();
+      if (q.is_object() && (q.contains("summary") || q.contains("checks"))) {
+        ++stored;
+        const int count =
+            q.contains("summary") ? q["summary"].value("total", -1) : static_cast<int>(q["checks"].size());
+        EXPECT_EQ(count, v.counts.total) << "stored " << count << ", recomputed " << report::formatCounts(v.counts);
+        if (q.contains("summary")) {
+          EXPECT_EQ(q["summary"], report::toJson(v.counts));
+        }
+        if (q.contains("verdict")) {
+          EXPECT_EQ(q["verdict"], report::verdictWord(v.counts));
+        }
+      }
+      if (!run->plan) continue;
+      const std::string bundle = dir + "/" + std::to_string(files);
+      CliRun r =
+          runPeerlab({"qualify", "--results", file, "--config", sourcePath("reports/qualify.toml"), "--out", bundle});
+      EXPECT_EQ(r.exit_code, v.pass() ? 0 : 1) << r.out << r.err;
+      auto again = report::readRun(bundle + "/results.json");
+      ASSERT_TRUE(again.isOk()) << again.status().toString();
+      EXPECT_EQ(again->extra["qualify"]["summary"], report::toJson(v.counts));
+      // The run's facts, as it stored them.
+      ASSERT_TRUE(again->plan.has_value());
+      EXPECT_EQ(again->plan->notes, run->plan->notes);
+      EXPECT_EQ(again->plan->jobs.size(), run->plan->jobs.size());
+      EXPECT_EQ(again->plan->pairs, run->plan->pairs);
+      EXPECT_EQ(again->plan->probe_methods, run->plan->probe_methods);
+    }
+  }
+  EXPECT_GE(files, 11);
+  EXPECT_GE(stored, 6);
+}
+
+// A run whose transport results are missing fails its coverage check, with or without a config that changes only a
+// threshold: the re-check keeps the suites the run planned, whatever this machine has installed.
+TEST(VerdictContract, AReCheckKeepsTheRunsSuites) {
+  const std::string dir = scratchDir("verdict-recheck");
+  auto run = report::readRun(sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json"));
+  ASSERT_TRUE(run.isOk());
+  std::erase_if(run->results, [](const Result& r) { return r.suite == "transport"; });
+  run->extra.erase("qualify");
+  ASSERT_TRUE(report::writeRun(*run, dir + "/no-transport.json").isOk());
+  std::ofstream(dir + "/one.toml") << "[qualify]\nbaseline_threshold_pct = 7\n";
+  CliRun plain = runPeerlab({"qualify", "--results", dir + "/no-transport.json", "--out", dir + "/a"});
+  CliRun config = runPeerlab(
+      {"qualify", "--results", dir + "/no-transport.json", "--config", dir + "/one.toml", "--out", dir + "/b"});
+  EXPECT_EQ(plain.exit_code, 1) << plain.out;
+  EXPECT_EQ(config.exit_code, 1) << config.out;
+  EXPECT_NE(config.out.find("suite transport has results"), std::string::npos) << config.out;
+  auto a = report::readRun(dir + "/a/results.json");
+  auto b = report::readRun(dir + "/b/results.json");
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  EXPECT_EQ(a->extra["qualify"]["summary"], b->extra["qualify"]["summary"]);
 }
 
 }  // namespace

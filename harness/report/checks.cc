@@ -66,6 +66,7 @@ CheckCounts countChecks(const std::vector<Check>& checks) {
 }
 
 const char* verdictWord(const CheckCounts& counts) {
+  if (counts.empty()) return "EMPTY";
   return counts.pass() ? "PASS" : "FAIL";
 }
 

@@ -46,11 +46,13 @@ struct CheckCounts {
   int unsupported = 0;
   int skipped = 0;
   int failed = 0;
-  bool pass() const { return failed == 0; }
+  /// Nothing failed and something was checked: zero checks is not a pass (its verdict is EMPTY).
+  bool pass() const { return failed == 0 && total > 0; }
+  bool empty() const { return total == 0; }
 };
 
 CheckCounts countChecks(const std::vector<Check>& checks);
-/// "PASS" or "FAIL".
+/// "PASS", "FAIL", or "EMPTY" when nothing was checked (zero checks: a run with no result any check applies to).
 const char* verdictWord(const CheckCounts& counts);
 /// "91 checks: 87 passed, 1 failed, 1 warning, 2 unsupported, 0 skipped" (every count, always in this order).
 std::string formatCounts(const CheckCounts& counts);

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "harness/report/machine.h"
 #include "harness/report/metric.h"
 #include "harness/report/stats.h"
 
@@ -49,16 +50,6 @@ std::optional<double> extraNumber(const Result& r, const char* key) {
   const double v = r.extra[key].get<double>();
   if (!std::isfinite(v)) return std::nullopt;
   return v;
-}
-
-std::string gpuSummary(const Fingerprint& fp) {
-  std::map<std::string, int> byName;
-  for (const GpuFingerprint& g : fp.gpus)
-    ++byName[g.name];
-  std::string s;
-  for (const auto& [name, n] : byName)
-    s += (s.empty() ? "" : " + ") + std::to_string(n) + "x " + name;
-  return s.empty() ? "none" : s;
 }
 
 }  // namespace
@@ -203,43 +194,205 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
     row.note = "no " + metric->field + " on both sides";
     return row;
   }
-  const double change = (*row.new_value - *row.base_value) / *row.base_value * 100.0;
-  row.change_pct = change;
-  const std::vector<double> sb = samplesOf(base);
-  const std::vector<double> sn = samplesOf(fresh);
-  const auto b10 = extraNumber(base, "p10_us"), b90 = extraNumber(base, "p90_us");
-  const auto n10 = extraNumber(fresh, "p10_us"), n90 = extraNumber(fresh, "p90_us");
-  if (sb.size() >= options.min_samples && sn.size() >= options.min_samples) {
-    row.test = "u-test";
-    row.p_value = mannWhitneyPValue(sb, sn);
-    row.significant = *row.p_value < options.alpha;
-  } else if (b10 && b90 && n10 && n90) {
-    // Without samples: the change counts when the p10..p90 ranges of the two runs do not overlap.
-    row.test = "p10/p90";
-    row.significant = *n10 > *b90 || *n90 < *b10;
-  } else {
-    row.test = "threshold";
-    row.significant = true;
-  }
-  // The change must also exceed the spread either run shows on its own (p90 - p10 over the median, in time): two
-  // processes of one build differ by about that much, and one process per side cannot tell such a step from noise.
-  double noise_pct = 0;
-  const auto spread = [](const std::optional<double>& lo, const std::optional<double>& hi,
-                         const std::optional<double>& mid) -> double {
-    if (!lo || !hi || !mid || *mid <= 0 || *hi < *lo) return 0;
-    return (*hi - *lo) / *mid * 100.0;
-  };
-  noise_pct = std::max(spread(b10, b90, base.time_us), spread(n10, n90, fresh.time_us));
-  row.noise_pct = noise_pct;
-  const bool beyond = std::fabs(change) > std::max(options.threshold_pct, noise_pct);
-  if (!beyond || !row.significant) {
-    row.verdict = Verdict::kSame;
-  } else if ((change > 0) == metric->higher_is_better) {
-    row.verdict = Verdict::kImproved;
-  } else {
-    row.verdict = Verdict::kRegressed;
-  }
+  const ChangeDecision d =
+      decideChange(metric->higher_is_better, sideOf(base, *row.base_value), sideOf(fresh, *row.new_value), options);
+  row.change_pct = d.change_pct;
+  row.noise_pct = d.noise_pct;
+  row.test = d.test;
+  row.p_value = d.p_value;
+  row.significant = d.significant;
+  row.verdict = d.verdict;
+  row.decision = d;
   return row;
+}
+
+Side sideOf(const Result& r, double value) {
+  Side s;
+  s.value = value;
+  if (r.time_us && std::isfinite(*r.time_us) && *r.time_us > 0) s.time_us = r.time_us;
+  s.p10_us = extraNumber(r, "p10_us");
+  s.p90_us = extraNumber(r, "p90_us");
+  s.samples_us = samplesOf(r);
+  s.samples = !s.samples_us.empty() ? static_cast<double>(s.samples_us.size()) : extraNumber(r, "samples").value_or(0);
+  if (auto runs = extraNumber(r, "baseline_runs"); runs && *runs >= 1 && *runs <= 1e6) s.runs = static_cast<int>(*runs);
+  if (auto it = r.extra.find("runs_time_us"); it != r.extra.end() && it->is_array() && it->size() <= 10000) {
+    for (const auto& t : *it) {
+      if (t.is_number() && std::isfinite(t.get<double>())) s.runs_us.push_back(t.get<double>());
+    }
+  }
+  return s;
+}
+
+ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side& fresh, const NoiseRule& rule,
+                            const RunsTest* runs_test) {
+  ChangeDecision d;
+  d.threshold_pct = rule.threshold_pct;
+  d.base_samples = base.samples;
+  d.new_samples = fresh.samples;
+  d.base_runs = base.runs;
+  d.new_runs = fresh.runs;
+  d.change_pct = base.value != 0 ? (fresh.value - base.value) / base.value * 100.0 : 0;
+  d.worsening_pct = higher_is_better ? -d.change_pct : d.change_pct;
+  // The noise test.
+  if (runs_test) {
+    d.test = runs_test->name;
+    d.significant = runs_test->significant;
+    d.p_value = runs_test->p_value;
+    d.z = runs_test->z;
+  } else if (base.samples_us.size() >= rule.min_samples && fresh.samples_us.size() >= rule.min_samples) {
+    d.test = "u-test";
+    d.p_value = mannWhitneyPValue(base.samples_us, fresh.samples_us);
+    d.significant = *d.p_value < rule.alpha;
+  } else if (base.p10_us && base.p90_us && fresh.p10_us && fresh.p90_us) {
+    // Without samples: the change counts when the p10..p90 ranges of the two runs do not overlap.
+    d.test = "p10/p90";
+    d.significant = *fresh.p10_us > *base.p90_us || *fresh.p90_us < *base.p10_us;
+  } else {
+    d.test = "threshold";
+    d.significant = true;
+  }
+  // The minimum effect: the threshold, a multiple of the spread either run shows on its own, and what a time does from
+  // process to process: the range of a multi-run base's times, else the timing jitter between two processes.
+  const auto spread = [](const Side& s) -> double {
+    if (!s.p10_us || !s.p90_us || !s.time_us || *s.time_us <= 0 || *s.p90_us < *s.p10_us) return 0;
+    return (*s.p90_us - *s.p10_us) / *s.time_us * 100.0;
+  };
+  if (!runs_test) {
+    d.spread_factor = rule.spread_factor;
+    d.noise_pct = std::max(spread(base), spread(fresh));
+    std::vector<double> times;
+    for (double t : base.runs_us) {
+      if (std::isfinite(t) && t > 0) times.push_back(t);
+    }
+    if (times.size() >= 2) {
+      std::sort(times.begin(), times.end());
+      const size_t n = times.size();
+      const double mid = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+      d.between_pct = (times.back() - times.front()) / mid * 100.0;
+    } else if (rule.jitter_us > 0 && base.time_us && *base.time_us > 0) {
+      // In the metric's terms: a time jitter_us longer, or for a bandwidth what that longer time gives (at 1 MiB and
+      // 10.5 us, 7.5 us of jitter is +71% in time, -42% in bandwidth).
+      const double t = *base.time_us;
+      d.jitter_pct = higher_is_better ? rule.jitter_us / (t + rule.jitter_us) * 100.0 : rule.jitter_us / t * 100.0;
+    }
+  }
+  const double spreadPct = d.spread_factor * d.noise_pct;
+  d.min_effect_pct = std::max({rule.threshold_pct, spreadPct, d.between_pct, d.jitter_pct});
+  const bool beyond = std::fabs(d.change_pct) > d.min_effect_pct;
+  if (!beyond || !d.significant) {
+    d.verdict = Verdict::kSame;
+  } else if (d.worsening_pct > 0) {
+    d.verdict = Verdict::kRegressed;
+  } else {
+    d.verdict = Verdict::kImproved;
+  }
+  // The rule in one line: the change against the minimum effect, what set it, every term, then the noise test.
+  char buf[320];
+  if (runs_test) {
+    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (threshold %g%%; the noise test is across runs); ",
+                  d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, rule.threshold_pct);
+  } else {
+    std::string why = "threshold";
+    if (d.min_effect_pct > rule.threshold_pct) {
+      if (d.min_effect_pct == d.jitter_pct) {
+        std::snprintf(buf, sizeof buf, "jitter %g us / %.4g us", rule.jitter_us, *base.time_us);
+      } else if (d.min_effect_pct == d.between_pct) {
+        std::snprintf(buf, sizeof buf, "range of %zu runs' times", base.runs_us.size());
+      } else {
+        std::snprintf(buf, sizeof buf, "%g x p10-p90 spread %.1f%%", rule.spread_factor, d.noise_pct);
+      }
+      why = buf;
+    }
+    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (%s; threshold %g%%, %g x spread %.1f%%, %s %.1f%%); ",
+                  d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, why.c_str(), rule.threshold_pct,
+                  rule.spread_factor, spreadPct, d.between_pct > 0 ? "between runs" : "jitter",
+                  d.between_pct > 0 ? d.between_pct : d.jitter_pct);
+  }
+  d.rule = buf;
+  d.rule += d.testCell();
+  return d;
+}
+
+std::string ChangeDecision::minEffectCell() const {
+  char buf[48];
+  const char* why = "";
+  if (min_effect_pct > threshold_pct) {
+    why = min_effect_pct == jitter_pct ? " jitter" : min_effect_pct == between_pct ? " runs" : " spread";
+  }
+  std::snprintf(buf, sizeof buf, "%.1f%%%s", min_effect_pct, why);
+  return buf;
+}
+
+std::string ChangeDecision::testCell() const {
+  char buf[96];
+  auto count = [](double n, int runs) {
+    char c[32];
+    if (runs > 1) {
+      std::snprintf(c, sizeof c, "%d runs", runs);
+    } else {
+      std::snprintf(c, sizeof c, "%.0f", n);
+    }
+    return std::string(c);
+  };
+  const std::string n = count(base_samples, base_runs) + "/" + count(new_samples, new_runs);
+  if (test == "u-test" && p_value) {
+    std::snprintf(buf, sizeof buf, "U p=%.3g n=%s", *p_value, n.c_str());
+  } else if (test == "p10/p90") {
+    std::snprintf(buf, sizeof buf, "p10-p90 %s n=%s", significant ? "apart" : "overlap", n.c_str());
+  } else if (test == "e-divisive" && p_value) {
+    std::snprintf(buf, sizeof buf, "e-divisive p=%.3g n=%s", *p_value, n.c_str());
+  } else if (test == "mad-z" && z) {
+    std::snprintf(buf, sizeof buf, "mad-z %+.1f n=%s", *z, n.c_str());
+  } else {
+    std::snprintf(buf, sizeof buf, "%s n=%s", test.c_str(), n.c_str());
+  }
+  return buf;
+}
+
+nlohmann::json toJson(const NoiseRule& rule) {
+  return {{"threshold_pct", rule.threshold_pct}, {"jitter_us", rule.jitter_us},
+          {"spread_factor", rule.spread_factor}, {"alpha", rule.alpha},
+          {"min_samples", rule.min_samples},     {"text", describeNoiseRule(rule)}};
+}
+
+std::string describeNoiseRule(const NoiseRule& rule) {
+  char buf[600];
+  std::snprintf(buf, sizeof buf,
+                "a change counts when it is larger than the minimum effect (the largest of the threshold %g%%, %g x "
+                "either run's p10-p90 spread over its median, and, for a time, the range of a multi-run baseline's "
+                "times, else %g us of jitter between two processes, over the base time) and the noise test finds it: "
+                "Mann-Whitney U p < %g with >= %zu samples a side, else the p10-p90 ranges apart, else the minimum "
+                "effect alone",
+                rule.threshold_pct, rule.spread_factor, rule.jitter_us, rule.alpha, rule.min_samples);
+  return buf;
+}
+
+nlohmann::json toJson(const ChangeDecision& d) {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"test", d.test},
+          {"p_value", opt(d.p_value)},
+          {"z", opt(d.z)},
+          {"significant", d.significant},
+          {"noise_pct", d.noise_pct},
+          {"spread_factor", d.spread_factor},
+          {"between_pct", d.between_pct},
+          {"jitter_pct", d.jitter_pct},
+          {"min_effect_pct", d.min_effect_pct},
+          {"threshold_pct", d.threshold_pct},
+          {"base_samples", d.base_samples},
+          {"new_samples", d.new_samples},
+          {"base_runs", d.base_runs},
+          {"new_runs", d.new_runs},
+          {"rule", d.rule}};
+}
+
+Status checkSameHardware(const Run& base, const Run& fresh, const std::string& what, const std::string& flag) {
+  const std::string mismatch = hardwareMismatch(base.fingerprint, base.kind.name, fresh.fingerprint, fresh.kind.name);
+  if (mismatch.empty()) return Status::ok();
+  return PEERLAB_INVALID_ARGUMENT(what + ": different hardware: " + mismatch +
+                                  "; runs of different GPU models or "
+                                  "counts differ by design, not by a regression (pass " +
+                                  flag + " to compare them anyway)");
 }
 
 std::vector<double> samplesOf(const Result& r) {
@@ -278,6 +431,7 @@ std::vector<std::string> fingerprintChanges(const Fingerprint& base, const Finge
 
 CompareReport compareRuns(const Run& base, const Run& fresh, const CompareOptions& options) {
   CompareReport report;
+  report.rule = options;
   report.threshold_pct = options.threshold_pct;
   report.alpha = options.alpha;
   report.fingerprint_changes = fingerprintChanges(base.fingerprint, fresh.fingerprint);
@@ -320,9 +474,10 @@ CompareReport compareRuns(const Run& base, const Run& fresh, const CompareOption
 
 std::string formatCompare(const CompareReport& report, bool only_changes) {
   struct Line {
-    std::string result, metric, base, fresh, change, test, verdict;
+    std::string result, metric, base, fresh, change, min_effect, test, verdict;
   };
   std::ostringstream out;
+  out << "noise rule: " << describeNoiseRule(report.rule) << "\n";
   if (report.fingerprint_changes.empty()) {
     out << "fingerprint: unchanged (driver, CUDA, NCCL, GPUs)\n\n";
   } else {
@@ -332,7 +487,7 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
     out << "\n";
   }
   std::vector<Line> lines;
-  lines.push_back({"result", "metric", "base", "new", "change", "noise test", "verdict"});
+  lines.push_back({"result", "metric", "base", "new", "change", "min effect", "noise test (samples)", "verdict"});
   for (const CompareRow& r : report.rows) {
     if (only_changes && (r.verdict == Verdict::kSame || r.verdict == Verdict::kUnchangedStatus)) continue;
     Line l;
@@ -352,14 +507,9 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
     } else {
       l.change = "";
     }
-    if (r.test == "u-test" && r.p_value) {
-      char buf[40];
-      std::snprintf(buf, sizeof(buf), "U p=%.3g", *r.p_value);
-      l.test = buf;
-    } else if (r.test == "p10/p90") {
-      l.test = r.significant ? "p10-p90 apart" : "p10-p90 overlap";
-    } else {
-      l.test = r.test;
+    if (r.decision) {
+      l.min_effect = r.decision->minEffectCell();
+      l.test = r.decision->testCell();
     }
     l.verdict = verdictName(r.verdict);
     if (r.verdict == Verdict::kStatusRegressed && r.note.rfind("wrong", 0) == 0) l.verdict += " (" + r.note + ")";
@@ -369,14 +519,15 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
     }
     lines.push_back(std::move(l));
   }
-  size_t w[6] = {0, 0, 0, 0, 0, 0};
+  size_t w[7] = {0, 0, 0, 0, 0, 0, 0};
   for (const Line& l : lines) {
     w[0] = std::max(w[0], std::min<size_t>(l.result.size(), 72));
     w[1] = std::max(w[1], l.metric.size());
     w[2] = std::max(w[2], l.base.size());
     w[3] = std::max(w[3], l.fresh.size());
     w[4] = std::max(w[4], l.change.size());
-    w[5] = std::max(w[5], l.test.size());
+    w[5] = std::max(w[5], l.min_effect.size());
+    w[6] = std::max(w[6], l.test.size());
   }
   auto pad = [](const std::string& s, size_t n, bool right) {
     if (s.size() >= n) return s;
@@ -385,9 +536,9 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const Line& l = lines[i];
     out << pad(l.result, w[0], false) << "  " << pad(l.metric, w[1], false) << "  " << pad(l.base, w[2], true) << "  "
-        << pad(l.fresh, w[3], true) << "  " << pad(l.change, w[4], true) << "  " << pad(l.test, w[5], false) << "  "
-        << l.verdict << "\n";
-    if (i == 0) out << std::string(w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + 12 + 8, '-') << "\n";
+        << pad(l.fresh, w[3], true) << "  " << pad(l.change, w[4], true) << "  " << pad(l.min_effect, w[5], true)
+        << "  " << pad(l.test, w[6], false) << "  " << l.verdict << "\n";
+    if (i == 0) out << std::string(w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + 14 + 8, '-') << "\n";
   }
   if (report.missing() > 0) {
     out << "\nMISSING in the new run (" << report.missing() << "):\n";
@@ -395,13 +546,12 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
       if (r.verdict == Verdict::kOnlyBase) out << "  " << describeResult(*r.base) << "\n";
     }
   }
-  char thr[64];
-  std::snprintf(thr, sizeof(thr), "%g%% or not significant", report.threshold_pct);
   out << report.rows.size() << " results: " << report.count(Verdict::kRegressed) << " regressed, "
       << report.count(Verdict::kStatusRegressed) << " status regressions, " << report.count(Verdict::kImproved)
-      << " improved, " << report.count(Verdict::kFixed) << " fixed, " << report.count(Verdict::kSame) << " within +-"
-      << thr << ", " << report.count(Verdict::kUnchangedStatus) << " not measured on either side, "
-      << report.count(Verdict::kOnlyBase) << " only in base, " << report.count(Verdict::kOnlyNew) << " only in new\n";
+      << " improved, " << report.count(Verdict::kFixed) << " fixed, " << report.count(Verdict::kSame)
+      << " same (within the minimum effect or not significant), " << report.count(Verdict::kUnchangedStatus)
+      << " not measured on either side, " << report.count(Verdict::kOnlyBase) << " only in base, "
+      << report.count(Verdict::kOnlyNew) << " only in new\n";
   return out.str();
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/report/report.h"
 
 namespace peerlab::report {
@@ -42,11 +44,99 @@ std::string describeWhere(const Result& r);
 /// "4 KiB", "256 MiB", "1.5 GiB", "24 B".
 std::string formatBytes(double bytes);
 
-struct CompareOptions {
-  double threshold_pct = 5.0;  ///< minimum effect: changes within +-threshold are noise even when significant
-  double alpha = 0.05;         ///< significance level of the Mann-Whitney U test
-  size_t min_samples = 4;      ///< samples each side needs for the U test (with 4 the smallest two-sided p is 0.029)
+/// The noise rule: when a change between two measurements counts. One rule for `report --compare`, qualify's baseline
+/// checks, `history regressions` and `history fleet` (decideChange); every output prints it beside each row.
+///
+/// A change counts when it is larger than the minimum effect, the largest of
+///   - `threshold_pct`;
+///   - `spread_factor` times the spread either side shows on its own (p90 - p10 over the median, when it has them):
+///     two processes' medians differ by several times one process's spread;
+///   - between a single-run base and a run, `jitter_us` of timing over the base time (for a bandwidth, the change a
+///     time `jitter_us` longer gives): between two processes a small-message time moves by microseconds whatever its
+///     own spread (host-driven NCCL, UCX and NIXL most);
+///   - against a base of several runs (a baseline that records each run's time), the range of those times over their
+///     median instead of the jitter: what that row's time really does from process to process;
+/// and the noise test finds it significant: Mann-Whitney U (p < alpha, at least `min_samples` samples a side), else
+/// the two p10..p90 ranges apart, else the minimum effect alone ("threshold"); or a test made elsewhere over many runs
+/// (E-Divisive's permutation test, the fleet's modified z-score), which then replaces the spread, range and jitter.
+/// The defaults are calibrated on the committed runs of one kind (docs/compare.md): every machine compared with
+/// itself the same day passes, a stable row 11% worse fails; ci/self_compare.py gives the outcome on repeated runs.
+inline constexpr double kDefaultThresholdPct = 10.0;
+inline constexpr double kDefaultSpreadFactor = 3.0;
+inline constexpr double kDefaultJitterUs = 7.5;
+struct NoiseRule {
+  double threshold_pct = kDefaultThresholdPct;  ///< minimum effect in percent
+  double alpha = 0.05;                          ///< significance level of the Mann-Whitney U test
+  size_t min_samples = 4;  ///< samples each side needs for the U test (with 4 the smallest two-sided p is 0.029)
+  double jitter_us = kDefaultJitterUs;          ///< timing jitter between two processes, microseconds
+  double spread_factor = kDefaultSpreadFactor;  ///< times the larger within-run spread
 };
+using CompareOptions = NoiseRule;
+
+/// One side of a comparison: the metric's value and what is known of its spread.
+struct Side {
+  double value = 0;
+  std::optional<double> time_us;  ///< the time behind the value (the jitter is judged in time)
+  std::optional<double> p10_us;   ///< within-run spread, when the run measured it
+  std::optional<double> p90_us;
+  std::vector<double> samples_us;  ///< per-sample times, for the U test
+  double samples = 0;              ///< samples behind the value (samples_us, or the result's "samples")
+  int runs = 1;                    ///< runs behind the value (a history segment, a fleet, a baseline)
+  std::vector<double> runs_us;     ///< each run's time, where a baseline of several runs recorded them
+};
+
+/// A noise test made elsewhere over many runs.
+struct RunsTest {
+  std::string name;  ///< "e-divisive", "mad-z"
+  bool significant = false;
+  std::optional<double> p_value;
+  std::optional<double> z;
+};
+
+/// What the rule decided, with everything it rested on.
+struct ChangeDecision {
+  Verdict verdict = Verdict::kSame;  ///< kSame, kImproved or kRegressed
+  double change_pct = 0;             ///< (new - base) / base x 100, raw
+  double worsening_pct = 0;          ///< the same, signed so that positive is worse for the metric
+  std::string test;                  ///< "u-test", "p10/p90", "threshold", or the RunsTest's name
+  std::optional<double> p_value;
+  std::optional<double> z;
+  bool significant = false;
+  double noise_pct = 0;       ///< the larger within-run spread of the two sides
+  double spread_factor = 0;   ///< the rule's factor on noise_pct
+  double between_pct = 0;     ///< the range of a multi-run base's times over their median (0 when not known)
+  double jitter_pct = 0;      ///< jitter_us over the base time (for a bandwidth, over base time + jitter), percent
+  double min_effect_pct = 0;  ///< max(threshold, spread_factor x noise, between, jitter)
+  double threshold_pct = 0;
+  double base_samples = 0, new_samples = 0;
+  int base_runs = 1, new_runs = 1;
+  /// One line for people: "|+27.1%| <= min 112.3% (jitter 7.5 us / 6.68 us; threshold 10%, 3 x spread 40.9%,
+  /// jitter 112.3%); p10-p90 apart n=25/25".
+  std::string rule;
+  /// Short cells for tables: "112.3% jitter", "p10-p90 apart n=25/25".
+  std::string minEffectCell() const;
+  std::string testCell() const;
+};
+
+/// The one decision: improved, same or regressed for `metric`, by `rule`. `runs_test`, when given, is the noise test
+/// (over many runs) instead of the per-run evidence, and the spread, range and jitter are not applied.
+ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side& fresh, const NoiseRule& rule,
+                            const RunsTest* runs_test = nullptr);
+
+/// A result's side for `metric_field` (its value, time, p10/p90, samples).
+Side sideOf(const Result& r, double value);
+
+/// The rule's parameters as JSON: {"threshold_pct", "spread_factor", "jitter_us", "alpha", "min_samples", "text"}.
+nlohmann::json toJson(const NoiseRule& rule);
+/// The rule in words, for the header of every compare.
+std::string describeNoiseRule(const NoiseRule& rule);
+/// A decision's fields as JSON: test, p_value, z, significant, noise_pct, jitter_pct, min_effect_pct, threshold_pct,
+/// base_samples, new_samples, base_runs, new_runs, rule.
+nlohmann::json toJson(const ChangeDecision& d);
+
+/// Runs of different hardware (GPU model or count, or a known interconnect) are not compared unless asked:
+/// `invalid_argument` "<what>: different hardware: <base> against <new>; pass <flag> ..." naming both fingerprints.
+Status checkSameHardware(const Run& base, const Run& fresh, const std::string& what, const std::string& flag);
 
 /// Per-sample times of a result (key "samples_us", microseconds), empty when the run file has none.
 std::vector<double> samplesOf(const Result& r);
@@ -65,15 +155,17 @@ struct CompareRow {
   std::optional<double> change_pct;  ///< (new - base) / base x 100, raw: the verdict says whether that is better
   double noise_pct = 0;  ///< the larger spread within one run (p90 - p10 over the median) of the two sides, percent
   std::string test;      ///< how significance was judged: "u-test", "p10/p90" or "threshold"
-  std::optional<double> p_value;  ///< Mann-Whitney U two-sided p-value, when the samples allowed the test
-  bool significant = false;       ///< the change is beyond the noise (by `test`)
+  std::optional<double> p_value;           ///< Mann-Whitney U two-sided p-value, when the samples allowed the test
+  bool significant = false;                ///< the change is beyond the noise (by `test`)
+  std::optional<ChangeDecision> decision;  ///< the rule's decision, for rows compared on a metric
   Verdict verdict = Verdict::kSame;
   std::string note;  ///< why, for status rows ("ok -> failed: ...")
 };
 
 struct CompareReport {
   std::vector<CompareRow> rows;  ///< base order first, then rows only in the new run
-  double threshold_pct = 5.0;
+  NoiseRule rule;
+  double threshold_pct = kDefaultThresholdPct;
   double alpha = 0.05;
   std::vector<std::string> fingerprint_changes;  ///< base -> new
   int count(Verdict v) const;

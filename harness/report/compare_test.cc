@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "harness/report/metric.h"
 #include "harness/report/stats.h"
@@ -53,16 +54,16 @@ TEST(Compare, BandwidthHigherIsBetter) {
   report::Run base, fresh;
   base.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 400), bw("peer_copy", "b", 0, 1, 1 << 28, 400),
                   bw("peer_copy", "c", 0, 1, 1 << 28, 400)};
-  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 440), bw("peer_copy", "b", 0, 1, 1 << 28, 360),
-                   bw("peer_copy", "c", 0, 1, 1 << 28, 388)};
+  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 460), bw("peer_copy", "b", 0, 1, 1 << 28, 340),
+                   bw("peer_copy", "c", 0, 1, 1 << 28, 364)};
   CompareReport rep = compareRuns(base, fresh);
   ASSERT_EQ(rep.rows.size(), 3u);
   EXPECT_EQ(rowFor(rep, "a").verdict, Verdict::kImproved);
   EXPECT_EQ(rowFor(rep, "a").metric, "algbw_gbps");
-  EXPECT_NEAR(*rowFor(rep, "a").change_pct, 10.0, 1e-9);
+  EXPECT_NEAR(*rowFor(rep, "a").change_pct, 15.0, 1e-9);
   EXPECT_EQ(rowFor(rep, "b").verdict, Verdict::kRegressed);
-  EXPECT_NEAR(*rowFor(rep, "b").change_pct, -10.0, 1e-9);
-  EXPECT_EQ(rowFor(rep, "c").verdict, Verdict::kSame);  // -3% is within the default 5%
+  EXPECT_NEAR(*rowFor(rep, "b").change_pct, -15.0, 1e-9);
+  EXPECT_EQ(rowFor(rep, "c").verdict, Verdict::kSame);  // -9% is within the default 10%
   EXPECT_EQ(rep.regressions(), 1);
 }
 
@@ -89,20 +90,29 @@ TEST(Compare, StepWithinARunsOwnSpreadIsNotARegression) {
 
 TEST(Compare, TimeLowerIsBetterWhenNoBandwidth) {
   report::Run base, fresh;
-  base.results = {lat("fast", 10), lat("slow", 10), lat("noise", 10)};
-  fresh.results = {lat("fast", 8), lat("slow", 12), lat("noise", 10.4)};
+  base.results = {lat("fast", 10), lat("slow", 10), lat("noise", 10), lat("jitter", 10)};
+  fresh.results = {lat("fast", 2), lat("slow", 18), lat("noise", 10.4), lat("jitter", 16)};
   CompareReport rep = compareRuns(base, fresh);
   EXPECT_EQ(rowFor(rep, "fast").metric, "time_us");
   EXPECT_EQ(rowFor(rep, "fast").verdict, Verdict::kImproved);
   EXPECT_EQ(rowFor(rep, "slow").verdict, Verdict::kRegressed);
-  EXPECT_NEAR(*rowFor(rep, "slow").change_pct, 20.0, 1e-9);
+  EXPECT_NEAR(*rowFor(rep, "slow").change_pct, 80.0, 1e-9);
   EXPECT_EQ(rowFor(rep, "noise").verdict, Verdict::kSame);
+  // +60% of 10 us is 6 us: within the 7.5 us two processes' times move by (the minimum effect is 75% here).
+  EXPECT_EQ(rowFor(rep, "jitter").verdict, Verdict::kSame);
+  ASSERT_TRUE(rowFor(rep, "jitter").decision.has_value());
+  EXPECT_NEAR(rowFor(rep, "jitter").decision->jitter_pct, 75.0, 1e-9);
+  EXPECT_NEAR(rowFor(rep, "jitter").decision->min_effect_pct, 75.0, 1e-9);
+  // Without the jitter (a rule for one process's samples) the same step counts.
+  NoiseRule strict;
+  strict.jitter_us = 0;
+  EXPECT_EQ(rowFor(compareRuns(base, fresh, strict), "jitter").verdict, Verdict::kRegressed);
 }
 
 TEST(Compare, ThresholdIsHonoured) {
   report::Run base, fresh;
-  base.results = {bw("peer_copy", "a", 0, 1, 4096, 100)};
-  fresh.results = {bw("peer_copy", "a", 0, 1, 4096, 93)};
+  base.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 100)};
+  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 93)};
   EXPECT_EQ(compareRuns(base, fresh, {5.0}).rows[0].verdict, Verdict::kRegressed);
   EXPECT_EQ(compareRuns(base, fresh, {10.0}).rows[0].verdict, Verdict::kSame);
 }
@@ -231,8 +241,8 @@ TEST(Compare, FixedAndUnchangedStatus) {
 
 TEST(Compare, DuplicateKeysMatchByOccurrence) {
   report::Run base, fresh;
-  base.results = {bw("peer_copy", "a", 0, 1, 4096, 100), bw("peer_copy", "a", 0, 1, 4096, 200)};
-  fresh.results = {bw("peer_copy", "a", 0, 1, 4096, 100), bw("peer_copy", "a", 0, 1, 4096, 100)};
+  base.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 100), bw("peer_copy", "a", 0, 1, 1 << 28, 200)};
+  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 100), bw("peer_copy", "a", 0, 1, 1 << 28, 100)};
   CompareReport rep = compareRuns(base, fresh);
   ASSERT_EQ(rep.rows.size(), 2u);
   EXPECT_EQ(rep.rows[0].verdict, Verdict::kSame);
@@ -242,12 +252,13 @@ TEST(Compare, DuplicateKeysMatchByOccurrence) {
 TEST(Compare, TableNamesMetricPerRow) {
   report::Run base, fresh;
   base.results = {bw("peer_copy", "a", 0, 1, 1 << 20, 100), lat("z", 10)};
-  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 20, 50), lat("z", 5)};
+  fresh.results = {bw("peer_copy", "a", 0, 1, 1 << 20, 50), lat("z", 2)};
   const std::string table = formatCompare(compareRuns(base, fresh));
   EXPECT_NE(table.find("peer_copy uni a 0->1 1 MiB"), std::string::npos) << table;
   EXPECT_NE(table.find("algbw GB/s"), std::string::npos) << table;
   EXPECT_NE(table.find("time us"), std::string::npos) << table;
   EXPECT_NE(table.find("-50.00%"), std::string::npos) << table;
+  EXPECT_NE(table.find("-80.00%"), std::string::npos) << table;
   EXPECT_NE(table.find("1 regressed"), std::string::npos) << table;
   EXPECT_NE(table.find("1 improved"), std::string::npos) << table;
   // Only changes: both rows changed, so both stay; a same row would go.
@@ -382,8 +393,14 @@ TEST(CompareNoise, HealthyRunsWithoutSamplesUseP10P90) {
   }
 }
 
+// One process's samples, no jitter between processes (the rule a U test of repetitions alone would give): a 10% step
+// with 2% noise is found in every cell.
 TEST(CompareNoise, TenPercentShiftWithSamplesIsFound) {
-  const CompareReport rep = compareRuns(noisyRun(7), noisyRun(8, 1.10));
+  NoiseRule samplesOnly;
+  samplesOnly.threshold_pct = 5;
+  samplesOnly.jitter_us = 0;
+  samplesOnly.spread_factor = 1;
+  const CompareReport rep = compareRuns(noisyRun(7), noisyRun(8, 1.10), samplesOnly);
   int measured = 0;
   for (const CompareRow& r : rep.rows) {
     if (r.metric == "status") continue;
@@ -401,11 +418,17 @@ TEST(CompareNoise, TenPercentShiftWithSamplesIsFound) {
   EXPECT_EQ(big.metric, "algbw_gbps");
   EXPECT_NEAR(*big.change_pct, -9.1, 3.0);
   // A 10% improvement is not a regression.
-  EXPECT_EQ(compareRuns(noisyRun(7), noisyRun(8, 0.90)).regressions(), 0);
+  EXPECT_EQ(compareRuns(noisyRun(7), noisyRun(8, 0.90), samplesOnly).regressions(), 0);
+  // With the default rule a 5% step is below the minimum effect; a 25% one is found where the timing jitter between two
+  // processes (7.5 us) does not cover it.
+  EXPECT_EQ(compareRuns(noisyRun(7), noisyRun(8, 1.05)).regressions(), 0);
+  const CompareReport step = compareRuns(noisyRun(7), noisyRun(8, 1.25));
+  EXPECT_EQ(step.rows[8].verdict, Verdict::kRegressed);  // 128 MiB, in bandwidth
+  EXPECT_EQ(step.rows[0].verdict, Verdict::kSame);       // 8 B at 2 us: +0.5 us is jitter
 }
 
 TEST(CompareNoise, SignificantButSmallIsNoise) {
-  // 1.5% slower: significant in many cells, yet below the 5% minimum effect.
+  // 1.5% slower: significant in many cells, yet below the minimum effect.
   const CompareReport rep = compareRuns(noisyRun(3), noisyRun(4, 1.015));
   EXPECT_EQ(rep.regressions(), 0) << formatCompare(rep, true);
   int significant = 0;
@@ -437,14 +460,16 @@ TEST(CompareNoise, FingerprintChangesPrintedFirst) {
   EXPECT_EQ(rep.fingerprint_changes[1], "NCCL 2.28.3 -> 2.29.1");
   EXPECT_EQ(rep.fingerprint_changes[2], "GPUs: 2x NVIDIA H200 -> 1x NVIDIA H200");
   const std::string table = formatCompare(rep);
-  EXPECT_EQ(table.find("FINGERPRINT CHANGED:\n  driver 580.159.04 -> 590.10.01"), 0u) << table;
+  // The noise rule first, then the fingerprint changes, then the rows.
+  EXPECT_EQ(table.find("noise rule: a change counts when"), 0u) << table;
+  EXPECT_LT(table.find("FINGERPRINT CHANGED:\n  driver 580.159.04 -> 590.10.01"), table.find("result ")) << table;
 }
 
 // A committed run against a healthy rerun of itself: every measured cell redrawn (seeded) within the p10..p90 range
 // that run measured for it, as a second run of the same build on the same machine lands.
 TEST(CompareNoise, CommittedRunAgainstAHealthyRerun) {
   const std::string dir = peerlab::testing::sourcePath("reports/runs/");
-  auto base = readRun(dir + "2026-11-21-nvidia-h200-x4-db99ff9.json");
+  auto base = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json");
   ASSERT_TRUE(base.isOk()) << base.status().toString();
   report::Run rerun = *base;
   std::mt19937 rng(20);
@@ -480,8 +505,8 @@ TEST(CompareNoise, CommittedRunPairs) {
   const std::string dir = peerlab::testing::sourcePath("reports/runs/");
   // Two runs one commit apart on different boards of the same kind: the old rule (any cell 5% worse, ctest times and
   // 8-byte bandwidths included) flags far more than the cells whose p10-p90 ranges or samples really moved.
-  auto s8 = readRun(dir + "2026-11-21-nvidia-h200-x4-3710ae0.json");
-  auto s9 = readRun(dir + "2026-11-21-nvidia-h200-x4-db99ff9.json");
+  auto s8 = readRun(dir + "2026-11-21-h200-x4-nvswitch-3710ae0.json");
+  auto s9 = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json");
   ASSERT_TRUE(s8.isOk() && s9.isOk());
   const CompareReport noisy = compareRuns(*s8, *s9);
   int oldRule = 0;
@@ -504,6 +529,211 @@ TEST(CompareNoise, CommittedRunPairs) {
   EXPECT_LT(noisy.regressions() * 2, oldRule) << "noise-aware " << noisy.regressions() << ", old rule " << oldRule;
   std::printf("3710ae0 -> db99ff9: %d regressions noise-aware, %d by the old fixed 5%% rule\n", noisy.regressions(),
               oldRule);
+}
+
+// Slows `r` by `factor` in time (1 / 0.89: 11% less bandwidth), its p10/p90 with it (a stable row stays stable, only
+// shifted).
+void slowDown(Result& r, double factor) {
+  r.time_us = *r.time_us * factor;
+  if (r.algbw_gbps) r.algbw_gbps = *r.algbw_gbps / factor;
+  if (r.busbw_gbps) r.busbw_gbps = *r.busbw_gbps / factor;
+  for (const char* key : {"p10_us", "p90_us"}) {
+    if (r.extra.contains(key) && r.extra[key].is_number()) r.extra[key] = r.extra[key].get<double>() * factor;
+  }
+}
+
+// The calibration of the noise rule (README "Comparing runs and baselines"): healthy machines of one kind compared
+// with each other pass with the default rule: one machine's two processes the same day, two boards of one kind the
+// same day, two H100 boards a day or two apart. A real step on the same files is still found: 11% on a stable row, and
+// a time beyond the jitter.
+TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
+  const std::string dir = peerlab::testing::sourcePath("reports/");
+  struct Pair {
+    const char* base;
+    const char* fresh;
+  };
+  const Pair pairs[] = {
+      // Two 4x H200 boards 48 minutes apart: NCCL send/recv +27% (1.8 us) at 7 us.
+      {"runs/2026-11-21-h200-x4-nvswitch-3710ae0.json", "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json"},
+      {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json", "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json"},
+      {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json", "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json"},
+      {"runs/2026-11-25-h100-x1-a99f8ae.json", "qualify/2026-11-26-h100-x1-6b15c97/results.json"},
+      {"qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json",
+       "qualify/2026-11-28-h100-x2-nvswitch-ad514f1-standard/results.json"},
+      // One 4x H100 machine's two standard qualify runs 7 minutes apart: NCCL, UCX and NIXL times move by up to 52%
+      // (8 us) either way between the processes, a 70 us UCX time by +10.1% (7.1 us).
+      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json",
+       "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json"},
+      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-quick/results.json",
+       "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json"},
+  };
+  for (const Pair& p : pairs) {
+    SCOPED_TRACE(std::string(p.base) + " -> " + p.fresh);
+    auto base = readRun(dir + p.base);
+    auto fresh = readRun(dir + p.fresh);
+    ASSERT_TRUE(base.isOk() && fresh.isOk());
+    PEERLAB_EXPECT_OK(checkSameHardware(*base, *fresh, "pair", "--allow-other-hardware"));
+    const CompareReport rep = compareRuns(*base, *fresh);
+    int compared = 0;
+    for (const CompareRow& r : rep.rows)
+      compared += r.decision.has_value();
+    EXPECT_GT(compared, 10);
+    EXPECT_EQ(rep.regressions(), 0) << formatCompare(rep, true);
+  }
+  // On the two 4x H200 boards: a copy engine 11% below its bandwidth on one pair (256 MiB, a row whose p10-p90 spans
+  // 0.1%) and a five times slower SM push (4 KiB: 2.5 us -> 12.5 us, beyond the 7.5 us jitter) are found, and nothing
+  // else.
+  {
+    auto base = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-3710ae0.json");
+    auto fresh = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+    ASSERT_TRUE(base.isOk() && fresh.isOk());
+    std::set<std::string> seeded;
+    for (Result& r : fresh->results) {
+      if (r.suite != "peer_copy" || r.name != "uni" || r.src != 0 || r.dst != 1 || !r.bytes || !r.time_us) continue;
+      if ((r.impl == "peerlab.ce" && *r.bytes == 268435456.0) || (r.impl == "peerlab.sm_push" && *r.bytes == 4096.0)) {
+        slowDown(r, r.impl == "peerlab.ce" ? 1 / 0.89 : 5.0);
+        seeded.insert(describeResult(r));
+      }
+    }
+    ASSERT_EQ(seeded.size(), 2u);
+    const CompareReport rep = compareRuns(*base, *fresh);
+    std::set<std::string> regressed;
+    for (const CompareRow& r : rep.rows)
+      if (r.verdict == Verdict::kRegressed) regressed.insert(describeResult(*r.fresh));
+    EXPECT_EQ(regressed, seeded) << formatCompare(rep, true);
+  }
+  // On one 4x H100 machine's two runs: every copy-engine copy of 1 GiB 11% below its bandwidth is found, on every
+  // pair and both directions, and nothing else regresses.
+  {
+    auto base = readRun(dir + "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json");
+    auto fresh = readRun(dir + "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json");
+    ASSERT_TRUE(base.isOk() && fresh.isOk());
+    std::set<std::string> seeded;
+    for (Result& r : fresh->results) {
+      if (r.suite == "peer_copy" && r.impl == "peerlab.ce" && r.bytes == 1073741824.0 && r.time_us && r.algbw_gbps) {
+        slowDown(r, 1 / 0.89);
+        seeded.insert(describeResult(r));
+      }
+    }
+    ASSERT_EQ(seeded.size(), 18u);  // 12 ordered pairs one way, 6 pairs both ways
+    const CompareReport rep = compareRuns(*base, *fresh);
+    std::set<std::string> regressed;
+    for (const CompareRow& r : rep.rows) {
+      if (r.verdict != Verdict::kRegressed) continue;
+      regressed.insert(describeResult(*r.fresh));
+      ASSERT_TRUE(r.decision.has_value());
+      EXPECT_EQ(r.decision->min_effect_pct, kDefaultThresholdPct) << r.decision->rule;  // a stable row: the threshold
+    }
+    EXPECT_EQ(regressed, seeded) << formatCompare(rep, true);
+  }
+}
+
+TEST(Compare, EveryRowCarriesTheRuleThatDecidedIt) {
+  report::Run base, fresh;
+  Result b = lat("peerlab.sm_signal", 6.68);
+  b.extra = {{"p10_us", 6.27}, {"p90_us", 7.18}, {"samples", 25}};
+  Result n = lat("peerlab.sm_signal", 8.49);
+  n.extra = {{"p10_us", 7.76}, {"p90_us", 8.77}, {"samples", 25}};
+  base.results = {b};
+  fresh.results = {n};
+  const CompareReport rep = compareRuns(base, fresh);
+  ASSERT_EQ(rep.rows.size(), 1u);
+  const CompareRow& row = rep.rows[0];
+  ASSERT_TRUE(row.decision.has_value());
+  const ChangeDecision& d = *row.decision;
+  // +27.1%, p10-p90 apart, yet within 7.5 us of jitter over 6.68 us (112.3%): the same.
+  EXPECT_EQ(row.verdict, Verdict::kSame);
+  EXPECT_EQ(d.test, "p10/p90");
+  EXPECT_TRUE(d.significant);
+  EXPECT_NEAR(d.change_pct, 27.1, 0.1);
+  EXPECT_NEAR(d.jitter_pct, 112.28, 0.01);
+  EXPECT_NEAR(d.noise_pct, 13.62, 0.01);
+  EXPECT_DOUBLE_EQ(d.spread_factor, 3);
+  EXPECT_NEAR(d.min_effect_pct, 112.28, 0.01);
+  EXPECT_DOUBLE_EQ(d.base_samples, 25);
+  EXPECT_EQ(d.rule.find("|+27.1%| <= min 112.3% (jitter 7.5 us / 6.68 us; threshold 10%, 3 x spread 40.9%, jitter "
+                        "112.3%); "),
+            0u)
+      << d.rule;
+  EXPECT_NE(d.rule.find("p10-p90 apart n=25/25"), std::string::npos) << d.rule;
+  const nlohmann::json j = toJson(d);
+  for (const char* key : {"test", "p_value", "significant", "noise_pct", "spread_factor", "between_pct", "jitter_pct",
+                          "min_effect_pct", "threshold_pct", "base_samples", "new_samples", "rule"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  const std::string table = formatCompare(rep);
+  EXPECT_NE(table.find("112.3% jitter"), std::string::npos) << table;
+  // Against a baseline of several runs, the range of its runs' times replaces the jitter: 6.5..7.0 us is 7.5%, so
+  // the 3 x spread (40.9%) decides, and a 50% step counts.
+  base.results[0].extra["runs_time_us"] = {6.5, 6.68, 7.0};
+  fresh.results[0].time_us = 10.02;
+  const CompareReport againstRuns = compareRuns(base, fresh);
+  const CompareRow& multi = againstRuns.rows[0];
+  ASSERT_TRUE(multi.decision.has_value());
+  EXPECT_DOUBLE_EQ(multi.decision->jitter_pct, 0);
+  EXPECT_NEAR(multi.decision->between_pct, 7.49, 0.01);
+  EXPECT_NEAR(multi.decision->min_effect_pct, 3 * 13.62, 0.05);
+  EXPECT_EQ(multi.verdict, Verdict::kRegressed) << multi.decision->rule;
+  EXPECT_NE(multi.decision->rule.find("3 x p10-p90 spread 13.6%; threshold 10%, 3 x spread 40.9%, between runs 7.5%"),
+            std::string::npos)
+      << multi.decision->rule;
+  EXPECT_NE(table.find("p10-p90 apart n=25/25"), std::string::npos) << table;
+}
+
+// History and fleet judge a change with a test across runs: the rule keeps the threshold and names the test, and a
+// within-run spread or the jitter between two processes (which a run-to-run test already covers) are not applied.
+TEST(Compare, ATestAcrossRunsReplacesSpreadAndJitter) {
+  Side before, after;
+  before.value = 10;
+  before.time_us = 10;
+  before.p10_us = 8;
+  before.p90_us = 12;  // a 40% spread: 3 x 40% would hide anything
+  before.runs = 6;
+  after.value = 11.5;
+  after.runs = 4;
+  NoiseRule rule;
+  rule.threshold_pct = 3;
+  RunsTest test;
+  test.name = "e-divisive";
+  test.significant = true;
+  test.p_value = 0.01;
+  const ChangeDecision d = decideChange(false, before, after, rule, &test);
+  EXPECT_EQ(d.verdict, Verdict::kRegressed) << d.rule;
+  EXPECT_DOUBLE_EQ(d.min_effect_pct, 3);
+  EXPECT_DOUBLE_EQ(d.noise_pct, 0);
+  EXPECT_DOUBLE_EQ(d.jitter_pct, 0);
+  EXPECT_EQ(d.rule,
+            "|+15.0%| > min 3.0% (threshold 3%; the noise test is across runs); e-divisive p=0.01 n=6 runs/4 runs")
+      << d.rule;
+  test.significant = false;
+  EXPECT_EQ(decideChange(false, before, after, rule, &test).verdict, Verdict::kSame);
+}
+
+TEST(Compare, DifferentHardwareIsRefusedNamingBoth) {
+  report::Run h200, h100, h200x4;
+  h200.fingerprint.gpus = {{0, "GPU-a", "", "NVIDIA H200"}, {1, "GPU-b", "", "NVIDIA H200"}};
+  h200.kind.name = "h200-x2-nvswitch";
+  h100.fingerprint.gpus = {{0, "GPU-c", "", "NVIDIA H100 80GB HBM3"}, {1, "GPU-d", "", "NVIDIA H100 80GB HBM3"}};
+  h100.kind.name = "h100-x2-nvswitch";
+  h200x4.fingerprint.gpus = h200.fingerprint.gpus;
+  h200x4.fingerprint.gpus.push_back({2, "GPU-e", "", "NVIDIA H200"});
+  h200x4.fingerprint.gpus.push_back({3, "GPU-f", "", "NVIDIA H200"});
+  h200x4.kind.name = "h200-x4-nvswitch";
+  const Status model = checkSameHardware(h200, h100, "a.json and b.json", "--allow-other-hardware");
+  ASSERT_FALSE(model.isOk());
+  EXPECT_EQ(model.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(model.message().find("a.json and b.json: different hardware: 2x NVIDIA H200 (h200-x2-nvswitch) against 2x "
+                                 "NVIDIA H100 80GB HBM3 (h100-x2-nvswitch)"),
+            std::string::npos)
+      << model.message();
+  EXPECT_NE(model.message().find("--allow-other-hardware"), std::string::npos);
+  EXPECT_FALSE(checkSameHardware(h200, h200x4, "x", "--f").isOk());
+  // The same model and count on other boards is the same hardware.
+  report::Run other = h200;
+  other.fingerprint.gpus[0].uuid = "GPU-z";
+  PEERLAB_EXPECT_OK(checkSameHardware(h200, other, "x", "--f"));
+  // One model's NVSwitch box and PCIe box are not.
+  other.kind.name = "h200-x2-pcie";
+  EXPECT_FALSE(checkSameHardware(h200, other, "x", "--f").isOk());
 }
 
 TEST(Compare, HealthVerdictsRank) {

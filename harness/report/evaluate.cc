@@ -369,16 +369,8 @@ GroupKey groupOf(const Result& r) {
   return {r.impl, r.name, r.ranks, r.src.value_or(-1), r.dst.value_or(-1)};
 }
 
-// Does the result fall in the expectation's scope? Pair: its ordered pair; host: the GPU (a host copy names no
-// destination); device: the GPU with itself; gpu and gpu_pcie: the whole machine, any result.
-bool inScope(const Expectation& e, const Result& r) {
-  if (!e.src) return true;
-  if (e.scope == "host") return r.src == e.src && (!r.dst || r.dst == e.src);
-  return r.src == e.src && r.dst == e.dst;
-}
-
 bool matches(const Expectation& e, const Result& r) {
-  return r.suite == e.suite && isOk(r) && globMatch(e.impl, r.impl) && globMatch(e.name, r.name) && inScope(e, r);
+  return isOk(r) && expectationApplies(e, r);
 }
 
 void bandwidthChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out, std::set<std::string>& matched) {
@@ -453,6 +445,31 @@ void latencyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out,
   }
 }
 
+// A rule whose suite has results in the run but whose impl and name select none of them (whatever their status): a
+// typo in a config, or a rule for implementations this run did not measure (a quick level runs a spot check). Nothing
+// of it is checked, and every output says so: a skipped check, never a pass.
+void unmatchedRule(const Run& run, const std::string& id, const std::string& suite, const std::string& impl,
+                   const std::string& name, std::vector<Check>& out) {
+  int ofSuite = 0;
+  std::set<std::string> impls, names;
+  for (const Result& r : run.results) {
+    if (r.suite != suite || isProcessRecord(r)) continue;
+    if (globMatch(impl, r.impl) && globMatch(name, r.name)) return;
+    ++ofSuite;
+    impls.insert(r.impl);
+    names.insert(r.name.substr(0, r.name.find('/')));
+  }
+  if (ofSuite == 0) return;  // the suite did not run: nothing to say of the rule
+  out.push_back(make("coverage", id + " selects a result", CheckStatus::kSkipped,
+                     "0 of " + std::to_string(ofSuite) + " " + suite + " results", ">= 1",
+                     "[rule " + id + ": impl " + impl + ", name " + name + "]",
+                     "not checked: the rule selects none of the " + std::to_string(ofSuite) + " " + suite +
+                         " results (impls: " + joinSome({impls.begin(), impls.end()}, 6) +
+                         "; names: " + joinSome({names.begin(), names.end()}, 6) +
+                         "): a typo in the config's impl or name, or implementations this run does not measure",
+                     0.0, 1.0));
+}
+
 // Every suite the plan ran has results (a process failure record is not one); every rule whose implementations ran
 // reached the sizes it needs.
 void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::string>& planned,
@@ -487,7 +504,10 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
       ++candidates;
       if (r.bytes) largest = std::max(largest, *r.bytes);
     }
-    if (candidates == 0) continue;
+    if (candidates == 0) {
+      unmatchedRule(run, id, e.suite, e.impl, e.name, out);
+      continue;
+    }
     out.push_back(
         act(make("coverage", id + " has results to check", CheckStatus::kFail,
                  std::to_string(candidates) + " results of " + e.suite + " " + e.impl + " " + e.name + ", largest " +
@@ -508,7 +528,10 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
       if (r.bytes && (candidates == 0 || *r.bytes < smallest)) smallest = *r.bytes;
       ++candidates;
     }
-    if (candidates == 0) continue;
+    if (candidates == 0) {
+      unmatchedRule(run, "latency." + l.id, l.suite, l.impl, l.name, out);
+      continue;
+    }
     out.push_back(act(make("coverage", "latency." + l.id + " has results to check", CheckStatus::kFail,
                            std::to_string(candidates) + " results of " + l.suite + " " + l.impl + " " + l.name +
                                ", smallest " + formatBytes(smallest),
@@ -535,8 +558,8 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     }
     return;
   }
-  const double pct = o.baseline_threshold_pct;
-  CompareReport rep = compareRuns(*o.baseline, run, {pct});
+  const NoiseRule& rule = o.baseline_rule;
+  CompareReport rep = compareRuns(*o.baseline, run, rule);
   std::set<std::string> suitesRun;
   for (const Result& r : run.results)
     suitesRun.insert(r.suite);
@@ -555,16 +578,18 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     } else {
       const std::string unit = row.metric == "time_us" ? " us" : " GB/s";
       const bool time = row.metric == "time_us";
+      const double pct = row.decision ? row.decision->min_effect_pct : rule.threshold_pct;
       measured = fmt("%.4g", *row.new_value) + unit;
       expected = (time ? "<= " : ">= ") +
-                 fmt("%.4g", time ? *row.base_value * (1 + pct / 100) : *row.base_value * (1 - pct / 100)) + unit;
+                 fmt("%.4g", time ? *row.base_value * (1 + pct / 100) : *row.base_value * (1 - pct / 100)) + unit +
+                 " or within the noise";
     }
     std::string reason = verdictName(row.verdict);
     if (row.change_pct) reason += fmt(" (%+.1f%%)", *row.change_pct);
     if (!row.note.empty()) reason += ": " + row.note;
-    const std::string basis = row.metric == "status" ? "the baseline's status"
-                                                     : "baseline " + fmt("%.4g", *row.base_value) +
-                                                           fmt(", threshold %g%%", pct) + " (" + row.test + ")";
+    const std::string basis = row.metric == "status" || !row.decision
+                                  ? "the baseline's status"
+                                  : "baseline " + fmt("%.4g", *row.base_value) + ": " + row.decision->rule;
     out.push_back(act(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected,
                            basis, reason, row.new_value, row.base_value),
                       "baseline.regressed"));
@@ -668,10 +693,16 @@ RunVerdict verdictOf(const Run& run, const EvaluateOptions& options) {
   return v;
 }
 
-std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const Result& r) {
-  for (const Expectation& e : plan.expectations) {
-    if (!e.gbps || r.suite != e.suite || !globMatch(e.impl, r.impl) || !globMatch(e.name, r.name)) continue;
-    if (!inScope(e, r)) continue;
+bool expectationApplies(const Expectation& e, const Result& r) {
+  if (r.suite != e.suite || !globMatch(e.impl, r.impl) || !globMatch(e.name, r.name)) return false;
+  if (!e.src) return true;
+  if (e.scope == "host") return r.src == e.src && (!r.dst || r.dst == e.src);
+  return r.src == e.src && r.dst == e.dst;
+}
+
+std::optional<ExpectedFigure> expectedFigure(const std::vector<Expectation>& expectations, const Result& r) {
+  for (const Expectation& e : expectations) {
+    if (!e.gbps || !expectationApplies(e, r)) continue;
     if (!r.bytes || *r.bytes < e.min_bytes) continue;
     return ExpectedFigure{e.metric, *e.gbps, e.basis};
   }

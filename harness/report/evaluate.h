@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/report/checks.h"
+#include "harness/report/compare.h"
 #include "harness/report/plan_record.h"
 #include "harness/report/report.h"
 
@@ -21,7 +22,7 @@ namespace peerlab::report {
 
 struct EvaluateOptions {
   const Run* baseline = nullptr;  ///< compare every result against it; without it, stored baseline checks are kept
-  double baseline_threshold_pct = 5;
+  NoiseRule baseline_rule;        ///< what a change against the baseline must exceed (the one noise rule)
 };
 
 /// The checks of `run` against `plan` (nullptr: a run without a plan gets its probe, health and data checks).
@@ -44,14 +45,23 @@ std::optional<RunPlan> planOfRun(const Run& run);
 /// config, and the history store compute.
 RunVerdict verdictOf(const Run& run, const EvaluateOptions& options = {});
 
-/// The bandwidth a result should reach by `plan` (the first matching expectation), for pages that show a figure as
-/// a percentage of what was expected.
+/// The one matcher of expectations and results (the checks, the plan, the report's pair matrices and the history
+/// site all use it): the same suite, impl and name by glob, and the result within the expectation's scope (pair: its
+/// ordered pair; host: the GPU, a host copy naming no destination or itself; device: the GPU with itself; gpu and
+/// gpu_pcie: the whole machine). Sizes (min_bytes) and status are for the caller.
+bool expectationApplies(const Expectation& e, const Result& r);
+
+/// The bandwidth a result should reach by `expectations` (the first that applies at the result's size and gives a
+/// figure), for pages that show a figure as a percentage of what was expected.
 struct ExpectedFigure {
   std::string metric;  ///< algbw_gbps or busbw_gbps
   double gbps = 0;
   std::string basis;
 };
-std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const Result& r);
+std::optional<ExpectedFigure> expectedFigure(const std::vector<Expectation>& expectations, const Result& r);
+inline std::optional<ExpectedFigure> expectedFigure(const RunPlan& plan, const Result& r) {
+  return expectedFigure(plan.expectations, r);
+}
 
 /// What a run says of injected faults or a stand-in probe worker ("PEERLAB_PROBE_INJECT=corrupt:0-1 on 2 cells"), ""
 /// when its verdicts are the machine's own. Every output shows it: such a failure is not a driver fault.

@@ -26,10 +26,10 @@ report::Run committed(const std::string& name) {
 }
 
 report::Run x4() {
-  return committed("2026-11-21-nvidia-h200-x4-db99ff9.json");
+  return committed("2026-11-21-h200-x4-nvswitch-db99ff9.json");
 }
 report::Run h100() {
-  return committed("2026-11-25-nvidia-h100-x1-a99f8ae.json");
+  return committed("2026-11-25-h100-x1-a99f8ae.json");
 }
 
 const Check* named(const std::vector<Check>& checks, const std::string& name) {
@@ -249,6 +249,118 @@ TEST(Evaluate, CountsAreFormattedOneWay) {
   ASSERT_TRUE(legacy.isOk());
   EXPECT_EQ((*legacy)[0].status, CheckStatus::kWarn);
   EXPECT_EQ((*legacy)[1].status, CheckStatus::kFail);
+}
+
+}  // namespace
+}  // namespace peerlab::report
+
+namespace peerlab::report {
+namespace {
+
+// Nothing checked is not a pass: a run with no results and no plan is EMPTY, in every count and word.
+TEST(Evaluate, ZeroChecksIsItsOwnVerdict) {
+  report::Run empty = x4();
+  empty.results.clear();
+  empty.plan.reset();
+  empty.extra.erase("plan");
+  empty.extra.erase("qualify");
+  const RunVerdict v = verdictOf(empty);
+  EXPECT_EQ(v.counts.total, 0);
+  EXPECT_TRUE(v.counts.empty());
+  EXPECT_FALSE(v.pass());
+  EXPECT_EQ(std::string(verdictWord(v.counts)), "EMPTY");
+  EXPECT_EQ(toJson(v.counts)["verdict"], "EMPTY");
+  // One check is enough to be a verdict again.
+  report::Run one = empty;
+  Result h;
+  h.suite = "health";
+  h.name = "xid";
+  h.impl = "nvml";
+  h.src = 0;
+  h.status = "ok";
+  one.results.push_back(h);
+  EXPECT_EQ(std::string(verdictWord(verdictOf(one).counts)), "PASS");
+}
+
+// A rule whose impl or name selects none of its suite's results (a typo in a config) is a skipped check every output
+// shows (not checked, and why); a rule for a suite that did not run says nothing.
+TEST(Evaluate, ARuleThatSelectsNothingIsReported) {
+  report::Run run = x4();
+  ASSERT_TRUE(run.plan.has_value());
+  RunPlan plan = *run.plan;
+  Expectation typo = plan.expectations.front();
+  typo.rule = "peer_copy_typo";
+  typo.suite = "peer_copy";
+  typo.impl = "peerlab.cee";
+  plan.expectations.push_back(typo);
+  LatencyRule lat;
+  lat.id = "zcopy_typo";
+  lat.suite = "zcopy";
+  lat.impl = "peerlab.gett";
+  lat.max_us = 10;
+  plan.latency.push_back(lat);
+  Expectation absent = plan.expectations.front();
+  absent.rule = "transport_absent";
+  absent.suite = "transport";
+  plan.expectations.push_back(absent);
+  const std::vector<Check> checks = evaluateChecks(run, &plan);
+  const Check* e = named(checks, "expect.peer_copy_typo selects a result");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->status, CheckStatus::kSkipped);
+  EXPECT_NE(e->reason.find("not checked: the rule selects none of the"), std::string::npos) << e->reason;
+  EXPECT_NE(e->reason.find("a typo in the config's impl or name"), std::string::npos) << e->reason;
+  EXPECT_NE(e->reason.find("peerlab.ce"), std::string::npos) << e->reason;  // what the suite does have
+  EXPECT_NE(e->basis.find("impl peerlab.cee"), std::string::npos) << e->basis;
+  const Check* l = named(checks, "latency.zcopy_typo selects a result");
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->status, CheckStatus::kSkipped);
+  EXPECT_EQ(named(checks, "expect.transport_absent selects a result"), nullptr);
+  // Counted and shown as not checked, never as passed, never as a failure.
+  const CheckCounts n = countChecks(checks);
+  EXPECT_GE(n.skipped, 2);
+  EXPECT_TRUE(n.pass());
+}
+
+// The one matcher: pair, host (a host copy names no destination), device and machine scopes.
+TEST(Evaluate, OneMatcherForExpectationsAndResults) {
+  Expectation pair;
+  pair.suite = "peer_copy";
+  pair.impl = "peerlab.*";
+  pair.name = "uni";
+  pair.src = 0;
+  pair.dst = 1;
+  Result r;
+  r.suite = "peer_copy";
+  r.impl = "peerlab.ce";
+  r.name = "uni";
+  r.src = 0;
+  r.dst = 1;
+  EXPECT_TRUE(expectationApplies(pair, r));
+  r.dst = 2;
+  EXPECT_FALSE(expectationApplies(pair, r));
+  Expectation host = pair;
+  host.scope = "host";
+  host.dst.reset();
+  r.dst.reset();
+  EXPECT_TRUE(expectationApplies(host, r));
+  r.src = 1;
+  EXPECT_FALSE(expectationApplies(host, r));
+  Expectation machine = pair;
+  machine.scope = "gpu";
+  machine.src.reset();
+  machine.dst.reset();
+  EXPECT_TRUE(expectationApplies(machine, r));
+  r.impl = "nccl.sendrecv";
+  EXPECT_FALSE(expectationApplies(machine, r));
+  // The pages' figure: the first that applies at the result's size and gives a number.
+  r.impl = "peerlab.ce";
+  r.bytes = 1 << 20;
+  machine.gbps = 100;
+  machine.min_bytes = 1 << 22;
+  EXPECT_FALSE(expectedFigure(std::vector<Expectation>{machine}, r).has_value());
+  r.bytes = 1 << 22;
+  ASSERT_TRUE(expectedFigure(std::vector<Expectation>{machine}, r).has_value());
+  EXPECT_DOUBLE_EQ(expectedFigure(std::vector<Expectation>{machine}, r)->gbps, 100);
 }
 
 }  // namespace

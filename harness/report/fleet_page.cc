@@ -107,9 +107,11 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const std::string verdict = text(n, "verdict");
     const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
     const bool out_of_service = !state.empty() && state != "in_service";
-    out << "<tr><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l"
-        << (out_of_service ? " cell-warn" : "") << "\">"
-        << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason)) << "</td>";
+    // The node by the name the fleet gives it (its host name; its identity beside it where hosts share a name).
+    const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
+    out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
+        << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
+        << "</td>";
     out << "<td class=\""
         << (verdict == "PASS"   ? "cell-ok"
             : verdict == "FAIL" ? "cell-fail"

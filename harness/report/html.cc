@@ -892,9 +892,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   if (!run.fingerprint.gpus.empty()) meta << " &middot; " << htmlEscape(run.fingerprint.gpus.front().name);
   meta << " &middot; driver " << htmlEscape(run.fingerprint.driver) << " &middot; CUDA "
        << htmlEscape(run.fingerprint.cuda_runtime) << " &middot; NCCL " << htmlEscape(run.fingerprint.nccl);
-  if (run.extra.contains("kind") && run.extra["kind"].is_string()) {
-    meta << " &middot; " << htmlEscape(run.extra["kind"].get<std::string>());
-  }
+  if (!run.kind.empty()) meta << " &middot; " << htmlEscape(run.kind.name);
+  if (!run.node.empty() && run.node.basis != "hostname") meta << " &middot; node " << htmlEscape(run.node.id);
   meta << "</span></header>\n<nav>" << nav.str() << "</nav>\n";
   if (const std::string injected = injectionNote(run); !injected.empty()) {
     meta << "<p class=\"injected\"><strong>Fault injection:</strong> " << htmlEscape(injected)

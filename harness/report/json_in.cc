@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 namespace peerlab::report {
 
@@ -57,6 +58,60 @@ std::string shortValue(const json& v) {
   }
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;
+}
+
+ParsedJson parseJson(const std::string& text) {
+  ParsedJson out;
+  // One frame per open object or array: its path, and the keys met so far or the index of the next element.
+  struct Frame {
+    bool object = false;
+    std::string path;
+    std::vector<std::string> keys;
+    size_t index = 0;
+  };
+  std::vector<Frame> frames;
+  std::string key;  // the key whose value comes next
+  auto childPath = [&]() -> std::string {
+    if (frames.empty()) return "$";
+    const Frame& f = frames.back();
+    return f.object ? f.path + "." + key : f.path + "[" + std::to_string(f.index) + "]";
+  };
+  auto valueDone = [&]() {
+    if (!frames.empty() && !frames.back().object) ++frames.back().index;
+  };
+  json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        Frame f;
+        f.object = event == json::parse_event_t::object_start;
+        f.path = childPath();
+        frames.push_back(std::move(f));
+        break;
+      }
+      case json::parse_event_t::key: {
+        if (frames.empty() || !parsed.is_string()) break;
+        key = parsed.get<std::string>();
+        std::vector<std::string>& keys = frames.back().keys;
+        if (out.duplicate.empty() && std::find(keys.begin(), keys.end(), key) != keys.end()) {
+          out.duplicate = frames.back().path + ": the key \"" + key.substr(0, 80) + "\" appears twice in one object";
+        }
+        keys.push_back(key);
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        valueDone();
+        break;
+      case json::parse_event_t::value:
+        valueDone();
+        break;
+    }
+    return true;
+  };
+  out.doc = json::parse(text, check, /*allow_exceptions=*/false);
+  return out;
 }
 
 std::string In::path() const {

@@ -84,6 +84,15 @@ class In {
   std::string root_;  ///< the root's path ("$", "$.plan")
 };
 
+/// JSON text parsed as peerlab reads it: like nlohmann::json::parse without exceptions, and refusing a key repeated in
+/// one object (where the parser would keep the last silently): `duplicate` then names its path and the key,
+/// "$.results: the key \"results\" appears twice in one object".
+struct ParsedJson {
+  nlohmann::json doc;     ///< discarded when the text is not JSON
+  std::string duplicate;  ///< "" when no key repeats
+};
+ParsedJson parseJson(const std::string& text);
+
 /// Runs `read` and turns a refusal into `invalid_argument` "<path>: <why>".
 template <typename F>
 auto readJson(F&& read) -> StatusOr<decltype(read())> {

@@ -171,6 +171,16 @@ PlanJob readJob(const In& j, int gpus) {
 
 }  // namespace
 
+std::vector<Expectation> expectationsFromJson(const json& doc) {
+  std::vector<Expectation> out;
+  if (!doc.is_array()) return out;
+  for (size_t i = 0; i < doc.size() && i < 100000; ++i) {
+    auto e = readJson([&] { return readExpectation(In(doc[i], "$[" + std::to_string(i) + "]"), kMaxGpus); });
+    if (e.isOk()) out.push_back(std::move(*e));
+  }
+  return out;
+}
+
 const PlanPair* PlanTopology::pair(int src, int dst) const {
   // Pairs are usually every ordered pair, source-major: look there first (plans call this per pair and rule).
   const long n = static_cast<long>(gpus.size());

@@ -142,6 +142,9 @@ nlohmann::json toJson(const PlanJob& j);
 
 /// Reads a stored topology ("plan"."topology"); `where` is the JSON path used in errors ("$.plan.topology").
 StatusOr<PlanTopology> planTopologyFromJson(const nlohmann::json& doc, const std::string& where = "$.topology");
+/// Expectations as the history store keeps them (a JSON array of the plan's expectation objects): each read as a
+/// plan's is, entries that do not read skipped.
+std::vector<Expectation> expectationsFromJson(const nlohmann::json& doc);
 /// Reads a stored plan. Plans written by earlier versions (no scope, no check switches) read with the rules those
 /// versions applied. `invalid_argument` names the JSON path, what is wrong and the value.
 StatusOr<RunPlan> runPlanFromJson(const nlohmann::json& doc, const std::string& where = "$.plan");

@@ -40,7 +40,9 @@ Status bad(const std::string& path, const std::string& why) {
   return PEERLAB_INVALID_ARGUMENT(path + ": " + why);
 }
 
-const char* kRunKeys[] = {"schema_version", "tool", "git_sha", "timestamp", "fingerprint", "results"};
+const char* kRunKeys[] = {
+    "schema_version", "tool",       "git_sha",       "timestamp",  "fingerprint",     "results", "kind",
+    "kind_source",    "kind_basis", "hardware_kind", "kind_given", "kind_overridden", "node"};
 
 bool isKnown(const char* const* keys, size_t n, const std::string& k) {
   for (size_t i = 0; i < n; ++i)
@@ -83,6 +85,19 @@ json toJson(const Result& r) {
 
 json toJson(const Run& run) {
   json j = run.extra.is_object() ? run.extra : json::object();
+  // The machine's identity is written from the typed fields only.
+  for (const char* key :
+       {"kind", "kind_source", "kind_basis", "hardware_kind", "kind_given", "kind_overridden", "node"})
+    j.erase(key);
+  if (!run.kind.name.empty()) {
+    j["kind"] = run.kind.name;
+    j["kind_source"] = kindSourceName(run.kind.source);
+    if (!run.kind.basis.empty()) j["kind_basis"] = run.kind.basis;
+    if (!run.kind.hardware.empty()) j["hardware_kind"] = run.kind.hardware;
+    if (!run.kind.given.empty()) j["kind_given"] = run.kind.given;
+    if (run.kind.overridden) j["kind_overridden"] = true;
+  }
+  if (!run.node.empty()) j["node"] = toJson(run.node);
   j["schema_version"] = run.schema_version;
   j["tool"] = run.tool;
   j["git_sha"] = run.git_sha;
@@ -205,7 +220,6 @@ ResultKey resultKeyOf(const std::string& key) {
 
 // Top-level keys beyond the fixed ones that peerlab reads.
 void readRunExtra(const In& doc, Run& run) {
-  doc.str("kind", "", 128);
   if (auto p = doc.opt("plan")) {
     auto plan = runPlanFromJson(p->json(), p->path());
     if (!plan.isOk()) throw BadJson{"", plan.status().message()};
@@ -215,7 +229,7 @@ void readRunExtra(const In& doc, Run& run) {
     q->requireObject();
     if (auto v = q->opt("verdict")) {
       const std::string w = v->str(kMaxNameBytes);
-      if (w != "PASS" && w != "FAIL") v->fail("\"" + w + "\" is not PASS or FAIL");
+      if (w != "PASS" && w != "FAIL" && w != "EMPTY") v->fail("\"" + w + "\" is not PASS, FAIL or EMPTY");
     }
     if (auto c = q->opt("checks")) {
       auto checks = checksFromJson(c->json(), c->path());
@@ -261,6 +275,31 @@ void readRunExtra(const In& doc, Run& run) {
   if (auto s = doc.opt("sources")) readStrings(*s, 10000);
 }
 
+// The kind (read against the run's hardware: an alias of the hardware's kind reads as the canonical kind) and the
+// node identity (from the fingerprint when the file has none).
+void readMachine(const In& doc, Run& run) {
+  const std::string stated = doc.str("kind", "", 128);
+  const std::string source = doc.str("kind_source", "", kMaxTextBytes);
+  const std::string given = doc.str("kind_given", "", 128);
+  const bool overridden = doc.boolean("kind_overridden", false);
+  doc.str("kind_basis", "", kMaxTextBytes);
+  doc.str("hardware_kind", "", 128);
+  run.kind = kindOfRunFile(stated, source, given, overridden, hardwareOf(run));
+  if (auto n = doc.opt("node")) {
+    n->requireObject();
+    NodeIdentity node;
+    node.id = n->str("id", "", kMaxNameBytes);
+    node.basis = n->str("basis", "", kMaxNameBytes);
+    node.board_serial = n->str("board_serial", "", kMaxNameBytes);
+    node.hostname = n->str("hostname", "", kMaxNameBytes);
+    if (auto u = n->opt("gpu_uuids")) node.gpu_uuids = readStrings(*u, kMaxGpus, kMaxNameBytes);
+    if (node.basis != "" && node.basis != "gpu_uuids" && node.basis != "board_serial" && node.basis != "hostname")
+      n->at("basis").fail("\"" + node.basis + "\" is not gpu_uuids, board_serial or hostname");
+    run.node = std::move(node);
+  }
+  if (run.node.empty()) run.node = nodeIdentity(run.fingerprint, "");
+}
+
 // `keep`: build the run (its extra keys copied); validate() only checks.
 Run readRunDocument(const json& j, bool keep = true) {
   const In doc(j, "$");
@@ -301,6 +340,7 @@ Run readRunDocument(const json& j, bool keep = true) {
                                     g.at("bus_id").str(kMaxNameBytes), g.at("name").str(kMaxNameBytes)});
   }
   readRunExtra(doc, run);
+  readMachine(doc, run);
   // GPU indices name GPUs of this run: those its fingerprint lists, else those of its plan's topology.
   int gpuLimit = kMaxGpus;
   std::string limitWhy = "the most a run may hold";
@@ -530,7 +570,12 @@ StatusOr<Run> runFromText(const std::string& text) {
     return PEERLAB_INVALID_ARGUMENT("JSON nested deeper than the " + std::to_string(kMaxJsonDepth) +
                                     " levels a run file may have");
   }
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ParsedJson parsed = parseJson(text);
+  json& doc = parsed.doc;
+  if (!doc.is_discarded() && !parsed.duplicate.empty()) {
+    // The parser would keep the last of the two silently: which one the writer meant is unknown.
+    return PEERLAB_INVALID_ARGUMENT(parsed.duplicate);
+  }
   if (doc.is_discarded()) {
     // Find where parsing stops, for a useful one-line reason.
     try {
@@ -573,6 +618,19 @@ StatusOr<Run> readRun(const std::string& path) {
   auto run = runFromText(text);
   if (!run.isOk()) return bad(path, run.status().message());
   return run;
+}
+
+DerivedKind hardwareOf(const Run& run) {
+  if (run.plan && run.plan->topology && !run.plan->topology->gpus.empty()) return deriveKind(*run.plan->topology);
+  return deriveKind(run.fingerprint.gpus);
+}
+
+std::string machineTitle(const Run& run) {
+  const std::string host = run.fingerprint.hostname.empty() ? std::string("unknown host") : run.fingerprint.hostname;
+  if (run.kind.name.empty()) return host;
+  std::string t = run.kind.name;
+  if (!run.node.empty() && run.node.basis != "hostname") t += ", node " + run.node.id;
+  return t + " (host " + host + ")";
 }
 
 Status attachPlan(Run& run) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/report/machine.h"
 #include "harness/report/plan_record.h"
 #include "reference/core/status.h"
 
@@ -55,7 +56,13 @@ struct Run {
   std::string timestamp;  ///< ISO 8601 UTC
   Fingerprint fingerprint;
   std::vector<Result> results;
-  nlohmann::json extra = nlohmann::json::object();  ///< more top-level keys (kind, plan, qualify, bench, ...)
+  /// The kind the run is filed under ("kind", "kind_source", "kind_basis", "hardware_kind", "kind_given",
+  /// "kind_overridden" in the file): the reader normalizes an alias of the hardware's kind to the canonical spelling
+  /// and gives a run without a kind the hardware's.
+  RunKind kind;
+  /// The node it ran on ("node"); derived from the fingerprint when the file has none.
+  NodeIdentity node;
+  nlohmann::json extra = nlohmann::json::object();  ///< more top-level keys (plan, qualify, bench, ...)
   /// The validated view of extra["plan"] (fromJson fills it; a run assembled in memory calls attachPlan()).
   std::optional<RunPlan> plan;
 };
@@ -89,6 +96,12 @@ StatusOr<Run> readRun(const std::string& path);
 Status writeRun(const Run& run, const std::string& path);
 /// Sets run.plan from run.extra["plan"] (validated), or clears it when there is none.
 Status attachPlan(Run& run);
+/// The hardware of a run: deriveKind of its plan's topology, else of its fingerprint's GPUs; empty when neither
+/// lists a GPU.
+DerivedKind hardwareOf(const Run& run);
+/// What a page or bundle title says of the machine: "h200-x4-nvswitch, node gpus-3fa2b81c04d9 (host vm)"; the host
+/// name alone for a run whose kind is unknown.
+std::string machineTitle(const Run& run);
 
 /// Seconds since the epoch of an ISO 8601 timestamp ("2026-11-21T08:12:33Z", fractions and +hh:mm allowed);
 /// nullopt when it is not one.

@@ -91,7 +91,8 @@ TEST(RunSchema, RoundTripsThroughWriteAndRead) {
   r.wrong = 0;
   r.extra["sms"] = 0;
   run.results.push_back(r);
-  run.extra["kind"] = "nvidia-h200-x4";
+  run.kind.name = "h200-x4-nvswitch";
+  run.kind.source = KindSource::kOption;
   const std::string path = writeTemp("");
   PEERLAB_ASSERT_OK(writeRun(run, path));
   auto back = readRun(path);
@@ -100,7 +101,9 @@ TEST(RunSchema, RoundTripsThroughWriteAndRead) {
   EXPECT_EQ(*back->results[0].time_us, 3.5);
   EXPECT_FALSE(back->results[0].algbw_gbps.has_value());
   EXPECT_EQ(back->results[0].extra["sms"], 0);
-  EXPECT_EQ(back->extra["kind"], "nvidia-h200-x4");
+  EXPECT_EQ(back->kind.name, "h200-x4-nvswitch");
+  EXPECT_EQ(back->kind.source, KindSource::kOption);
+  EXPECT_FALSE(back->extra.contains("kind"));
   EXPECT_EQ(back->tool.rfind("peerlab ", 0), 0u);
   std::filesystem::remove(path);
 }
@@ -273,7 +276,11 @@ TEST(RunReader, OptionalKeysAreTypedToo) {
         d["plan"] = {{"expectations", {{{"rule", "r"}, {"suite", 12}}}}};
       },
       "$.plan.expectations[0].suite", "must be a string");
-  expectRefused([](json& d) { d["qualify"] = {{"verdict", "MAYBE"}}; }, "$.qualify.verdict", "is not PASS or FAIL");
+  expectRefused(
+      [](json& d) {
+        d["qualify"] = {{"verdict", "MAYBE"}};
+      },
+      "$.qualify.verdict", "is not PASS, FAIL or EMPTY");
   expectRefused(
       [](json& d) {
         d["qualify"] = {{"checks", {{{"name", "x"}, {"status", "great"}}}}};
@@ -282,6 +289,8 @@ TEST(RunReader, OptionalKeysAreTypedToo) {
   expectRefused([](json& d) { d["results"][0]["claimed"] = "yes"; }, "$.results[0].claimed", "must be true or false");
   expectRefused([](json& d) { d["results"][0]["throttled"] = "hot"; }, "$.results[0].throttled", "must be an array");
   expectRefused([](json& d) { d["kind"] = std::string(300, 'k'); }, "$.kind", "longer than the 128 allowed");
+  expectRefused([](json& d) { d["kind_overridden"] = "yes"; }, "$.kind_overridden", "must be true or false");
+  expectRefused([](json& d) { d["node"] = {{"id", 7}}; }, "$.node.id", "must be a string");
   expectRefused([](json& d) { d["results"][0]["name"] = std::string(300, 'n'); }, "$.results[0].name", "longer");
 }
 
@@ -416,6 +425,43 @@ TEST(GbenchImport, HostCopyRowsCarryTheirNumaNode) {
   Result plain = h2d;
   plain.numa.reset();
   EXPECT_FALSE(toJson(plain).contains("numa"));
+}
+
+}  // namespace
+}  // namespace peerlab::report
+
+namespace peerlab::report {
+namespace {
+
+// A key twice in one object: the parser would keep the last silently, so the one reader refuses it, naming where.
+TEST(RunSchema, DuplicateKeysAreRefusedWithThePath) {
+  const std::string sample = loadSample().dump();
+  const std::string dupResults = "{\"results\": []," + sample.substr(1);
+  auto r = runFromText(dupResults);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().message(), "$: the key \"results\" appears twice in one object") << r.status().message();
+  // Deeper: a result naming its status twice.
+  nlohmann::json doc = loadSample();
+  std::string text = doc.dump();
+  const size_t at = text.find("\"status\":");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"status\":\"ok\",");
+  auto deep = runFromText(text);
+  ASSERT_FALSE(deep.isOk());
+  EXPECT_NE(deep.status().message().find("$.results[0]: the key \"status\" appears twice"), std::string::npos)
+      << deep.status().message();
+  // Through the file reader: one line naming the file.
+  const std::string path = writeTemp(dupResults);
+  auto file = readRun(path);
+  ASSERT_FALSE(file.isOk());
+  EXPECT_EQ(file.status().message(), path + ": $: the key \"results\" appears twice in one object");
+  std::filesystem::remove(path);
+  // The same key in two objects is fine, and so is every committed run file.
+  PEERLAB_EXPECT_OK(runFromText(loadSample().dump()).status());
+  // A key repeated inside an array's objects, in nested objects and arrays of arrays: the paths stay right.
+  auto nested = runFromText(R"({"a":[{"x":1},{"x":2,"y":[[1],[2]],"z":{"k":1,"k":2}}]})");
+  ASSERT_FALSE(nested.isOk());
+  EXPECT_EQ(nested.status().message(), "$.a[1].z: the key \"k\" appears twice in one object");
 }
 
 }  // namespace

@@ -29,8 +29,8 @@ size_t countOf(const std::string& text, const std::string& needle) {
   return n;
 }
 
-const std::string kPageX4 = kindPageName("nvidia-h200-x4");
-const std::string kPageX2 = kindPageName("nvidia-h200-x2");
+const std::string kPageX4 = kindPageName("h200-x4-nvswitch");
+const std::string kPageX2 = kindPageName("h200-x2-nvswitch");
 
 class SiteTest : public ::testing::Test {
  protected:
@@ -50,8 +50,8 @@ TEST_F(SiteTest, WritesIndexAndOnePagePerKind) {
   const std::string index = readFile((dir_ / "index.html").string());
   ASSERT_TRUE(fs::exists(dir_ / kPageX4));
   ASSERT_TRUE(fs::exists(dir_ / kPageX2));
-  EXPECT_NE(index.find("href=\"" + kindPageName("nvidia-h200-x4") + "\""), std::string::npos);
-  EXPECT_NE(index.find("href=\"" + kindPageName("nvidia-h200-x2") + "\""), std::string::npos);
+  EXPECT_NE(index.find("href=\"" + kindPageName("h200-x4-nvswitch") + "\""), std::string::npos);
+  EXPECT_NE(index.find("href=\"" + kindPageName("h200-x2-nvswitch") + "\""), std::string::npos);
   // The x4 kind has one regression and one fleet outlier, shown in the index.
   EXPECT_NE(index.find("<td class=\"cell-fail\">1</td>"), std::string::npos) << index;
   EXPECT_NE(index.find("<td class=\"cell-warn\">1</td>"), std::string::npos);
@@ -132,7 +132,7 @@ TEST_F(SiteTest, MalformedKindIsLeftOutAndTheRestWritten) {
   Status st = renderHistorySite(model, dir_.string(), &failures);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   ASSERT_EQ(failures.size(), 2u) << st.message();
-  EXPECT_NE(failures[0].find("kind \"nvidia-h200-x4\": kinds[0].series[0].change_points[0]"), std::string::npos)
+  EXPECT_NE(failures[0].find("kind \"h200-x4-nvswitch\": kinds[0].series[0].change_points[0]"), std::string::npos)
       << failures[0];
   EXPECT_NE(failures[1].find("kinds[2]: needs a non-empty string \"kind\""), std::string::npos) << failures[1];
   EXPECT_NE(st.message().find("2 of 3 kinds not rendered"), std::string::npos) << st.message();
@@ -277,7 +277,7 @@ TEST_F(SiteTest, SeriesOfOneRunAreATableNotCharts) {
   const std::string page = readFile((dir_ / kPageX4).string());
   size_t series = 0;
   for (const auto& k : model["kinds"])
-    if (k["kind"] == "nvidia-h200-x4") series = k["series"].size();
+    if (k["kind"] == "h200-x4-nvswitch") series = k["series"].size();
   EXPECT_EQ(countOf(page, "class=\"plchart\""), 0u);
   EXPECT_NE(page.find("<h3>Series with a single run</h3>"), std::string::npos);
   const size_t table = page.find("<table class=\"single-run\">");

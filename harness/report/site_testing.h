@@ -8,10 +8,10 @@
 
 namespace peerlab::report::testing {
 
-/// One kind ("nvidia-h200-x4") with `runs` runs on one host: `groups` plot groups of `per_group` bandwidth series
+/// One kind ("h200-x4-nvswitch") with `runs` runs on one host: `groups` plot groups of `per_group` bandwidth series
 /// each, a 5% step down at run runs/2 in the first series (a change point and a regression), a driver change at the
 /// last run, a fleet outlier, a 4-GPU bandwidth heatmap with one weak link (1->2 at 50% of expected) and a latency
-/// heatmap. A second kind ("nvidia-h200-x2") has one series and nothing else.
+/// heatmap. A second kind ("h200-x2-nvswitch") has one series and nothing else.
 inline nlohmann::json historyModel(int runs = 12, int groups = 2, int per_group = 10) {
   using nlohmann::json;
   auto runTs = [](int r) {
@@ -92,7 +92,7 @@ inline nlohmann::json historyModel(int runs = 12, int groups = 2, int per_group 
     }
   }
   json kind = {
-      {"kind", "nvidia-h200-x4"},
+      {"kind", "h200-x4-nvswitch"},
       {"series", series},
       {"regressions", json::array({{{"suite", "peer_copy"},
                                     {"impl", "peerlab.ce"},
@@ -117,7 +117,7 @@ inline nlohmann::json historyModel(int runs = 12, int groups = 2, int per_group 
                               {"mad", 1.2},
                               {"z", -44.9}}})},
       {"heatmaps", json::array({bw, lat})}};
-  json small = {{"kind", "nvidia-h200-x2"},
+  json small = {{"kind", "h200-x2-nvswitch"},
                 {"series", json::array({latency})},
                 {"regressions", json::array()},
                 {"fleet", json::array()},

@@ -65,7 +65,8 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   std::ostringstream md;
   const CheckCounts counts = countChecks(checks);
   const int gpus = gpuCount(run);
-  const std::string host = run.fingerprint.hostname.empty() ? "unknown host" : run.fingerprint.hostname;
+  // The machine by its kind and node: on cloud VMs the host name ("vm") identifies nothing.
+  const std::string host = machineTitle(run);
   if (options.verdict) {
     md << "# " << options.title << ": " << verdictWord(counts) << " on " << cell(host) << "\n\n";
     md << "- " << formatCounts(counts) << "\n";

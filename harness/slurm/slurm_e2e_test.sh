@@ -194,6 +194,7 @@ page="$(ls "$work/site"/fleet-*.html 2>/dev/null | head -n 1)"
 python3 - "$page" <<'EOF' || fail "fleet page $page"
 import re, sys
 html = open(sys.argv[1]).read()
+# A node out of service is amber (cell-warn); red stays for failed checks.
 rows = re.findall(r"<tr><td class=\"l\">([^<]*)</td><td class=\"l( cell-warn)?\">([^<]*)</td>", html)
 assert rows, "no node rows"
 assert rows[0][0] == "node1" and rows[0][1] and rows[0][2].startswith("drained: peerlab: nvlink_state GPU0"), rows

@@ -1064,9 +1064,17 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   wall.extra["failed_claims"] = failed_claims;
   wall.extra["cached"] = context.cached;
   run.results.push_back(std::move(wall));
-  run.extra["probe"] = {{"seed", context.run_seed},          {"timeout_ms", context.timeout_ms},
-                        {"cached", context.cached},          {"cached_created", context.cached_created},
-                        {"claims_hold", failed_claims == 0}, {"parent_loaded_cuda", context.parent_loaded_cuda}};
+  run.extra["probe"] = {{"seed", context.run_seed},
+                        {"timeout_ms", context.timeout_ms},
+                        {"setup_timeout_ms", context.setup_timeout_ms},
+                        {"methods", context.methods},
+                        {"sizes", context.sizes},
+                        {"pairs", context.pairs},
+                        {"cached", context.cached},
+                        {"cached_created", context.cached_created},
+                        {"claims_hold", failed_claims == 0},
+                        {"parent_loaded_cuda", context.parent_loaded_cuda}};
+  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   if (!context.inject_spec.empty() || !context.worker.empty()) {
     run.extra["injected"] = {
         {"probe_inject", context.inject_spec.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.inject_spec)},

@@ -108,6 +108,12 @@ struct ReportContext {
   std::string cached_created;
   uint64_t run_seed = 0;
   uint32_t timeout_ms = 0;
+  uint32_t setup_timeout_ms = 0;
+  /// What the probe was asked for (every argument a reproduction needs): methods by name, cell sizes, and --pairs as
+  /// given ("" for every pair).
+  std::vector<std::string> methods;
+  std::vector<uint64_t> sizes;
+  std::string pairs;
   int workers = 0;
   double wall_us = 0;
   bool parent_loaded_cuda = false;  ///< cudaDriverLoadedHere() in the parent, recorded for the run file
@@ -117,7 +123,8 @@ struct ReportContext {
 };
 /// The run file: one result per cell (suite "probe", impl "peerlab.probe", name "<method>/<bytes>", status the
 /// verdict, extra claimed / lie / path / first_bad / error) plus "matrix_wall"; the fingerprint comes from the
-/// worker's inventory, never from CUDA in this process. A probe with injected faults or another worker says so:
+/// worker's inventory, never from CUDA in this process; "probe" holds the seed and every argument (methods, sizes,
+/// pairs, timeouts) that reproduces the run. A probe with injected faults or another worker says so:
 /// top-level "injected": {"probe_inject": spec or null, "faults": count, "worker": path or null, "note"}, and each
 /// cell a fault matches carries "injected": "<fault kind>".
 report::Run buildRunReport(const Inventory& inventory, const std::vector<CellReport>& cells,

@@ -409,7 +409,8 @@ TEST_F(ProbeCli, UsageErrorsExitTwoWithOneLine) {
       {"--timeout", "0ms"},
       {"--methods", "ce_write,warp_drive"},
       {"--pairs", "0-0"},
-      {"--pairs", "1:2"},
+      {"--pairs", "1:x"},
+      {"--pairs", "1-2-3"},
       {"--json", dir_ + "/file/run.json"},
       {"--json", dir_},
       {"--cache", dir_},
@@ -430,6 +431,19 @@ TEST_F(ProbeCli, UsageErrorsExitTwoWithOneLine) {
   // A pair beyond the visible GPUs is known only after the inventory; still a usage error.
   CliRun range = cli({"--no-cache", "--pairs", "0-9"});
   EXPECT_EQ(range.exit_code, 2) << range.err;
+  // The pair syntaxes qualify takes work here too: 0-1, 0:1 and 0->1 (one parser for every --pairs).
+  for (const char* pairs : {"0-1", "0:1", "0->1"}) {
+    CliRun ok =
+        cli({"--no-cache", "--methods", "ce_write", "--sizes", "4K", "--pairs", pairs, "--json", dir_ + "/pairs.json"});
+    EXPECT_EQ(ok.exit_code, 0) << pairs << ": " << ok.err;
+    auto run = report::readRun(dir_ + "/pairs.json");
+    ASSERT_TRUE(run.isOk()) << run.status().toString();
+    int cells = 0;
+    for (const report::Result& r : run->results)
+      cells += r.suite == "probe" && r.src == 0 && r.dst == 1;
+    EXPECT_EQ(cells, 1) << pairs;
+    EXPECT_EQ(run->extra["probe"]["pairs"], pairs);
+  }
   expectNoChildren();
 }
 

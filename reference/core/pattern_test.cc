@@ -83,7 +83,6 @@ TEST(Pattern, PartialLastElementCounts) {
   EXPECT_EQ(r.first_bad, 9u);
 }
 
-
 // The host passes run word-wise on several threads over large buffers; they must agree byte for byte with the
 // definition (patternByte), at any offset, and count wrong elements exactly across chunk edges.
 TEST(Pattern, LargeHostPassesMatchTheBytewiseDefinition) {

@@ -287,16 +287,23 @@ StatusOr<std::vector<Pair>> parsePairs(std::string_view text) {
   std::vector<Pair> out;
   for (std::string_view item : split(text, ',')) {
     const std::string_view t = trim(item);
-    const size_t dash = t.find('-');
-    if (dash == std::string_view::npos) {
-      return PEERLAB_INVALID_ARGUMENT("pair \"" + std::string(t) + "\" is not SRC-DST (e.g. 0-1)");
+    // SRC-DST, SRC:DST or SRC->DST.
+    size_t sep = t.find("->");
+    size_t width = 2;
+    if (sep == std::string_view::npos) {
+      sep = t.find_first_of("-:");
+      width = 1;
     }
-    auto s = parseIndex(t.substr(0, dash));
-    auto d = parseIndex(t.substr(dash + 1));
+    if (sep == std::string_view::npos) {
+      return PEERLAB_INVALID_ARGUMENT("pair \"" + std::string(t) + "\" is not SRC-DST (e.g. 0-1, 0:1 or 0->1)");
+    }
+    auto s = parseIndex(t.substr(0, sep));
+    auto d = parseIndex(t.substr(sep + width));
     if (!s || !d) return PEERLAB_INVALID_ARGUMENT("pair \"" + std::string(t) + "\" is not SRC-DST (e.g. 0-1)");
     if (*s == *d) return PEERLAB_INVALID_ARGUMENT("pair \"" + std::string(t) + "\": source and destination are equal");
     if (std::find(out.begin(), out.end(), Pair{*s, *d}) == out.end()) out.emplace_back(*s, *d);
   }
+  if (out.empty()) return PEERLAB_INVALID_ARGUMENT("no pairs in \"" + std::string(text) + "\"");
   return out;
 }
 

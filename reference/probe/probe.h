@@ -177,7 +177,7 @@ std::vector<std::vector<Pair>> planRounds(const std::vector<Pair>& pairs);
 StatusOr<uint64_t> parseBytes(std::string_view text);
 /// Sizes a cell can use: at least 16 bytes, a multiple of 16, at most 4 GiB.
 Status validateCellBytes(uint64_t bytes);
-/// "0-1,2-3" (source-destination).
+/// "0-1,2-3", "0:1", "0->1" (source and destination, the one syntax of every --pairs); duplicates dropped.
 StatusOr<std::vector<Pair>> parsePairs(std::string_view text);
 /// "ce_write,sm_load", "all" (the CUDA mechanisms), "transport" (NIXL and UCX), or groups and names mixed.
 StatusOr<std::vector<Method>> parseMethods(std::string_view text);

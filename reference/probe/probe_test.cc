@@ -197,7 +197,11 @@ TEST(Parse, PairsMethodsDurations) {
   auto pairs = parsePairs("0-1, 2-3,0-1");
   ASSERT_TRUE(pairs.isOk());
   EXPECT_EQ(*pairs, (std::vector<Pair>{{0, 1}, {2, 3}}));
-  for (const char* bad : {"", "0", "0-0", "a-b", "1-", "-1-2", "0-1,"}) {
+  // The same syntaxes qualify and bench take.
+  auto colon = parsePairs("0:1,1->0,2-3");
+  ASSERT_TRUE(colon.isOk()) << colon.status().toString();
+  EXPECT_EQ(*colon, (std::vector<Pair>{{0, 1}, {1, 0}, {2, 3}}));
+  for (const char* bad : {"", "0", "0-0", "a-b", "1-", "-1-2", "0-1,", "0:0", "0->", ":1", "0-1-2"}) {
     EXPECT_FALSE(parsePairs(bad).isOk()) << bad;
   }
   auto methods = parseMethods("sm_load,ce_write");

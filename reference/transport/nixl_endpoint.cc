@@ -1,8 +1,8 @@
 // The NIXL endpoint: an agent with the UCX backend, its regions registered as VRAM (or DRAM), metadata loaded from
 // the peer, one NIXL transfer request per prepared transfer (re-posted as often as needed), notifications for writes.
-#include <atomic>
 #include <link.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <cstdlib>
 #include <map>

@@ -27,7 +27,8 @@ peerlab::report::Run baseline(int index, const std::string& kind) {
   run.git_sha = std::string(40, static_cast<char>('a' + index));
   run.timestamp = "2026-01-0" + std::to_string(1 + index) + "T00:00:00Z";
   run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {{0, "GPU-0", "", "H200"}, {1, "GPU-1", "", "H200"}}};
-  run.extra["kind"] = kind;
+  run.kind.name = kind;
+  run.kind.source = report::KindSource::kOption;
   for (int s = 0; s < 2; ++s) {
     report::Result r;
     r.suite = "peer_copy";
@@ -57,9 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto store = history::HistoryStore::open(":memory:");
   if (!store.isOk()) fuzz::invariantFailed("cannot open an in-memory store");
   std::string kind = "fuzz-kind";
-  if (auto k = run->extra.find("kind"); k != run->extra.end() && k->is_string() && !k->get<std::string>().empty()) {
-    kind = k->get<std::string>();
-  }
+  if (!run->kind.empty()) kind = run->kind.name;
   for (int i = 0; i < 2; ++i) {
     if (!(*store)->ingest(baseline(i, kind)).isOk()) fuzz::invariantFailed("a baseline run was not stored");
   }

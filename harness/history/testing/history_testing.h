@@ -37,8 +37,12 @@ inline report::Run syntheticRun(std::mt19937_64& rng, int index, const std::stri
   run.fingerprint.nccl = "2.28.3";
   for (int g = 0; g < gpus; ++g)
     run.fingerprint.gpus.push_back(
-        {g, "GPU-" + std::to_string(g), "0000:00:0" + std::to_string(g) + ".0", "NVIDIA H200"});
-  if (!kind.empty()) run.extra["kind"] = kind;
+        {g, "GPU-" + host + "-" + std::to_string(g), "0000:00:0" + std::to_string(g) + ".0", "NVIDIA H200"});
+  if (!kind.empty()) {
+    run.kind.name = kind;
+    run.kind.source = report::KindSource::kOption;
+  }
+  run.node = report::nodeIdentity(run.fingerprint, "");
   for (int s = 0; s < gpus; ++s) {
     for (int d = 0; d < gpus; ++d) {
       if (s == d) continue;

@@ -1,0 +1,147 @@
+#include "harness/report/baseline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "harness/report/compare.h"
+#include "harness/report/evaluate.h"
+#include "harness/report/summary.h"
+
+namespace peerlab::report {
+
+namespace {
+
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::optional<double> extraNumber(const Result& r, const char* key) {
+  auto it = r.extra.find(key);
+  if (it == r.extra.end() || !it->is_number() || !std::isfinite(it->get<double>())) return std::nullopt;
+  return it->get<double>();
+}
+
+// The median of a field over the rows that carry it; nullopt when none does.
+template <typename Get>
+std::optional<double> medianField(const std::vector<const Result*>& rows, Get get) {
+  std::vector<double> v;
+  for (const Result* r : rows) {
+    if (std::optional<double> x = get(*r)) v.push_back(*x);
+  }
+  if (v.empty()) return std::nullopt;
+  return medianOf(std::move(v));
+}
+
+}  // namespace
+
+StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary) {
+  if (runs.empty()) return PEERLAB_INVALID_ARGUMENT("no run to make a baseline from");
+  // The newest run gives the fingerprint, the kind and the plan.
+  size_t newest = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (parseIsoTimestamp(runs[i].run.timestamp).value_or(0) >
+        parseIsoTimestamp(runs[newest].run.timestamp).value_or(0))
+      newest = i;
+  }
+  const Run& last = runs[newest].run;
+  for (const NamedRun& n : runs) {
+    const std::string other = hardwareMismatch(last.fingerprint, last.kind.name, n.run.fingerprint, n.run.kind.name);
+    if (!other.empty()) {
+      return PEERLAB_INVALID_ARGUMENT(n.file + ": different hardware from " + runs[newest].file + " (" + other +
+                                      "): a baseline is made from runs of one kind");
+    }
+    const RunVerdict v = verdictOf(n.run);
+    if (!v.pass()) {
+      return PEERLAB_INVALID_ARGUMENT(n.file + " fails its own checks (" + formatCounts(v.counts) + "; first: " +
+                                      firstFailure(v.checks) + "): a baseline is made from runs that pass");
+    }
+  }
+  // key -> the rows of every run with that key, by occurrence (the first with the first, as compareRuns matches).
+  std::vector<std::map<std::string, std::vector<const Result*>>> byKey(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (const Result& r : runs[i].run.results)
+      byKey[i][resultKey(r)].push_back(&r);
+  }
+  Run out;
+  out.schema_version = last.schema_version;
+  out.tool = last.tool;
+  out.git_sha = last.git_sha;
+  out.timestamp = last.timestamp;
+  out.fingerprint = last.fingerprint;
+  out.kind = last.kind;
+  out.node = last.node;
+  if (last.extra.contains("plan")) out.extra["plan"] = last.extra["plan"];
+  out.plan = last.plan;
+  BaselineSummary sum;
+  sum.runs = static_cast<int>(runs.size());
+  std::map<std::string, size_t> used;
+  for (const Result& r : last.results) {
+    if (r.suite == "test") continue;
+    const std::string key = resultKey(r);
+    const size_t occurrence = used[key]++;
+    std::vector<const Result*> rows;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      auto it = byKey[i].find(key);
+      if (it != byKey[i].end() && occurrence < it->second.size()) rows.push_back(it->second[occurrence]);
+    }
+    if (rows.size() != runs.size()) {
+      ++sum.left_out;
+      continue;
+    }
+    Result b = r;
+    const bool allOk = std::all_of(rows.begin(), rows.end(), [](const Result* x) { return x->status == "ok"; });
+    if (!allOk) {
+      ++sum.not_ok;
+    } else if (rows.size() > 1) {
+      b.time_us = medianField(rows, [](const Result& x) { return x.time_us; });
+      b.algbw_gbps = medianField(rows, [](const Result& x) { return x.algbw_gbps; });
+      b.busbw_gbps = medianField(rows, [](const Result& x) { return x.busbw_gbps; });
+      std::optional<double> wrong;
+      for (const Result* x : rows) {
+        if (x->wrong) wrong = std::max(wrong.value_or(0), *x->wrong);
+      }
+      b.wrong = wrong;
+      for (const char* key : {"p10_us", "p90_us"}) {
+        if (auto m = medianField(rows, [&](const Result& x) { return extraNumber(x, key); })) {
+          b.extra[key] = *m;
+        } else {
+          b.extra.erase(key);
+        }
+      }
+      // Per-sample times belong to one process; the baseline keeps each run's median instead.
+      b.extra.erase("samples_us");
+      nlohmann::json times = nlohmann::json::array();
+      for (const Result* x : rows)
+        times.push_back(x->time_us ? nlohmann::json(*x->time_us) : nlohmann::json(nullptr));
+      b.extra["runs_time_us"] = std::move(times);
+    }
+    b.extra["baseline_runs"] = static_cast<int>(rows.size());
+    out.results.push_back(std::move(b));
+  }
+  sum.results = static_cast<int>(out.results.size());
+  nlohmann::json from = nlohmann::json::array();
+  for (const NamedRun& n : runs) {
+    from.push_back({{"file", n.file},
+                    {"git_sha", n.run.git_sha},
+                    {"timestamp", n.run.timestamp},
+                    {"kind", n.run.kind.name},
+                    {"node", n.run.node.id}});
+  }
+  out.extra["baseline"] = {{"made", utcTimestamp()},
+                           {"tool", std::string("peerlab ") + PEERLAB_VERSION},
+                           {"runs", sum.runs},
+                           {"from", from},
+                           {"results", sum.results},
+                           {"left_out", sum.left_out},
+                           {"not_ok", sum.not_ok},
+                           {"rule",
+                            "every result all runs measured (ctest rows excepted), each the median of the runs' "
+                            "medians with the median of their p10_us and p90_us"}};
+  if (summary) *summary = sum;
+  return out;
+}
+
+}  // namespace peerlab::report
