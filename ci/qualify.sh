@@ -2,7 +2,7 @@
 # GPU host: installs what is missing (ci/packages.txt), builds everything qualify runs (the peerlab_qualify target,
 # default preset), runs `peerlab qualify` and exits with its code (0 PASS, 1 a check failed, 2 bad input, 3 no GPU,
 # 4 runtime or setup error).
-#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200-x4-nvswitch.json
+#   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200-x4-nvswitch.json.gz
 # The bundle goes to --out when given, else $OUT/qualify when $OUT is set, else build/qualify/<kind>-<date>. Without
 # --kind (or $PEERLAB_KIND) qualify derives the machine kind from the hardware (e.g. h200-x2-nvswitch).
 # A machine without network: bring the packages it lacks (ci/fetch_packages.sh on a machine with network) and point

@@ -30,7 +30,8 @@ def fail(msg):
 
 def run_file(path):
     if os.path.isdir(path):
-        path = os.path.join(path, "results.json")
+        plain = os.path.join(path, "results.json")
+        path = plain if os.path.isfile(plain) else plain + ".gz"
     if not os.path.isfile(path):
         fail(f"{path}: no such run file (give run files, .json or .json.gz, or qualify bundle directories)")
     return path

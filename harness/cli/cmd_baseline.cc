@@ -56,8 +56,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.footer(
       "Examples:\n"
       "  peerlab baseline make --from good1/results.json good2/results.json good3/results.json \\\n"
-      "      --out reports/baselines/h200-x4-nvswitch.json\n"
-      "  peerlab qualify --baseline reports/baselines/h200-x4-nvswitch.json --out today/");
+      "      --out reports/baselines/h200-x4-nvswitch.json.gz\n"
+      "  peerlab qualify --baseline reports/baselines/h200-x4-nvswitch.json.gz --out today/");
   return [a, make]() -> int {
     if (make->parsed()) return runMake(*a);
     return fail(kCmd, kExitUsage, "no subcommand (make)");

@@ -485,7 +485,7 @@ std::function<int()> setup(CLI::App& sub) {
 
   sub.footer(
       "Examples:\n"
-      "  peerlab history ingest --db history.sqlite reports/runs/*.json\n"
+      "  peerlab history ingest --db history.sqlite reports/runs/*.json.gz\n"
       "  peerlab history list --db postgresql://peerlab@db/peerlab --json\n"
       "  peerlab history regressions --db history.sqlite --json regressions.json\n"
       "  peerlab history fleet --db history.sqlite --kind h200-x4-nvswitch\n"

@@ -78,10 +78,10 @@ StatusOr<std::vector<report::Run>> loadHistory(const std::string& path) {
   std::vector<std::string> files;
   if (std::filesystem::is_directory(path, ec)) {
     for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
-      if (e.path().extension() == ".json") files.push_back(e.path().string());
+      if (report::isRunFileName(e.path().string())) files.push_back(e.path().string());
     }
     std::sort(files.begin(), files.end());
-  } else if (std::filesystem::is_regular_file(path, ec) && path.size() > 5 && path.substr(path.size() - 5) == ".json") {
+  } else if (std::filesystem::is_regular_file(path, ec) && report::isRunFileName(path)) {
     files.push_back(path);
   } else if (std::filesystem::is_regular_file(path, ec) || path.rfind("postgres", 0) == 0) {
     // The history store keeps results, not each process's wall time (bench.jobs[].wall_s of the run file).

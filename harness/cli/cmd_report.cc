@@ -269,7 +269,7 @@ std::function<int()> setup(CLI::App& sub) {
       "Examples:\n"
       "  peerlab report run.json --html report.html\n"
       "  peerlab report run.json --html report.html --screenshot report.png\n"
-      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json run.json --only-changes");
+      "  peerlab report --compare reports/baselines/h200-x4-nvswitch.json.gz run.json --only-changes");
   return [a]() -> int {
     if (!a->compare.empty()) {
       if (!a->run.empty()) return fail(kCmd, kExitUsage, "give either a run file or --compare BASE NEW, not both");

@@ -19,6 +19,7 @@
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/report/fleet_page.h"
+#include "harness/report/report.h"
 #include "harness/report/site.h"
 #include "harness/testing/cli.h"
 #include "reference/testing/testing.h"
@@ -1070,8 +1071,9 @@ TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
   for (const char* sub : {"reports/runs", "reports/qualify", "reports/baselines"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(peerlab::testing::sourcePath(sub))) {
       // Run files, and each bundle's results.json (reports/qualify holds other JSON beside them).
-      const bool runFile = std::string(sub) == "reports/qualify" ? e.path().filename() == "results.json"
-                                                                 : e.path().extension() == ".json";
+      const std::string name = e.path().filename().string();
+      const bool runFile = std::string(sub) == "reports/qualify" ? name == "results.json" || name == "results.json.gz"
+                                                                 : report::isRunFileName(name);
       if (runFile) args.push_back(e.path().string());
     }
   }
@@ -1101,7 +1103,7 @@ TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
   EXPECT_EQ(kinds, (std::set<std::string>{"h100-x1", "h100-x2-nvswitch", "h100-x4-nvswitch", "h200-x2-nvswitch",
                                           "h200-x4-nvswitch"}));
   // An alias given at ingest is filed under the canonical kind; a kind that contradicts the runs' hardware is refused.
-  const std::string x1 = peerlab::testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json");
+  const std::string x1 = peerlab::testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz");
   CliRun alias = runPeerlab({"history", "ingest", "--db", dir + "/b.sqlite", "--kind", "nvidia-h100-x1", x1});
   EXPECT_EQ(alias.exit_code, 0) << alias.err;
   CliRun kinds2 = runPeerlab({"history", "list", "--db", dir + "/b.sqlite", "--json"});
@@ -1118,7 +1120,7 @@ TEST(HistoryCli, CommittedRunFilesAreTheFirstHistory) {
   std::vector<std::string> args = {"history", "ingest", "--db", db};
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(peerlab::testing::sourcePath("reports/runs"))) {
-    if (e.path().extension() != ".json") continue;
+    if (!report::isRunFileName(e.path().string())) continue;
     args.push_back(e.path().string());
     ++files;
   }

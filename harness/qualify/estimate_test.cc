@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "harness/qualify/gpu_models.h"
+#include "harness/report/report.h"
 #include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
@@ -25,15 +26,18 @@ struct Committed {
 std::vector<Committed> committedRuns() {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(testing::sourcePath("reports/runs"))) {
-    if (e.path().extension() == ".json") files.push_back(e.path().string());
+    if (report::isRunFileName(e.path().string())) files.push_back(e.path().string());
   }
   for (const auto& e : fs::directory_iterator(testing::sourcePath("reports/qualify"))) {
-    if (fs::exists(e.path() / "results.json")) files.push_back((e.path() / "results.json").string());
+    if (const std::string r = report::bundleResults(e.path().string()); !r.empty()) files.push_back(r);
   }
   std::sort(files.begin(), files.end());
   std::vector<Committed> out;
   for (const std::string& f : files) {
-    const nlohmann::json doc = nlohmann::json::parse(testing::readFile(f), nullptr, false);
+    auto text = report::readRunText(f);
+    EXPECT_TRUE(text.isOk()) << text.status().toString();
+    if (!text.isOk()) continue;
+    const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
     EXPECT_FALSE(doc.is_discarded()) << f;
     if (doc.is_discarded() || !doc.contains("plan") || !doc.contains("bench")) continue;
     Committed c;

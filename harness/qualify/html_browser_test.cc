@@ -153,7 +153,7 @@ TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   PEERLAB_REQUIRE_CHARTJS();
   auto sample = report::readRun(sourcePath("reports/schema/sample-run.json"));
   ASSERT_TRUE(sample.isOk());
-  auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json"));
+  auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz"));
   ASSERT_TRUE(committed.isOk());
   report::Run withChecks = bigRun(4);
   report::HtmlOptions checks;

@@ -263,7 +263,7 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   // History of other hardware only: said in the plan, not silently ignored.
   const nlohmann::json other = dryRunJson(
       PEERLAB_BINARY,
-      {"--fixture", sourcePath(kH200x4), "--history", sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json")},
+      {"--fixture", sourcePath(kH200x4), "--history", sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz")},
       {"PEERLAB_KIND"});
   bool said = false;
   for (const auto& n : other["notes"])
@@ -272,7 +272,7 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
   // A history database keeps no per-process wall times: refused, naming it.
   const std::string dir = scratchDir("qualify-history");
   std::vector<std::string> ingest = {"history", "ingest", "--db", dir + "/h.sqlite",
-                                     sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json")};
+                                     sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz")};
   CliRun stored = runPeerlab(ingest);
   ASSERT_EQ(stored.exit_code, 0) << stored.err;
   CliRun db = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4), "--history", dir + "/h.sqlite"});

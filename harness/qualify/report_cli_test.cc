@@ -76,7 +76,7 @@ TEST(ReportCli, CompareExitCodes) {
 // The verdict is recomputed from the results: a committed PASS run edited to hold a corrupt claimed probe cell fails.
 TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
   const std::string dir = scratchDir("report-cli-verdict");
-  const std::string good = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  const std::string good = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   CliRun ok = runPeerlab({"report", good, "--summary", dir + "/ok.md"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("peerlab report: PASS: 291 checks: 291 passed, 0 failed"), std::string::npos) << ok.out;
@@ -100,7 +100,7 @@ TEST(ReportCli, StoredPassOverCorruptCellIsFail) {
 // Half the results missing from the new run: listed, exit 1.
 TEST(ReportCli, CompareMissingHalfExitsOne) {
   const std::string dir = scratchDir("report-cli-missing");
-  const std::string base = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  const std::string base = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   auto run = report::readRun(base);
   ASSERT_TRUE(run.isOk());
   const size_t half = run->results.size() / 2;
@@ -141,9 +141,9 @@ TEST(ReportCli, EmptyRunIsItsOwnVerdictWithExitFive) {
 
 // Runs of different GPU models or counts are not compared unless asked for; then the table says so.
 TEST(ReportCli, CompareRefusesOtherHardwareUnlessAsked) {
-  const std::string h200 = sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json");
-  const std::string h100 = sourcePath("reports/qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json");
-  const std::string x4 = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  const std::string h200 = sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json.gz");
+  const std::string h100 = sourcePath("reports/qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz");
+  const std::string x4 = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{{h200, h100}, {h200, x4}}) {
     CliRun r = runPeerlab({"report", "--compare", a, b});
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
@@ -168,8 +168,8 @@ TEST(ReportCli, CompareRefusesOtherHardwareUnlessAsked) {
 // The noise rule is printed beside every row and carried by --compare-json.
 TEST(ReportCli, CompareJsonCarriesTheNoiseRule) {
   const std::string dir = scratchDir("report-cli-rule");
-  const std::string a = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-3710ae0.json");
-  const std::string b = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  const std::string a = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-3710ae0.json.gz");
+  const std::string b = sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   CliRun r = runPeerlab({"report", "--compare", a, b, "--compare-json", "-"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("noise rule: a change counts when"), std::string::npos) << r.err;
@@ -230,7 +230,7 @@ TEST(ReportCli, FailedWritesAreErrors) {
 // action, its GPU, the action's short form), nothing for a passing run; it reads one run and nothing else.
 TEST(ReportCli, DrainReasonIsOneLineForAFailingRunAndNothingForAPassingOne) {
   const std::string dir = scratchDir("report-cli-drain");
-  auto run = report::readRun(sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json"));
+  auto run = report::readRun(sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz"));
   ASSERT_TRUE(run.isOk());
   ASSERT_TRUE(report::writeRun(*run, dir + "/pass.json").isOk());
   for (report::Result& r : run->results) {

@@ -28,12 +28,12 @@ struct Case {
   std::optional<bool> expect_pass;  // what the change must give, where it is known
 };
 
-// The committed run files: reports/runs/*.json, reports/baselines/*.json and each bundle's results.json (a bundle
-// directory holds other JSON, and reports/qualify a levels summary beside the bundles).
+// The committed run files: reports/runs/*.json.gz, reports/baselines/*.json.gz and each bundle's results.json(.gz) (a
+// bundle directory holds other JSON, and reports/qualify a levels summary beside the bundles).
 bool isRunFile(const std::filesystem::path& p) {
-  if (p.extension() != ".json") return false;
-  return p.filename() == "results.json" || p.parent_path().filename() == "runs" ||
-         p.parent_path().filename() == "baselines";
+  if (!report::isRunFileName(p.string())) return false;
+  return p.filename() == "results.json" || p.filename() == "results.json.gz" ||
+         p.parent_path().filename() == "runs" || p.parent_path().filename() == "baselines";
 }
 
 Run load(const std::string& source) {
@@ -43,9 +43,9 @@ Run load(const std::string& source) {
 }
 
 std::vector<Case> cases() {
-  const std::string x4 = "reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json";
-  const std::string x2 = "reports/runs/2026-11-21-h200-x2-nvswitch-542d5c6.json";
-  const std::string h100 = "reports/runs/2026-11-25-h100-x1-a99f8ae.json";
+  const std::string x4 = "reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz";
+  const std::string x2 = "reports/runs/2026-11-21-h200-x2-nvswitch-542d5c6.json.gz";
+  const std::string h100 = "reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz";
   std::vector<Case> out;
   // Every committed run as it is.
   for (const char* dir : {"reports/runs", "reports/baselines", "reports/qualify"}) {
@@ -271,7 +271,7 @@ TEST(VerdictContract, StoredCountEqualsRecomputedForEveryCommittedRun) {
 // threshold: the re-check keeps the suites the run planned, whatever this machine has installed.
 TEST(VerdictContract, AReCheckKeepsTheRunsSuites) {
   const std::string dir = scratchDir("verdict-recheck");
-  auto run = report::readRun(sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json"));
+  auto run = report::readRun(sourcePath("reports/qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json.gz"));
   ASSERT_TRUE(run.isOk());
   std::erase_if(run->results, [](const Result& r) { return r.suite == "transport"; });
   run->extra.erase("qualify");

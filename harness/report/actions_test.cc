@@ -31,7 +31,7 @@ const Check* named(const std::vector<Check>& checks, const std::string& name) {
 
 // A one-GPU run with its health rows turned to `status` where `names` says.
 Run healthRun(const std::map<std::string, std::string>& names) {
-  report::Run run = committed("2026-11-25-h100-x1-a99f8ae.json");
+  report::Run run = committed("2026-11-25-h100-x1-a99f8ae.json.gz");
   for (Result& r : run.results) {
     if (r.suite == "health" && names.count(r.name)) r.status = names.at(r.name);
   }
@@ -85,7 +85,7 @@ TEST(ActionTable, DocsListEveryActionAndFailure) {
 }
 
 TEST(Actions, FailedChecksCarryTheirAction) {
-  report::Run run = committed("2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  report::Run run = committed("2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   for (Result& r : run.results) {
     if (r.suite == "probe" && r.extra.value("claimed", false) && r.src == 1 && r.dst == 2 &&
         r.name.rfind("ce_write/", 0) == 0) {

@@ -18,8 +18,8 @@ NamedRun committed(const std::string& rel) {
 }
 
 TEST(Baseline, TheMedianOfRunsOfOneKind) {
-  const NamedRun a = committed("reports/runs/2026-11-21-h200-x4-nvswitch-3710ae0.json");
-  const NamedRun b = committed("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  const NamedRun a = committed("reports/runs/2026-11-21-h200-x4-nvswitch-3710ae0.json.gz");
+  const NamedRun b = committed("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   BaselineSummary sum;
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run base, makeBaseline({a, b}, &sum));
   EXPECT_EQ(sum.runs, 2);
@@ -50,8 +50,8 @@ TEST(Baseline, TheMedianOfRunsOfOneKind) {
 }
 
 TEST(Baseline, RefusesOtherHardwareAndRunsThatFail) {
-  const NamedRun x4 = committed("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
-  const NamedRun x2 = committed("reports/runs/2026-11-21-h200-x2-nvswitch-542d5c6.json");
+  const NamedRun x4 = committed("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
+  const NamedRun x2 = committed("reports/runs/2026-11-21-h200-x2-nvswitch-542d5c6.json.gz");
   auto mixed = makeBaseline({x4, x2});
   ASSERT_FALSE(mixed.isOk());
   EXPECT_NE(mixed.status().message().find("different hardware"), std::string::npos) << mixed.status().message();
@@ -77,19 +77,20 @@ TEST(Baseline, CommittedBaselinesPassTheNewestRunOfTheirKind) {
   for (const char* dir : {"reports/runs", "reports/qualify"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/" + dir)) {
       // Run files, and each bundle's results.json (reports/qualify holds other JSON beside them).
-      const bool runFile =
-          std::string(dir) == "reports/runs" ? e.path().extension() == ".json" : e.path().filename() == "results.json";
+      const std::string name = e.path().filename().string();
+      const bool runFile = std::string(dir) == "reports/runs" ? isRunFileName(name)
+                                                              : name == "results.json" || name == "results.json.gz";
       if (runFile) runs.push_back(committed(std::filesystem::relative(e.path(), root).string()));
     }
   }
   int baselines = 0;
   for (const auto& e : std::filesystem::directory_iterator(root + "/reports/baselines")) {
-    if (e.path().extension() != ".json") continue;
+    if (!isRunFileName(e.path().string())) continue;
     ++baselines;
     const NamedRun base = committed(std::filesystem::relative(e.path(), root).string());
     SCOPED_TRACE(base.file);
     // Named by its kind, holding results.
-    EXPECT_EQ(e.path().stem().string(), base.run.kind.name);
+    EXPECT_EQ(e.path().filename().string(), base.run.kind.name + ".json.gz");
     ASSERT_FALSE(base.run.results.empty());
     const NamedRun* newest = nullptr;
     for (const NamedRun& r : runs) {

@@ -469,7 +469,7 @@ TEST(CompareNoise, FingerprintChangesPrintedFirst) {
 // that run measured for it, as a second run of the same build on the same machine lands.
 TEST(CompareNoise, CommittedRunAgainstAHealthyRerun) {
   const std::string dir = peerlab::testing::sourcePath("reports/runs/");
-  auto base = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  auto base = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   ASSERT_TRUE(base.isOk()) << base.status().toString();
   report::Run rerun = *base;
   std::mt19937 rng(20);
@@ -505,8 +505,8 @@ TEST(CompareNoise, CommittedRunPairs) {
   const std::string dir = peerlab::testing::sourcePath("reports/runs/");
   // Two runs one commit apart on different boards of the same kind: the old rule (any cell 5% worse, ctest times and
   // 8-byte bandwidths included) flags far more than the cells whose p10-p90 ranges or samples really moved.
-  auto s8 = readRun(dir + "2026-11-21-h200-x4-nvswitch-3710ae0.json");
-  auto s9 = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  auto s8 = readRun(dir + "2026-11-21-h200-x4-nvswitch-3710ae0.json.gz");
+  auto s9 = readRun(dir + "2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
   ASSERT_TRUE(s8.isOk() && s9.isOk());
   const CompareReport noisy = compareRuns(*s8, *s9);
   int oldRule = 0;
@@ -554,18 +554,18 @@ TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
   };
   const Pair pairs[] = {
       // Two 4x H200 boards 48 minutes apart: NCCL send/recv +27% (1.8 us) at 7 us.
-      {"runs/2026-11-21-h200-x4-nvswitch-3710ae0.json", "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json"},
-      {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json", "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json"},
-      {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json", "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json"},
-      {"runs/2026-11-25-h100-x1-a99f8ae.json", "qualify/2026-11-26-h100-x1-6b15c97/results.json"},
-      {"qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json",
-       "qualify/2026-11-28-h100-x2-nvswitch-ad514f1-standard/results.json"},
+      {"runs/2026-11-21-h200-x4-nvswitch-3710ae0.json.gz", "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz"},
+      {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json.gz", "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json.gz"},
+      {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json.gz", "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz"},
+      {"runs/2026-11-25-h100-x1-a99f8ae.json.gz", "qualify/2026-11-26-h100-x1-6b15c97/results.json.gz"},
+      {"qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz",
+       "qualify/2026-11-28-h100-x2-nvswitch-ad514f1-standard/results.json.gz"},
       // One 4x H100 machine's two standard qualify runs 7 minutes apart: NCCL, UCX and NIXL times move by up to 52%
       // (8 us) either way between the processes, a 70 us UCX time by +10.1% (7.1 us).
-      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json",
-       "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json"},
-      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-quick/results.json",
-       "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json"},
+      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json.gz",
+       "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json.gz"},
+      {"qualify/2026-11-28-h100-x4-nvswitch-c6c3604-quick/results.json.gz",
+       "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json.gz"},
   };
   for (const Pair& p : pairs) {
     SCOPED_TRACE(std::string(p.base) + " -> " + p.fresh);
@@ -584,8 +584,8 @@ TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
   // 0.1%) and a five times slower SM push (4 KiB: 2.5 us -> 12.5 us, beyond the 7.5 us jitter) are found, and nothing
   // else.
   {
-    auto base = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-3710ae0.json");
-    auto fresh = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json");
+    auto base = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-3710ae0.json.gz");
+    auto fresh = readRun(dir + "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
     ASSERT_TRUE(base.isOk() && fresh.isOk());
     std::set<std::string> seeded;
     for (Result& r : fresh->results) {
@@ -605,8 +605,8 @@ TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
   // On one 4x H100 machine's two runs: every copy-engine copy of 1 GiB 11% below its bandwidth is found, on every
   // pair and both directions, and nothing else regresses.
   {
-    auto base = readRun(dir + "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json");
-    auto fresh = readRun(dir + "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json");
+    auto base = readRun(dir + "qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json.gz");
+    auto fresh = readRun(dir + "runs/2026-11-28-h100-x4-nvswitch-c6c3604.json.gz");
     ASSERT_TRUE(base.isOk() && fresh.isOk());
     std::set<std::string> seeded;
     for (Result& r : fresh->results) {

@@ -26,10 +26,10 @@ report::Run committed(const std::string& name) {
 }
 
 report::Run x4() {
-  return committed("2026-11-21-h200-x4-nvswitch-db99ff9.json");
+  return committed("2026-11-21-h200-x4-nvswitch-db99ff9.json.gz");
 }
 report::Run h100() {
-  return committed("2026-11-25-h100-x1-a99f8ae.json");
+  return committed("2026-11-25-h100-x1-a99f8ae.json.gz");
 }
 
 const Check* named(const std::vector<Check>& checks, const std::string& name) {

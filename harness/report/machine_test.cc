@@ -274,7 +274,8 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
       EXPECT_TRUE(sameHardware(kind, hw.kind)) << kind << " against the hardware's " << hw.kind;
     }
     std::string name =
-        file.filename() == "results.json" ? file.parent_path().filename().string() : file.filename().string();
+        file.filename() == "results.json" || file.filename() == "results.json.gz" ? file.parent_path().filename().string()
+                                                                                 : file.filename().string();
     for (const char* ext : {".json.gz", ".json"}) {
       const size_t n = std::strlen(ext);
       if (name.size() > n && name.compare(name.size() - n, n, ext) == 0) {
@@ -288,17 +289,9 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
     EXPECT_TRUE(named) << name << " is not named by " << kind;
     ++checked;
   };
-  // Run files may be stored gzip-compressed (.json.gz).
-  auto runFile = [](const fs::path& p) {
-    const std::string n = p.filename().string();
-    auto ends = [&](const std::string& ext) {
-      return n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0;
-    };
-    return ends(".json") || ends(".json.gz");
-  };
   for (const char* dir : {"runs", "baselines"}) {
     for (const auto& e : fs::directory_iterator(root / dir)) {
-      if (!runFile(e.path())) continue;
+      if (!isRunFileName(e.path().string())) continue;
       auto run = readRun(e.path().string());
       ASSERT_TRUE(run.isOk()) << run.status().toString();
       expectKind(e.path(), stated(e.path()), run->fingerprint.gpus);
@@ -307,7 +300,8 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
   }
   for (const auto& e : fs::directory_iterator(root / "qualify")) {
     if (!e.is_directory()) continue;
-    const fs::path results = e.path() / "results.json";
+    const fs::path results = bundleResults(e.path().string());
+    ASSERT_FALSE(results.empty()) << e.path() << " holds no results.json(.gz)";
     auto run = readRun(results.string());
     ASSERT_TRUE(run.isOk()) << run.status().toString();
     expectKind(results, stated(results), run->fingerprint.gpus);

@@ -595,7 +595,23 @@ StatusOr<Run> runFromText(const std::string& text) {
   return readJson([&] { return readRunDocument(doc); });
 }
 
-StatusOr<Run> readRun(const std::string& path) {
+bool isRunFileName(const std::string& path) {
+  auto endsWith = [&](const char* tail) {
+    const size_t n = std::strlen(tail);
+    return path.size() > n && path.compare(path.size() - n, n, tail) == 0;
+  };
+  return endsWith(".json") || endsWith(".json.gz");
+}
+
+std::string bundleResults(const std::string& dir) {
+  std::error_code ec;
+  for (const char* name : {"/results.json", "/results.json.gz"}) {
+    if (std::filesystem::is_regular_file(dir + name, ec)) return dir + name;
+  }
+  return "";
+}
+
+StatusOr<std::string> readRunText(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return bad(path, "no such file");
   if (std::filesystem::is_directory(path, ec)) return bad(path, "is a directory, not a run file");
@@ -615,6 +631,11 @@ StatusOr<Run> readRun(const std::string& path) {
     if (!inflated.isOk()) return bad(path, inflated.status().message());
     text = std::move(*inflated);
   }
+  return text;
+}
+
+StatusOr<Run> readRun(const std::string& path) {
+  PEERLAB_ASSIGN_OR_RETURN(std::string text, readRunText(path));
   auto run = runFromText(text);
   if (!run.isOk()) return bad(path, run.status().message());
   return run;

@@ -92,6 +92,12 @@ StatusOr<Run> runFromText(const std::string& text);
 /// Reads a run file: missing file, unreadable file, truncated or malformed JSON, wrong schema version and every
 /// refusal of fromJson give `invalid_argument` with one line naming the file, the JSON path and the value.
 StatusOr<Run> readRun(const std::string& path);
+/// A run file's text as stored, inflated where it is gzip-compressed; bounded by kMaxRunFileBytes either way.
+StatusOr<std::string> readRunText(const std::string& path);
+/// Whether a file name is a run file's: *.json, or *.json.gz (gzip-compressed, as reports/ keeps them).
+bool isRunFileName(const std::string& path);
+/// A bundle's results: DIR/results.json, else DIR/results.json.gz; "" when it has neither.
+std::string bundleResults(const std::string& dir);
 /// Writes the run file atomically (temporary file + rename).
 Status writeRun(const Run& run, const std::string& path);
 /// Sets run.plan from run.extra["plan"] (validated), or clears it when there is none.
