@@ -229,8 +229,8 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
   const std::vector<Check> checks = options.checks ? *options.checks : verdictOf(run).checks;
   const CheckCounts counts = countChecks(checks);
   const bool drawCharts = !chartJsSource().empty();
-  const std::string host = run.fingerprint.hostname.empty() ? "unknown host" : run.fingerprint.hostname;
-  const std::string title = options.title.empty() ? "peerlab report: " + host : options.title;
+  // The machine by kind and node (the host name beside them: on cloud VMs it names nothing).
+  const std::string title = options.title.empty() ? "peerlab report: " + machineTitle(run) : options.title;
   const std::vector<std::string> suites = suitesIn(run);
   const int gpus = gpuCount(run);
   const std::optional<RunPlan> plan = planOfRun(run);
@@ -795,12 +795,13 @@ std::string renderHtml(const Run& run, const HtmlOptions& options) {
 
   // Machine fingerprint.
   section("fingerprint", "Machine");
-  body << "<table><tr><th>host</th><td>" << htmlEscape(host) << "</td></tr><tr><th>driver</th><td>"
-       << htmlEscape(run.fingerprint.driver) << "</td></tr><tr><th>CUDA runtime</th><td>"
-       << htmlEscape(run.fingerprint.cuda_runtime) << "</td></tr><tr><th>NCCL</th><td>"
-       << htmlEscape(run.fingerprint.nccl) << "</td></tr><tr><th>peerlab</th><td>" << htmlEscape(run.tool) << " ("
-       << htmlEscape(run.git_sha) << ")</td></tr><tr><th>time</th><td>" << htmlEscape(run.timestamp)
-       << "</td></tr></table>";
+  body << "<table><tr><th>host</th><td>"
+       << htmlEscape(run.fingerprint.hostname.empty() ? std::string("unknown host") : run.fingerprint.hostname)
+       << "</td></tr><tr><th>driver</th><td>" << htmlEscape(run.fingerprint.driver)
+       << "</td></tr><tr><th>CUDA runtime</th><td>" << htmlEscape(run.fingerprint.cuda_runtime)
+       << "</td></tr><tr><th>NCCL</th><td>" << htmlEscape(run.fingerprint.nccl) << "</td></tr><tr><th>peerlab</th><td>"
+       << htmlEscape(run.tool) << " (" << htmlEscape(run.git_sha) << ")</td></tr><tr><th>time</th><td>"
+       << htmlEscape(run.timestamp) << "</td></tr></table>";
   if (!run.fingerprint.gpus.empty()) {
     body << "<table><tr><th>ordinal</th><th>name</th><th>UUID</th><th>bus id</th></tr>";
     for (const auto& g : run.fingerprint.gpus) {

@@ -109,6 +109,18 @@ std::vector<int> chartSeries(const std::string& html) {
   return out;
 }
 
+// The page's title names the machine as every title does (kind and node, the host name beside them), not by a
+// host name that on cloud VMs names nothing.
+TEST(Html, TitleNamesTheMachineByKindAndNode) {
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run,
+                               readRun(testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz")));
+  ASSERT_FALSE(run.kind.name.empty());
+  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string title = "peerlab report: " + htmlEscape(machineTitle(run));
+  EXPECT_NE(html.find("<h1>" + title + "</h1>"), std::string::npos) << title;
+  EXPECT_NE(title.find(run.kind.name), std::string::npos);
+}
+
 TEST(Html, SampleRunIsSelfContained) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, readRun(testing::sourcePath("reports/schema/sample-run.json")));
   const std::string full = renderHtml(run);
