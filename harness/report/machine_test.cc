@@ -8,9 +8,7 @@
 
 #include <unistd.h>
 
-#include "harness/report/compressed.h"
 #include "harness/report/report.h"
-#include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
@@ -251,15 +249,9 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
   const fs::path root = peerlab::testing::sourcePath("reports");
   int checked = 0;
   auto stated = [](const fs::path& file) -> json {
-    auto text = readTextFile(file.string());
-    EXPECT_TRUE(text.isOk()) << file;
-    if (!text.isOk()) return json();
-    if (isGzip(*text)) {
-      auto inflated = gunzip(*text, 1u << 30);
-      EXPECT_TRUE(inflated.isOk()) << file << ": " << inflated.status().toString();
-      return inflated.isOk() ? json::parse(*inflated, nullptr, false) : json();
-    }
-    return json::parse(*text, nullptr, false);
+    auto text = readRunText(file.string());  // plain or gzip-compressed, as the run reader takes them
+    EXPECT_TRUE(text.isOk()) << file << ": " << text.status().toString();
+    return text.isOk() ? json::parse(*text, nullptr, false) : json();
   };
   // The kind the hardware gives (model x count; the interconnect, where stated, must agree).
   auto expectKind = [&](const fs::path& file, const json& doc, const std::vector<GpuFingerprint>& gpus) {
