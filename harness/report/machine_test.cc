@@ -265,9 +265,9 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
       const DerivedKind hw = deriveKind(gpus);
       EXPECT_TRUE(sameHardware(kind, hw.kind)) << kind << " against the hardware's " << hw.kind;
     }
-    std::string name =
-        file.filename() == "results.json" || file.filename() == "results.json.gz" ? file.parent_path().filename().string()
-                                                                                 : file.filename().string();
+    std::string name = file.filename() == "results.json" || file.filename() == "results.json.gz"
+                           ? file.parent_path().filename().string()
+                           : file.filename().string();
     for (const char* ext : {".json.gz", ".json"}) {
       const size_t n = std::strlen(ext);
       if (name.size() > n && name.compare(name.size() - n, n, ext) == 0) {
