@@ -218,6 +218,11 @@ __global__ void chaseTargetKernel(const uint64_t* start, uint32_t target, uint32
 }
 
 // Everything the benchmarks share, created on first use.
+// The pointer chase's chain (measureChase below): 1 MiB, one node per 128-byte line.
+constexpr size_t kChaseBytes = size_t{1} << 20;
+constexpr size_t kChaseStride = 128;
+constexpr unsigned long kChaseNodes = kChaseBytes / kChaseStride;
+
 struct Env {
   int devices = 0;
   uint64_t run = 0;
@@ -230,6 +235,7 @@ struct Env {
   std::vector<DeviceBuffer> dst;
   PinnedBuffer gate;  // [0] the flag, [1 + d] device d's error word; mapped for the GPUs
   uint32_t gate_value = 0;
+  uint32_t chase_sm_loads = 0;  // pointer_chase_sms: dependent loads timed on each SM (0: half the chain)
 
   uint32_t* gateFlag() { return gate->as<uint32_t>(); }
   uint32_t* gateError(int d) { return gate->as<uint32_t>() + 1 + d; }
@@ -258,6 +264,16 @@ StatusOr<Env*> env() {
       auto config = peer::parseSmCopyConfig(text);
       if (!config.isOk()) return config.status().withContext("PEERLAB_SM_COPY");
       options.sm = *config;
+    }
+    if (const char* text = std::getenv("PEERLAB_CHASE_SM_LOADS"); text && *text) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(text, &end, 10);
+      if (end == text || *end != '\0' || v < 64 || v > kChaseNodes) {
+        return PEERLAB_INVALID_ARGUMENT("PEERLAB_CHASE_SM_LOADS=\"" + std::string(text) +
+                                        "\": expected the loads timed on each SM, 64 to " +
+                                        std::to_string(kChaseNodes));
+      }
+      made->chase_sm_loads = static_cast<uint32_t>(v);
     }
     PEERLAB_ASSIGN_OR_RETURN(peer::PeerCopier copier, peer::PeerCopier::create(options));
     made->copier.emplace(std::move(copier));
@@ -834,8 +850,6 @@ Status measureFlag(int a, int b, bool acq_rel, Record& rec) {
 // kEverySm is the line walk with default loads on every SM in turn (chaseTargetKernel), reported as the mean over
 // the SMs like nvbandwidth's figure, with the spread between SMs beside it.
 enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain, kEverySm };
-constexpr size_t kChaseBytes = size_t{1} << 20;
-constexpr size_t kChaseStride = 128;
 
 Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
   PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
@@ -907,10 +921,11 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     if (s >= 0) ns_per_load.push_back(static_cast<double>(res->ns) / loads);
   }
   if (pattern == ChasePattern::kEverySm) {
-    // Each SM walks half the chain after a short warm-up of its own (the owner's L2 is warm from the pass above;
-    // the 1 MiB chain lies within one or two pages, so the first loads warm this SM's TLB).
+    // Each SM walks half the chain (or PEERLAB_CHASE_SM_LOADS loads: qualify's standard level walks fewer) after a
+    // short warm-up of its own (the owner's L2 is warm from the pass above; the 1 MiB chain lies within one or two
+    // pages, so the first loads warm this SM's TLB).
     const uint32_t sm_warm = 256;
-    const uint32_t sm_loads = loads / 2;
+    const uint32_t sm_loads = e->chase_sm_loads ? e->chase_sm_loads : loads / 2;
     std::set<uint32_t> seen;  // %smid values (they need not be dense)
     const uint64_t sm_last = expected(sm_warm + static_cast<uint64_t>(sm_loads));  // the same walk on every SM
     for (int t = 0; t < sms; ++t) {

@@ -40,11 +40,11 @@ Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double ma
   s.monitor_ = std::move(*m);
   const double opened = nowS();
   s.open_s_ = opened - t0;
+  // The watch starts first and covers the first sample's copies: the minimum watch runs from here, alongside them.
+  if (Status st = s.monitor_->startWatch(t, max_s); !st.isOk()) s.wake_error_ += st.message();
+  s.started_s_ = opened;
   s.before_ = s.monitor_->sample(copyTraffic(&s.wake_error_), t.wake_ms);
   s.before_s_ = nowS() - opened;
-  if (Status st = s.monitor_->startWatch(t, max_s); !st.isOk()) s.wake_error_ += st.message();
-  // The watch lasts at least min_watch_s from here, after the first sample.
-  s.started_s_ = nowS();
   if (out) {
     std::fprintf(out, "health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
                  s.before_.size(), s.monitor_->library().path().c_str());
