@@ -15,7 +15,7 @@ namespace {
 using namespace cost;
 
 // Host passes (fill, poison, check) over a pinned buffer run word-wise on several threads (reference/core/pattern).
-constexpr double kHostPassGbps = 8.0;
+constexpr double kHostPassGbps = 16.0;
 constexpr double kHostPasses = 4;  // per buffer and case
 
 std::string filter(Level level, const std::vector<std::pair<int, int>>&, bool) {
@@ -55,7 +55,7 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool remote = t.numa_nodes != 1;
   const std::vector<double> sizes =
       level == Level::kFull ? std::vector<double>{kMiB, 16 * kMiB, 256 * kMiB} : std::vector<double>{256 * kMiB};
-  const double fixed = 0.1;
+  const double fixed = 0.05;
   // The runtime's own copies (cuda.memcpy_async, cuda.pageable) where the job runs them: the full sweep (earlier
   // code's standard level too).
   const std::string f = jobFilter(job);
@@ -79,8 +79,8 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
       if (runtime) tally.add(2, fixed + touch, seconds(b, 4, host / 5));
     }
     if (level == Level::kQuick) continue;
-    tally.add(1, 0.3);                                                         // host latency
-    tally.add(1, 0.2, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));  // device-local copy
+    tally.add(1, 0.2);                                                         // host latency
+    tally.add(1, 0.1, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));  // device-local copy
   }
   if (level != Level::kQuick) {
     for (double b : sizes) {
