@@ -39,11 +39,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -854,7 +856,12 @@ enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain, kEverySm };
 Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
   PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
   if (e->devices < 2) return PEERLAB_UNAVAILABLE("needs 2 GPUs, " + std::to_string(e->devices) + " visible");
-  PEERLAB_RETURN_IF_ERROR(peer::enablePeerAccess(reader, owner));
+  {
+    // The pairs of a round chase on threads of their own: peer access is enabled one pair at a time.
+    static std::mutex enabling;
+    std::lock_guard<std::mutex> lock(enabling);
+    PEERLAB_RETURN_IF_ERROR(peer::enablePeerAccess(reader, owner));
+  }
   DeviceBuffer chain;
   struct Release {
     int owner;
@@ -971,7 +978,26 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
 
 enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom, kChasePlain, kChaseEverySm };
 
-void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
+ChasePattern chasePattern(Latency kind) {
+  return kind == Latency::kChase          ? ChasePattern::kLineWalk
+         : kind == Latency::kChasePlain   ? ChasePattern::kLineWalkPlain
+         : kind == Latency::kChaseEverySm ? ChasePattern::kEverySm
+                                          : ChasePattern::kRandom;
+}
+
+// A round's pointer chases measured at once, one thread per pair (each GPU is in at most one pair of a round: every
+// reader and owner has its own stream), kept for the round's other rows to report.
+struct ChaseOutcome {
+  Status status = Status::ok();
+  Record rec;
+};
+std::map<std::string, std::map<std::pair<int, int>, ChaseOutcome>>& chaseRoundCache() {
+  static std::map<std::string, std::map<std::pair<int, int>, ChaseOutcome>> cache;
+  return cache;
+}
+
+void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind,
+                      const std::vector<std::pair<int, int>>& group = {}, const std::string& group_key = "") {
   Record rec;
   rec.suite = "peer_latency";
   const bool flag = kind == Latency::kFlag || kind == Latency::kFlagAcqRel;
@@ -1000,13 +1026,42 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
   rec.dst = b;
   for (auto _ : state) {
     (void)_;
-    Status st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
-                     : measureChase(a, b,
-                                    kind == Latency::kChase          ? ChasePattern::kLineWalk
-                                    : kind == Latency::kChasePlain   ? ChasePattern::kLineWalkPlain
-                                    : kind == Latency::kChaseEverySm ? ChasePattern::kEverySm
-                                                                     : ChasePattern::kRandom,
-                                    rec);
+    Status st = Status::ok();
+    if (!flag && group.size() > 1) {
+      auto& round = chaseRoundCache()[group_key];
+      if (round.empty()) {
+        // The first row of the round measures every pair of it at once.
+        if (auto e = env(); !e.isOk()) {
+          (void)(st = e.status());
+        } else {
+          for (const auto& p : group)
+            round[p].rec = rec;
+          std::vector<std::thread> threads;
+          for (const auto& p : group) {
+            ChaseOutcome& out = round[p];
+            out.rec.src = p.first;
+            out.rec.dst = p.second;
+            threads.emplace_back(
+                [&out, p, kind] { (void)(out.status = measureChase(p.first, p.second, chasePattern(kind), out.rec)); });
+          }
+          for (std::thread& t : threads)
+            t.join();
+        }
+      }
+      if (st.isOk()) {
+        const auto it = round.find({a, b});
+        if (it == round.end()) {
+          (void)(st = PEERLAB_INTERNAL("pointer chase " + pairName(a, b, false) + " is not in its round"));
+        } else {
+          (void)(st = it->second.status);
+          rec = it->second.rec;
+          rec.extra["pairs_at_once"] = static_cast<double>(group.size());
+        }
+      }
+    } else {
+      (void)(st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
+                       : measureChase(a, b, chasePattern(kind), rec));
+    }
     if (!st.isOk()) {
       finish(state, rec, st);
       break;
@@ -1123,7 +1178,9 @@ void registerAll() {
                                                     {CopyPath::kSmPush, "peerlab.sm_push"},
                                                     {CopyPath::kStaged, "peerlab.staged"}};
   // PEERLAB_PAIR_ROUNDS: the pairs in rounds (harness/launch/pair_rounds.h); the copy-engine and SM rows of a round's
-  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time).
+  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time), and with
+  // PEERLAB_CHASE_AT_ONCE=1 so do its pointer chases (below).
+  std::vector<std::vector<std::pair<int, int>>> chase_rounds;
   if (const char* text = std::getenv(launch::kPairRoundsEnv); text != nullptr && *text != '\0') {
     auto rounds = launch::parsePairRounds(text);
     if (!rounds.isOk()) {
@@ -1146,7 +1203,11 @@ void registerAll() {
           }));
       return;
     }
+    // PEERLAB_CHASE_AT_ONCE=1 (qualify sets it with the rounds): the pointer chases run in the same rounds.
+    const char* at_once = std::getenv("PEERLAB_CHASE_AT_ONCE");
+    const bool chase_at_once = at_once != nullptr && std::string(at_once) == "1";
     for (const auto& round : *rounds) {
+      if (chase_at_once) chase_rounds.emplace_back(round.begin(), round.end());
       for (const auto& [path, impl] : paths) {
         for (bool bidir : {false, true}) {
           std::vector<std::pair<int, int>> members;
@@ -1238,6 +1299,20 @@ void registerAll() {
   for (auto [kind, label] :
        {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"},
         std::pair{Latency::kChasePlain, "pointer_chase_ld"}, std::pair{Latency::kChaseEverySm, "pointer_chase_sms"}}) {
+    // In rounds: a round's pairs chase at once (one load in flight per pair: they do not contend), each row reports
+    // its pair.
+    for (size_t r = 0; r < chase_rounds.size(); ++r) {
+      const auto& round = chase_rounds[r];
+      const std::string key = std::string(label) + "/round" + std::to_string(r);
+      for (const auto& [a, b] : round) {
+        const std::string name = std::string("BM_PeerLatency/") + label + "/" + pairName(a, b, false);
+        configure(
+            benchmark::RegisterBenchmark(name.c_str(), [a = a, b = b, kind = kind, round, key](benchmark::State& st) {
+              latencyBenchmark(st, a, b, kind, round, key);
+            }));
+      }
+    }
+    if (!chase_rounds.empty()) continue;
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
         if (a == b) continue;
