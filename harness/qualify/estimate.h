@@ -20,7 +20,7 @@ JobEstimate estimateJob(const BenchJob& job, const Plan& plan);
 /// The verified probe on the plan's pairs (workers' contexts, every method on every ordered pair).
 double estimateProbe(const Plan& plan);
 /// Fixed costs of a qualify run besides the processes: topology, health readings before and after, the bundle.
-constexpr double kQualifyOverheadS = 2;
+constexpr double kQualifyOverheadS = 1.5;
 
 /// Wall times measured for processes in past runs, by process identity (suite, label, arguments).
 struct MeasuredWalls {
