@@ -20,18 +20,41 @@ using namespace cost;
 constexpr const char* kChaseSmLoadsEnv = "PEERLAB_CHASE_SM_LOADS";
 constexpr const char* kChaseAtOnceEnv = "PEERLAB_CHASE_AT_ONCE";
 
-std::string filter(Level level, const std::vector<std::pair<int, int>>& pairs, bool all) {
+// The size quick and standard copy a pair with: 1 GiB over NVLink, where the link reaches its rate (256 MiB is ~2%
+// short of it on NV18, too close to the expected figure for a verdict); 256 MiB where the plan knows no NVLink of the
+// pair's own (PCIe, or links the topology does not give), where it already moves at the rate and costs a quarter of
+// the time at PCIe rates.
+double spotBytes(const report::PlanTopology* t, int s, int d) {
+  return t == nullptr || pairHasOwnLinks(*t, s, d) ? 1024 * kMiB : 256 * kMiB;
+}
+
+// The filter of a plan's pairs: each pair's copies at its spotBytes (without a topology, 1 GiB).
+std::string filterFor(Level level, const std::vector<std::pair<int, int>>& pairs, bool all,
+                      const report::PlanTopology* t) {
   const std::string pair = pairRegex(pairs, all);
-  // Quick: one copy-engine spot check per ordered pair at 1 GiB, where the link reaches its rate (256 MiB is ~2% short
-  // of it, too close to the expected figure for a verdict).
-  if (level == Level::kQuick) return "^BM_PeerCopy/ce/uni/" + pair + "/bytes:1073741824/";
   if (level == Level::kFull && all) return "";
   const std::string anchors = "BM_PeerEnable/|BM_PeerCopy/cuda_memcpy_peer_noP2P/|BM_PeerLatency/[a-z_]+/" + pair + "/";
   if (level == Level::kFull) return anchors + "|BM_PeerCopy/[a-z_]+/(uni|bidir)/" + pair + "/";
-  // Standard: every SM/CE path at 1 GiB, where the link reaches its rate and nvbandwidth's figures are comparable (the
-  // bandwidth rules take each pair's best at >= 64 MiB; smaller sizes feed no check). The host-staged path (no rule
-  // judges it; a pair at a time through host memory, it cost 64 of the 16-GPU plan's seconds) stays in full.
-  return anchors + "|BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/" + pair + "/bytes:1073741824/";
+  // The pairs by the size they are copied with.
+  std::vector<std::pair<int, int>> gib, mib;
+  for (const auto& [s, d] : pairs)
+    (spotBytes(t, s, d) > 256 * kMiB ? gib : mib).push_back({s, d});
+  const std::string paths = level == Level::kQuick ? "ce/uni" : "(ce|sm_pull|sm_push)/(uni|bidir)";
+  std::string copies;
+  for (const auto& [set, bytes] : {std::pair{&gib, "1073741824"}, std::pair{&mib, "268435456"}}) {
+    if (set->empty()) continue;
+    copies += (copies.empty() ? "" : "|") + std::string(level == Level::kQuick ? "^" : "") + "BM_PeerCopy/" + paths +
+              "/" + pairRegex(*set, all && set->size() == pairs.size()) + "/bytes:" + bytes + "/";
+  }
+  // Quick: one copy-engine spot check per ordered pair. Standard: every SM/CE path (the bandwidth rules take each
+  // pair's best at >= 64 MiB; smaller sizes feed no check). The host-staged path (no rule judges it; a pair at a time
+  // through host memory, it cost 64 of the 16-GPU plan's seconds) stays in full.
+  if (level == Level::kQuick) return copies;
+  return anchors + "|" + copies;
+}
+
+std::string filter(Level level, const std::vector<std::pair<int, int>>& pairs, bool all) {
+  return filterFor(level, pairs, all, nullptr);
 }
 
 // bench/peer_copy_bench.cu: batchFor and samplesFor; one verified warm-up batch before the samples.
@@ -78,21 +101,23 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool full = level == Level::kFull;
   const double every_sm = jobEnv(job, kChaseSmLoadsEnv).empty() ? 0.5 : 0.1;
   const bool chases_at_once = jobEnv(job, kChaseAtOnceEnv) == "1" && !job.rounds.empty();
-  const std::vector<double> sizes = full ? sizesBy4(4096, 1024 * kMiB) : std::vector<double>{1024 * kMiB};
+  // Below full, each pair at its spot size (0: spotBytes).
+  const std::vector<double> sizes = full ? sizesBy4(4096, 1024 * kMiB) : std::vector<double>{0};
   // The slowest pair of a round (both ways for bidir: only a < b of the round).
   auto slowest = [&](const std::vector<std::pair<int, int>>& round, bool bidir, double bytes) {
     double worst = 0;
     for (const auto& [s, d] : round) {
       if (bidir && s > d) continue;
       const double rate = bidir ? std::min(pairRate(t, s, d), pairRate(t, d, s)) : pairRate(t, s, d);
-      worst = std::max(worst, seconds(bytes, peerCopyOps(bytes, false), rate));
+      const double b = bytes > 0 ? bytes : spotBytes(&t, s, d);
+      worst = std::max(worst, seconds(b, peerCopyOps(b, false), rate));
     }
     return worst;
   };
   Tally tally;
   if (level == Level::kQuick) {
     for (const auto& round : rounds)
-      tally.add(1, fixed, slowest(round, false, 1024 * kMiB));
+      tally.add(1, fixed, slowest(round, false, 0));
     return fromTally(start, tally);
   }
   // Anchors: peer enable (first and repeat) and the driver-staged copy without P2P, on 0<->1.
@@ -143,7 +168,7 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
   BenchJob j;
   j.suite = spec.name;
   j.binary = spec.binary;
-  const std::string f = filter(req.level, req.pairs, req.all_pairs);
+  const std::string f = filterFor(req.level, req.pairs, req.all_pairs, req.topology);
   if (!f.empty()) j.args = {"--benchmark_filter=" + f};
   j.deadline_s =
       spec.deadline_s[static_cast<int>(req.level)] * std::max(1.0, static_cast<double>(req.pairs.size()) / 12.0);

@@ -553,3 +553,37 @@ TEST(Plan, HostAndDeviceScopesParse) {
 
 }  // namespace
 }  // namespace peerlab::qualify
+
+namespace peerlab::qualify {
+namespace {
+
+std::string peerCopyFilter(const Plan& plan) {
+  for (const BenchJob& j : plan.jobs)
+    if (j.suite == "peer_copy" && j.guard_for.empty())
+      for (const std::string& a : j.args)
+        if (a.rfind("--benchmark_filter=", 0) == 0) return a;
+  return "";
+}
+
+// Below full, a pair with NVLinks of its own is copied at 1 GiB (256 MiB is ~2% short of the link's rate) and a pair
+// the plan knows no NVLink for at 256 MiB (the rate at a quarter of the time); full sweeps every size.
+TEST(Plan, SpotCopiesAreSizedByTheLinkThePlanKnows) {
+  for (Level level : {Level::kQuick, Level::kStandard}) {
+    PlanOptions o;
+    o.level = level;
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Plan nvlink, makePlan(nvswitchBox(4), config(), o));
+    const std::string f = peerCopyFilter(nvlink);
+    EXPECT_NE(f.find("/bytes:1073741824/"), std::string::npos) << f;
+    EXPECT_EQ(f.find("/bytes:268435456/"), std::string::npos) << f;
+    PlanTopology pcie = nvswitchBox(4, 0);
+    for (PlanPair& p : pcie.pairs)
+      p.pci = "PIX";
+    PEERLAB_ASSERT_OK_AND_ASSIGN(Plan slow, makePlan(pcie, config(), o));
+    const std::string g = peerCopyFilter(slow);
+    EXPECT_NE(g.find("/bytes:268435456/"), std::string::npos) << g;
+    EXPECT_EQ(g.find("/bytes:1073741824/"), std::string::npos) << g;
+  }
+}
+
+}  // namespace
+}  // namespace peerlab::qualify
