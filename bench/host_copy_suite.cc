@@ -15,15 +15,16 @@ namespace {
 using namespace cost;
 
 // Host passes (fill, poison, check) over a pinned buffer run word-wise on several threads (reference/core/pattern).
-constexpr double kHostPassGbps = 8.0;
+constexpr double kHostPassGbps = 16.0;
 constexpr double kHostPasses = 4;  // per buffer and case
 
 std::string filter(Level level, const std::vector<std::pair<int, int>>&, bool) {
   if (level == Level::kFull) return "";
   // Quick: the copy engine each way at 256 MiB on the GPU's own node, per GPU.
   if (level == Level::kQuick) return "^BM_HostCopy/peerlab.ce/(h2d|d2h)/gpu:[0-9]+/numa:local/bytes:268435456/";
-  // Standard: 256 MiB (nvbandwidth's size class, where the PCIe anchors are set), the latency and the local copy.
-  return "^BM_HostCopy/.*/bytes:268435456/|^BM_HostLatency/|^BM_DeviceLocal/";
+  // Standard: peerlab's rows at 256 MiB (nvbandwidth's size class, where the PCIe anchors are set), the latency and
+  // the local copy; the CUDA runtime's own copies (cuda.memcpy_async, cuda.pageable) stand beside them in full.
+  return "^BM_HostCopy/peerlab[.].*/bytes:268435456/|^BM_HostLatency/|^BM_DeviceLocal/";
 }
 
 // GPUs that copy one after another: the sets PEERLAB_HOST_COPY_SETS names count once, every other GPU once.
@@ -54,7 +55,11 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool remote = t.numa_nodes != 1;
   const std::vector<double> sizes =
       level == Level::kFull ? std::vector<double>{kMiB, 16 * kMiB, 256 * kMiB} : std::vector<double>{256 * kMiB};
-  const double fixed = 0.1;
+  const double fixed = 0.05;
+  // The runtime's own copies (cuda.memcpy_async, cuda.pageable) where the job runs them: the full sweep (earlier
+  // code's standard level too).
+  const std::string f = jobFilter(job);
+  const bool runtime = f.empty() || f.find("peerlab[.]") == std::string::npos;
   Tally tally;
   for (const report::PlanGpu& gpu : t.gpus) {
     const double host = hostRate(t, gpu.index);
@@ -66,23 +71,24 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
         tally.add(2, fixed + touch, together * seconds(b, copies, host));
         continue;
       }
-      // Plain loop and copy engine (h2d, d2h, both at once), SM (h2d, d2h).
-      tally.add(8, fixed + touch, together * seconds(b, copies, host));
+      // Copy engine (h2d, d2h, both at once), SM (h2d, d2h), and the runtime's plain loop where it runs.
+      tally.add(runtime ? 8 : 5, fixed + touch, together * seconds(b, copies, host));
       tally.add(3, remote ? fixed + touch : fixed, remote ? together * seconds(b, copies, host) : 0);
-      // Pageable copies: one per sample, 3 samples + warm-up, staged by the driver at a fraction of the link.
-      tally.add(2, fixed + touch, seconds(b, 4, host / 5));
+      // Pageable copies (the runtime's): one per sample, 3 samples + warm-up, staged by the driver at a fraction of the
+      // link.
+      if (runtime) tally.add(2, fixed + touch, seconds(b, 4, host / 5));
     }
     if (level == Level::kQuick) continue;
-    tally.add(1, 0.3);                                                         // host latency
-    tally.add(1, 0.2, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));  // device-local copy
+    tally.add(1, 0.2);                                                         // host latency
+    tally.add(1, 0.1, seconds(256 * kMiB, 16 * 8, deviceRate(t, gpu.index)));  // device-local copy
   }
   if (level != Level::kQuick) {
     for (double b : sizes) {
-      // Every GPU at once (h2d, d2h; plain and copy engine): one buffer per GPU.
+      // Every GPU at once (h2d, d2h; copy engine, and the runtime's plain loop): one buffer per GPU.
       double slowest = 0;
       for (const report::PlanGpu& gpu : t.gpus)
         slowest = std::max(slowest, seconds(b, 32, hostRate(t, gpu.index)));
-      tally.add(4, fixed + g * kHostPasses * b / (kHostPassGbps * 1e9), slowest);
+      tally.add(runtime ? 4 : 2, fixed + g * kHostPasses * b / (kHostPassGbps * 1e9), slowest);
     }
   }
   return fromTally(kProcessStartS + kContextS * g, tally);
@@ -128,13 +134,7 @@ std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
   guard.budget_s = guard.deadline_s;
   guard.label = spec.name + " serial sample GPU" + std::to_string(first);
   guard.guard_for = j.label;
-  // The same rows with the other GPUs of its set copying at the same time.
-  BenchJob together = guard;
-  together.env = j.env;
-  together.concurrency_env = j.concurrency_env;
-  together.label = spec.name + " concurrent sample GPU" + std::to_string(first);
-  together.concurrent_sample = true;
-  return {guard, together, j};
+  return {guard, j};
 }
 
 }  // namespace

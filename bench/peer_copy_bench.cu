@@ -39,11 +39,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -218,6 +220,11 @@ __global__ void chaseTargetKernel(const uint64_t* start, uint32_t target, uint32
 }
 
 // Everything the benchmarks share, created on first use.
+// The pointer chase's chain (measureChase below): 1 MiB, one node per 128-byte line.
+constexpr size_t kChaseBytes = size_t{1} << 20;
+constexpr size_t kChaseStride = 128;
+constexpr unsigned long kChaseNodes = kChaseBytes / kChaseStride;
+
 struct Env {
   int devices = 0;
   uint64_t run = 0;
@@ -230,6 +237,7 @@ struct Env {
   std::vector<DeviceBuffer> dst;
   PinnedBuffer gate;  // [0] the flag, [1 + d] device d's error word; mapped for the GPUs
   uint32_t gate_value = 0;
+  uint32_t chase_sm_loads = 0;  // pointer_chase_sms: dependent loads timed on each SM (0: half the chain)
 
   uint32_t* gateFlag() { return gate->as<uint32_t>(); }
   uint32_t* gateError(int d) { return gate->as<uint32_t>() + 1 + d; }
@@ -258,6 +266,16 @@ StatusOr<Env*> env() {
       auto config = peer::parseSmCopyConfig(text);
       if (!config.isOk()) return config.status().withContext("PEERLAB_SM_COPY");
       options.sm = *config;
+    }
+    if (const char* text = std::getenv("PEERLAB_CHASE_SM_LOADS"); text && *text) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(text, &end, 10);
+      if (end == text || *end != '\0' || v < 64 || v > kChaseNodes) {
+        return PEERLAB_INVALID_ARGUMENT("PEERLAB_CHASE_SM_LOADS=\"" + std::string(text) +
+                                        "\": expected the loads timed on each SM, 64 to " +
+                                        std::to_string(kChaseNodes));
+      }
+      made->chase_sm_loads = static_cast<uint32_t>(v);
     }
     PEERLAB_ASSIGN_OR_RETURN(peer::PeerCopier copier, peer::PeerCopier::create(options));
     made->copier.emplace(std::move(copier));
@@ -834,13 +852,16 @@ Status measureFlag(int a, int b, bool acq_rel, Record& rec) {
 // kEverySm is the line walk with default loads on every SM in turn (chaseTargetKernel), reported as the mean over
 // the SMs like nvbandwidth's figure, with the spread between SMs beside it.
 enum class ChasePattern { kLineWalk, kRandom, kLineWalkPlain, kEverySm };
-constexpr size_t kChaseBytes = size_t{1} << 20;
-constexpr size_t kChaseStride = 128;
 
 Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
   PEERLAB_ASSIGN_OR_RETURN(Env * e, env());
   if (e->devices < 2) return PEERLAB_UNAVAILABLE("needs 2 GPUs, " + std::to_string(e->devices) + " visible");
-  PEERLAB_RETURN_IF_ERROR(peer::enablePeerAccess(reader, owner));
+  {
+    // The pairs of a round chase on threads of their own: peer access is enabled one pair at a time.
+    static std::mutex enabling;
+    std::lock_guard<std::mutex> lock(enabling);
+    PEERLAB_RETURN_IF_ERROR(peer::enablePeerAccess(reader, owner));
+  }
   DeviceBuffer chain;
   struct Release {
     int owner;
@@ -907,10 +928,11 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     if (s >= 0) ns_per_load.push_back(static_cast<double>(res->ns) / loads);
   }
   if (pattern == ChasePattern::kEverySm) {
-    // Each SM walks half the chain after a short warm-up of its own (the owner's L2 is warm from the pass above;
-    // the 1 MiB chain lies within one or two pages, so the first loads warm this SM's TLB).
+    // Each SM walks half the chain (or PEERLAB_CHASE_SM_LOADS loads: qualify's standard level walks fewer) after a
+    // short warm-up of its own (the owner's L2 is warm from the pass above; the 1 MiB chain lies within one or two
+    // pages, so the first loads warm this SM's TLB).
     const uint32_t sm_warm = 256;
-    const uint32_t sm_loads = loads / 2;
+    const uint32_t sm_loads = e->chase_sm_loads ? e->chase_sm_loads : loads / 2;
     std::set<uint32_t> seen;  // %smid values (they need not be dense)
     const uint64_t sm_last = expected(sm_warm + static_cast<uint64_t>(sm_loads));  // the same walk on every SM
     for (int t = 0; t < sms; ++t) {
@@ -956,7 +978,26 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
 
 enum class Latency { kFlag, kFlagAcqRel, kChase, kChaseRandom, kChasePlain, kChaseEverySm };
 
-void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
+ChasePattern chasePattern(Latency kind) {
+  return kind == Latency::kChase          ? ChasePattern::kLineWalk
+         : kind == Latency::kChasePlain   ? ChasePattern::kLineWalkPlain
+         : kind == Latency::kChaseEverySm ? ChasePattern::kEverySm
+                                          : ChasePattern::kRandom;
+}
+
+// A round's pointer chases measured at once, one thread per pair (each GPU is in at most one pair of a round: every
+// reader and owner has its own stream), kept for the round's other rows to report.
+struct ChaseOutcome {
+  Status status = Status::ok();
+  Record rec;
+};
+std::map<std::string, std::map<std::pair<int, int>, ChaseOutcome>>& chaseRoundCache() {
+  static std::map<std::string, std::map<std::pair<int, int>, ChaseOutcome>> cache;
+  return cache;
+}
+
+void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind,
+                      const std::vector<std::pair<int, int>>& group = {}, const std::string& group_key = "") {
   Record rec;
   rec.suite = "peer_latency";
   const bool flag = kind == Latency::kFlag || kind == Latency::kFlagAcqRel;
@@ -985,13 +1026,42 @@ void latencyBenchmark(benchmark::State& state, int a, int b, Latency kind) {
   rec.dst = b;
   for (auto _ : state) {
     (void)_;
-    Status st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
-                     : measureChase(a, b,
-                                    kind == Latency::kChase          ? ChasePattern::kLineWalk
-                                    : kind == Latency::kChasePlain   ? ChasePattern::kLineWalkPlain
-                                    : kind == Latency::kChaseEverySm ? ChasePattern::kEverySm
-                                                                     : ChasePattern::kRandom,
-                                    rec);
+    Status st = Status::ok();
+    if (!flag && group.size() > 1) {
+      auto& round = chaseRoundCache()[group_key];
+      if (round.empty()) {
+        // The first row of the round measures every pair of it at once.
+        if (auto e = env(); !e.isOk()) {
+          (void)(st = e.status());
+        } else {
+          for (const auto& p : group)
+            round[p].rec = rec;
+          std::vector<std::thread> threads;
+          for (const auto& p : group) {
+            ChaseOutcome& out = round[p];
+            out.rec.src = p.first;
+            out.rec.dst = p.second;
+            threads.emplace_back(
+                [&out, p, kind] { (void)(out.status = measureChase(p.first, p.second, chasePattern(kind), out.rec)); });
+          }
+          for (std::thread& t : threads)
+            t.join();
+        }
+      }
+      if (st.isOk()) {
+        const auto it = round.find({a, b});
+        if (it == round.end()) {
+          (void)(st = PEERLAB_INTERNAL("pointer chase " + pairName(a, b, false) + " is not in its round"));
+        } else {
+          (void)(st = it->second.status);
+          rec = it->second.rec;
+          rec.extra["pairs_at_once"] = static_cast<double>(group.size());
+        }
+      }
+    } else {
+      (void)(st = flag ? measureFlag(a, b, kind == Latency::kFlagAcqRel, rec)
+                       : measureChase(a, b, chasePattern(kind), rec));
+    }
     if (!st.isOk()) {
       finish(state, rec, st);
       break;
@@ -1108,7 +1178,9 @@ void registerAll() {
                                                     {CopyPath::kSmPush, "peerlab.sm_push"},
                                                     {CopyPath::kStaged, "peerlab.staged"}};
   // PEERLAB_PAIR_ROUNDS: the pairs in rounds (harness/launch/pair_rounds.h); the copy-engine and SM rows of a round's
-  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time).
+  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time), and with
+  // PEERLAB_CHASE_AT_ONCE=1 so do its pointer chases (below).
+  std::vector<std::vector<std::pair<int, int>>> chase_rounds;
   if (const char* text = std::getenv(launch::kPairRoundsEnv); text != nullptr && *text != '\0') {
     auto rounds = launch::parsePairRounds(text);
     if (!rounds.isOk()) {
@@ -1131,7 +1203,11 @@ void registerAll() {
           }));
       return;
     }
+    // PEERLAB_CHASE_AT_ONCE=1 (qualify sets it with the rounds): the pointer chases run in the same rounds.
+    const char* at_once = std::getenv("PEERLAB_CHASE_AT_ONCE");
+    const bool chase_at_once = at_once != nullptr && std::string(at_once) == "1";
     for (const auto& round : *rounds) {
+      if (chase_at_once) chase_rounds.emplace_back(round.begin(), round.end());
       for (const auto& [path, impl] : paths) {
         for (bool bidir : {false, true}) {
           std::vector<std::pair<int, int>> members;
@@ -1223,6 +1299,20 @@ void registerAll() {
   for (auto [kind, label] :
        {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"},
         std::pair{Latency::kChasePlain, "pointer_chase_ld"}, std::pair{Latency::kChaseEverySm, "pointer_chase_sms"}}) {
+    // In rounds: a round's pairs chase at once (one load in flight per pair: they do not contend), each row reports
+    // its pair.
+    for (size_t r = 0; r < chase_rounds.size(); ++r) {
+      const auto& round = chase_rounds[r];
+      const std::string key = std::string(label) + "/round" + std::to_string(r);
+      for (const auto& [a, b] : round) {
+        const std::string name = std::string("BM_PeerLatency/") + label + "/" + pairName(a, b, false);
+        configure(
+            benchmark::RegisterBenchmark(name.c_str(), [a = a, b = b, kind = kind, round, key](benchmark::State& st) {
+              latencyBenchmark(st, a, b, kind, round, key);
+            }));
+      }
+    }
+    if (!chase_rounds.empty()) continue;
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
         if (a == b) continue;

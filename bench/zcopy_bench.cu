@@ -451,7 +451,13 @@ Status setupShared(World& w) {
       (dir == 0 ? w.fwd : w.bwd).push_back(std::move(ch));
     }
   }
-  // One communicator for every NCCL row.
+  return Status::ok();
+}
+
+// One communicator for every NCCL row of the pair, made by its first NCCL row (both ranks run it at once): a job
+// whose filter selects no NCCL row never pays for NCCL's setup.
+Status connectNccl(World& w, Deadline deadline) {
+  if (w.comm) return Status::ok();
   PEERLAB_ASSIGN_OR_RETURN(nccl::Comm comm, nccl::createComm(*w.boot, w.device, deadline));
   w.comm.emplace(std::move(comm));
   // NCCL connects lazily: one eager exchange now, so captures later find the connections in place.
@@ -687,6 +693,10 @@ StatusOr<LocalResult> measure(World& w, const Spec& spec) {
   const uint64_t recv_seed = patternSeed(w.run, w.peer_device, w.device, salt);
   const bool receives = spec.pingpong() || w.me == 1;
   cudaStream_t s = spec.nccl() ? w.nccl_stream.get() : w.stream.get();
+  if (spec.nccl()) {
+    w.watchdog.stage("creating the NCCL communicator");
+    PEERLAB_RETURN_IF_ERROR(connectNccl(w, Deadline::afterMs(kSetupMs)));
+  }
   w.watchdog.stage("writing the pattern, poisoning the destination");
   PEERLAB_RETURN_IF_ERROR(fillPattern(w.src->ptr, n, send_seed, s));
   PEERLAB_RETURN_IF_ERROR(poisonPattern(w.dst->ptr, n, recv_seed, s));

@@ -1,5 +1,6 @@
 // peerlab health: machine health through NVML (PCIe link and errors, NVLink, fabric, ECC, retired pages, row remap,
 // XIDs and clock event reasons over a watch), with the thresholds of the qualify config's [health] section.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -46,11 +47,14 @@ int runHealth(const HealthArgs& a) {
   FILE* out = summaryStream(a.json);
 
   report::Run run = report::newRun();
+  const auto t0 = std::chrono::steady_clock::now();
   run.fingerprint = report::collectFingerprint();
+  const double fingerprint_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   health::Stage stage = health::Stage::begin(*t, run.fingerprint, watch_s + 60, out);
   if (!stage.unavailable().empty()) return fail(kCmd, kExitNoGpu, stage.unavailable());
   std::vector<health::CheckResult> checks = stage.end(run, watch_s, process::interruptRequested);
   if (checks.empty()) return fail(kCmd, kExitNoGpu, "NVML shows no GPU");
+  if (run.extra["health"].contains("timing")) run.extra["health"]["timing"]["fingerprint_s"] = fingerprint_s;
 
   // A failed check's recommended action, from the checks engine (as qualify and report print it).
   std::map<std::string, std::string> actions;

@@ -34,6 +34,24 @@ TEST(HealthCli, HealthyMachinePassesAndWritesHealthRows) {
   EXPECT_EQ(rows, 20);
   ASSERT_TRUE(run->extra.contains("health"));
   EXPECT_TRUE(run->extra["health"]["xids"].empty());
+  // Where the time went, step by step; the links read at their maximum are not woken a second time.
+  const nlohmann::json& timing = run->extra["health"]["timing"];
+  for (const char* step : {"fingerprint_s", "open_s", "before_s", "watch_s", "after_s"}) {
+    ASSERT_TRUE(timing.contains(step) && timing[step].is_number()) << step << " " << timing.dump();
+    EXPECT_GE(timing[step].get<double>(), 0.0) << step;
+  }
+  EXPECT_GE(timing["watch_s"].get<double>(), 0.3);
+  EXPECT_EQ(timing["after_under_traffic"], 0) << timing.dump();
+}
+
+TEST(HealthCli, ALinkBelowItsMaximumIsReadUnderTrafficAgain) {
+  const std::string dir = scratchDir("health-cli-again");
+  const std::string json = dir + "/run.json";
+  CliRun r = runPeerlab({"health", "--watch", "0", "--json", json}, fakeEnv("pcie_downtrain"));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  auto run = report::readRun(json);
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  EXPECT_EQ(run->extra["health"]["timing"]["after_under_traffic"], 1) << run->extra["health"].dump();
 }
 
 TEST(HealthCli, DowntrainedLinkFailsWithExitCode1) {

@@ -22,7 +22,9 @@ class Stage {
 
   /// Ends the watch (not before min_watch_s since begin, unless `interrupted` says so), samples again, appends the
   /// health results to `run`, marks the results of throttled GPUs ("throttled": [reasons]) and sets
-  /// run.extra["health"]. Returns the verdicts.
+  /// run.extra["health"] (with "timing": the seconds of each step). The after-sample wakes a GPU's link with copies
+  /// again only where the first read did not show the link at its maximum generation and width. Returns the
+  /// verdicts.
   std::vector<CheckResult> end(report::Run& run, double min_watch_s,
                                const std::function<bool()>& interrupted = nullptr);
 
@@ -36,6 +38,8 @@ class Stage {
   std::string unavailable_;
   std::string wake_error_;
   double started_s_ = 0;
+  // Seconds spent opening NVML and in the first sample (its copy traffic included).
+  double open_s_ = 0, before_s_ = 0;
 };
 
 }  // namespace peerlab::health

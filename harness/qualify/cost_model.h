@@ -54,6 +54,12 @@ JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, doubl
 JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
                        double ops);
 
+/// The job's --benchmark_filter ("" when it runs every row): the estimators read what the job runs, so that a plan
+/// recorded by earlier code is estimated for the rows it ran.
+std::string jobFilter(const BenchJob& job);
+/// The value of `name` in the job's environment ("" when unset).
+std::string jobEnv(const BenchJob& job, const std::string& name);
+
 /// "4.2", "95"
 std::string fmt(double v);
 

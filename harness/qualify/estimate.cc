@@ -106,6 +106,19 @@ JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, doubl
   return e;
 }
 
+std::string jobFilter(const BenchJob& job) {
+  const std::string key = "--benchmark_filter=";
+  for (const std::string& a : job.args)
+    if (a.rfind(key, 0) == 0) return a.substr(key.size());
+  return "";
+}
+
+std::string jobEnv(const BenchJob& job, const std::string& name) {
+  for (const std::string& e : job.env)
+    if (e.rfind(name + "=", 0) == 0) return e.substr(name.size() + 1);
+  return "";
+}
+
 JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
                        double ops) {
   double data = 0;

@@ -125,21 +125,21 @@ TEST(Estimate, PastRunsOfTheSameKindGiveMeasuredTimes) {
   const std::string derived = deriveKind(x4->plan.topology).kind;
   EXPECT_EQ(derived, "h200-x4-nvswitch");
   const MeasuredWalls m = measuredWalls(runs, derived, derived);
-  EXPECT_EQ(m.runs, 2);  // both 4x H200 runs; neither the 2x nor the 1x
+  EXPECT_EQ(m.runs, 4);  // every 4x H200 run (db99ff9's two, f062466's quick and standard); neither the 2x nor the 1x
   Plan plan = x4->plan;
   estimatePlan(plan, m);
   const BenchJob& peer = plan.jobs[0];
   ASSERT_EQ(peer.label, "peer_copy (12 pairs)");
   EXPECT_NEAR(peer.budget_s, (15.165167856 + 15.132649131) / 2, 1e-6);
   EXPECT_EQ(peer.estimate_basis, "measured: median of 2 past runs of this kind");
-  EXPECT_NE(plan.estimate_basis.find("15 of 15 processes from the measured wall times of 2 past run(s)"),
+  EXPECT_NE(plan.estimate_basis.find("15 of 15 processes from the measured wall times of 4 past run(s)"),
             std::string::npos)
       << plan.estimate_basis;
   // A different kind contributes nothing; an alias of this one, or a kind the hardware gives without the
   // interconnect (a fixture that cannot tell), matches the same runs.
   EXPECT_EQ(measuredWalls(runs, "l4-x2-pcie", "l4-x2-pcie").runs, 0);
-  EXPECT_EQ(measuredWalls(runs, "h200-x4", "h200-x4").runs, 2);
-  EXPECT_EQ(measuredWalls(runs, "nvidia-h200-x4", "h200-x4").runs, 2);
+  EXPECT_EQ(measuredWalls(runs, "h200-x4", "h200-x4").runs, 4);
+  EXPECT_EQ(measuredWalls(runs, "nvidia-h200-x4", "h200-x4").runs, 4);
   EXPECT_EQ(measuredWalls(runs, "h200-x4-pcie", "h200-x4-pcie").runs, 0);
 }
 

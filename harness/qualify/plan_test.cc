@@ -68,8 +68,8 @@ TEST(Plan, ExpectedFiguresFromLinks) {
   std::map<std::string, int> jobs;
   for (const BenchJob& j : plan.jobs)
     ++jobs[j.suite];
-  EXPECT_EQ(jobs["peer_copy"], 3);  // its serial and concurrent samples and the process over every pair
-  EXPECT_EQ(jobs["zcopy"], 3);
+  EXPECT_EQ(jobs["peer_copy"], 2);  // its serial sample and the process over every pair
+  EXPECT_EQ(jobs["zcopy"], 2);
   EXPECT_EQ(jobs["alltoallv"], 2);
   std::vector<int> a2aRanks;
   for (const BenchJob& j : plan.jobs) {
@@ -80,8 +80,9 @@ TEST(Plan, ExpectedFiguresFromLinks) {
       EXPECT_EQ(j.rounds.size(), 6u);
       EXPECT_EQ(j.label, "zcopy (12 pairs, 6 rounds)");
     } else if (j.suite == "zcopy") {
-      // The serial sample (one pair, 2 ranks) and the concurrent one (the first round, 4 ranks).
-      EXPECT_EQ(j.ranks, j.concurrent_sample ? 4 : 2);
+      // The serial sample: one pair, 2 ranks (the process's own first round is the concurrent side).
+      EXPECT_EQ(j.ranks, 2);
+      EXPECT_FALSE(j.concurrent_sample);
       EXPECT_EQ(j.guard_for, "zcopy (12 pairs, 6 rounds)");
     }
   }
@@ -397,16 +398,14 @@ TEST(Plan, SelectedSuitesPairsAndModes) {
   o.pairs = {{0, 1}, {3, 2}};
   o.level = Level::kFull;
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan plan, makePlan(nvswitchBox(4), config(), o));
-  // One process over both pairs (disjoint: one round at once), after its serial and concurrent samples.
-  ASSERT_EQ(plan.jobs.size(), 3u);
-  EXPECT_EQ(plan.jobs[0].guard_for, plan.jobs[2].label);
+  // One process over both pairs (disjoint: one round at once), after its serial sample.
+  ASSERT_EQ(plan.jobs.size(), 2u);
+  EXPECT_EQ(plan.jobs[0].guard_for, plan.jobs[1].label);
   EXPECT_EQ(plan.jobs[0].label, "zcopy serial sample 0->1");
-  EXPECT_EQ(plan.jobs[1].label, "zcopy concurrent sample (2 pairs, 1 round)");
-  EXPECT_TRUE(plan.jobs[1].concurrent_sample);
-  EXPECT_EQ(plan.jobs[2].label, "zcopy (2 pairs, 1 round)");
-  EXPECT_EQ(plan.jobs[2].ranks, 4);
-  ASSERT_EQ(plan.jobs[2].rounds.size(), 1u);
-  EXPECT_EQ(plan.jobs[2].rounds[0].size(), 2u);
+  EXPECT_EQ(plan.jobs[1].label, "zcopy (2 pairs, 1 round)");
+  EXPECT_EQ(plan.jobs[1].ranks, 4);
+  ASSERT_EQ(plan.jobs[1].rounds.size(), 1u);
+  EXPECT_EQ(plan.jobs[1].rounds[0].size(), 2u);
   EXPECT_EQ(find(plan, "peer_copy_ce_uni", 1, 0), nullptr);  // only the selected pairs are expected
   EXPECT_NE(find(plan, "peer_copy_ce_uni", 3, 2), nullptr);
   o.suites = {"nonsense"};

@@ -187,7 +187,9 @@ TEST(QualifySetup, KindIsDerivedFromTheHardwareAndSaysHow) {
 TEST(QualifySetup, HelpAndHeadersMatchWhatRuns) {
   CliRun help = runPeerlab({"qualify", "--help"});
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_NE(help.out.find("default at --level standard: peer_copy,zcopy,alltoallv,host_copy,transport"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("default at --level standard: peer_copy,zcopy,alltoallv,host_copy,transport"),
+            std::string::npos)
+      << help.out;
   EXPECT_NE(help.out.find("moe rows"), std::string::npos) << help.out;
   CliRun bench = runPeerlab({"bench", "--dry-run", "--fixture", sourcePath(kH200x4), "--suite", "peer_copy"});
   EXPECT_EQ(bench.exit_code, 0) << bench.err;

@@ -391,8 +391,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
   for (const BenchJob& j : jobs)
     budget += j.budget_s;
   progress.start("peerlab bench", static_cast<int>(jobs.size()), budget);
-  std::map<std::string, std::vector<report::Result>> samples;      // serial samples by the label they guard
-  std::map<std::string, std::vector<report::Result>> concurrents;  // concurrent samples, likewise
+  std::map<std::string, std::vector<report::Result>> samples;  // serial samples by the label they guard
   int index = 0;
   auto record = [&](JobOutcome jo) {
     if (!jo.error.empty()) ++out.failed_jobs;
@@ -404,31 +403,12 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
       out.interrupted = true;
       break;
     }
-    // Both samples of a guarded process taken: they decide, before it starts, whether it runs at once.
-    std::string decided;
-    if (auto s = samples.find(job.label), c = concurrents.find(job.label);
-        job.guard_for.empty() && s != samples.end() && c != concurrents.end()) {
-      const std::vector<ConcurrencyCheck> checks = compareConcurrency(job.label, s->second, c->second);
-      out.concurrency.insert(out.concurrency.end(), checks.begin(), checks.end());
-      for (const ConcurrencyCheck& k : checks) {
-        if (!k.agree && decided.empty()) {
-          char buf[200];
-          std::snprintf(buf, sizeof(buf), "%s: %.1f GB/s at once against %.1f alone (more than %.0f%% below)",
-                        k.row.c_str(), k.concurrent_gbps, k.serial_gbps, 100 * k.tolerance);
-          decided = buf;
-        }
-      }
-      if (checks.empty()) decided = "its samples gave no row to compare";
-      samples.erase(s);
-      concurrents.erase(c);
-    }
     std::vector<report::Result> rows;
-    const BenchJob run = decided.empty() ? job : serialJob(job, job.pairs, "(one at a time)");
-    if (!decided.empty()) out.fallbacks.push_back(job.label + ": " + decided);
-    JobOutcome jo = runOne(run, index++, options, dir, progress, rows);
+    JobOutcome jo = runOne(job, index++, options, dir, progress, rows);
     if (!job.guard_for.empty()) {
-      // A sample: its rows only decide how the process it guards runs. A sample that failed to run is a failed job.
-      (job.concurrent_sample ? concurrents : samples)[job.guard_for] = rows;
+      // A serial sample: its rows only judge the concurrent rounds of the process it guards. A sample that failed to
+      // run is a failed job.
+      samples[job.guard_for] = rows;
       record(std::move(jo));
       if (out.interrupted) break;
       continue;

@@ -123,7 +123,9 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   // What each process was given.
   const std::string zArgs = testing::readFile(bin + "/zcopy_bench.args");
   EXPECT_NE(zArgs.find("--ranks=2"), std::string::npos) << zArgs;
-  EXPECT_NE(zArgs.find("--benchmark_filter=/bytes:(8|65536|268435456)/"), std::string::npos) << zArgs;
+  EXPECT_NE(zArgs.find("--benchmark_filter=^BM_Zcopy/peerlab[.][a-z_]+/.*/bytes:(8|65536|268435456)/"),
+            std::string::npos)
+      << zArgs;
   EXPECT_NE(zArgs.find("--ranks_timeout=10"), std::string::npos) << zArgs;
   EXPECT_NE(testing::readFile(bin + "/zcopy_bench.env").find("rounds=1-0 bin=/opt/peerlab"), std::string::npos);
   EXPECT_NE(testing::readFile(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
@@ -302,24 +304,26 @@ std::set<std::pair<int, int>> pairsWithRows(const BenchOutcome& out) {
 // Concurrent rounds that agree with the serial sample stand: 12 pairs, one process, the sample's row kept apart.
 TEST(Runner, ConcurrentRoundsThatAgreeWithTheSerialSampleStand) {
   PairRun r = runPairSuite("runner-guard-ok", {"FAKE_CONCURRENT_GBPS=375"});
-  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;  // serial sample, concurrent sample, the process
+  ASSERT_EQ(r.out.jobs.size(), 2u) << r.rounds;  // serial sample, the process
   EXPECT_EQ(r.out.failed_jobs, 0);
   EXPECT_TRUE(r.out.fallbacks.empty());
-  ASSERT_EQ(r.out.concurrency.size(), 1u);
-  EXPECT_TRUE(r.out.concurrency[0].agree);
-  EXPECT_DOUBLE_EQ(r.out.concurrency[0].serial_gbps, 380);
-  EXPECT_DOUBLE_EQ(r.out.concurrency[0].concurrent_gbps, 375);
-  EXPECT_EQ(r.out.results.size(), 12u);  // the samples' rows are not results
+  ASSERT_GE(r.out.concurrency.size(), 1u);
+  for (const ConcurrencyCheck& k : r.out.concurrency) {
+    EXPECT_TRUE(k.agree) << k.row;
+    EXPECT_DOUBLE_EQ(k.serial_gbps, 380);
+    EXPECT_DOUBLE_EQ(k.concurrent_gbps, 375);
+  }
+  EXPECT_EQ(r.out.results.size(), 12u);  // the sample's rows are not results
   EXPECT_EQ(pairsWithRows(r.out).size(), 12u);
-  EXPECT_EQ(std::count(r.rounds.begin(), r.rounds.end(), '\n'), 3);
+  EXPECT_EQ(std::count(r.rounds.begin(), r.rounds.end(), '\n'), 2);
 }
 
-// A concurrent sample slower than the serial one beyond the noise: the process runs one pair at a time from the
-// start; the run says why.
+// Concurrent rounds slower than the serial sample beyond the noise: the process's pairs run again one at a time, and
+// their rows replace the concurrent ones; the run says why.
 TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
   PairRun r = runPairSuite("runner-guard-slow", {"FAKE_CONCURRENT_GBPS=300"});
   ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
-  ASSERT_EQ(r.out.concurrency.size(), 1u);
+  ASSERT_GE(r.out.concurrency.size(), 1u);
   EXPECT_FALSE(r.out.concurrency[0].agree);
   ASSERT_EQ(r.out.fallbacks.size(), 1u);
   EXPECT_NE(r.out.fallbacks[0].find("300.0 GB/s at once against 380.0 alone"), std::string::npos) << r.out.fallbacks[0];
@@ -336,11 +340,11 @@ TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
 // names as stuck is not run again but reported with the process's failure.
 TEST(Runner, APairSuiteThatDiesLeavesTheOtherPairsResults) {
   PairRun r = runPairSuite("runner-stuck", {"FAKE_STUCK=1"});
-  ASSERT_EQ(r.out.jobs.size(), 4u) << r.rounds;
-  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[2].rounds[1][0];
+  ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
+  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[1].rounds[1][0];
   const std::string stuckText = std::to_string(stuck.first) + "->" + std::to_string(stuck.second);
-  EXPECT_FALSE(r.out.jobs[2].error.empty());
-  EXPECT_NE(r.out.jobs[3].job.label.find("(the pairs left, one at a time)"), std::string::npos);
+  EXPECT_FALSE(r.out.jobs[1].error.empty());
+  EXPECT_NE(r.out.jobs[2].job.label.find("(the pairs left, one at a time)"), std::string::npos);
   const std::set<std::pair<int, int>> done = pairsWithRows(r.out);
   EXPECT_EQ(done.size(), 11u);
   EXPECT_FALSE(done.count(stuck)) << stuckText;

@@ -158,17 +158,13 @@ std::vector<BenchJob> guardedPairRounds(const SuiteSpec& spec, const std::string
   main.env.insert(main.env.end(), env.begin(), env.end());
   const auto round = std::find_if(rounds.begin(), rounds.end(), [](const auto& r) { return r.size() > 1; });
   if (concurrent && !guard_filter.empty() && round != rounds.end()) {
-    // The first pair of the first concurrent round alone, then that round at once, on the same rows.
+    // The first pair of the first concurrent round alone, on the rows the process's own concurrent round is checked
+    // against when it ends.
     BenchJob alone =
         pairRoundsJob(spec, binary, what + " serial sample", {{round->front()}}, guard_filter, deadline_base_s);
-    BenchJob together =
-        pairRoundsJob(spec, binary, what + " concurrent sample", {*round}, guard_filter, deadline_base_s);
-    together.concurrent_sample = true;
-    for (BenchJob* j : {&alone, &together}) {
-      j->guard_for = main.label;
-      j->env.insert(j->env.end(), env.begin(), env.end());
-      jobs.push_back(*j);
-    }
+    alone.guard_for = main.label;
+    alone.env.insert(alone.env.end(), env.begin(), env.end());
+    jobs.push_back(alone);
   }
   jobs.push_back(main);
   return jobs;

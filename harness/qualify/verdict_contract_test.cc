@@ -32,8 +32,8 @@ struct Case {
 // bundle directory holds other JSON, and reports/qualify a levels summary beside the bundles).
 bool isRunFile(const std::filesystem::path& p) {
   if (!report::isRunFileName(p.string())) return false;
-  return p.filename() == "results.json" || p.filename() == "results.json.gz" ||
-         p.parent_path().filename() == "runs" || p.parent_path().filename() == "baselines";
+  return p.filename() == "results.json" || p.filename() == "results.json.gz" || p.parent_path().filename() == "runs" ||
+         p.parent_path().filename() == "baselines";
 }
 
 Run load(const std::string& source) {
