@@ -4,6 +4,8 @@
 # machine without network: PEERLAB_DEB_DIR=DIR ci/qualify.sh unpacks them (dpkg -x) when apt-get cannot install.
 # The packages are this machine's distribution's: fetch on the distribution of the target when you can (a Debian 12
 # package of these libraries also unpacks and builds on Ubuntu 24.04).
+# ci/slurm_gpu.sh --fetch DIR --distro ubuntu:noble fetches these too, with Slurm and munge, from the named
+# distribution's archive on any Debian-family machine.
 #
 #   ci/fetch_packages.sh [DIR]      exit 0 when every package was downloaded, 1 otherwise
 set -euo pipefail

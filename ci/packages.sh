@@ -9,8 +9,14 @@
 #                                      every required package still missing
 #   packages_missing "build" [required]   the missing packages of those scopes (this distribution's names)
 #   packages_bring                     the packages ci/fetch_packages.sh downloads (the "bring" column)
+#   packages_apt_config ID:SUITE DIR   a private apt configuration (its own sources, keyring, lists, cache and an empty
+#                                      status) for another distribution's archive, written under DIR; prints the file
+#                                      for APT_CONFIG. apt-get update / apt-cache / apt-get download with it fetch that
+#                                      distribution's packages from any Debian-family machine (ci/slurm_gpu.sh --fetch)
 # PEERLAB_DEB_ROOT (default /) is where brought packages are unpacked; PEERLAB_APT_GET (default apt-get) the installer
-# (ci/packages_test.sh uses both).
+# (ci/packages_test.sh uses both); PEERLAB_DISTRO (ubuntu or debian) the column of names to use instead of this
+# machine's (fetching for another distribution); PEERLAB_APT_MIRROR and PEERLAB_APT_KEYRING replace the archive and
+# the keyring packages_apt_config uses.
 
 PEERLAB_PACKAGES_FILE="${PEERLAB_PACKAGES_FILE:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/packages.txt}"
 
@@ -26,9 +32,12 @@ have_nccl() {
   return 1
 }
 
-# ubuntu or debian (the column of package names to use).
+# ubuntu or debian (the column of package names to use): $PEERLAB_DISTRO, else this machine's.
 packages_distro() {
   local id="" like=""
+  case "${PEERLAB_DISTRO:-}" in
+    ubuntu | debian) echo "$PEERLAB_DISTRO"; return 0 ;;
+  esac
   if [ -r /etc/os-release ]; then
     id="$(. /etc/os-release && echo "${ID:-}")"
     like="$(. /etc/os-release && echo "${ID_LIKE:-}")"
@@ -114,8 +123,9 @@ _packages_apt_install() {
   return $ok
 }
 
-# Unpacks every .deb of $2 whose package dpkg does not know as installed into $PEERLAB_DEB_ROOT (default /) with
-# dpkg -x: files only, no maintainer scripts.
+# Unpacks every .deb of $2 whose package dpkg does not know as installed into $PEERLAB_DEB_ROOT (default /): files
+# only, no maintainer scripts. Through tar with --keep-directory-symlink, not dpkg -x: a package that still ships
+# /lib, /bin or /sbin must land in /usr through the merged-/usr links, never replace a link with a directory.
 _packages_unpack() {
   local who="$1" dir="$2" root="${PEERLAB_DEB_ROOT:-/}" deb pkg unpacked=()
   have_cmd dpkg-deb || { echo "$who: no dpkg-deb here to unpack $dir" >&2; return 1; }
@@ -123,7 +133,8 @@ _packages_unpack() {
     [ -e "$deb" ] || continue
     pkg="$(dpkg-deb -f "$deb" Package 2>/dev/null)" || continue
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" && continue
-    if _packages_as_root dpkg -x "$deb" "$root"; then
+    if dpkg-deb --fsys-tarfile "$deb" |
+      _packages_as_root tar -x -f - -C "$root" --keep-directory-symlink --warning=no-timestamp; then
       unpacked+=("$(basename "$deb")")
     else
       echo "$who: cannot unpack $deb into $root (needs root)" >&2
@@ -133,6 +144,111 @@ _packages_unpack() {
   [ ${#unpacked[@]} -gt 0 ] && echo "$who: unpacked into $root from $dir: ${unpacked[*]}"
   [ "$root" = / ] && have_cmd ldconfig && _packages_as_root ldconfig 2>/dev/null
   return 0
+}
+
+# The archive signing key of Ubuntu (2018; it signs every release since 18.04). Where no Ubuntu keyring is installed,
+# the keyring comes from the archive's own ubuntu-keyring package and only this key of it is trusted.
+PEERLAB_UBUNTU_ARCHIVE_KEY=F6ECB3762474EDA9D21B7022871920D1991BC93C
+
+# _packages_apt_dirs DIR: the directories and the configuration ($DIR/apt.conf) of a private apt under DIR; the
+# caller writes $DIR/sources.list.
+_packages_apt_dirs() {
+  local w="$1" arch
+  arch="$(dpkg --print-architecture 2>/dev/null || echo amd64)"
+  mkdir -p "$w/state/lists/partial" "$w/cache/archives/partial" "$w/sources.list.d" "$w/trusted.gpg.d" \
+    "$w/preferences.d" || return 1
+  : >"$w/state/status"
+  # As root apt downloads as _apt where that user exists: it must be able to write there.
+  if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then
+    chmod 755 "$w" "$w/state" "$w/state/lists" "$w/cache" "$w/cache/archives"
+    chown _apt "$w/state/lists/partial" "$w/cache/archives/partial"
+  fi
+  cat >"$w/apt.conf" <<EOF
+Dir::State "$w/state";
+Dir::State::status "$w/state/status";
+Dir::Cache "$w/cache";
+Dir::Etc::sourcelist "$w/sources.list";
+Dir::Etc::sourceparts "$w/sources.list.d";
+Dir::Etc::trusted "$w/trusted.gpg";
+Dir::Etc::trustedparts "$w/trusted.gpg.d";
+Dir::Etc::preferences "$w/preferences";
+Dir::Etc::preferencesparts "$w/preferences.d";
+APT::Architecture "$arch";
+APT::Architectures { "$arch"; };
+Acquire::Languages "none";
+Acquire::Retries "2";
+EOF
+}
+
+# _packages_ubuntu_keyring MIRROR SUITE DIR: prints a keyring holding Ubuntu's archive key: the installed one
+# (package ubuntu-keyring: Ubuntu, Debian 13, Debian 12's backports) where there is one; else the ubuntu-keyring
+# package of the suite's release pocket, fetched unverified, of which only the key with the fingerprint above is kept
+# (with gpg): every index fetched after it is checked against that key alone.
+_packages_ubuntu_keyring() {
+  local mirror="$1" suite="$2" w="$3/keyring" f=/usr/share/keyrings/ubuntu-archive-keyring.gpg fpr
+  [ -f "$f" ] && { echo "$f"; return 0; }
+  if ! have_cmd gpg; then
+    echo "no $f, and no gpg to take the key from the archive: apt-get install ubuntu-keyring or gpg" >&2
+    return 1
+  fi
+  _packages_apt_dirs "$w" || return 1
+  echo "deb [trusted=yes] $mirror $suite main" >"$w/sources.list"
+  APT_CONFIG="$w/apt.conf" apt-get update -qq >"$w/update.log" 2>&1 ||
+    { echo "apt-get update from $mirror $suite failed: $(tail -n 2 "$w/update.log" | tr '\n' ' ')" >&2; return 1; }
+  if ! (cd "$w" && APT_CONFIG="$w/apt.conf" apt-get download -qq ubuntu-keyring >/dev/null 2>&1) ||
+    ! dpkg-deb -x "$(ls "$w"/ubuntu-keyring_*.deb | head -n 1)" "$w/x"; then
+    echo "cannot fetch ubuntu-keyring from $mirror $suite" >&2
+    return 1
+  fi
+  mkdir -p -m 700 "$w/gnupg"
+  gpg --homedir "$w/gnupg" --batch --quiet --no-default-keyring \
+    --keyring "$w/x/usr/share/keyrings/ubuntu-archive-keyring.gpg" --export "$PEERLAB_UBUNTU_ARCHIVE_KEY" \
+    >"$3/ubuntu-archive.gpg" 2>/dev/null
+  fpr="$(gpg --homedir "$w/gnupg" --batch --with-colons --show-keys "$3/ubuntu-archive.gpg" 2>/dev/null |
+    awk -F: '$1 == "fpr" { print $10; exit }')"
+  if [ "$fpr" != "$PEERLAB_UBUNTU_ARCHIVE_KEY" ]; then
+    echo "the ubuntu-keyring package of $mirror $suite lacks the key $PEERLAB_UBUNTU_ARCHIVE_KEY" >&2
+    return 1
+  fi
+  echo "$3/ubuntu-archive.gpg"
+}
+
+packages_apt_config() {
+  local target="$1" w="$2" id suite mirror security keyring components
+  id="${target%%:*}" suite="${target#*:}"
+  if [ -z "$id" ] || [ -z "$suite" ] || [ "$suite" = "$target" ]; then
+    echo "distribution '$target': expected ID:SUITE (ubuntu:noble, debian:bookworm)" >&2
+    return 1
+  fi
+  { have_cmd apt-get && have_cmd apt-cache && have_cmd dpkg-deb; } || { echo "no apt-get here" >&2; return 1; }
+  _packages_apt_dirs "$w" || return 1
+  case "$id" in
+    ubuntu)
+      mirror="${PEERLAB_APT_MIRROR:-http://archive.ubuntu.com/ubuntu}"
+      security="$mirror"
+      components="main universe"
+      if [ -n "${PEERLAB_APT_KEYRING:-}" ]; then keyring="$PEERLAB_APT_KEYRING"; else
+        keyring="$(_packages_ubuntu_keyring "$mirror" "$suite" "$w")" || return 1
+      fi
+      ;;
+    debian)
+      mirror="${PEERLAB_APT_MIRROR:-http://deb.debian.org/debian}"
+      security="${PEERLAB_APT_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+      components="main"
+      keyring="${PEERLAB_APT_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}"
+      ;;
+    *)
+      echo "distribution '$id': ubuntu or debian" >&2
+      return 1
+      ;;
+  esac
+  [ -f "$keyring" ] || { echo "no keyring $keyring" >&2; return 1; }
+  cat >"$w/sources.list" <<EOF
+deb [signed-by=$keyring] $mirror $suite $components
+deb [signed-by=$keyring] $mirror $suite-updates $components
+deb [signed-by=$keyring] $security $suite-security $components
+EOF
+  echo "$w/apt.conf"
 }
 
 packages_setup() {

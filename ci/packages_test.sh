@@ -54,4 +54,36 @@ grep -q "unpacked into $root from $tmp/debs: peerlab-test-brought_1.0_all.deb" <
 grep -q "still missing.*peerlab-test-absent" <<<"$out" || fail "optional not reported: $out"
 # The test scope is separate: its required package fails only there.
 PEERLAB_DEB_DIR= packages_setup t "build test" >/dev/null 2>&1 && fail "test scope passed without its package"
+
+# A package that still ships /lib lands in /usr through a merged-/usr link: the link stays a link.
+mkdir -p "$tmp/lib-pkg/DEBIAN" "$tmp/lib-pkg/lib/peerlab-test" "$tmp/debs2" "$root/usr/lib"
+echo "lib" >"$tmp/lib-pkg/lib/peerlab-test/lib.txt"
+printf 'Package: peerlab-test-lib\nVersion: 1.0\nArchitecture: all\nMaintainer: test <t@example.com>\nDescription: test\n' \
+  >"$tmp/lib-pkg/DEBIAN/control"
+dpkg-deb --build "$tmp/lib-pkg" "$tmp/debs2/peerlab-test-lib_1.0_all.deb" >/dev/null || fail "dpkg-deb --build"
+ln -s usr/lib "$root/lib"
+_packages_unpack t "$tmp/debs2" >/dev/null || fail "unpack of peerlab-test-lib"
+[ -L "$root/lib" ] || fail "the merged-/usr link $root/lib was replaced by a directory"
+[ -f "$root/usr/lib/peerlab-test/lib.txt" ] || fail "peerlab-test-lib did not land in usr/lib"
+
+# Another distribution's names and a private apt configuration (no network: only what is written is checked).
+ubuntu_rows="$(PEERLAB_PACKAGES_FILE="$src/ci/packages.txt" PEERLAB_DISTRO=ubuntu packages_rows test)"
+debian_rows="$(PEERLAB_PACKAGES_FILE="$src/ci/packages.txt" PEERLAB_DISTRO=debian packages_rows test)"
+grep -q '^libclang-rt-18-dev|' <<<"$ubuntu_rows" || fail "PEERLAB_DISTRO=ubuntu: not Ubuntu's names"
+grep -q '^libclang-rt-14-dev|' <<<"$debian_rows" || fail "PEERLAB_DISTRO=debian: not Debian's names"
+if command -v apt-config >/dev/null; then
+  echo "key" >"$tmp/key.gpg"
+  conf="$(PEERLAB_APT_KEYRING="$tmp/key.gpg" packages_apt_config ubuntu:noble "$tmp/apt")" || fail "packages_apt_config"
+  grep -qx "deb \[signed-by=$tmp/key.gpg\] http://archive.ubuntu.com/ubuntu noble main universe" "$tmp/apt/sources.list" ||
+    fail "sources: $(cat "$tmp/apt/sources.list")"
+  grep -q " noble-updates main universe$" "$tmp/apt/sources.list" || fail "no noble-updates"
+  grep -q " noble-security main universe$" "$tmp/apt/sources.list" || fail "no noble-security"
+  [ "$(APT_CONFIG="$conf" apt-config shell S Dir::State::status)" = "S='$tmp/apt/state/status'" ] ||
+    fail "apt-config: $(APT_CONFIG="$conf" apt-config shell S Dir::State::status)"
+  [ ! -s "$tmp/apt/state/status" ] || fail "the private status is not empty"
+  packages_apt_config noble "$tmp/apt2" 2>"$tmp/err" && fail "a distribution without a suite was taken"
+  grep -q "expected ID:SUITE" "$tmp/err" || fail "no reason: $(cat "$tmp/err")"
+  packages_apt_config fedora:40 "$tmp/apt3" 2>"$tmp/err" && fail "fedora was taken"
+  grep -q "ubuntu or debian" "$tmp/err" || fail "no reason: $(cat "$tmp/err")"
+fi
 echo "ok"

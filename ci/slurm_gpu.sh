@@ -2,12 +2,21 @@
 # The Slurm wrappers against real GPUs: a one-node Slurm started on this GPU machine (as root), its health check, a
 # gated job and a sweep of the node, with every bundle and log under $OUT.
 #
-#   ci/slurm_gpu.sh --fetch DIR     on a machine with network and the GPU machine's distribution (Ubuntu 24.04 for the
-#                                   CUDA image): Slurm's and munge's packages with everything they depend on, as .deb
-#                                   files in DIR (carry DIR to the GPU machine)
-#   ci/slurm_gpu.sh [--debs DIR]    on the GPU machine: unpacks DIR's packages where Slurm or munge is missing (dpkg -x,
-#                                   through ci/packages.sh), builds what qualify runs (default preset) and the stand-in
-#                                   NVML, then:
+#   ci/slurm_gpu.sh --fetch DIR [--distro ID:SUITE]
+#                                   on a machine with network: Slurm's and munge's packages, and the build's packages
+#                                   a CUDA image lacks ("bring" in ci/packages.txt), with everything they depend on,
+#                                   as .deb files in DIR (carry DIR to the GPU machine). --distro takes them from that
+#                                   distribution's archive through a private apt configuration, from any Debian-family
+#                                   machine (default: this machine's own sources). For the CUDA image (Ubuntu 24.04):
+#                                     ci/slurm_gpu.sh --fetch /work/slurm-debs-noble --distro ubuntu:noble
+#                                   PEERLAB_APT_MIRROR and PEERLAB_APT_KEYRING replace the archive and its keyring.
+#   ci/slurm_gpu.sh [--debs DIR] --slurm-only
+#                                   Slurm alone, before any build: unpacks DIR's packages where Slurm or munge is
+#                                   missing, starts the one-node Slurm of step 1 without the wrappers, runs a plain
+#                                   job (hostname) and stops it: a check of the packages in seconds
+#   ci/slurm_gpu.sh [--debs DIR]    on the GPU machine: unpacks DIR's packages where Slurm or munge is missing (files
+#                                   only, through ci/packages.sh; update-alternatives' links for the -wlm daemons),
+#                                   builds what qualify runs (default preset) and the stand-in NVML, then:
 #     1. starts munged, slurmctld and slurmd here (harness/slurm/testing/slurm_cluster.sh, SLURM_CLUSTER_LOCAL=1), with
 #        peerlab-healthcheck as HealthCheckProgram and peerlab-gate as Prolog and Epilog; slurmd runs the health check
 #        as it starts: the node must stay idle;
@@ -23,25 +32,59 @@
 set -uo pipefail
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"; fi
 log() { echo "[slurm_gpu.sh $(date +%T)] $*"; }
-debs="" fetch=""
-case "${1:-}" in
-  --debs) debs="$(cd "${2:?--debs DIR}" && pwd)" || exit 2 ;;
-  --fetch) mkdir -p "${2:?--fetch DIR}" && fetch="$(cd "$2" && pwd)" || exit 2 ;;
-  "") ;;
-  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
-esac
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
+debs="" fetch="" distro="" slurm_only=""
+while [ $# -gt 0 ]; do
+  [ "$1" = --slurm-only ] && { slurm_only=1; shift; continue; }
+  [ $# -ge 2 ] || usage
+  case "$1" in
+    --debs) debs="$(cd "$2" && pwd)" || exit 2 ;;
+    --fetch) mkdir -p "$2" && fetch="$(cd "$2" && pwd)" || exit 2 ;;
+    --distro) distro="$2" ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+[ -n "$distro" ] && [ -z "$fetch" ] && usage
+[ -n "$slurm_only" ] && [ -n "$fetch" ] && usage
 cd "$(dirname "$0")/.." || exit 4
 src="$PWD"
 
 if [ -n "$fetch" ]; then
   dir="$fetch"
-  pkgs=(slurmctld slurmd slurm-client munge)
+  source ci/packages.sh
+  if [ -n "$distro" ]; then
+    # A private apt for that distribution's archive: this machine's sources, keys, lists and status stay untouched.
+    work="$(mktemp -d)" && chmod 755 "$work"
+    trap 'rm -rf "$work"' EXIT
+    if [ "${distro%%:*}" = ubuntu ] && [ -z "${PEERLAB_APT_KEYRING:-}" ] &&
+      [ ! -f /usr/share/keyrings/ubuntu-archive-keyring.gpg ]; then
+      packages_setup ci/slurm_gpu.sh fetch || true
+    fi
+    APT_CONFIG="$(packages_apt_config "$distro" "$work/apt")" || { log "no apt configuration for $distro"; exit 1; }
+    export APT_CONFIG PEERLAB_DISTRO="${distro%%:*}"
+  fi
   apt-get update -qq || { log "apt-get update failed"; exit 1; }
-  # Every package they depend on (the GPU image lacks most); what the image has is skipped when unpacking.
+  # Slurm, munge and the packages a build needs that a CUDA image lacks (the "bring" column of ci/packages.txt), with
+  # every package they depend on; what the machine has is skipped when unpacking.
+  pkgs=(slurmctld slurmd slurm-client munge)
+  mapfile -t -O ${#pkgs[@]} pkgs < <(packages_bring)
   mapfile -t all < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-    --no-replaces --no-enhances "${pkgs[@]}" | grep -E '^[a-z0-9]' | sort -u)
-  (cd "$dir" && for p in "${all[@]}"; do apt-get download "$p" >/dev/null 2>&1 || echo "not downloaded: $p"; done)
-  log "$(ls "$dir"/*.deb | wc -l) packages ($(du -sh "$dir" | cut -f1)) in $dir; on the GPU machine: ci/slurm_gpu.sh --debs $dir"
+    --no-replaces --no-enhances "${pkgs[@]}" 2>/dev/null | grep -E '^[a-z0-9]' | sort -u)
+  [ ${#all[@]} -gt 0 ] || { log "apt-cache knows none of ${pkgs[*]}"; exit 1; }
+  missed=()
+  # All at once; one by one where one of them (a virtual package) keeps the others out.
+  if ! (cd "$dir" && apt-get download -qq "${all[@]}" >/dev/null 2>&1); then
+    for p in "${all[@]}"; do
+      (cd "$dir" && apt-get download -qq "$p" >/dev/null 2>&1) || missed+=("$p")
+    done
+  fi
+  [ ${#missed[@]} -gt 0 ] && log "not downloaded (virtual, or not in ${distro:-this distribution}): ${missed[*]}"
+  for p in slurmctld slurmd slurm-client munge; do
+    compgen -G "$dir/${p}_*.deb" >/dev/null || { log "$p was not downloaded"; exit 1; }
+  done
+  log "$(ls "$dir"/*.deb | wc -l) packages of ${distro:-this distribution} ($(du -sh "$dir" | cut -f1)) in $dir"
+  log "on the GPU machine: ci/slurm_gpu.sh --debs $dir --slurm-only (Slurm alone, seconds), then ci/slurm_gpu.sh --debs $dir"
   exit 0
 fi
 
@@ -59,13 +102,55 @@ step() {  # step PASS|FAIL text
 # Packages: Slurm and munge from --debs where apt-get cannot install them; the build's own packages as qualify.sh.
 source ci/packages.sh
 [ -n "$debs" ] && export PEERLAB_DEB_DIR="$debs"
-packages_setup ci/slurm_gpu.sh "build" || { log "cannot build without the packages above"; exit 4; }
-if ! have_cmd slurmctld || ! have_cmd munged; then
-  packages_setup ci/slurm_gpu.sh "test" >/dev/null 2>&1
+if [ -z "$slurm_only" ]; then
+  packages_setup ci/slurm_gpu.sh "build" || { log "cannot build without the packages above"; exit 4; }
 fi
-for tool in munged slurmctld slurmd sbatch scontrol; do
+if ! have_cmd slurmctld || ! have_cmd munged; then
+  packages_setup ci/slurm_gpu.sh "test" >"$OUT/packages.log" 2>&1
+  grep -h "unpacked into" "$OUT/packages.log"
+fi
+# Unpacked packages ran no maintainer script. Slurm needs what its postinst does with update-alternatives (Debian
+# and Ubuntu ship slurmctld-wlm, slurmd-wlm and slurmstepd-wlm; slurmd starts /usr/sbin/slurmstepd); the accounts it
+# creates (slurm, munge) are not needed: the daemons run as root with their files under $OUT.
+slurm_alternative() {  # slurm_alternative NAME [SLAVE]
+  local d=/usr/sbin
+  [ -e "$d/$1" ] || [ ! -x "$d/$1-wlm" ] && return 0
+  if have_cmd update-alternatives; then
+    update-alternatives --quiet --install "$d/$1" "$1" "$d/$1-wlm" 50 \
+      ${2:+--slave "$d/$2" "$2" "$d/$2-wlm"} || return 1
+  else
+    ln -s "$1-wlm" "$d/$1" && { [ -z "${2:-}" ] || ln -sf "$2-wlm" "$d/$2"; } || return 1
+  fi
+  log "$d/$1${2:+ and $d/$2}: linked to the -wlm programs (as Slurm's postinst does)"
+}
+slurm_alternative slurmctld || log "cannot link /usr/sbin/slurmctld"
+slurm_alternative slurmd slurmstepd || log "cannot link /usr/sbin/slurmd"
+for tool in munged slurmctld slurmd slurmstepd sbatch scontrol; do
   have_cmd "$tool" || { log "$tool not found: bring Slurm with ci/slurm_gpu.sh --fetch DIR, then --debs DIR"; exit 4; }
 done
+cleanup() { harness/slurm/testing/slurm_cluster.sh stop "$OUT/slurm" >/dev/null 2>&1; }
+trap cleanup EXIT
+
+if [ -n "$slurm_only" ]; then
+  # Slurm alone, before any build: one node here, a plain job on it.
+  SLURM_CLUSTER_LOCAL=1 harness/slurm/testing/slurm_cluster.sh start "$OUT/slurm" | tee "$OUT/slurm-start.txt"
+  [ -f "$OUT/slurm/skip" ] && { log "Slurm did not start: $(cat "$OUT/slurm/skip")"; exit 4; }
+  source "$OUT/slurm/env"
+  node="$(hostname -s)"
+  sinfo | tee "$OUT/sinfo.txt"
+  job="$(sbatch --parsable -o "$OUT/job.out" --wrap 'hostname -s')"
+  for _ in $(seq 60); do
+    squeue -h -j "$job" 2>/dev/null | grep -q . || break
+    sleep 1
+  done
+  if grep -qx "$node" "$OUT/job.out" 2>/dev/null; then
+    step PASS "Slurm $(slurmd -V | cut -d' ' -f2) on $node: job $job ran: $(cat "$OUT/job.out")"
+  else
+    why="$(scontrol show job "$job" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*' | tr '\n' ' ')"
+    step FAIL "Slurm on $node: job $job: $(head -n 3 "$OUT/job.out" 2>/dev/null) $why"
+  fi
+  exit $rc
+fi
 if [ -z "${CUDACXX:-}" ] && ! have_cmd nvcc; then
   for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -x "$d/nvcc" ] && export CUDACXX="$d/nvcc" && break; done
 fi
@@ -100,9 +185,6 @@ for w in healthcheck gate; do
     >"$OUT/bin/$w"
   chmod 755 "$OUT/bin/$w"
 done
-cleanup() { harness/slurm/testing/slurm_cluster.sh stop "$OUT/slurm" >/dev/null 2>&1; }
-trap cleanup EXIT
-
 # 1. Slurm here; slurmd runs the health check as it starts.
 SLURM_CLUSTER_LOCAL=1 SLURM_CLUSTER_HEALTHCHECK="$OUT/bin/healthcheck" SLURM_CLUSTER_PROLOG="$OUT/bin/gate" \
   SLURM_CLUSTER_EPILOG="$OUT/bin/gate" SLURM_CLUSTER_PROLOG_TIMEOUT=900 \

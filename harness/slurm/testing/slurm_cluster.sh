@@ -81,7 +81,7 @@ esac
 rm -f "$state/skip" "$state/env"
 LOCAL="${SLURM_CLUSTER_LOCAL:-0}"
 [ "$(id -u)" -eq 0 ] || skip "not root: the cluster runs its daemons as root (and needs network namespaces)"
-tools=(munged slurmctld slurmd scontrol sinfo timeout python3)
+tools=(munged slurmctld slurmd scontrol sinfo timeout)
 [ "$LOCAL" = 1 ] || tools+=(ip unshare nsenter)
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || skip "$tool not found (apt-get install slurm-wlm munge iproute2)"
@@ -137,7 +137,13 @@ for i in $(seq "$NODES"); do
   ip -n "$ns" link set lo up
 done
 
-ctld_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+# slurmctld's port: one no socket of this network namespace holds (/proc/net/tcp*, no python: a GPU image may lack it).
+ctld_port=""
+for _ in $(seq 200); do
+  p=$((20000 + RANDOM % 30000))
+  grep -qi ":$(printf '%04X' "$p") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || { ctld_port=$p; break; }
+done
+[ -n "$ctld_port" ] || failed "no free port for slurmctld"
 conf="$state/slurm.conf"
 {
   echo "ClusterName=peerlabtest"
@@ -195,9 +201,15 @@ conf="$state/slurm.conf"
 echo "export SLURM_CONF=$conf" >"$state/env.pending"
 export SLURM_CONF="$conf"
 
-# Slurm 23.02 and later can leave cgroups alone; 22.05 needs /sys/fs/cgroup mounted.
-if slurmd -V 2>/dev/null | awk '{split($2, v, "."); exit !(v[1] > 23 || (v[1] == 23 && v[2] >= 2))}'; then
+# slurmd starts a cgroup plugin whatever the other plugins are: by default the one for the cgroup version it finds
+# (autodetect; fails where /sys/fs/cgroup is absent, and cgroup/v2 without systemd or with a read-only cgroupfs in a
+# container). Slurm 24.05 and later can leave cgroups alone (disabled); 23.x gets cgroup/v1, whose start touches no
+# cgroup (proctrack/linuxproc and task/none never use it); 22.05 keeps autodetect.
+slurm_version="$(slurmd -V 2>/dev/null | awk '{split($2, v, "."); print v[1] * 100 + v[2]}')"
+if [ "${slurm_version:-0}" -ge 2405 ]; then
   echo "CgroupPlugin=disabled" >"$state/cgroup.conf"
+elif [ "${slurm_version:-0}" -ge 2302 ]; then
+  echo "CgroupPlugin=cgroup/v1" >"$state/cgroup.conf"
 fi
 if [ "$LOCAL" = 1 ]; then
   slurmctld -f "$conf" || failed "slurmctld did not start"
@@ -211,9 +223,21 @@ for i in $(seq "$NODES"); do
   nsenter --net="/run/netns/${NS_PREFIX}$i" unshare --uts sh -c "hostname node$i && exec slurmd -f '$conf'" ||
     failed "slurmd of node$i did not start"
 done
-# Every node registered (its state known and responding), within 60 s.
-for _ in $(seq 120); do
-  states="$(scontrol show node -o 2>/dev/null | sed -n 's/^NodeName=\([^ ]*\) .* State=\([^ ]*\) .*/\1 \2/p')"
+# Every node registered (its state known and responding), within 60 s; a daemon that exits ends the wait at once.
+# alive PIDFILE: false only once the daemon wrote its pid and that process is gone.
+alive() {
+  local pid
+  pid="$(cat "$1" 2>/dev/null)"
+  [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null
+}
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  alive "$state/slurmctld.pid" || failed "slurmctld exited"
+  if [ "$LOCAL" = 1 ]; then
+    alive "$state/slurmd.$(hostname -s).pid" || failed "slurmd exited"
+  fi
+  states="$(timeout 10 scontrol show node -o 2>/dev/null |
+    sed -n 's/^NodeName=\([^ ]*\) .* State=\([^ ]*\) .*/\1 \2/p')"
   if [ "$(echo "$states" | grep -c .)" -eq "$NODES" ] && ! echo "$states" | grep -qE 'UNKNOWN|NOT_RESPONDING|DOWN'; then
     mv "$state/env.pending" "$state/env"
     echo "Slurm cluster: slurmctld on $([ "$LOCAL" = 1 ] && echo 127.0.0.1 || echo "$net.1"):$ctld_port, $NODES nodes"
@@ -222,4 +246,4 @@ for _ in $(seq 120); do
   fi
   sleep 0.5
 done
-failed "the nodes did not register within 60 s: $(sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')"
+failed "the nodes did not register within 60 s: $(timeout 10 sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')"
