@@ -15,7 +15,7 @@ namespace {
 using namespace cost;
 
 // Host passes (fill, poison, check) over a pinned buffer run word-wise on several threads (reference/core/pattern).
-constexpr double kHostPassGbps = 16.0;
+constexpr double kHostPassGbps = 24.0;
 constexpr double kHostPasses = 4;  // per buffer and case
 
 std::string filter(Level level, const std::vector<std::pair<int, int>>&, bool) {
@@ -55,7 +55,7 @@ JobEstimate estimate(const BenchJob& job, const Plan& plan) {
   const bool remote = t.numa_nodes != 1;
   const std::vector<double> sizes =
       level == Level::kFull ? std::vector<double>{kMiB, 16 * kMiB, 256 * kMiB} : std::vector<double>{256 * kMiB};
-  const double fixed = 0.05;
+  const double fixed = 0.015;
   // The runtime's own copies (cuda.memcpy_async, cuda.pageable) where the job runs them: the full sweep (earlier
   // code's standard level too).
   const std::string f = jobFilter(job);
