@@ -12,8 +12,8 @@
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 #include "reference/core/process.h"
 #include "reference/core/text.h"
 

@@ -12,9 +12,9 @@
 #include "harness/report/actions.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/html.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 #include "reference/core/files.h"
 
 namespace peerlab::cli {

@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "harness/qualify/browser.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/html.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/site.h"
+#include "harness/report/render/site_testing.h"
 #include "harness/report/report.h"
-#include "harness/report/site.h"
-#include "harness/report/site_testing.h"
 #include "harness/testing/cli.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"

@@ -9,10 +9,10 @@
 
 #include "harness/faults/fuzz/fuzz_util.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/html.h"
-#include "harness/report/junit.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace peerlab;

@@ -25,7 +25,5 @@ std::string actionLine(const Check& c);
 /// pass, failures first, "FAIL category: name: measured M, expected E (basis): reason", a failed check followed by
 /// "  action: <short>: <text>".
 std::string formatCheckLines(const std::vector<Check>& checks);
-/// "category name: reason (measured M, expected E)" of the first failed check, "" when none failed.
-std::string firstFailure(const std::vector<Check>& checks);
 
 }  // namespace peerlab::report

@@ -1,4 +1,4 @@
-#include "harness/report/html.h"
+#include "harness/report/render/html.h"
 
 #include <algorithm>
 #include <array>

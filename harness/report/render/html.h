@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "harness/report/chart_page.h"
 #include "harness/report/checks.h"
+#include "harness/report/render/chart_page.h"
 #include "harness/report/report.h"
 
 namespace peerlab::report {

@@ -1,4 +1,4 @@
-#include "harness/report/summary.h"
+#include "harness/report/render/summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 
 #include "harness/report/actions.h"
 #include "harness/report/aggregate.h"
-#include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/render/chart_page.h"
 
 namespace peerlab::report {
 
@@ -210,16 +210,6 @@ std::string formatCheckLines(const std::vector<Check>& checks) {
     }
   }
   return out;
-}
-
-std::string firstFailure(const std::vector<Check>& checks) {
-  for (const Check& c : checks) {
-    if (c.failed()) {
-      return c.category + " " + c.name + ": " + c.reason + " (measured " + c.measured + ", expected " + c.expected +
-             ")";
-    }
-  }
-  return "";
 }
 
 }  // namespace peerlab::report

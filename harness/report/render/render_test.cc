@@ -9,10 +9,10 @@
 #include <string>
 
 #include "harness/report/aggregate.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/html.h"
-#include "harness/report/junit.h"
-#include "harness/report/summary.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
