@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "harness/report/evaluate.h"
+#include "harness/report/render/console.h"
 #include "harness/report/render/junit.h"
 #include "harness/report/render/summary.h"
 #include "reference/testing/testing.h"

@@ -223,10 +223,8 @@ table.heatmap td{text-align:right;min-width:52px}
 
 }  // namespace
 
-std::string renderHtml(const Run& run, const HtmlOptions& options) {
+std::string renderHtml(const Run& run, const std::vector<Check>& checks, const HtmlOptions& options) {
   int charts = 0;
-  // The checks are the engine's: given by the caller, else made from the run and its stored plan.
-  const std::vector<Check> checks = options.checks ? *options.checks : verdictOf(run).checks;
   const CheckCounts counts = countChecks(checks);
   const bool drawCharts = !chartJsSource().empty();
   // The machine by kind and node (the host name beside them: on cloud VMs it names nothing).

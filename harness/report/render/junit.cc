@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "harness/report/render/summary.h"
+#include "harness/report/actions.h"
 
 namespace peerlab::report {
 
