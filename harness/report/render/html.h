@@ -20,7 +20,9 @@ struct HtmlOptions {
 /// every renderer alike: the console, summary.md, junit.xml and this page show the same checks and counts). The page's
 /// script (pageEnd() in chart_page.h) sets data-peerlab-ready="ok" on <html> once every chart is drawn ("no-chartjs"
 /// without the library, "error: ..." otherwise), data-peerlab-charts to the number drawn and data-peerlab-height to
-/// the page height.
+/// the page height. Sections, in this order, each left out where the run has nothing for it: checks, bandwidth and
+/// time against size, pair matrices, probe, latency, host copies, machine health, tests, topology, machine, benchmark
+/// processes, failed and skipped, all results.
 std::string renderHtml(const Run& run, const std::vector<Check>& checks, const HtmlOptions& options = {});
 
 }  // namespace peerlab::report
