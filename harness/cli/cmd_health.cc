@@ -12,9 +12,9 @@
 #include "harness/health/health.h"
 #include "harness/health/stage.h"
 #include "harness/qualify/config.h"
+#include "harness/report/actions.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 #include "reference/core/process.h"
 #include "reference/core/text.h"
 

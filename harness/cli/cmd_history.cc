@@ -14,8 +14,8 @@
 #include "harness/report/report.h"
 #include "reference/core/text.h"
 
-#if __has_include("harness/report/site.h")
-#include "harness/report/site.h"
+#if __has_include("harness/report/render/site.h")
+#include "harness/report/render/site.h"
 #define PEERLAB_HAVE_HISTORY_SITE 1
 #endif
 
@@ -411,7 +411,7 @@ int runHtml(const HistoryArgs& a) {
     Status st = writeOutput((std::filesystem::path(a.out_dir) / "history.json").string(), model->dump() + "\n");
     if (!st.isOk()) return fail(kCmd, kExitRuntime, "html: " + st.message());
   }
-  std::fprintf(out, "the site renderer (harness/report/site.h) is not built in: wrote the model only\n");
+  std::fprintf(out, "the site renderer (harness/report/render/site.h) is not built in: wrote the model only\n");
 #endif
   return kExitOk;
 }

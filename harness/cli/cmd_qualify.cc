@@ -28,10 +28,11 @@
 #include "harness/qualify/runner.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/html.h"
-#include "harness/report/junit.h"
+#include "harness/report/render/console.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 #include "reference/core/files.h"
 #include "reference/core/process.h"
 #include "reference/host/host_copy.h"
@@ -175,8 +176,7 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   if (!st.isOk()) return failed(st);
   report::HtmlOptions ho;
   ho.title = "peerlab qualify: " + report::machineTitle(run);
-  ho.checks = checks;
-  st = writeTextFile(dir + "/report.html", report::renderHtml(run, ho));
+  st = writeTextFile(dir + "/report.html", report::renderHtml(run, checks, ho));
   if (!st.isOk()) return failed(st);
   report::SummaryOptions so;
   so.command = command;

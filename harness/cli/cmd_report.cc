@@ -12,9 +12,10 @@
 #include "harness/report/actions.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/html.h"
+#include "harness/report/render/console.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 #include "reference/core/files.h"
 
 namespace peerlab::cli {
@@ -166,9 +167,8 @@ int runRender(const ReportArgs& a) {
   const bool summaryToStdout = a.summary == "-" || (a.summary.empty() && a.html.empty() && a.screenshot.empty());
   report::HtmlOptions opts;
   opts.title = a.title;
-  opts.checks = verdict.checks;
   if (!a.html.empty()) {
-    Status st = writeTextFile(a.html, report::renderHtml(*run, opts));
+    Status st = writeTextFile(a.html, report::renderHtml(*run, verdict.checks, opts));
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--html " + st.message());
     std::fprintf(stderr, "peerlab report: wrote %s\n", a.html.c_str());
   }
@@ -181,7 +181,7 @@ int runRender(const ReportArgs& a) {
       if (!::mkdtemp(tmpl.data())) return fail(kCmd, kExitRuntime, "--screenshot: cannot make a temporary directory");
       tmpDir = tmpl;
       htmlPath = tmpDir + "/report.html";
-      if (Status st = writeTextFile(htmlPath, report::renderHtml(*run, opts)); !st.isOk()) {
+      if (Status st = writeTextFile(htmlPath, report::renderHtml(*run, verdict.checks, opts)); !st.isOk()) {
         std::error_code ec;
         std::filesystem::remove_all(tmpDir, ec);
         return fail(kCmd, kExitRuntime, "--screenshot: " + st.message());

@@ -18,9 +18,9 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
-#include "harness/report/fleet_page.h"
+#include "harness/report/render/fleet_page.h"
+#include "harness/report/render/site.h"
 #include "harness/report/report.h"
-#include "harness/report/site.h"
 #include "harness/testing/cli.h"
 #include "reference/testing/testing.h"
 

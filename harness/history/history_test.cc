@@ -14,7 +14,7 @@
 #include "harness/history/store.h"
 #include "harness/history/testing/history_testing.h"
 #include "harness/report/metric.h"
-#include "harness/report/site.h"
+#include "harness/report/render/site.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::history {

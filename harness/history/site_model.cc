@@ -1,6 +1,6 @@
 #include "harness/history/site_model.h"
 
-#include "harness/report/site.h"
+#include "harness/report/render/site.h"
 
 #include <algorithm>
 #include <cmath>

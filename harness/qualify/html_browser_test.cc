@@ -10,11 +10,12 @@
 #include <sstream>
 
 #include "harness/qualify/browser.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/html.h"
+#include "harness/report/evaluate.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/site.h"
+#include "harness/report/render/site_testing.h"
 #include "harness/report/report.h"
-#include "harness/report/site.h"
-#include "harness/report/site_testing.h"
 #include "harness/testing/cli.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
@@ -92,6 +93,11 @@ report::Run bigRun(int gpus) {
   return run;
 }
 
+// The report of a run with its checks evaluated once, as `peerlab report` renders it.
+std::string reportPage(const report::Run& run) {
+  return report::renderHtml(run, report::verdictOf(run).checks);
+}
+
 size_t countOf(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size()))
@@ -156,7 +162,6 @@ TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   auto committed = report::readRun(sourcePath("reports/runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz"));
   ASSERT_TRUE(committed.isOk());
   report::Run withChecks = bigRun(4);
-  report::HtmlOptions checks;
   report::Check slow;
   slow.category = "bandwidth";
   slow.name = "peer_copy peerlab.ce uni 3->5";
@@ -169,16 +174,16 @@ TEST(HtmlBrowser, ReportsRenderTheirCharts) {
   probe.name = "probe ce_write: claimed cells verify";
   probe.measured = probe.expected = "12 of 12";
   probe.reason = "ok";
-  checks.checks = std::vector<report::Check>{slow, probe};
+  const std::vector<report::Check> checks = {slow, probe};
   struct Case {
     std::string name;
     std::string html;
     int min_charts;
   };
   const std::vector<Case> cases = {
-      {"sample", report::renderHtml(*sample), 0},  // every case at one size: tables
-      {"sixteen", report::renderHtml(bigRun(16)), 2},       {"checks", report::renderHtml(withChecks, checks), 2},
-      {"committed-x4", report::renderHtml(*committed), 20}, {"empty", report::renderHtml(report::newRun()), 0},
+      {"sample", reportPage(*sample), 0},  // every case at one size: tables
+      {"sixteen", reportPage(bigRun(16)), 2},       {"checks", report::renderHtml(withChecks, checks), 2},
+      {"committed-x4", reportPage(*committed), 20}, {"empty", reportPage(report::newRun()), 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -218,7 +223,7 @@ TEST(HtmlBrowser, WithoutChartJsThePageSaysSo) {
   PEERLAB_REQUIRE_BROWSER();
   // Without Chart.js the page draws tables of the same figures and says so once: no empty chart frames.
   ::setenv("PEERLAB_CHARTJS", "", 1);
-  const std::string html = report::renderHtml(bigRun(4));
+  const std::string html = reportPage(bigRun(4));
   ::unsetenv("PEERLAB_CHARTJS");
   EXPECT_EQ(promisedCharts(html), 0);
   EXPECT_EQ(html.find("class=\"plchart\""), std::string::npos);
@@ -232,7 +237,7 @@ TEST(HtmlBrowser, WithoutChartJsThePageSaysSo) {
 TEST(HtmlBrowser, BrokenChartIsDetected) {
   PEERLAB_REQUIRE_BROWSER();
   PEERLAB_REQUIRE_CHARTJS();
-  std::string html = report::renderHtml(bigRun(4));
+  std::string html = reportPage(bigRun(4));
   // A chart whose config is not JSON: the page's script must say so rather than report ok.
   const size_t at = html.find("<div class=\"plchart\"");
   ASSERT_NE(at, std::string::npos);
@@ -340,7 +345,7 @@ report::Run mixedRun() {
 TEST(HtmlBrowser, OneColourPerImplementationOnEveryChart) {
   PEERLAB_REQUIRE_BROWSER();
   PEERLAB_REQUIRE_CHARTJS();
-  const std::string html = withScript(report::renderHtml(mixedRun()), R"js(
+  const std::string html = withScript(reportPage(mixedRun()), R"js(
     var seen = {}, clash = [];
     Object.values(Chart.instances).forEach(function (c) {
       var inChart = {};
@@ -379,7 +384,7 @@ TEST(HtmlBrowser, OneColourPerImplementationOnEveryChart) {
 // failure and from each other, and wide tables and long strings stay inside the page's width.
 TEST(HtmlBrowser, NotApplicableAndSkippedCellsAreNotRedAndNothingOverflows) {
   PEERLAB_REQUIRE_BROWSER();
-  const std::string html = withScript(report::renderHtml(mixedRun()), R"js(
+  const std::string html = withScript(reportPage(mixedRun()), R"js(
     function bg(sel) {
       var e = document.querySelector(sel);
       return e ? getComputedStyle(e).backgroundImage + ' ' + getComputedStyle(e).backgroundColor : 'none';
@@ -441,7 +446,7 @@ TEST(HtmlBrowser, ScreenshotCoversTheWholePage) {
   run.results.push_back(last);
   const std::string dir = scratchDir("browser-fullpage");
   const std::string html = dir + "/r.html";
-  ASSERT_TRUE(writeTextFile(html, report::renderHtml(run)).isOk());
+  ASSERT_TRUE(writeTextFile(html, reportPage(run)).isOk());
   // A stale part of an earlier, longer page is removed.
   ASSERT_TRUE(writeTextFile(dir + "/r-9.png", "stale").isOk());
   auto shot = qualify::screenshotReport(html, dir + "/r.png", 1280);

@@ -184,6 +184,11 @@ std::string moreDrastic(const std::string& a, const std::string& b) {
   return a;
 }
 
+std::string actionLine(const Check& c) {
+  const std::optional<Action> a = actionById(c.action);
+  return a ? a->short_text + ": " + a->text : "";
+}
+
 const Check* checkToActOn(const std::vector<Check>& checks) {
   const Check* best = nullptr;
   for (const Check& c : checks) {

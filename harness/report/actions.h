@@ -40,6 +40,8 @@ std::string actionFor(const std::string& key);
 /// The most drastic of two action ids (actionTable() order); an empty id loses.
 std::string moreDrastic(const std::string& a, const std::string& b);
 
+/// "<short>: <text>" of a failed check's recommended action, "" when it has none.
+std::string actionLine(const Check& c);
 /// The action that outranks the others among the failed checks, and the check it came from; nullopt when none failed.
 const Check* checkToActOn(const std::vector<Check>& checks);
 /// The text of a Slurm drain reason for the checks (without the "peerlab: " prefix the wrappers add): the check that

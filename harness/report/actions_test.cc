@@ -10,8 +10,9 @@
 #include <sstream>
 
 #include "harness/report/evaluate.h"
-#include "harness/report/junit.h"
-#include "harness/report/summary.h"
+#include "harness/report/render/console.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {

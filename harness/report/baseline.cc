@@ -6,7 +6,6 @@
 
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/summary.h"
 
 namespace peerlab::report {
 

@@ -76,6 +76,16 @@ std::string formatCounts(const CheckCounts& n) {
          std::to_string(n.unsupported) + " unsupported, " + std::to_string(n.skipped) + " skipped";
 }
 
+std::string firstFailure(const std::vector<Check>& checks) {
+  for (const Check& c : checks) {
+    if (c.failed()) {
+      return c.category + " " + c.name + ": " + c.reason + " (measured " + c.measured + ", expected " + c.expected +
+             ")";
+    }
+  }
+  return "";
+}
+
 json toJson(const CheckCounts& n) {
   return {{"verdict", verdictWord(n)}, {"total", n.total},       {"passed", n.passed},
           {"failed", n.failed},        {"warnings", n.warnings}, {"unsupported", n.unsupported},

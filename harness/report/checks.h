@@ -57,6 +57,8 @@ const char* verdictWord(const CheckCounts& counts);
 /// "91 checks: 87 passed, 1 failed, 1 warning, 2 unsupported, 0 skipped" (every count, always in this order).
 std::string formatCounts(const CheckCounts& counts);
 nlohmann::json toJson(const CheckCounts& counts);
+/// "category name: reason (measured M, expected E)" of the first failed check, "" when none failed.
+std::string firstFailure(const std::vector<Check>& checks);
 
 nlohmann::json toJson(const Check& check);
 nlohmann::json toJson(const std::vector<Check>& checks);

@@ -13,8 +13,8 @@
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
+#include "harness/report/render/site.h"
 #include "harness/report/report.h"
-#include "harness/report/site.h"
 #include "reference/core/files.h"
 
 namespace {

@@ -9,10 +9,11 @@
 
 #include "harness/faults/fuzz/fuzz_util.h"
 #include "harness/report/evaluate.h"
-#include "harness/report/html.h"
-#include "harness/report/junit.h"
+#include "harness/report/render/console.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "harness/report/report.h"
-#include "harness/report/summary.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace peerlab;
@@ -25,9 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (n.passed + n.failed + n.warnings + n.unsupported + n.skipped != n.total) {
     fuzz::invariantFailed("the counts do not add up");
   }
-  report::HtmlOptions options;
-  options.checks = checks;
-  const std::string html = report::renderHtml(*run, options);
+  // Evaluated once and handed to every renderer, as qualify and report do.
+  const std::string html = report::renderHtml(*run, checks);
   if (html.find("</html>") == std::string::npos) fuzz::invariantFailed("the HTML report does not end its page");
   // Every output states the engine's counts.
   const std::string counts = report::formatCounts(n);

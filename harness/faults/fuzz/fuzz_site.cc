@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "harness/faults/fuzz/fuzz_util.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/site.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/site.h"
 #include "reference/core/files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -22,7 +22,7 @@
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
-#include "harness/report/site.h"
+#include "harness/report/render/site.h"
 #include "reference/core/files.h"
 
 namespace {

@@ -16,10 +16,9 @@ namespace peerlab::report {
 inline constexpr size_t kMaxSiteKinds = 1000;
 
 /// Writes the site into `out_dir` (created when missing): one page per kind (kindPageName) and its fleet page
-/// (fleetPageName, harness/report/fleet_page.h: the kind's "nodes"), chart.min.js once (the trend pages load it from
-/// beside them; without Chart.js they say why charts are missing), then index.html. Every
-/// file is written through reference/core writeTextFile (a temporary renamed into place; no symlink followed). The
-/// model:
+/// (fleetPageName, harness/report/render/fleet_page.h: the kind's "nodes"), chart.min.js once (the trend pages load it
+/// from beside them; without Chart.js they say why charts are missing), then index.html. Every file is written through
+/// reference/core writeTextFile (a temporary renamed into place; no symlink followed). The model:
 /// {"generated": ISO, "kinds": [{"kind",
 ///   "series": [{"id","group","suite","impl","name","src","dst","ranks","bytes","metric","unit","host",
 ///               "points": [{"run_id","timestamp","git_sha","driver","value","p10","p90"}],   (oldest first)

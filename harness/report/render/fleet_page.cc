@@ -1,11 +1,11 @@
-#include "harness/report/fleet_page.h"
+#include "harness/report/render/fleet_page.h"
 
 #include <sstream>
 #include <vector>
 
 #include "harness/report/actions.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/site.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/site.h"
 
 namespace peerlab::report {
 

@@ -1,4 +1,4 @@
-#include "harness/report/site.h"
+#include "harness/report/render/site.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <regex>
 #include <string>
 
-#include "harness/report/chart_page.h"
-#include "harness/report/site_testing.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/site_testing.h"
 #include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 

@@ -1,4 +1,4 @@
-#include "harness/report/chart_page.h"
+#include "harness/report/render/chart_page.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "harness/report/summary.h"
+#include "harness/report/render/summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 
 #include "harness/report/actions.h"
 #include "harness/report/aggregate.h"
-#include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/render/chart_page.h"
 
 namespace peerlab::report {
 
@@ -190,36 +190,6 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
       md << "- " << cell(f) << "\n";
   }
   return md.str();
-}
-
-std::string actionLine(const Check& c) {
-  const std::optional<Action> a = actionById(c.action);
-  return a ? a->short_text + ": " + a->text : "";
-}
-
-std::string formatCheckLines(const std::vector<Check>& checks) {
-  std::string out;
-  for (CheckStatus want : {CheckStatus::kFail, CheckStatus::kWarn, CheckStatus::kUnsupported, CheckStatus::kSkipped}) {
-    for (const Check& c : checks) {
-      if (c.status != want) continue;
-      out += checkStatusLabel(c.status) + " " + c.category + ": " + c.name + ": measured " +
-             (c.measured.empty() ? std::string("-") : c.measured) + ", expected " +
-             (c.expected.empty() ? std::string("-") : c.expected) + (c.basis.empty() ? "" : " (" + c.basis + ")") +
-             ": " + c.reason + "\n";
-      if (const std::string a = actionLine(c); !a.empty()) out += "  action: " + a + "\n";
-    }
-  }
-  return out;
-}
-
-std::string firstFailure(const std::vector<Check>& checks) {
-  for (const Check& c : checks) {
-    if (c.failed()) {
-      return c.category + " " + c.name + ": " + c.reason + " (measured " + c.measured + ", expected " + c.expected +
-             ")";
-    }
-  }
-  return "";
 }
 
 }  // namespace peerlab::report

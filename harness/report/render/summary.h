@@ -19,13 +19,4 @@ struct SummaryOptions {
 
 std::string renderSummary(const Run& run, const std::vector<Check>& checks, const SummaryOptions& options = {});
 
-/// "<short>: <text>" of a failed check's recommended action (harness/report/actions.h), "" when it has none.
-std::string actionLine(const Check& c);
-/// The console's view of checks (`peerlab qualify` and `peerlab report` print it): one line per check that did not
-/// pass, failures first, "FAIL category: name: measured M, expected E (basis): reason", a failed check followed by
-/// "  action: <short>: <text>".
-std::string formatCheckLines(const std::vector<Check>& checks);
-/// "category name: reason (measured M, expected E)" of the first failed check, "" when none failed.
-std::string firstFailure(const std::vector<Check>& checks);
-
 }  // namespace peerlab::report

@@ -1,10 +1,10 @@
-#include "harness/report/junit.h"
+#include "harness/report/render/junit.h"
 
 #include <cstdio>
 #include <map>
 #include <sstream>
 
-#include "harness/report/summary.h"
+#include "harness/report/actions.h"
 
 namespace peerlab::report {
 

@@ -1,4 +1,4 @@
-#include "harness/report/site.h"
+#include "harness/report/render/site.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 #include <set>
 #include <sstream>
 
-#include "harness/report/chart_page.h"
 #include "harness/report/compare.h"
-#include "harness/report/fleet_page.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/fleet_page.h"
 #include "reference/core/files.h"
 #include "reference/core/text.h"
 

@@ -9,14 +9,21 @@
 #include <string>
 
 #include "harness/report/aggregate.h"
-#include "harness/report/chart_page.h"
-#include "harness/report/html.h"
-#include "harness/report/junit.h"
-#include "harness/report/summary.h"
+#include "harness/report/evaluate.h"
+#include "harness/report/render/chart_page.h"
+#include "harness/report/render/console.h"
+#include "harness/report/render/html.h"
+#include "harness/report/render/junit.h"
+#include "harness/report/render/summary.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {
+
+// The report of a run with its checks evaluated once, as `peerlab report` renders it.
+std::string reportPage(const Run& run) {
+  return renderHtml(run, verdictOf(run).checks);
+}
 
 size_t countOf(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -115,7 +122,7 @@ TEST(Html, TitleNamesTheMachineByKindAndNode) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run,
                                readRun(testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz")));
   ASSERT_FALSE(run.kind.name.empty());
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   const std::string title = "peerlab report: " + htmlEscape(machineTitle(run));
   EXPECT_NE(html.find("<h1>" + title + "</h1>"), std::string::npos) << title;
   EXPECT_NE(title.find(run.kind.name), std::string::npos);
@@ -123,7 +130,7 @@ TEST(Html, TitleNamesTheMachineByKindAndNode) {
 
 TEST(Html, SampleRunIsSelfContained) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, readRun(testing::sourcePath("reports/schema/sample-run.json")));
-  const std::string full = renderHtml(run);
+  const std::string full = reportPage(run);
   const std::string html = withoutLibrary(full);
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("</html>"), std::string::npos);
@@ -150,7 +157,7 @@ TEST(Html, SampleRunIsSelfContained) {
 
 TEST(Html, ScalesToSixteenGpusAndMarksProbeMismatches) {
   report::Run run = syntheticRun(16);
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   // 16x16 cells per pair matrix and probe matrix.
   EXPECT_NE(html.find("<h3>peer_copy peerlab.ce uni at 256 MiB, algbw</h3>"), std::string::npos);
   EXPECT_GE(countOf(html, "data-fraction="), 2u * 240u);
@@ -182,7 +189,7 @@ TEST(Html, PlanTopologyWithUnknownLinksIsDrawn) {
   pairs.push_back({{"src", "0"}, {"dst", 1.5}, {"nvlinks", "many"}});
   pairs.push_back(7);
   run.extra["plan"] = {{"topology", {{"source", nullptr}, {"gpus", nlohmann::json::array({1, 2})}, {"pairs", pairs}}}};
-  const std::string html = renderHtml(run, {});
+  const std::string html = reportPage(run);
   EXPECT_NE(html.find("<td>SYS</td>"), std::string::npos);
   EXPECT_NE(html.find("<td>NV4</td>"), std::string::npos);
 }
@@ -205,7 +212,7 @@ TEST(Html, AtMostEightSeriesPerChart) {
       run.results.push_back(r);
     }
   }
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   const std::vector<int> series = chartSeries(html);
   int total = 0, zcopyUni = 0;
   for (int n : series) {
@@ -233,7 +240,7 @@ TEST(Html, CasesAreInNumericOrder) {
     r.algbw_gbps = 20;
     run.results.push_back(r);
   }
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   std::vector<size_t> at;
   for (const char* title : {"moe T=8 x2", "moe T=32 x2", "moe T=128 x2", "moe T=4096 x2", "moe graph/T=8 x2"}) {
     at.push_back(html.find(title));
@@ -262,7 +269,7 @@ TEST(Html, LatencySuitesShowMicrosecondMatrices) {
       run.results.push_back(r);
     }
   }
-  const std::string page = withoutLibrary(renderHtml(run));
+  const std::string page = withoutLibrary(reportPage(run));
   // The raw results table at the end lists every record as stored; the views above it must not show "0 B".
   const std::string html = page.substr(0, page.find("id=\"results\""));
   EXPECT_EQ(html.find("0 B"), std::string::npos) << html.substr(html.find("0 B") - 300, 400);
@@ -288,7 +295,7 @@ TEST(Html, PairMatrixAgainstExpectedFigure) {
   for (Result& r : run.results) {
     if (r.suite == "peer_copy" && r.impl == "peerlab.ce" && r.src == 1 && r.dst == 2) r.algbw_gbps = 191.25;
   }
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   EXPECT_NE(html.find("Percent of the expected figure"), std::string::npos);
   EXPECT_NE(html.find("title=\"1-&gt;2: 191.2 GB/s of 382.5 GB/s expected\" data-fraction=\"0.500\">50.0%</td>"),
             std::string::npos);
@@ -302,7 +309,7 @@ TEST(Html, CtestTimesInSecondsAndNotPlotted) {
   t.impl = "ctest";
   t.time_us = 2634480;
   run.results.push_back(t);
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   EXPECT_NE(html.find("<td>core_gpu_test</td><td>ok</td><td class=\"num\">2.6</td>"), std::string::npos);
   EXPECT_EQ(html.find("2634480"), std::string::npos) << html.substr(html.find("2634480") - 300, 400);
   EXPECT_EQ(html.find("2.63e+06"), std::string::npos);
@@ -385,7 +392,7 @@ TEST(Html, HostCopyAndHealthTables) {
   machine.status = "ok";
   machine.detail = "580.159.04";
   run.results.push_back(machine);
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
   // Column titles may wrap after '.' and '_'.
   EXPECT_NE(html.find("<th>peerlab.<wbr>ce h2d</th>"), std::string::npos);
@@ -440,7 +447,7 @@ TEST(Html, CountersUnderThresholdAreInformationAndBytesAreExplained) {
   moe.time_us = 15.3;
   moe.algbw_gbps = 961.0;
   run.results.push_back(moe);
-  const std::string html = withoutLibrary(renderHtml(run));
+  const std::string html = withoutLibrary(reportPage(run));
   EXPECT_NE(html.find("<td class=\"cell-info\" title=\"6812 CRC errors (84.1/s"), std::string::npos);
   EXPECT_NE(html.find("<span class=\"info\">6812 NVLink CRC errors, 84.1/s</span>"), std::string::npos);
   EXPECT_NE(html.find("<span class=\"info\">3 corrected ECC errors</span>"), std::string::npos);
@@ -461,7 +468,7 @@ TEST(Html, BenchmarkProcessesAreListed) {
                            {"results", 0},
                            {"wall_s", 180.0},
                            {"exit", "zcopy_bench --ranks=2: exceeded its deadline of 180 s and was killed"}}}}};
-  const std::string html = renderHtml(run);
+  const std::string html = reportPage(run);
   EXPECT_NE(html.find("id=\"processes\""), std::string::npos);
   EXPECT_NE(html.find("<tr class=\"bad\"><td>zcopy 0-&gt;1</td>"), std::string::npos)
       << html.substr(html.find("processes"), 800);
@@ -471,7 +478,7 @@ TEST(Html, BenchmarkProcessesAreListed) {
 TEST(Html, RunWithoutResultsStillRenders) {
   report::Run run = newRun();
   run.fingerprint.hostname = "empty";
-  std::string html = renderHtml(run);
+  std::string html = reportPage(run);
   EXPECT_EQ(html.find("class=\"plchart\""), std::string::npos);
   EXPECT_EQ(html.find("Not in this run"), std::string::npos);  // no plan: nothing was meant to run
   // The suites its plan ran that left no rows are named.
@@ -480,7 +487,7 @@ TEST(Html, RunWithoutResultsStillRenders) {
                         {{{"suite", "zcopy"}, {"binary", "zcopy_bench"}, {"label", "zcopy (2 pairs, 2 rounds)"}},
                          {{"suite", "host_copy"}, {"binary", "host_copy_bench"}, {"label", "host_copy (2 GPUs)"}}}}};
   ASSERT_TRUE(attachPlan(run).isOk());
-  html = renderHtml(run);
+  html = reportPage(run);
   EXPECT_NE(html.find("Not in this run: zcopy, host_copy"), std::string::npos);
 }
 
@@ -504,9 +511,7 @@ TEST(Html, ChecksShowVerdictAndEscape) {
   std::vector<Check> checks = {
       check("bandwidth", "peer_copy <ce> 0->1", CheckStatus::kFail, "300 GB/s", ">= 382 GB/s", "below", 300, 382),
       check("probe", "claimed cells verify", CheckStatus::kPass, "ok", "ok", "fine")};
-  HtmlOptions opts;
-  opts.checks = checks;
-  const std::string html = renderHtml(run, opts);
+  const std::string html = renderHtml(run, checks);
   EXPECT_NE(html.find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
   EXPECT_NE(html.find("peer_copy &lt;ce&gt; 0-&gt;1"), std::string::npos);
   EXPECT_EQ(html.find("<ce>"), std::string::npos);
@@ -515,12 +520,11 @@ TEST(Html, ChecksShowVerdictAndEscape) {
 
 TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
   report::Run run = syntheticRun(1);
-  HtmlOptions opts;
-  opts.checks = std::vector<Check>{
+  const std::vector<Check> checks = {
       check("health", "nvlink_state GPU 0", CheckStatus::kUnsupported, "unsupported", "up", "not supported"),
       check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "no past errors", "1 in the past"),
       check("health", "xid GPU 0", CheckStatus::kPass, "ok", "none", "none")};
-  const std::string html = renderHtml(run, opts);
+  const std::string html = renderHtml(run, checks);
   EXPECT_NE(html.find("3 checks: 1 passed, 0 failed, 1 warning, 1 unsupported, 0 skipped"), std::string::npos);
   // The reasons are visible text, not only tooltips.
   EXPECT_NE(html.find("<td class=\"long\">1 in the past</td>"), std::string::npos);
@@ -725,9 +729,7 @@ TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   const std::string xml = renderJunit(checks);
   EXPECT_NE(xml.find("skipped=\"1\" passed=\"1\" warnings=\"1\" unsupported=\"1\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("<skipped message=\"UNSUPPORTED: fabric state: not supported\"/>"), std::string::npos) << xml;
-  HtmlOptions ho;
-  ho.checks = checks;
-  const std::string html = renderHtml(run, ho);
+  const std::string html = renderHtml(run, checks);
   EXPECT_NE(html.find("<span class=\"pill unsupported\">UNSUPPORTED</span>"), std::string::npos);
   EXPECT_NE(html.find("<span class=\"pill warn\">WARN</span>"), std::string::npos);
   const std::string console = formatCheckLines(checks);
