@@ -15,6 +15,7 @@
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/metric.h"
+#include "harness/report/render/format.h"
 
 namespace peerlab::report {
 
@@ -56,14 +57,6 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
-}
-
-std::string figure(double v) {
-  const double a = std::fabs(v);
-  if (a >= 100) return fmt("%.0f", v);
-  if (a >= 10) return fmt("%.1f", v);
-  if (a >= 1) return fmt("%.2f", v);
-  return fmt("%.3g", v);
 }
 
 std::string metricLabel(const std::string& metric) {

@@ -11,6 +11,7 @@
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/render/chart_page.h"
+#include "harness/report/render/format.h"
 
 namespace peerlab::report {
 
@@ -50,13 +51,6 @@ std::string codeSpan(const std::string& text) {
   const std::string fence(longest + 1, '`');
   const bool pad = !flat.empty() && (flat.front() == '`' || flat.back() == '`');
   return fence + (pad ? " " : "") + flat + (pad ? " " : "") + fence;
-}
-
-std::string figure(double v) {
-  char buf[48];
-  const double a = std::fabs(v);
-  std::snprintf(buf, sizeof(buf), a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : a >= 1 ? "%.2f" : "%.3g", v);
-  return buf;
 }
 
 }  // namespace
