@@ -555,8 +555,10 @@ TEST(CompareNoise, CalibratedSelfComparisonOfCommittedRunsPasses) {
   const Pair pairs[] = {
       // Two 4x H200 boards 48 minutes apart: NCCL send/recv +27% (1.8 us) at 7 us.
       {"runs/2026-11-21-h200-x4-nvswitch-3710ae0.json.gz", "runs/2026-11-21-h200-x4-nvswitch-db99ff9.json.gz"},
-      {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json.gz", "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json.gz"},
-      {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json.gz", "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz"},
+      {"runs/2026-11-26-h200-x2-nvswitch-27fc483.json.gz",
+       "qualify/2026-11-26-h200-x2-nvswitch-27fc483/results.json.gz"},
+      {"runs/2026-11-26-h100-x2-nvswitch-a47c0bb.json.gz",
+       "qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz"},
       {"runs/2026-11-25-h100-x1-a99f8ae.json.gz", "qualify/2026-11-26-h100-x1-6b15c97/results.json.gz"},
       {"qualify/2026-11-26-h100-x2-nvswitch-6b15c97/results.json.gz",
        "qualify/2026-11-28-h100-x2-nvswitch-ad514f1-standard/results.json.gz"},
