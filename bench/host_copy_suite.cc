@@ -29,14 +29,11 @@ std::string filter(Level level, const std::vector<std::pair<int, int>>&, bool) {
 
 // GPUs that copy one after another: the sets PEERLAB_HOST_COPY_SETS names count once, every other GPU once.
 double serialGpus(const BenchJob& job, double gpus) {
-  for (const std::string& e : job.env) {
-    if (e.rfind("PEERLAB_HOST_COPY_SETS=", 0) != 0) continue;
-    const std::string v = e.substr(e.find('=') + 1);
-    const double sets = 1 + static_cast<double>(std::count(v.begin(), v.end(), ';'));
-    const double members = sets + static_cast<double>(std::count(v.begin(), v.end(), ','));
-    return gpus - members + sets;
-  }
-  return gpus;
+  const std::string v = jobEnv(job, "PEERLAB_HOST_COPY_SETS");
+  if (v.empty()) return gpus;
+  const double sets = 1 + static_cast<double>(std::count(v.begin(), v.end(), ';'));
+  const double members = sets + static_cast<double>(std::count(v.begin(), v.end(), ','));
+  return gpus - members + sets;
 }
 
 JobEstimate estimate(const BenchJob& job, const Plan& plan) {
