@@ -6,6 +6,8 @@
 //   alltoallv_bench --ranks=4 --benchmark_filter='alltoallv/(peerlab[^/]*|nccl.alltoall)/(graph/)?uniform/bytes:4096/'
 //
 // Benchmark names end in /iterations:1/manual_time, so a filter that pins the size ends it with '/' (never '$').
+// `peerlab bench` and `qualify` hand it a plan instead (--plan, bench/common/plan.h): the rows it registers are the
+// plan's; the cases, sizes and calls per sample are bench/alltoallv_suite.h's.
 // Suite "alltoallv": impls peerlab.alltoallv (the default: fused protocol, push), peerlab.alltoallv_twophase (the
 // two-phase protocol, push), peerlab.alltoallv_pull (two-phase, pull), nccl.alltoall (uniform only),
 // nccl.device_alltoallv, nccl.alltoallv_hostcounts; names "uniform" / "skewed", "graph/" prefixed when a captured
@@ -20,28 +22,29 @@
 // times; time_us is the whole call as replayed or enqueued.
 // Every benchmark checks its data once (wrong > 0 fails the row) and reports the slowest rank's median.
 //
-// Tuning the default impl without rebuilding (every rank reads the same environment; the values used are reported as
-// counters ctas, ll_max_bytes, chunk_bytes):
-//   PEERLAB_ALLTOALLV_CTAS=264          CTAs per launch (up to two per SM; default: one per SM for large sizes)
-//   PEERLAB_ALLTOALLV_LL_BYTES=16384    largest segment sent in LL slots (default 524288)
-//   PEERLAB_ALLTOALLV_CHUNK_BYTES=262144  work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
-//   PEERLAB_ALLTOALLV_PROGRAMMATIC=0    launch peerlab's kernels (the MoE low-latency ones too) without programmatic
-//                                       dependent launch (default on)
-//   PEERLAB_ALLTOALLV_SMALL_KERNEL=0    never launch the small-call kernel (default: where the capacities allow it)
-//   PEERLAB_ALLTOALLV_IN_STEP=0         the work queue's CTAs start spread over every peer (default: peers in step)
-//   PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES=33554432  large sends below this total split statically instead of queued
-// and for every impl: PEERLAB_ALLTOALLV_BATCH=2  calls per timed sample (default 20 up to 1 MB, 10 above);
-// PEERLAB_MOE_LL_TAGGED_MAX_TOKENS=0 sends the low-latency rows plain at every T (default: tagged words up to
+// Tuning the default impl without rebuilding, knobs (--knob NAME=VALUE; every rank reads the same; the values used are
+// reported as counters ctas, ll_max_bytes, chunk_bytes):
+//   ctas=264                  CTAs per launch (up to two per SM; default: one per SM for large sizes)
+//   ll_bytes=16384            largest segment sent in LL slots (default 524288)
+//   chunk_bytes=262144        work-queue chunk (default: about 16 chunks per CTA, 16 KB .. 1 MB)
+//   programmatic=0            launch peerlab's kernels (the MoE low-latency ones too) without programmatic dependent
+//                             launch (default on)
+//   small_kernel=0            never launch the small-call kernel (default: where the capacities allow it)
+//   in_step=0                 the work queue's CTAs start spread over every peer (default: peers in step)
+//   queue_min_bytes=33554432  large sends below this total split statically instead of queued
+// and for every impl: batch=2  calls per timed sample (default 20 up to 1 MB, 10 above);
+// moe_ll_tagged_max_tokens=0 sends the low-latency rows plain at every T (default: tagged words up to
 // kLlDefaultTaggedMaxTokens tokens per rank; record field ll_tagged says which way a row went).
-// PEERLAB_MOE_LL_CTAS_PER_SM=1 keeps the low-latency launches to one CTA per SM (default kLlDefaultCtasPerSm, where
+// moe_ll_ctas_per_sm=1 keeps the low-latency launches to one CTA per SM (default kLlDefaultCtasPerSm, where
 // the kernels fit; record fields ll_ctas and ll_ctas_per_sm say what a row used).
-// PEERLAB_MOE_LL_PHASES=1 adds, to the low-latency rows (named .../phases in the run file, as the stamps cost a few
+// moe_ll_phases=1 adds, to the low-latency rows (named .../phases in the run file, as the stamps cost a few
 // atomics per CTA), when the last CTA reached each phase (us after the call's
 // start, median, slowest rank): ll_last_start_us, ll_sent_us (rows / partial sums and their flags sent), ll_signals_us
 // (dispatch: every count block read; combine: every partial sum's flag seen), ll_rows_us (dispatch: every row flag
 // seen; combine: every peer's mark seen).
-// PEERLAB_MOE_LL_TIMEOUT_MS=2000 bounds the low-latency kernels' device waits (default 10000; shorter under a profiler
-// that replays kernels, so a replayed kernel whose peer has moved on gives up soon).
+// moe_ll_timeout_ms=2000 bounds the low-latency kernels' device waits (default 10000; shorter under a profiler
+// that replays kernels, so a replayed kernel whose peer has moved on gives up soon). trace=1 asks the fused kernel
+// for phase timestamps (counters trace_*).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -54,7 +57,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/alltoallv_suite.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/plan.h"
 #include "reference/alltoallv/alltoallv.h"
 #include "reference/alltoallv/moe/moe.h"
 #include "reference/alltoallv/moe/moe_reference.h"
@@ -78,32 +83,31 @@ using alltoallv::TrafficParams;
 using alltoallv::Transfer;
 
 constexpr size_t kElem = 4;  // 4-byte elements; skewed counts start segments at every 4-byte alignment
-const std::vector<uint64_t> kSizes = {4096,     16384,    65536,     262144,    1 << 20, 4 << 20,
-                                      16 << 20, 64 << 20, 128 << 20, 256 << 20, 1 << 30};
-const std::vector<int> kMoeTokens = {1, 8, 32, 64, 128, 256, 4096};
+
+PEERLAB_BENCH_KNOB(ctas, "ctas", kCount, "CTAs per launch of the default impl (one per SM for large sizes)");
+PEERLAB_BENCH_KNOB(ll_bytes, "ll_bytes", kCount, "largest segment sent in LL slots (524288)");
+PEERLAB_BENCH_KNOB(chunk_bytes, "chunk_bytes", kCount, "work-queue chunk (about 16 chunks per CTA)");
+PEERLAB_BENCH_KNOB(programmatic, "programmatic", kSwitch, "0 launches without programmatic dependent launch (1)");
+PEERLAB_BENCH_KNOB(small_kernel, "small_kernel", kSwitch, "0 never launches the small-call kernel (1)");
+PEERLAB_BENCH_KNOB(in_step, "in_step", kSwitch, "0 starts the work queue's CTAs spread over every peer (1)");
+PEERLAB_BENCH_KNOB(queue_min_bytes, "queue_min_bytes", kCount, "large sends below this total split statically");
+PEERLAB_BENCH_KNOB(batch, alltoallv_suite::kBatchKnob, kCount, "calls per timed sample, every impl (20 to 1 MB, 10)");
+PEERLAB_BENCH_KNOB(trace, "trace", kSwitch, "1 asks the fused kernel for phase timestamps (0)");
+PEERLAB_BENCH_KNOB(moe_ll_tagged_max_tokens, "moe_ll_tagged_max_tokens", kCount,
+                   "tokens per rank up to which the low-latency rows send tagged words (0: plain at every T)");
+PEERLAB_BENCH_KNOB(moe_ll_ctas_per_sm, "moe_ll_ctas_per_sm", kCount, "CTAs per SM of the low-latency launches");
+PEERLAB_BENCH_KNOB(moe_ll_phases, "moe_ll_phases", kSwitch, "1 stamps the low-latency kernels' phases (0)");
+PEERLAB_BENCH_KNOB(moe_ll_timeout_ms, "moe_ll_timeout_ms", kCount, "the low-latency kernels' device wait (10000)");
 
 Deadline soon() {
   return Deadline::afterMs(120'000);
 }
 
-enum class Impl { kPeerlabPush, kPeerlabTwoPhase, kPeerlabPull, kNcclAlltoAll, kNcclDevice, kNcclHostCounts };
-const char* implName(Impl i) {
-  switch (i) {
-    case Impl::kPeerlabPush:
-      return "peerlab.alltoallv";
-    case Impl::kPeerlabTwoPhase:
-      return "peerlab.alltoallv_twophase";
-    case Impl::kPeerlabPull:
-      return "peerlab.alltoallv_pull";
-    case Impl::kNcclAlltoAll:
-      return "nccl.alltoall";
-    case Impl::kNcclDevice:
-      return "nccl.device_alltoallv";
-    case Impl::kNcclHostCounts:
-      return "nccl.alltoallv_hostcounts";
-  }
-  return "?";
-}
+using alltoallv_suite::Impl;
+using alltoallv_suite::implName;
+using alltoallv_suite::kMoeLlMaxTokens;
+using alltoallv_suite::moeImpl;
+using alltoallv_suite::MoePath;
 
 // Calls per timed sample and samples: the same on every rank (multi-rank rule), more for small sizes.
 struct Plan {
@@ -115,11 +119,12 @@ struct Plan {
 // first call of a sample waits for the last rank to arrive. At least 10 calls per sample (nccl-tests times 20) keep
 // that skew a small share of each call: at 4 KB per rank, 2 calls per sample measured 6.5 us graph-replayed where 20
 // measure 4.3; at 128 MB, 2 and 10 calls measure the same (h200-x4-nvswitch).
-// PEERLAB_ALLTOALLV_BATCH=<calls> overrides the batch for every size (the NCCL host-count path syncs the host in
-// every call, so its per-call time does not depend on the batch).
+// Knob batch=<calls> overrides the batch for every size (the NCCL host-count path syncs the host in every call, so its
+// per-call time does not depend on the batch).
 Plan planFor(uint64_t bytes) {
-  Plan p = bytes <= (1u << 20) ? Plan{20, 20, 25} : bytes <= (64u << 20) ? Plan{5, 10, 12} : Plan{3, 10, 8};
-  if (const char* v = std::getenv("PEERLAB_ALLTOALLV_BATCH"); v != nullptr && std::atoi(v) > 0) p.batch = std::atoi(v);
+  const alltoallv_suite::Calls c = alltoallv_suite::callsFor(static_cast<int64_t>(bytes));
+  Plan p{c.warmup, c.batch, plan().samples > 0 ? plan().samples : c.samples};
+  if (const uint64_t b = knobCount(alltoallv_suite::kBatchKnob, 0); b > 0 && b <= 100000) p.batch = static_cast<int>(b);
   return p;
 }
 
@@ -145,25 +150,16 @@ struct Env {
   int64_t* recvOffsets() const { return counts->as<int64_t>() + 2 * n; }
 };
 
-// A non-negative integer from the environment, or `fallback`.
-uint64_t envOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long x = std::strtoull(v, &end, 10);
-  return end != nullptr && *end == '\0' ? x : fallback;
-}
-
-// Options of the default impl's alltoallv: the library defaults unless the environment tunes them.
+// Options of the default impl's alltoallv: the library defaults unless knobs tune them.
 alltoallv::Options tunedOptions(alltoallv::Options o) {
-  o.ll_max_bytes = envOr("PEERLAB_ALLTOALLV_LL_BYTES", o.ll_max_bytes);
-  o.chunk_bytes = envOr("PEERLAB_ALLTOALLV_CHUNK_BYTES", o.chunk_bytes);
-  o.queue_in_step = envOr("PEERLAB_ALLTOALLV_IN_STEP", o.queue_in_step ? 1 : 0) != 0;
-  o.queue_min_bytes = envOr("PEERLAB_ALLTOALLV_QUEUE_MIN_BYTES", o.queue_min_bytes);
+  o.ll_max_bytes = knobCount("ll_bytes", o.ll_max_bytes);
+  o.chunk_bytes = knobCount("chunk_bytes", o.chunk_bytes);
+  o.queue_in_step = knobCount("in_step", o.queue_in_step ? 1 : 0) != 0;
+  o.queue_min_bytes = knobCount("queue_min_bytes", o.queue_min_bytes);
   return o;
 }
 int tunedCtas() {
-  return static_cast<int>(envOr("PEERLAB_ALLTOALLV_CTAS", 0));
+  return static_cast<int>(knobCount("ctas", 0));
 }
 
 Env*& envSlot() {
@@ -240,8 +236,8 @@ Status prepareSize(Env& e, uint64_t bytes) {
     o.transfer = impl == Impl::kPeerlabPull ? Transfer::kPull : Transfer::kPush;
     o.protocol = impl == Impl::kPeerlabPush ? alltoallv::Protocol::kAuto : alltoallv::Protocol::kTwoPhase;
     if (impl == Impl::kPeerlabPush) o = tunedOptions(o);
-    o.programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
-    o.small_kernel = envOr("PEERLAB_ALLTOALLV_SMALL_KERNEL", 1) != 0;
+    o.programmatic_launch = knobCount("programmatic", 1) != 0;
+    o.small_kernel = knobCount("small_kernel", 1) != 0;
     PEERLAB_ASSIGN_OR_RETURN(auto a, AllToAllV::create(*e.boot, e.rank, o, soon()));
     e.peerlab[impl] = std::make_unique<AllToAllV>(std::move(a));
   }
@@ -315,10 +311,9 @@ StatusOr<std::vector<double>> timeSamples(Env& e, const Plan& plan, bool graph, 
   return us;
 }
 
-// PEERLAB_ALLTOALLV_TRACE=1 asks the fused kernel for phase timestamps (diagnostics; see alltoallv.h TracePoint).
+// Knob trace=1 asks the fused kernel for phase timestamps (diagnostics; see alltoallv.h TracePoint).
 bool traceRequested() {
-  const char* v = std::getenv("PEERLAB_ALLTOALLV_TRACE");
-  return v != nullptr && std::string(v) == "1";
+  return knobCount("trace", 0) == 1;
 }
 
 // Medians over the traced calls of each phase (us): from entry to the stores issued, to the counts checked, to the
@@ -516,7 +511,7 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
       return fail(state, rec, checked.isOk() ? PEERLAB_INTERNAL("a peer failed") : checked.status());
     }
     rec.wrong = static_cast<double>(checked->wrong_elements + checked->wrong_counts);
-    // PEERLAB_ALLTOALLV_TRACE=1: the fused kernel's phase timestamps of the timed calls, as trace_* counters.
+    // Knob trace=1: the fused kernel's phase timestamps of the timed calls, as trace_* counters.
     DeviceBuffer trace;
     if (a != nullptr && a->protocol() == alltoallv::Protocol::kFused && traceRequested()) {
       auto t = allocDevice(a->device(), alltoallv::kTraceCalls * alltoallv::kTracePoints * sizeof(uint64_t));
@@ -540,25 +535,6 @@ void runAlltoallv(benchmark::State& state, Impl impl, std::string pattern, bool 
 
 // MoE: DeepSeek-V3 shape (H 7168, top-8 of 256 experts, bf16), T tokens per rank, identity experts, weights
 // normalized per token, so combine gives the tokens back (checked within bf16 rounding).
-enum class MoePath { kPeerlab, kPeerlabTwoPhase, kNccl, kPeerlabLowLatency, kPeerlabLowLatencyFp8 };
-// Low-latency rows up to this many tokens per rank (its packed expert layout grows with T x T: at T=256 and the
-// DeepSeek shape, 940 MB per rank in bf16).
-constexpr int kMoeLlMaxTokens = 256;
-const char* moeImpl(MoePath p, bool combine) {
-  switch (p) {
-    case MoePath::kPeerlab:
-      return combine ? "peerlab.combine" : "peerlab.dispatch";
-    case MoePath::kPeerlabTwoPhase:
-      return combine ? "peerlab.combine_twophase" : "peerlab.dispatch_twophase";
-    case MoePath::kNccl:
-      return combine ? "nccl.combine" : "nccl.dispatch";
-    case MoePath::kPeerlabLowLatency:
-      return combine ? "peerlab.combine_ll" : "peerlab.dispatch_ll";
-    case MoePath::kPeerlabLowLatencyFp8:
-      return combine ? "peerlab.combine_ll_fp8" : "peerlab.dispatch_ll_fp8";
-  }
-  return "?";
-}
 
 struct MoeInstance {
   int tokens = 0;
@@ -600,12 +576,11 @@ StatusOr<MoeInstance*> prepareMoe(Env& e, int tokens) {
       alltoallv::moe::MoeConfig ll = cfg;
       ll.ll_max_tokens = tokens;
       ll.ll_payload = payload;
-      ll.ll_timeout_ms = static_cast<int64_t>(envOr("PEERLAB_MOE_LL_TIMEOUT_MS", ll.ll_timeout_ms));
-      ll.ll_programmatic_launch = envOr("PEERLAB_ALLTOALLV_PROGRAMMATIC", 1) != 0;
+      ll.ll_timeout_ms = static_cast<int64_t>(knobCount("moe_ll_timeout_ms", static_cast<uint64_t>(ll.ll_timeout_ms)));
+      ll.ll_programmatic_launch = knobCount("programmatic", 1) != 0;
       ll.ll_tagged_max_tokens =
-          static_cast<int>(envOr("PEERLAB_MOE_LL_TAGGED_MAX_TOKENS", static_cast<uint64_t>(ll.ll_tagged_max_tokens)));
-      ll.ll_ctas_per_sm =
-          static_cast<int>(envOr("PEERLAB_MOE_LL_CTAS_PER_SM", static_cast<uint64_t>(ll.ll_ctas_per_sm)));
+          static_cast<int>(knobCount("moe_ll_tagged_max_tokens", static_cast<uint64_t>(ll.ll_tagged_max_tokens)));
+      ll.ll_ctas_per_sm = static_cast<int>(knobCount("moe_ll_ctas_per_sm", static_cast<uint64_t>(ll.ll_ctas_per_sm)));
       PEERLAB_ASSIGN_OR_RETURN(
           auto l, alltoallv::moe::MoeExchange::createWithAllToAllV(*e.boot, e.rank, ll, Transfer::kPush, soon()));
       (payload == alltoallv::moe::LlPayload::kFp8 ? m.peerlab_ll_fp8 : m.peerlab_ll) =
@@ -695,10 +670,9 @@ StatusOr<uint64_t> checkLlFp8Dispatch(Env& e, MoeInstance& m, alltoallv::moe::Mo
   return wrong + static_cast<uint64_t>(std::llabs(mine - want_mine));
 }
 
-// PEERLAB_MOE_LL_PHASES=1: the low-latency kernels also stamp their phases (a few atomics more per CTA).
+// Knob moe_ll_phases=1: the low-latency kernels also stamp their phases (a few atomics more per CTA).
 bool llPhasesRequested() {
-  const char* v = std::getenv("PEERLAB_MOE_LL_PHASES");
-  return v != nullptr && std::string(v) == "1";
+  return knobCount("moe_ll_phases", 0) == 1;
 }
 
 // A cleared LlKernelTimes on this rank's GPU, set on `ll` (its next kernels stamp their spans into it).
@@ -799,8 +773,9 @@ void runMoe(benchmark::State& state, MoePath path, bool combine, bool graph, int
     if (!agree(e, wrong.isOk()))
       return fail(state, rec, wrong.isOk() ? PEERLAB_INTERNAL("a peer failed") : wrong.status());
     rec.wrong = static_cast<double>(*wrong);
-    const Plan plan = tokens >= 1024 ? Plan{3, 2, 8} : Plan{10, 10, 20};
-    // PEERLAB_ALLTOALLV_TRACE=1: the phases of the timed exchange's alltoallv (fused protocol), as for alltoallv.
+    const alltoallv_suite::Calls c = alltoallv_suite::moeCallsFor(tokens);
+    const Plan plan{c.warmup, c.batch, bench::plan().samples > 0 ? bench::plan().samples : c.samples};
+    // Knob trace=1: the phases of the timed exchange's alltoallv (fused protocol), as for alltoallv.
     alltoallv::AllToAllV* traced = nullptr;
     DeviceBuffer trace;
     if (traceRequested() && path == MoePath::kPeerlab) {
@@ -854,36 +829,26 @@ void registerAll() {
   auto reg = [](const std::string& name, auto fn) {
     benchmark::RegisterBenchmark(name.c_str(), fn)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
   };
-  for (uint64_t bytes : kSizes) {
-    for (Impl impl : {Impl::kPeerlabPush, Impl::kPeerlabTwoPhase, Impl::kPeerlabPull, Impl::kNcclAlltoAll,
-                      Impl::kNcclDevice, Impl::kNcclHostCounts}) {
-      for (const char* pattern : {"uniform", "skewed"}) {
-        if (impl == Impl::kNcclAlltoAll && std::string(pattern) != "uniform") continue;
-        for (bool graph : {false, true}) {
-          // The host-count path syncs the host inside every call: it cannot be captured.
-          if (graph && impl == Impl::kNcclHostCounts) continue;
-          const std::string name = std::string("alltoallv/") + implName(impl) + "/" + (graph ? "graph/" : "") +
-                                   pattern + "/bytes:" + std::to_string(bytes);
-          reg(name, [=](benchmark::State& st) { runAlltoallv(st, impl, pattern, graph, bytes); });
-        }
-      }
-    }
+  // The rows the plan runs (every rank registers the same list: the same plan).
+  for (const alltoallv_suite::Case& c : alltoallv_suite::cases()) {
+    report::RowKey key;
+    key.impl = implName(c.impl);
+    key.name = c.name();
+    key.bytes = c.bytes;
+    if (!planned(key)) continue;
+    const uint64_t bytes = static_cast<uint64_t>(c.bytes);
+    reg(c.rowName(), [impl = c.impl, pattern = c.pattern, graph = c.graph, bytes](benchmark::State& st) {
+      runAlltoallv(st, impl, pattern, graph, bytes);
+    });
   }
-  for (int tokens : kMoeTokens) {
-    for (MoePath path : {MoePath::kPeerlab, MoePath::kPeerlabTwoPhase, MoePath::kNccl, MoePath::kPeerlabLowLatency,
-                         MoePath::kPeerlabLowLatencyFp8}) {
-      for (bool combine : {false, true}) {
-        // Combine is bf16 in both payloads: the bf16 instance measures it.
-        if (combine && path == MoePath::kPeerlabLowLatencyFp8) continue;
-        for (bool graph : {false, true}) {
-          // The NCCL path syncs the host inside every call: it cannot be captured.
-          if (graph && path == MoePath::kNccl) continue;
-          const std::string name = std::string("moe/") + moeImpl(path, combine) + "/" + (graph ? "graph/" : "") +
-                                   "T=" + std::to_string(tokens);
-          reg(name, [=](benchmark::State& st) { runMoe(st, path, combine, graph, tokens); });
-        }
-      }
-    }
+  for (const alltoallv_suite::MoeCase& c : alltoallv_suite::moeCases()) {
+    report::RowKey key;
+    key.impl = moeImpl(c.path, c.combine);
+    key.name = c.name();
+    if (!planned(key)) continue;
+    reg(c.rowName(), [path = c.path, combine = c.combine, graph = c.graph, tokens = c.tokens](benchmark::State& st) {
+      runMoe(st, path, combine, graph, tokens);
+    });
   }
 }
 

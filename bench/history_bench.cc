@@ -1,5 +1,5 @@
 // History at scale: 1,000 synthetic run files of 1,100 results each, ingested into SQLite, then regressions over all
-// series and the site model. PEERLAB_HISTORY_BENCH_FILES / _RESULTS shrink it for a quick look.
+// series and the site model. Knobs files=N and results=N shrink it for a quick look (--knob files=50).
 //   BM_HistoryIngest/files:1000/results:1100   every file read, validated and stored (one transaction each)
 //   BM_HistoryRegressions/...                  load, change points in every series, regressions
 //   BM_HistorySiteModel/...                    the whole site model, serialized
@@ -16,6 +16,8 @@
 #include <sstream>
 #include <string>
 
+#include "bench/common/bench_util.h"
+#include "bench/common/plan.h"
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
@@ -25,17 +27,24 @@
 namespace peerlab::history {
 namespace {
 
-int envInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
-}
+PEERLAB_BENCH_KNOB(files, "files", kCount, "run files ingested (1000)");
+PEERLAB_BENCH_KNOB(results, "results", kCount, "results per run file (1100)");
 
-const int kFiles = envInt("PEERLAB_HISTORY_BENCH_FILES", 1000);
-const int kResults = envInt("PEERLAB_HISTORY_BENCH_RESULTS", 1100);
+// A knob's count, `fallback` when unset or 0 (read after bench_main took the command line).
+int sizeKnob(const char* name, int fallback) {
+  const uint64_t v = bench::knobCount(name, 0);
+  return v > 0 && v <= 1'000'000 ? static_cast<int>(v) : fallback;
+}
+int fileCount() {
+  return sizeKnob("files", 1000);
+}
+int resultCount() {
+  return sizeKnob("results", 1100);
+}
 
 std::filesystem::path workDir() {
   return std::filesystem::temp_directory_path() /
-         ("peerlab-history-bench-v3-" + std::to_string(kFiles) + "x" + std::to_string(kResults));
+         ("peerlab-history-bench-v3-" + std::to_string(fileCount()) + "x" + std::to_string(resultCount()));
 }
 
 // One nightly run of 4 GPUs: copies, zero-copy, latency, alltoallv and probe rows cycled up to `results` rows with
@@ -88,9 +97,9 @@ std::vector<std::string> runFiles() {
   const auto dir = workDir() / "runs";
   std::filesystem::create_directories(dir);
   std::mt19937_64 rng(20);
-  for (int i = 0; i < kFiles; ++i) {
+  for (int i = 0; i < fileCount(); ++i) {
     const std::string path = (dir / ("run-" + std::to_string(i) + ".json")).string();
-    report::Run run = makeRun(i, kResults, rng);
+    report::Run run = makeRun(i, resultCount(), rng);
     if (!std::filesystem::exists(path) && !report::writeRun(run, path).isOk()) return {};
     files.push_back(path);
   }
@@ -126,7 +135,7 @@ void BM_HistoryIngest(benchmark::State& state) {
     }
   }
   state.counters["files"] = static_cast<double>(files.size());
-  state.counters["results"] = static_cast<double>(files.size()) * kResults;
+  state.counters["results"] = static_cast<double>(files.size()) * resultCount();
 }
 
 void BM_HistoryRegressions(benchmark::State& state) {
@@ -230,26 +239,18 @@ void BM_HistoryValidationCost(benchmark::State& state) {
 }
 
 // Each step runs once, in this order, on the database the ingest wrote.
-BENCHMARK(BM_HistoryIngest)
-    ->Name("BM_HistoryIngest/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
-    ->Iterations(1)
-    ->Unit(benchmark::kSecond)
-    ->UseRealTime();
-BENCHMARK(BM_HistoryRegressions)
-    ->Name("BM_HistoryRegressions/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
-    ->Iterations(1)
-    ->Unit(benchmark::kSecond)
-    ->UseRealTime();
-BENCHMARK(BM_HistorySiteModel)
-    ->Name("BM_HistorySiteModel/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
-    ->Iterations(1)
-    ->Unit(benchmark::kSecond)
-    ->UseRealTime();
-BENCHMARK(BM_HistoryValidationCost)
-    ->Name("BM_HistoryValidationCost/files:" + std::to_string(kFiles) + "/results:" + std::to_string(kResults))
-    ->Iterations(1)
-    ->Unit(benchmark::kSecond)
-    ->UseRealTime();
+// Registered once the knobs are read: the names carry the sizes.
+void registerAll() {
+  const std::string size = "/files:" + std::to_string(fileCount()) + "/results:" + std::to_string(resultCount());
+  for (auto [name, fn] :
+       {std::pair{"BM_HistoryIngest", &BM_HistoryIngest}, std::pair{"BM_HistoryRegressions", &BM_HistoryRegressions},
+        std::pair{"BM_HistorySiteModel", &BM_HistorySiteModel},
+        std::pair{"BM_HistoryValidationCost", &BM_HistoryValidationCost}}) {
+    benchmark::RegisterBenchmark((name + size).c_str(), fn)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+  }
+}
+
+PEERLAB_BENCH_REGISTER(history, registerAll);
 
 }  // namespace
 }  // namespace peerlab::history

@@ -15,10 +15,11 @@
 //   BM_DeviceLocal/peerlab.ce/device_local/gpu:<g>/bytes:<N>   cudaMemcpyAsync within one GPU's memory; peak_gbps is
 //     the DRAM figure (bus width x clock x 2) and mem_efficiency = 2 x algbw / peak (a copy reads and writes each byte)
 //
-// GPUs at once: PEERLAB_HOST_COPY_SETS="0,1;2,3" names sets of GPUs whose rows of one kind (impl, direction, size,
-// placement) are measured together, each GPU on its own lanes, where each has a PCIe link of its own (qualify decides,
-// harness/qualify's host_copy suite); a GPU in no set, and pageable copies (the driver stages them on the calling
-// thread), run alone. A row measured with others says so (counter concurrent_gpus).
+// What runs: the plan (bench/common/plan.h); its GPU sets ("gpu_sets": [[0,1],[2,3]]) name GPUs whose rows of one
+// kind (impl, direction, size, placement) are measured together, each GPU on its own lanes, where each has a PCIe
+// link of its own (qualify decides, bench/host_copy_suite.cc); a GPU in no set, and pageable copies (the driver stages
+// them on the calling thread), run alone. A row measured with others says so (counter concurrent_gpus). The kinds,
+// sizes and batches are bench/host_copy_suite.h's.
 // Timing (bench/common/sampler.h): per sample a batch of copies per lane behind a gate kernel, timed by events on
 // each lane; time_us is the median over the samples of the slowest lane's time per copy. Sampling stops after 3
 // samples whose spread (p10..p90 over the median) is under 2%, else after 7, and goes on to 28 only while the spread
@@ -40,13 +41,14 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "bench/common/plan.h"
 #include "bench/common/sampler.h"
+#include "bench/host_copy_suite.h"
 #include "reference/core/check.h"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
@@ -65,26 +67,13 @@ using host::Direction;
 using host::HostBuffer;
 
 constexpr int64_t kWaitMs = 60000;
-constexpr size_t kMaxBytes = size_t{256} << 20;
+constexpr size_t kMaxBytes = static_cast<size_t>(host_copy_suite::kMaxBytes);
 constexpr size_t kChaseBytes = size_t{1} << 20;
 constexpr size_t kChaseStride = 128;
 constexpr uint32_t kChaseLoads = 20000;
 
-enum class Impl { kPlain, kCe, kSm, kPageable };
-
-const char* implName(Impl i) {
-  switch (i) {
-    case Impl::kPlain:
-      return "cuda.memcpy_async";
-    case Impl::kCe:
-      return "peerlab.ce";
-    case Impl::kSm:
-      return "peerlab.sm";
-    case Impl::kPageable:
-      return "cuda.pageable";
-  }
-  return "?";
-}
+using host_copy_suite::Impl;
+using host_copy_suite::implName;
 
 struct GpuState {
   Stream lane[2];  // by Direction
@@ -97,8 +86,7 @@ struct Env {
   int devices = 0;
   uint64_t run = 0;
   std::vector<GpuState> gpus;
-  std::vector<std::vector<int>> sets;  // PEERLAB_HOST_COPY_SETS: GPUs measured together
-  std::string sets_error;
+  std::vector<std::vector<int>> sets;  // the plan's GPU sets: GPUs measured together
   // Rows measured with other GPUs of their set, waiting for their own benchmark to report them.
   std::map<std::string, std::pair<Status, Record>> measured;
   // The host pool (hostSlot).
@@ -140,26 +128,12 @@ StatusOr<Env*> env() {
       PEERLAB_ASSIGN_OR_RETURN(std::optional<int> node, host::gpuHostNode(g));
       s.nodes = host::chooseNodes(node, online);
     }
-    if (const char* v = std::getenv("PEERLAB_HOST_COPY_SETS"); v != nullptr && *v != '\0') {
-      std::string text(v), set;
-      std::stringstream all(text);
-      std::set<int> seen;
-      while (std::getline(all, set, ';')) {
-        std::vector<int> gpus;
-        std::stringstream one(set);
-        std::string g;
-        while (std::getline(one, g, ',')) {
-          char* end = nullptr;
-          const long n = std::strtol(g.c_str(), &end, 10);
-          if (g.empty() || *end != '\0' || n < 0 || n >= made->devices || !seen.insert(static_cast<int>(n)).second) {
-            made->sets_error = "PEERLAB_HOST_COPY_SETS=\"" + text + "\": \"" + g +
-                               "\" is not a visible GPU named once (expected e.g. \"0,1;2,3\")";
-            break;
-          }
-          gpus.push_back(static_cast<int>(n));
-        }
-        if (gpus.size() > 1) made->sets.push_back(gpus);
-      }
+    for (const std::vector<int>& set : bench::plan().gpu_sets) {
+      // A set naming a GPU this process does not see measures without it.
+      std::vector<int> gpus;
+      for (int g : set)
+        if (g < made->devices) gpus.push_back(g);
+      if (gpus.size() > 1) made->sets.push_back(gpus);
     }
     e = made.release();
     return Status::ok();
@@ -329,13 +303,13 @@ StatusOr<PatternCheck> verifyLane(Env& e, const HostSpec& spec, Lane& l) {
 }
 
 size_t batchFor(const HostSpec& spec) {
-  if (spec.impl == Impl::kPageable) return 1;
-  return std::clamp<size_t>((size_t{1} << 30) / spec.bytes, 1, 64);
+  return static_cast<size_t>(host_copy_suite::batchFor(spec.impl, static_cast<int64_t>(spec.bytes)));
 }
 
+// The plan's samples where it sets them, else the size's.
 int samplesFor(const HostSpec& spec) {
-  if (spec.impl == Impl::kPageable) return 3;
-  return spec.bytes >= kMaxBytes ? 7 : 15;
+  if (bench::plan().samples > 0) return bench::plan().samples;
+  return host_copy_suite::samplesFor(spec.impl, static_cast<int64_t>(spec.bytes));
 }
 
 // The rows of `spec` for `gpus` (one GPU, the GPUs of a set measured at once, or every GPU for an all_* row: then one
@@ -462,7 +436,7 @@ Record hostIdentity(const HostSpec& spec) {
   return r;
 }
 
-// The set PEERLAB_HOST_COPY_SETS puts `gpu` in ({gpu} when none; pageable copies always alone).
+// The set the plan puts `gpu` in ({gpu} when none; pageable copies always alone).
 std::vector<int> setOf(const Env& e, const HostSpec& spec) {
   if (spec.gpu < 0) {
     // An all_* row: every GPU at once.
@@ -490,10 +464,6 @@ void hostBenchmark(benchmark::State& state, const HostSpec& spec) {
     StatusOr<Env*> e = env();
     if (!e.isOk()) {
       finish(state, rec, e.status());
-      break;
-    }
-    if (!(*e)->sets_error.empty()) {
-      bench::fail(state, rec, PEERLAB_INVALID_ARGUMENT((*e)->sets_error));
       break;
     }
     // Measured already, with the other GPUs of its set.
@@ -633,10 +603,16 @@ void configure(benchmark::internal::Benchmark* b) {
   b->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
+// Registers the row when the plan runs it.
 void registerHost(const HostSpec& spec) {
-  std::string name = std::string("BM_HostCopy/") + implName(spec.impl) + "/" + spec.name;
-  if (spec.gpu >= 0) name += "/gpu:" + std::to_string(spec.gpu) + (spec.remote ? "/numa:remote" : "/numa:local");
-  name += "/bytes:" + std::to_string(spec.bytes);
+  const host_copy_suite::Kind kind{spec.impl, spec.name, spec.remote, static_cast<int64_t>(spec.bytes)};
+  report::RowKey key;
+  key.impl = implName(spec.impl);
+  key.name = host_copy_suite::caseName(kind, spec.gpu >= 0);
+  key.bytes = kind.bytes;
+  key.gpu = spec.gpu;
+  if (!bench::planned(key)) return;
+  const std::string name = host_copy_suite::rowName(kind, spec.gpu);
   configure(benchmark::RegisterBenchmark(name.c_str(), [spec](benchmark::State& st) { hostBenchmark(st, spec); }));
 }
 
@@ -644,23 +620,12 @@ void registerAll() {
   auto count = deviceCount();
   // Without a GPU, one row per kind still runs and reports why it was skipped.
   const int n = count.isOk() ? std::max(*count, 1) : 1;
-  const std::vector<size_t> sizes = {size_t{1} << 20, size_t{16} << 20, kMaxBytes};
-  // With sets (PEERLAB_HOST_COPY_SETS) one kind of row for every GPU in turn, so that the GPUs of a set meet it
-  // together; otherwise GPU by GPU, so that a GPU's rows reuse its host buffers.
-  const bool sets = std::getenv("PEERLAB_HOST_COPY_SETS") != nullptr && *std::getenv("PEERLAB_HOST_COPY_SETS") != '\0';
+  // With GPU sets (the plan's) one kind of row for every GPU in turn, so that the GPUs of a set meet it together;
+  // otherwise GPU by GPU, so that a GPU's rows reuse its host buffers.
+  const bool sets = !bench::plan().gpu_sets.empty();
   std::vector<HostSpec> kinds;
-  for (size_t bytes : sizes) {
-    // The plain loop first, so that the peerlab.ce row after it can report vs_plain.
-    for (const char* name : {"h2d", "d2h", "bidir"}) {
-      kinds.push_back({Impl::kPlain, name, 0, false, bytes});
-      kinds.push_back({Impl::kCe, name, 0, false, bytes});
-      kinds.push_back({Impl::kCe, name, 0, true, bytes});
-    }
-    for (const char* name : {"h2d", "d2h"}) {
-      kinds.push_back({Impl::kSm, name, 0, false, bytes});
-      kinds.push_back({Impl::kPageable, name, 0, false, bytes});
-    }
-  }
+  for (const host_copy_suite::Kind& k : host_copy_suite::gpuKinds())
+    kinds.push_back({k.impl, k.name, 0, k.remote, static_cast<size_t>(k.bytes)});
   auto reg = [](HostSpec spec, int g) {
     spec.gpu = g;
     registerHost(spec);
@@ -675,19 +640,26 @@ void registerAll() {
         reg(kind, g);
   }
   for (int g = 0; g < n; ++g) {
-    const std::string lat = "BM_HostLatency/peerlab.sm/latency/gpu:" + std::to_string(g) + "/numa:local";
-    configure(benchmark::RegisterBenchmark(lat.c_str(), [g](benchmark::State& st) { latencyBenchmark(st, g); }));
-    const std::string local =
-        "BM_DeviceLocal/peerlab.ce/device_local/gpu:" + std::to_string(g) + "/bytes:" + std::to_string(kMaxBytes);
-    configure(
-        benchmark::RegisterBenchmark(local.c_str(), [g](benchmark::State& st) { localBenchmark(st, g, kMaxBytes); }));
-  }
-  for (size_t bytes : sizes) {
-    for (const char* name : {"all_h2d", "all_d2h"}) {
-      registerHost({Impl::kPlain, name, -1, false, bytes});
-      registerHost({Impl::kCe, name, -1, false, bytes});
+    report::RowKey lat;
+    lat.impl = host_copy_suite::kLatencyImpl;
+    lat.name = host_copy_suite::kLatencyName;
+    lat.gpu = g;
+    if (bench::planned(lat)) {
+      configure(benchmark::RegisterBenchmark(host_copy_suite::latencyRowName(g).c_str(),
+                                             [g](benchmark::State& st) { latencyBenchmark(st, g); }));
+    }
+    report::RowKey local;
+    local.impl = host_copy_suite::kLocalImpl;
+    local.name = host_copy_suite::kLocalName;
+    local.bytes = host_copy_suite::kMaxBytes;
+    local.gpu = g;
+    if (bench::planned(local)) {
+      configure(benchmark::RegisterBenchmark(host_copy_suite::localRowName(g).c_str(),
+                                             [g](benchmark::State& st) { localBenchmark(st, g, kMaxBytes); }));
     }
   }
+  for (const host_copy_suite::Kind& k : host_copy_suite::allKinds())
+    registerHost({k.impl, k.name, -1, k.remote, static_cast<size_t>(k.bytes)});
 }
 
 PEERLAB_BENCH_REGISTER(host_copy, registerAll);

@@ -1,30 +1,56 @@
-// The moe suite: the MoE dispatch/combine rows of bench/alltoallv_bench.cu alone (the alltoallv process already runs
-// them, so qualify names it only when asked).
+// The moe suite: the MoE dispatch/combine rows of bench/alltoallv_bench.cu alone. The alltoallv process already runs
+// them, so qualify names it only when asked, and never beside alltoallv. Rows: bench/alltoallv_suite.h.
+#include "bench/alltoallv_suite.h"
 #include "harness/qualify/cost_model.h"
-#include "harness/qualify/plan.h"
 #include "harness/qualify/suites.h"
 
 namespace peerlab::qualify {
 
-JobEstimate estimateAlltoallvProcess(const BenchJob& job, const Plan& plan, bool alltoallv_rows);
+// Shared with the alltoallv suite (bench/alltoallv_suite.cc).
+std::vector<SuiteRow> alltoallvRows();
+JobEstimate estimateAlltoallvProcess(const BenchJob& job, const report::PlanTopology& t);
+std::vector<BenchJob> alltoallvProcesses(const Suite& suite, const SuiteRequest& req,
+                                         const std::vector<report::RowSelection>& rows);
+std::vector<std::string> moeSpotCases();
 
-SuiteSpec moeSuite() {
-  SuiteSpec s;
+namespace {
+
+SuiteInfo describe() {
+  SuiteInfo s;
   s.name = "moe";
   s.binary = "alltoallv_bench";
-  s.shape = JobShape::kCollective;
   s.min_gpus = 2;
   s.order = 31;
-  s.filter = [](Level level, const std::vector<std::pair<int, int>>&, bool) -> std::string {
-    return level == Level::kFull ? "^moe/" : "^moe/.*T=(1|128|4096)/";
-  };
   s.deadline_s[0] = 30;
   s.deadline_s[1] = 60;
   s.deadline_s[2] = 300;
-  s.estimate = [](const BenchJob& job, const Plan& plan) { return estimateAlltoallvProcess(job, plan, false); };
   s.description = "MoE dispatch/combine over the alltoallv (part of the alltoallv suite's process)";
   s.in_all = false;
+  s.rides_with = "alltoallv";
   return s;
+}
+
+class MoeSuite final : public Suite {
+ public:
+  MoeSuite() : Suite(describe()) {}
+
+  std::vector<BenchJob> plan(const SuiteRequest& req) const override {
+    const std::vector<std::string> cases =
+        req.level == Level::kFull ? std::vector<std::string>{"*T=*"} : moeSpotCases();
+    return alltoallvProcesses(*this, req, {{cases, {}, {}, {}}});
+  }
+
+  std::vector<SuiteRow> rows(const BenchJob&, const report::PlanTopology&) const override { return alltoallvRows(); }
+
+  JobEstimate estimate(const BenchJob& job, const report::PlanTopology& t) const override {
+    return estimateAlltoallvProcess(job, t);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Suite> moeSuite() {
+  return std::make_unique<MoeSuite>();
 }
 
 }  // namespace peerlab::qualify

@@ -25,10 +25,14 @@
 // All time a steady-state pass after an untimed one (owner's L2 and the reader's TLB warm); time_us is the time per
 // load.
 //
-// Environment: PEERLAB_SM_COPY="kernel=auto,threads=512,unroll=8,blocks_per_sm=2,hints=2,sms=0,bulk_kib=16,
-// bulk_stages=4,bulk_blocks_per_sm=1" (any subset) sets the SM kernels' configuration (copy_plan.h);
-// PEERLAB_SM_COPY_SWEEP=1 adds BM_PeerCopyTune rows (vector and bulk kernels over their parameters, 0->1 at 256 MiB,
-// about 175 rows, ~10 s) and prints them as one table, fastest first, when the process exits.
+// What runs: the plan (bench/common/plan.h: --plan, --pairs); with pair rounds, the copy-engine and SM rows of a
+// round's pairs run at once, and so do its pointer chases (knob chase_in_rounds=0 keeps the chases one pair at a
+// time); sizes, batches and sample counts are bench/peer_copy_suite.h's. Knobs (--knob NAME=VALUE):
+// sm_copy="kernel=auto,threads=512,unroll=8,blocks_per_sm=2,hints=2,sms=0,bulk_kib=16,bulk_stages=4,
+// bulk_blocks_per_sm=1" (any subset) sets the SM kernels' configuration (copy_plan.h); sm_copy_sweep=1 adds
+// BM_PeerCopyTune rows (vector and bulk kernels over their parameters, 0->1 at 256 MiB, about 175 rows, ~10 s) and
+// prints them as one table, fastest first, when the process exits; chase_sm_loads=N times N loads per SM in
+// pointer_chase_sms (64 to the chain's length; default half the chain).
 
 #include <benchmark/benchmark.h>
 
@@ -50,7 +54,8 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
-#include "harness/launch/pair_rounds.h"
+#include "bench/common/plan.h"
+#include "bench/peer_copy_suite.h"
 #include "reference/core/check.h"
 #include "reference/core/device_time.cuh"
 #include "reference/core/devices.h"
@@ -64,13 +69,25 @@
 namespace peerlab {
 namespace {
 
+using bench::knobInt;
+using bench::knobText;
+using bench::plan;
+using bench::planned;
 using bench::Record;
 using peer::CopyPath;
 
 constexpr int64_t kWaitMs = 60000;
 constexpr uint64_t kDeviceTimeoutNs = 10'000'000'000ull;
-constexpr size_t kMinBytes = size_t{4} << 10;
-constexpr size_t kMaxBytes = size_t{1} << 30;
+constexpr size_t kMaxBytes = static_cast<size_t>(peer_copy_suite::kMaxBytes);
+
+PEERLAB_BENCH_KNOB(sm_copy, peer_copy_suite::kSmCopyKnob, kText,
+                   "the SM kernels' configuration, e.g. kernel=bulk,bulk_kib=16 (reference/peer/copy_plan.h)");
+PEERLAB_BENCH_KNOB(sm_copy_sweep, peer_copy_suite::kSmCopySweepKnob, kSwitch,
+                   "1 adds the BM_PeerCopyTune rows and prints them as one table (0)");
+PEERLAB_BENCH_KNOB(chase_sm_loads, peer_copy_suite::kChaseSmLoadsKnob, kCount,
+                   "loads timed on each SM by pointer_chase_sms, 64 to the chain's nodes (half the chain)");
+PEERLAB_BENCH_KNOB(chase_in_rounds, peer_copy_suite::kChaseInRoundsKnob, kSwitch,
+                   "0 runs the pointer chases one pair at a time even where the copies run in rounds (1)");
 
 // Waits for `stream` with its device current (the event that waitStream records must belong to that device).
 Status syncStream(cudaStream_t stream, const char* what) {
@@ -262,19 +279,14 @@ StatusOr<Env*> env() {
     PEERLAB_ASSIGN_OR_RETURN(made->devices, deviceCount());
     made->run = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
     peer::PeerCopierOptions options;
-    if (const char* text = std::getenv("PEERLAB_SM_COPY"); text && *text) {
+    if (const std::string text = knobText(peer_copy_suite::kSmCopyKnob); !text.empty()) {
       auto config = peer::parseSmCopyConfig(text);
-      if (!config.isOk()) return config.status().withContext("PEERLAB_SM_COPY");
+      if (!config.isOk()) return config.status().withContext("knob sm_copy");
       options.sm = *config;
     }
-    if (const char* text = std::getenv("PEERLAB_CHASE_SM_LOADS"); text && *text) {
-      char* end = nullptr;
-      const unsigned long v = std::strtoul(text, &end, 10);
-      if (end == text || *end != '\0' || v < 64 || v > kChaseNodes) {
-        return PEERLAB_INVALID_ARGUMENT("PEERLAB_CHASE_SM_LOADS=\"" + std::string(text) +
-                                        "\": expected the loads timed on each SM, 64 to " +
-                                        std::to_string(kChaseNodes));
-      }
+    if (!knobText(peer_copy_suite::kChaseSmLoadsKnob).empty()) {
+      PEERLAB_ASSIGN_OR_RETURN(const int64_t v,
+                               knobInt(peer_copy_suite::kChaseSmLoadsKnob, 0, 64, static_cast<int64_t>(kChaseNodes)));
       made->chase_sm_loads = static_cast<uint32_t>(v);
     }
     PEERLAB_ASSIGN_OR_RETURN(peer::PeerCopier copier, peer::PeerCopier::create(options));
@@ -313,9 +325,7 @@ uint64_t hashName(const std::string& s) {
   return h;
 }
 
-std::string pairName(int a, int b, bool both) {
-  return std::to_string(a) + (both ? "<->" : "->") + std::to_string(b);
-}
+using peer_copy_suite::pairName;
 
 // Reports a failed or unavailable Status for the row.
 void finish(benchmark::State& state, const Record& rec, const Status& st) {
@@ -353,17 +363,20 @@ int engineFor(const CopySpec& spec, int src, int dst) {
   return spec.method == Method::kCopier && spec.path == CopyPath::kSmPush ? src : dst;
 }
 
-size_t batchFor(const CopySpec& spec) {
-  const size_t target = spec.path == CopyPath::kStaged || spec.method != Method::kCopier ? (16u << 20) : (64u << 20);
-  const size_t cap = spec.path == CopyPath::kStaged ? 16 : 64;
-  return std::clamp<size_t>(target / spec.bytes, 1, cap);
+// Host-staged copies and the driver's anchor are slow: fewer, smaller batches (bench/peer_copy_suite.h).
+bool slowCopy(const CopySpec& spec) {
+  return spec.path == CopyPath::kStaged || spec.method != Method::kCopier;
 }
 
+size_t batchFor(const CopySpec& spec) {
+  return static_cast<size_t>(
+      peer_copy_suite::batchFor(static_cast<int64_t>(spec.bytes), slowCopy(spec), spec.path == CopyPath::kStaged));
+}
+
+// The plan's samples where it sets them, else the size's.
 int samplesFor(const CopySpec& spec) {
-  const bool slow = spec.path == CopyPath::kStaged || spec.method != Method::kCopier;
-  if (spec.bytes >= kMaxBytes) return 5;
-  if (spec.bytes >= (size_t{256} << 20)) return slow ? 5 : 10;
-  return slow ? 10 : 25;
+  if (plan().samples > 0) return plan().samples;
+  return peer_copy_suite::samplesFor(static_cast<int64_t>(spec.bytes), slowCopy(spec));
 }
 
 // Restores peer access between a and b as it was found, for rows that must measure without it.
@@ -618,7 +631,7 @@ struct TuneRow {
   std::string path;
   std::string shape;   // uni or bidir
   std::string label;   // compact configuration
-  std::string config;  // PEERLAB_SM_COPY value
+  std::string config;  // knob sm_copy value
   double gbps = 0;
   double p10 = 0, p90 = 0;
   int bulk = 0;
@@ -652,12 +665,12 @@ void printTuneTable() {
     std::printf("%-8s %-6s %-32s %8.1f %8.1f-%-8.1f  %s\n", r.path.c_str(), r.shape.c_str(), r.label.c_str(), r.gbps,
                 r.p10, r.p90, r.bulk ? "bulk" : "vec");
   }
-  std::printf("\nBest per path (PEERLAB_SM_COPY value):\n");
+  std::printf("\nBest per path (knob sm_copy value):\n");
   std::string seen;
   for (const TuneRow& r : rows) {
     if (!r.ok || seen.find("|" + r.path + r.shape + "|") != std::string::npos) continue;
     seen += "|" + r.path + r.shape + "|";
-    std::printf("  %-8s %-6s %8.1f GB/s  PEERLAB_SM_COPY=%s\n", r.path.c_str(), r.shape.c_str(), r.gbps,
+    std::printf("  %-8s %-6s %8.1f GB/s  --knob sm_copy=%s\n", r.path.c_str(), r.shape.c_str(), r.gbps,
                 r.config.c_str());
   }
   std::fflush(stdout);
@@ -928,7 +941,7 @@ Status measureChase(int reader, int owner, ChasePattern pattern, Record& rec) {
     if (s >= 0) ns_per_load.push_back(static_cast<double>(res->ns) / loads);
   }
   if (pattern == ChasePattern::kEverySm) {
-    // Each SM walks half the chain (or PEERLAB_CHASE_SM_LOADS loads: qualify's standard level walks fewer) after a
+    // Each SM walks half the chain (or knob chase_sm_loads loads: qualify's standard level walks fewer) after a
     // short warm-up of its own (the owner's L2 is warm from the pass above; the 1 MiB chain lies within one or two
     // pages, so the first loads warm this SM's TLB).
     const uint32_t sm_warm = 256;
@@ -1151,14 +1164,51 @@ std::vector<TuneConfig> tuneBidirConfigs() {
   return {def, vecConfig(512, 8, 2, 2), vecConfig(512, 8, 1, 1), bulkConfig(16, 4, 1), bulkConfig(32, 4, 1)};
 }
 
+report::RowKey copyKey(const CopySpec& spec) {
+  report::RowKey k;
+  k.impl = spec.impl;
+  k.name = spec.name;
+  k.bytes = static_cast<int64_t>(spec.bytes);
+  k.src = spec.a;
+  k.dst = spec.b;
+  k.both_ways = spec.bidir;
+  return k;
+}
+
+report::RowKey latencyKey(const char* impl, bool flag, int a, int b) {
+  report::RowKey k;
+  k.impl = impl;
+  k.name = flag ? "one_way" : "dependent_load";
+  k.src = a;
+  k.dst = b;
+  k.both_ways = flag;
+  return k;
+}
+
+Latency latencyOf(const std::string& label) {
+  if (label == "flag") return Latency::kFlag;
+  if (label == "flag_acq_rel") return Latency::kFlagAcqRel;
+  if (label == "pointer_chase") return Latency::kChase;
+  if (label == "pointer_chase_random") return Latency::kChaseRandom;
+  if (label == "pointer_chase_ld") return Latency::kChasePlain;
+  return Latency::kChaseEverySm;
+}
+
 void registerAll() {
   auto count = deviceCount();
   // Without two GPUs, one row per suite still runs and reports why it was skipped.
   const int n = count.isOk() ? std::max(*count, 2) : 2;
-  const bool sweep = std::getenv("PEERLAB_SM_COPY_SWEEP") && std::string(std::getenv("PEERLAB_SM_COPY_SWEEP")) == "1";
+  const bool sweep = knobText(peer_copy_suite::kSmCopySweepKnob) == "1";
 
   // Enable cost first, before the copy rows allocate their buffers.
   for (bool first : {true, false}) {
+    report::RowKey key;
+    key.impl = peer_copy_suite::kEnableImpl;
+    key.name = first ? "first" : "repeat";
+    key.src = 0;
+    key.dst = 1;
+    key.both_ways = true;
+    if (!planned(key)) continue;
     const std::string name = std::string("BM_PeerEnable/") + (first ? "first" : "repeat") + "/" + pairName(0, 1, true);
     configure(benchmark::RegisterBenchmark(name.c_str(),
                                            [first](benchmark::State& st) { enableBenchmark(st, 0, 1, first); }));
@@ -1167,90 +1217,65 @@ void registerAll() {
   // Driver-staged anchor: cudaMemcpyPeerAsync with peer access off for this row only.
   {
     CopySpec spec;
-    spec.impl = "cuda.memcpy_peer_noP2P";
+    spec.impl = peer_copy_suite::kAnchorImpl;
     spec.method = Method::kMemcpyPeerNoP2P;
-    spec.bytes = size_t{256} << 20;
-    registerCopy(spec, "BM_PeerCopy/cuda_memcpy_peer_noP2P/uni/0->1/bytes:" + std::to_string(spec.bytes));
+    spec.bytes = static_cast<size_t>(peer_copy_suite::kAnchorBytes);
+    if (planned(copyKey(spec)))
+      registerCopy(spec, "BM_PeerCopy/cuda_memcpy_peer_noP2P/uni/0->1/bytes:" + std::to_string(spec.bytes));
   }
 
   const std::pair<CopyPath, const char*> paths[] = {{CopyPath::kCopyEngine, "peerlab.ce"},
                                                     {CopyPath::kSmPull, "peerlab.sm_pull"},
                                                     {CopyPath::kSmPush, "peerlab.sm_push"},
                                                     {CopyPath::kStaged, "peerlab.staged"}};
-  // PEERLAB_PAIR_ROUNDS: the pairs in rounds (harness/launch/pair_rounds.h); the copy-engine and SM rows of a round's
-  // pairs run at once (host-staged copies, driven from this thread, stay one pair at a time), and with
-  // PEERLAB_CHASE_AT_ONCE=1 so do its pointer chases (below).
+  auto copy = [](CopyPath path, const char* impl, bool bidir, int a, int b, int64_t bytes) {
+    CopySpec spec;
+    spec.impl = impl;
+    spec.path = path;
+    spec.bidir = bidir;
+    spec.name = bidir ? "bidir" : "uni";
+    spec.a = a;
+    spec.b = b;
+    spec.bytes = static_cast<size_t>(bytes);
+    return spec;
+  };
+  auto copyName = [](const CopySpec& spec) {
+    return "BM_PeerCopy/" + std::string(peer::copyPathName(spec.path)) + "/" + spec.name + "/" +
+           pairName(spec.a, spec.b, spec.bidir) + "/bytes:" + std::to_string(spec.bytes);
+  };
+  // Pair rounds (the plan's): the copy-engine and SM rows of a round's pairs run at once (host-staged copies, driven
+  // from this thread, stay one pair at a time), and so do its pointer chases unless knob chase_in_rounds=0.
+  const report::PairRoundList& rounds = plan().rounds;
   std::vector<std::vector<std::pair<int, int>>> chase_rounds;
-  if (const char* text = std::getenv(launch::kPairRoundsEnv); text != nullptr && *text != '\0') {
-    auto rounds = launch::parsePairRounds(text);
-    if (!rounds.isOk()) {
-      // Every copy row fails with the reason.
-      CopySpec bad;
-      bad.impl = "peerlab.ce";
-      bad.a = -1;
-      bad.b = -1;
-      configure(
-          benchmark::RegisterBenchmark("BM_PeerCopy/ce/uni/rounds", [why = rounds.status()](benchmark::State& st) {
-            Record r;
-            r.suite = "peer_copy";
-            r.impl = "peerlab.ce";
-            r.name = "uni";
-            for (auto _ : st) {
-              (void)_;
-              bench::fail(st, r, PEERLAB_INVALID_ARGUMENT(std::string(launch::kPairRoundsEnv) + ": " + why.message()));
-              break;
-            }
-          }));
-      return;
-    }
-    // PEERLAB_CHASE_AT_ONCE=1 (qualify sets it with the rounds): the pointer chases run in the same rounds.
-    const char* at_once = std::getenv("PEERLAB_CHASE_AT_ONCE");
-    const bool chase_at_once = at_once != nullptr && std::string(at_once) == "1";
-    for (const auto& round : *rounds) {
-      if (chase_at_once) chase_rounds.emplace_back(round.begin(), round.end());
-      for (const auto& [path, impl] : paths) {
-        for (bool bidir : {false, true}) {
+  if (!rounds.empty() && knobText(peer_copy_suite::kChaseInRoundsKnob) != "0") chase_rounds = rounds;
+  for (const auto& round : rounds) {
+    for (const auto& [path, impl] : paths) {
+      for (bool bidir : {false, true}) {
+        for (int64_t bytes : peer_copy_suite::sizes()) {
+          // The round's pairs that run this row (both ways: once per unordered pair).
           std::vector<std::pair<int, int>> members;
-          for (const auto& [a, b] : round)
-            if (!bidir || a < b) members.emplace_back(a, b);
+          for (const auto& [a, b] : round) {
+            if ((!bidir || a < b) && planned(copyKey(copy(path, impl, bidir, a, b, bytes)))) members.emplace_back(a, b);
+          }
           const bool together = path != CopyPath::kStaged && members.size() > 1;
-          for (size_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= 4) {
-            for (const auto& [a, b] : members) {
-              CopySpec spec;
-              spec.impl = impl;
-              spec.path = path;
-              spec.bidir = bidir;
-              spec.name = bidir ? "bidir" : "uni";
-              spec.a = a;
-              spec.b = b;
-              spec.bytes = bytes;
-              registerCopy(spec,
-                           "BM_PeerCopy/" + std::string(peer::copyPathName(path)) + "/" + spec.name + "/" +
-                               pairName(a, b, bidir) + "/bytes:" + std::to_string(bytes),
-                           "", together ? members : std::vector<std::pair<int, int>>{});
-            }
+          for (const auto& [a, b] : members) {
+            const CopySpec spec = copy(path, impl, bidir, a, b, bytes);
+            registerCopy(spec, copyName(spec), "", together ? members : std::vector<std::pair<int, int>>{});
           }
         }
       }
     }
   }
-  for (const auto& [path, impl] : paths) {
-    if (std::getenv(launch::kPairRoundsEnv) != nullptr && *std::getenv(launch::kPairRoundsEnv) != '\0') break;
-    for (bool bidir : {false, true}) {
-      for (int a = 0; a < n; ++a) {
-        for (int b = 0; b < n; ++b) {
-          if (a == b || (bidir && b < a)) continue;
-          for (size_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= 4) {
-            CopySpec spec;
-            spec.impl = impl;
-            spec.path = path;
-            spec.bidir = bidir;
-            spec.name = bidir ? "bidir" : "uni";
-            spec.a = a;
-            spec.b = b;
-            spec.bytes = bytes;
-            registerCopy(spec, "BM_PeerCopy/" + std::string(peer::copyPathName(path)) + "/" + spec.name + "/" +
-                                   pairName(a, b, bidir) + "/bytes:" + std::to_string(bytes));
+  if (rounds.empty()) {
+    for (const auto& [path, impl] : paths) {
+      for (bool bidir : {false, true}) {
+        for (int a = 0; a < n; ++a) {
+          for (int b = 0; b < n; ++b) {
+            if (a == b || (bidir && b < a)) continue;
+            for (int64_t bytes : peer_copy_suite::sizes()) {
+              const CopySpec spec = copy(path, impl, bidir, a, b, bytes);
+              if (planned(copyKey(spec))) registerCopy(spec, copyName(spec));
+            }
           }
         }
       }
@@ -1287,39 +1312,56 @@ void registerAll() {
     }
   }
 
-  for (auto [kind, label] : {std::pair{Latency::kFlag, "flag"}, std::pair{Latency::kFlagAcqRel, "flag_acq_rel"}}) {
-    for (int a = 0; a < n; ++a) {
-      for (int b = a + 1; b < n; ++b) {
-        const std::string name = std::string("BM_PeerLatency/") + label + "/" + pairName(a, b, true);
-        configure(benchmark::RegisterBenchmark(
-            name.c_str(), [a, b, kind = kind](benchmark::State& st) { latencyBenchmark(st, a, b, kind); }));
-      }
+  // The flags: every unordered pair of the rounds, else of the visible GPUs.
+  std::set<std::pair<int, int>> unordered;
+  for (const auto& round : rounds)
+    for (const auto& [a, b] : round)
+      unordered.insert({std::min(a, b), std::max(a, b)});
+  if (rounds.empty()) {
+    for (int a = 0; a < n; ++a)
+      for (int b = a + 1; b < n; ++b)
+        unordered.insert({a, b});
+  }
+  for (const peer_copy_suite::LatencyCase& c : peer_copy_suite::kFlags) {
+    const Latency kind = latencyOf(c.label);
+    for (const auto& [a, b] : unordered) {
+      if (!planned(latencyKey(c.impl, true, a, b))) continue;
+      const std::string name = std::string("BM_PeerLatency/") + c.label + "/" + pairName(a, b, true);
+      configure(benchmark::RegisterBenchmark(
+          name.c_str(), [a = a, b = b, kind](benchmark::State& st) { latencyBenchmark(st, a, b, kind); }));
     }
   }
-  for (auto [kind, label] :
-       {std::pair{Latency::kChase, "pointer_chase"}, std::pair{Latency::kChaseRandom, "pointer_chase_random"},
-        std::pair{Latency::kChasePlain, "pointer_chase_ld"}, std::pair{Latency::kChaseEverySm, "pointer_chase_sms"}}) {
+  for (const peer_copy_suite::LatencyCase& c : peer_copy_suite::kChases) {
+    const Latency kind = latencyOf(c.label);
     // In rounds: a round's pairs chase at once (one load in flight per pair: they do not contend), each row reports
     // its pair.
     for (size_t r = 0; r < chase_rounds.size(); ++r) {
-      const auto& round = chase_rounds[r];
-      const std::string key = std::string(label) + "/round" + std::to_string(r);
+      std::vector<std::pair<int, int>> round;
+      for (const auto& [a, b] : chase_rounds[r])
+        if (planned(latencyKey(c.impl, false, a, b))) round.emplace_back(a, b);
+      const std::string key = std::string(c.label) + "/round" + std::to_string(r);
       for (const auto& [a, b] : round) {
-        const std::string name = std::string("BM_PeerLatency/") + label + "/" + pairName(a, b, false);
-        configure(
-            benchmark::RegisterBenchmark(name.c_str(), [a = a, b = b, kind = kind, round, key](benchmark::State& st) {
-              latencyBenchmark(st, a, b, kind, round, key);
-            }));
+        const std::string name = std::string("BM_PeerLatency/") + c.label + "/" + pairName(a, b, false);
+        configure(benchmark::RegisterBenchmark(name.c_str(), [a = a, b = b, kind, round, key](benchmark::State& st) {
+          latencyBenchmark(st, a, b, kind, round, key);
+        }));
       }
     }
     if (!chase_rounds.empty()) continue;
-    for (int a = 0; a < n; ++a) {
-      for (int b = 0; b < n; ++b) {
-        if (a == b) continue;
-        const std::string name = std::string("BM_PeerLatency/") + label + "/" + pairName(a, b, false);
-        configure(benchmark::RegisterBenchmark(
-            name.c_str(), [a, b, kind = kind](benchmark::State& st) { latencyBenchmark(st, a, b, kind); }));
-      }
+    // One pair at a time: every ordered pair of the rounds, else of the visible GPUs.
+    std::vector<std::pair<int, int>> pairs;
+    for (const auto& round : rounds)
+      pairs.insert(pairs.end(), round.begin(), round.end());
+    if (rounds.empty()) {
+      for (int a = 0; a < n; ++a)
+        for (int b = 0; b < n; ++b)
+          if (a != b) pairs.emplace_back(a, b);
+    }
+    for (const auto& [a, b] : pairs) {
+      if (!planned(latencyKey(c.impl, false, a, b))) continue;
+      const std::string name = std::string("BM_PeerLatency/") + c.label + "/" + pairName(a, b, false);
+      configure(benchmark::RegisterBenchmark(
+          name.c_str(), [a = a, b = b, kind](benchmark::State& st) { latencyBenchmark(st, a, b, kind); }));
     }
   }
 }

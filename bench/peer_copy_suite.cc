@@ -1,14 +1,15 @@
-// The peer_copy suite (bench/peer_copy_bench.cu) as qualify and bench run it.
-// Rows: BM_PeerEnable/{first,repeat}/0<->1, BM_PeerCopy/cuda_memcpy_peer_noP2P/uni/0->1/bytes:N,
-// BM_PeerCopy/{ce,sm_pull,sm_push,staged}/{uni,bidir}/{a->b,a<->b}/bytes:N (4 KiB .. 1 GiB by 4),
-// BM_PeerLatency/flag/a<->b, BM_PeerLatency/pointer_chase/a->b. Google Benchmark appends "/iterations:1/manual_time",
-// so a size is anchored with a trailing "/", never "$".
+// The peer_copy suite (bench/peer_copy_bench.cu) as qualify and bench run it: one process over every ordered pair;
+// where the schedule lets disjoint pairs run at once (harness/qualify/schedule.h), their copies and pointer chases run
+// in rounds, after a serial sample of one pair they are checked against. Rows: peer enable (first, repeat) on 0<->1,
+// the driver-staged anchor on 0->1, copies (copy engine, SM pull/push, host-staged; one way and both ways; 4 KiB ..
+// 1 GiB by 4), flag latencies per unordered pair and pointer chases per ordered pair (bench/peer_copy_suite.h).
+#include "bench/peer_copy_suite.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "harness/qualify/cost_model.h"
-#include "harness/qualify/plan.h"
 #include "harness/qualify/schedule.h"
 #include "harness/qualify/suites.h"
 
@@ -16,219 +17,287 @@ namespace peerlab::qualify {
 namespace {
 
 using namespace cost;
+namespace pc = peer_copy_suite;
 
-constexpr const char* kChaseSmLoadsEnv = "PEERLAB_CHASE_SM_LOADS";
-constexpr const char* kChaseAtOnceEnv = "PEERLAB_CHASE_AT_ONCE";
+// Calibrated on 2x and 4x H100 through NVSwitch (reports/qualify/2026-11-28-h100-x4-nvswitch-c6c3604-*): the process's
+// start grows ~0.1 s per GPU (one context each), a copy case costs ~30 ms besides its bytes (pattern, poison, two
+// checks), a latency case ~70 ms (the flags ping-pong 10,000 times), and the chase on every SM in turn ~0.5 s walking
+// half the chain (4,096 loads, 132 SMs; measured on 4x H200), ~0.1 s with the standard level's 512 loads per SM.
+constexpr double kCopyFixedS = 0.03;
+constexpr double kLatencyS = 0.07;
+constexpr double kEverySmS = 0.5;
+constexpr double kEverySmShortS = 0.1;
+// The loads per SM the chase on every SM times below full (the SMs' spread stays visible at an eighth of the cost).
+constexpr const char* kStandardSmLoads = "512";
 
 // The size quick and standard copy a pair with: 1 GiB over NVLink, where the link reaches its rate (256 MiB is ~2%
 // short of it on NV18, too close to the expected figure for a verdict); 256 MiB where the plan knows no NVLink of the
 // pair's own (PCIe, or links the topology does not give), where it already moves at the rate and costs a quarter of
 // the time at PCIe rates.
-double spotBytes(const report::PlanTopology* t, int s, int d) {
-  return t == nullptr || pairHasOwnLinks(*t, s, d) ? 1024 * kMiB : 256 * kMiB;
+int64_t spotBytes(const report::PlanTopology& t, int s, int d) {
+  return pairHasOwnLinks(t, s, d) ? pc::kMaxBytes : 256 * pc::kMiB;
 }
 
-// The filter of a plan's pairs: each pair's copies at its spotBytes (without a topology, 1 GiB).
-std::string filterFor(Level level, const std::vector<std::pair<int, int>>& pairs, bool all,
-                      const report::PlanTopology* t) {
-  const std::string pair = pairRegex(pairs, all);
-  if (level == Level::kFull && all) return "";
-  const std::string anchors = "BM_PeerEnable/|BM_PeerCopy/cuda_memcpy_peer_noP2P/|BM_PeerLatency/[a-z_]+/" + pair + "/";
-  if (level == Level::kFull) return anchors + "|BM_PeerCopy/[a-z_]+/(uni|bidir)/" + pair + "/";
+std::vector<std::string> copyCases(bool quick) {
+  if (quick) return {"peerlab.ce/uni"};
+  std::vector<std::string> out;
+  for (const char* impl : {"peerlab.ce", "peerlab.sm_pull", "peerlab.sm_push"})
+    for (const char* name : {"uni", "bidir"})
+      out.push_back(std::string(impl) + "/" + name);
+  return out;
+}
+
+// The rows a level runs on `pairs` (`all`: every pair of the machine). Quick: one copy-engine spot check per ordered
+// pair. Standard: the anchors (peer enable, the driver-staged copy, every latency) and every SM/CE path at each pair's
+// spot size (the bandwidth rules take each pair's best at >= 64 MiB; smaller sizes feed no check); the host-staged
+// path (no rule judges it; a pair at a time through host memory, it cost 64 of the 16-GPU plan's seconds) stays in
+// full. Full: every row of the pairs.
+std::vector<report::RowSelection> rowsFor(Level level, const std::vector<std::pair<int, int>>& pairs, bool all,
+                                          const report::PlanTopology& t) {
+  using report::RowSelection;
+  const std::vector<std::string> anchors = {std::string(pc::kEnableImpl) + "/*", std::string(pc::kAnchorImpl) + "/uni"};
+  if (level == Level::kFull) {
+    if (all) return {};
+    return {RowSelection{anchors, {}, {}, {}}, RowSelection{{}, {}, pairs, {}}};
+  }
+  std::vector<RowSelection> out;
+  if (level != Level::kQuick) {
+    out.push_back({anchors, {}, {}, {}});
+    std::vector<std::string> latencies;
+    for (const pc::LatencyCase& c : pc::kFlags)
+      latencies.push_back(std::string(c.impl) + "/*");
+    for (const pc::LatencyCase& c : pc::kChases)
+      latencies.push_back(std::string(c.impl) + "/*");
+    out.push_back({latencies, {}, all ? std::vector<std::pair<int, int>>{} : pairs, {}});
+  }
   // The pairs by the size they are copied with.
   std::vector<std::pair<int, int>> gib, mib;
   for (const auto& [s, d] : pairs)
-    (spotBytes(t, s, d) > 256 * kMiB ? gib : mib).push_back({s, d});
-  const std::string paths = level == Level::kQuick ? "ce/uni" : "(ce|sm_pull|sm_push)/(uni|bidir)";
-  std::string copies;
-  for (const auto& [set, bytes] : {std::pair{&gib, "1073741824"}, std::pair{&mib, "268435456"}}) {
+    (spotBytes(t, s, d) == pc::kMaxBytes ? gib : mib).push_back({s, d});
+  for (const auto& [set, bytes] : {std::pair{&gib, pc::kMaxBytes}, std::pair{&mib, 256 * pc::kMiB}}) {
     if (set->empty()) continue;
-    copies += (copies.empty() ? "" : "|") + std::string(level == Level::kQuick ? "^" : "") + "BM_PeerCopy/" + paths +
-              "/" + pairRegex(*set, all && set->size() == pairs.size()) + "/bytes:" + bytes + "/";
+    const bool every = all && set->size() == pairs.size();
+    out.push_back({copyCases(level == Level::kQuick), {bytes}, every ? std::vector<std::pair<int, int>>{} : *set, {}});
   }
-  // Quick: one copy-engine spot check per ordered pair. Standard: every SM/CE path (the bandwidth rules take each
-  // pair's best at >= 64 MiB; smaller sizes feed no check). The host-staged path (no rule judges it; a pair at a time
-  // through host memory, it cost 64 of the 16-GPU plan's seconds) stays in full.
-  if (level == Level::kQuick) return copies;
-  return anchors + "|" + copies;
+  return out;
 }
 
-std::string filter(Level level, const std::vector<std::pair<int, int>>& pairs, bool all) {
-  return filterFor(level, pairs, all, nullptr);
-}
-
-// bench/peer_copy_bench.cu: batchFor and samplesFor; one verified warm-up batch before the samples.
-double peerCopyOps(double bytes, bool slow) {
-  const double batch = std::clamp(std::floor((slow ? 16 : 64) * kMiB / bytes), 1.0, slow ? 16.0 : 64.0);
-  const double samples = bytes >= 1024 * kMiB ? 5 : bytes >= 256 * kMiB ? (slow ? 5 : 10) : (slow ? 10 : 25);
-  return batch * (samples + 1);
-}
-
-JobEstimate estimate(const BenchJob& job, const Plan& plan) {
-  const report::PlanTopology& t = plan.topology;
-  const auto& pairs = plan.options.pairs;
-  if (!job.guard_for.empty()) {
-    // A serial sample: three paths one way at 1 GiB on one pair.
-    Tally x;
-    const auto [s, d] = job.pairs.front();
-    x.add(3, 0.03, seconds(1024 * kMiB, peerCopyOps(1024 * kMiB, false), pairRate(t, s, d)));
-    return fromTally(kProcessStartS + 2 * kContextS, x);
-  }
-  // The copy rows of a round's pairs run at once: a round costs what its slowest pair does. Without rounds every
-  // pair is a round of its own.
-  std::vector<std::vector<std::pair<int, int>>> rounds = job.rounds;
-  if (rounds.empty()) {
-    for (const auto& p : pairs)
-      rounds.push_back({p});
-  }
-  std::set<int> gpus;
-  std::set<std::pair<int, int>> unordered;
-  for (const auto& [s, d] : pairs) {
-    gpus.insert(s);
-    gpus.insert(d);
-    unordered.insert({std::min(s, d), std::max(s, d)});
-  }
-  // Calibrated on 2x and 4x H100 through NVSwitch (reports/qualify/2026-11-28-h100-x4-nvswitch-c6c3604-*): the
-  // process's start grows ~0.1 s per GPU (one context each), a copy case costs ~30 ms besides its bytes (pattern,
-  // poison, two checks), a latency case ~70 ms (the flags ping-pong 10,000 times), and the chase on every SM in turn
-  // ~0.5 s walking half the chain (4,096 loads, 132 SMs; measured on 4x H200), ~0.1 s with the standard level's 512
-  // loads per SM.
-  const double g = static_cast<double>(std::max<size_t>(gpus.size(), 2));
-  const double start = kProcessStartS + 0.1 * g;
-  const double fixed = 0.03;
-  const double latency = 0.07;
-  const Level level = plan.options.level;
-  const bool full = level == Level::kFull;
-  const double every_sm = jobEnv(job, kChaseSmLoadsEnv).empty() ? 0.5 : 0.1;
-  const bool chases_at_once = jobEnv(job, kChaseAtOnceEnv) == "1" && !job.rounds.empty();
-  // Below full, each pair at its spot size (0: spotBytes).
-  const std::vector<double> sizes = full ? sizesBy4(4096, 1024 * kMiB) : std::vector<double>{0};
-  // The slowest pair of a round (both ways for bidir: only a < b of the round).
-  auto slowest = [&](const std::vector<std::pair<int, int>>& round, bool bidir, double bytes) {
-    double worst = 0;
-    for (const auto& [s, d] : round) {
-      if (bidir && s > d) continue;
-      const double rate = bidir ? std::min(pairRate(t, s, d), pairRate(t, d, s)) : pairRate(t, s, d);
-      const double b = bytes > 0 ? bytes : spotBytes(&t, s, d);
-      worst = std::max(worst, seconds(b, peerCopyOps(b, false), rate));
-    }
-    return worst;
-  };
-  Tally tally;
-  if (level == Level::kQuick) {
-    for (const auto& round : rounds)
-      tally.add(1, fixed, slowest(round, false, 0));
-    return fromTally(start, tally);
-  }
-  // Anchors: peer enable (first and repeat) and the driver-staged copy without P2P, on 0<->1.
-  tally.add(2, fixed);
-  tally.add(1, fixed, seconds(256 * kMiB, peerCopyOps(256 * kMiB, true), std::min(hostRate(t, 0), hostRate(t, 1)) / 2));
-  const double copiers = 3;  // copy engine, SM pull, SM push
-  for (const auto& round : rounds) {
-    const bool any_bidir = std::any_of(round.begin(), round.end(), [](const auto& p) { return p.first < p.second; });
-    for (double b : sizes) {
-      tally.add(copiers, fixed, slowest(round, false, b));
-      if (any_bidir) tally.add(copiers, fixed, slowest(round, true, b));
-    }
-  }
-  for (const auto& [s, d] : pairs) {
-    const double staged = std::min(hostRate(t, s), hostRate(t, d)) / 2;
-    if (full) {
-      for (double b : sizes)
-        tally.add(1, fixed, seconds(b, peerCopyOps(b, true), staged));
-    } else if (jobFilter(job).find("staged") != std::string::npos) {  // earlier code's standard level
-      tally.add(1, fixed, seconds(256 * kMiB, peerCopyOps(256 * kMiB, true), staged));
-    }
-    if (!chases_at_once) {
-      tally.add(3, latency);   // pointer-chase latencies on one SM
-      tally.add(1, every_sm);  // and on every SM in turn
-    }
-  }
-  // A round's pairs chase at once: a round costs what one pair does.
-  if (chases_at_once) {
-    for (size_t r = 0; r < rounds.size(); ++r) {
-      tally.add(3, latency);
-      tally.add(1, every_sm);
-    }
-  }
-  for (const auto& [a, b] : unordered) {
-    if (full) {
-      const double rate = std::min(hostRate(t, a), hostRate(t, b)) / 2;
-      for (double bytes : sizes)
-        tally.add(1, fixed, seconds(bytes, peerCopyOps(bytes, true), rate));
-    }
-    tally.add(2, latency);  // flag latencies
-  }
-  return fromTally(start, tally);
-}
-
-// One process over every pair. Where pairs have NVLinks of their own, the copy rows of a round's pairs run at once
-// (PEERLAB_PAIR_ROUNDS), after a serial sample of the first pair of the first round they are checked against.
-std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
-  BenchJob j;
-  j.suite = spec.name;
-  j.binary = spec.binary;
-  const std::string f = filterFor(req.level, req.pairs, req.all_pairs, req.topology);
-  if (!f.empty()) j.args = {"--benchmark_filter=" + f};
-  j.deadline_s =
-      spec.deadline_s[static_cast<int>(req.level)] * std::max(1.0, static_cast<double>(req.pairs.size()) / 12.0);
-  j.budget_s = j.deadline_s;
-  j.label = spec.name + " (" + std::to_string(req.pairs.size()) + " pairs)";
-  // The chase on every SM times 512 loads per SM below full (the SMs' spread stays visible; half the chain costs
-  // ~0.5 s a pair).
-  if (req.level == Level::kStandard) j.env.push_back(std::string(kChaseSmLoadsEnv) + "=512");
-  const PairSchedule schedule =
-      req.topology && !req.pairs.empty() ? schedulePairs(*req.topology, req.pairs, req.concurrent) : PairSchedule{};
-  j.schedule_basis = schedule.basis;
-  if (!schedule.concurrent) return {j};
-  j.rounds = schedule.rounds;
-  j.pairs = req.pairs;
-  j.env.push_back(pairRoundsEnv(schedule.rounds));
-  // The pointer chases in the same rounds (one load in flight per pair: pairs that share no GPU do not contend).
-  j.env.push_back(std::string(kChaseAtOnceEnv) + "=1");
-  std::pair<int, int> first = schedule.rounds.front().front();
-  for (const auto& round : schedule.rounds) {
-    if (round.size() > 1) {
-      first = round.front();
-      break;
-    }
-  }
-  BenchJob guard = j;
-  guard.rounds = {{first}};
-  guard.pairs = {first};
-  guard.env = {pairRoundsEnv(guard.rounds)};
-  guard.args = {"--benchmark_filter=^BM_PeerCopy/(ce|sm_pull|sm_push)/uni/" + std::to_string(first.first) + "->" +
-                std::to_string(first.second) + "/bytes:1073741824/"};
-  guard.deadline_s = spec.deadline_s[static_cast<int>(req.level)] / 4;
-  guard.budget_s = guard.deadline_s;
-  guard.schedule_basis.clear();
-  guard.label = spec.name + " serial sample " + std::to_string(first.first) + "->" + std::to_string(first.second);
-  guard.guard_for = j.label;
-  return {guard, j};
-}
-
-}  // namespace
-
-SuiteSpec peerCopySuite() {
-  SuiteSpec s;
+SuiteInfo describe() {
+  SuiteInfo s;
   s.name = "peer_copy";
   s.binary = "peer_copy_bench";
-  s.shape = JobShape::kWholeMachine;
   s.min_gpus = 2;
   s.order = 10;
   s.result_suites = {"peer_enable", "peer_copy", "peer_latency"};
   s.rules = {"peer_copy_ce_uni", "peer_copy_ce_bidir", "peer_copy_sm_uni", "peer_copy_sm_bidir", "peer_latency"};
   s.levels = {Level::kQuick, Level::kStandard, Level::kFull};
-  s.filter = filter;
-  s.jobs = jobs;
   s.deadline_s[0] = 60;
   s.deadline_s[1] = 240;
   s.deadline_s[2] = 1800;
-  s.estimate = estimate;
   s.description =
       "peer enable cost, peer copies (copy engine, SM pull/push, host-staged; one way and both ways) and peer latency, "
       "every ordered pair (quick: a copy-engine spot check per pair)";
   return s;
+}
+
+class PeerCopySuite final : public Suite {
+ public:
+  PeerCopySuite() : Suite(describe()) {}
+
+  // One process over every pair. Where the schedule runs pairs at once, the copy rows (and pointer chases) of a
+  // round's pairs run together, after a serial sample of the first pair of the first round of several they are
+  // checked against.
+  std::vector<BenchJob> plan(const SuiteRequest& req) const override {
+    const report::PlanTopology& t = *req.topology;
+    BenchJob j;
+    j.suite = name();
+    j.binary = info().binary;
+    j.work.suite = name();
+    j.work.rows = rowsFor(req.level, req.pairs, req.all_pairs, t);
+    j.work.rules = info().rules;
+    j.deadline_s =
+        info().deadline_s[static_cast<int>(req.level)] * std::max(1.0, static_cast<double>(req.pairs.size()) / 12.0);
+    j.work.deadline_s = j.deadline_s;
+    j.budget_s = j.deadline_s;
+    j.label = name() + " (" + std::to_string(req.pairs.size()) + " pairs)";
+    if (req.level == Level::kStandard) j.work.knobs[pc::kChaseSmLoadsKnob] = kStandardSmLoads;
+    // A spot check takes the samples of the largest size, whatever its pair's spot size.
+    if (req.level == Level::kQuick) j.work.samples = pc::samplesFor(pc::kMaxBytes, false);
+    // Both ways at once (bidir, below quick) loads a path in both directions: the schedule keeps such pairs apart.
+    const bool both_ways = req.level != Level::kQuick;
+    const PairSchedule schedule =
+        req.pairs.empty() ? PairSchedule{} : schedulePairs(t, req.pairs, req.concurrent, both_ways);
+    j.schedule_basis = schedule.basis;
+    if (!schedule.concurrent) return {j};
+    j.work.rounds = schedule.rounds;
+    // The serial sample: each sample pair alone, on the one-way copies the level runs, at the pair's spot size.
+    BenchJob guard = j;
+    guard.work.rounds.clear();
+    guard.work.rows.clear();
+    guard.work.knobs.clear();
+    const std::vector<std::string> uni =
+        req.level == Level::kQuick
+            ? copyCases(true)
+            : std::vector<std::string>{"peerlab.ce/uni", "peerlab.sm_pull/uni", "peerlab.sm_push/uni"};
+    for (const auto& p : schedule.samples) {
+      guard.work.rounds.push_back({p});
+      guard.work.rows.push_back({uni, {spotBytes(t, p.first, p.second)}, {p}, {}});
+    }
+    guard.deadline_s =
+        info().deadline_s[static_cast<int>(req.level)] / 4 * static_cast<double>(schedule.samples.size());
+    guard.work.deadline_s = guard.deadline_s;
+    guard.budget_s = guard.deadline_s;
+    guard.schedule_basis.clear();
+    const auto first = schedule.samples.front();
+    guard.label = name() + " serial sample " +
+                  (schedule.samples.size() == 1 ? std::to_string(first.first) + "->" + std::to_string(first.second)
+                                                : "(" + std::to_string(schedule.samples.size()) + " pairs)");
+    guard.guard_for = j.label;
+    return {guard, j};
+  }
+
+  std::vector<SuiteRow> rows(const BenchJob& job, const report::PlanTopology& t) const override {
+    std::vector<SuiteRow> out;
+    auto add = [&](report::RowKey key, std::string gbench, int group = -1, int round = -1) {
+      out.push_back({std::move(key), std::move(gbench), group, round});
+    };
+    auto pairKey = [](const char* impl, const std::string& name, int64_t bytes, int a, int b, bool both) {
+      report::RowKey k;
+      k.impl = impl;
+      k.name = name;
+      k.bytes = bytes;
+      k.src = a;
+      k.dst = b;
+      k.both_ways = both;
+      return k;
+    };
+    for (const char* which : {"first", "repeat"})
+      add(pairKey(pc::kEnableImpl, which, -1, 0, 1, true), std::string("BM_PeerEnable/") + which + "/0<->1");
+    add(pairKey(pc::kAnchorImpl, "uni", pc::kAnchorBytes, 0, 1, false),
+        "BM_PeerCopy/cuda_memcpy_peer_noP2P/uni/0->1/bytes:" + std::to_string(pc::kAnchorBytes));
+    auto copyName = [](const pc::CopyCase& c, bool bidir, int a, int b, int64_t bytes) {
+      return std::string("BM_PeerCopy/") + c.path + "/" + (bidir ? "bidir" : "uni") + "/" + pc::pairName(a, b, bidir) +
+             "/bytes:" + std::to_string(bytes);
+    };
+    const auto& rounds = job.work.rounds;
+    int group = 0;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      for (const pc::CopyCase& c : pc::kCopies) {
+        for (bool bidir : {false, true}) {
+          for (int64_t bytes : pc::sizes()) {
+            // Host-staged copies are driven from one thread: a pair at a time.
+            for (const auto& [a, b] : rounds[r]) {
+              if (bidir && a > b) continue;
+              add(pairKey(c.impl, bidir ? "bidir" : "uni", bytes, a, b, bidir), copyName(c, bidir, a, b, bytes),
+                  c.staged ? -1 : group, static_cast<int>(r));
+            }
+            ++group;
+          }
+        }
+      }
+    }
+    // Without rounds: every ordered pair of the machine, one at a time.
+    std::vector<int> gpus;
+    for (const report::PlanGpu& g : t.gpus)
+      gpus.push_back(g.index);
+    std::sort(gpus.begin(), gpus.end());
+    if (rounds.empty()) {
+      for (const pc::CopyCase& c : pc::kCopies) {
+        for (bool bidir : {false, true}) {
+          for (int a : gpus) {
+            for (int b : gpus) {
+              if (a == b || (bidir && b < a)) continue;
+              for (int64_t bytes : pc::sizes())
+                add(pairKey(c.impl, bidir ? "bidir" : "uni", bytes, a, b, bidir), copyName(c, bidir, a, b, bytes));
+            }
+          }
+        }
+      }
+    }
+    // Flags per unordered pair; pointer chases per ordered pair, in the rounds where the copies run in rounds (unless
+    // knob chase_in_rounds=0).
+    std::vector<std::pair<int, int>> ordered;
+    for (const auto& round : rounds)
+      ordered.insert(ordered.end(), round.begin(), round.end());
+    if (rounds.empty()) {
+      for (int a : gpus)
+        for (int b : gpus)
+          if (a != b) ordered.emplace_back(a, b);
+    }
+    std::set<std::pair<int, int>> unordered;
+    for (const auto& [a, b] : ordered)
+      unordered.insert({std::min(a, b), std::max(a, b)});
+    for (const pc::LatencyCase& c : pc::kFlags) {
+      for (const auto& [a, b] : unordered)
+        add(pairKey(c.impl, "one_way", -1, a, b, true),
+            std::string("BM_PeerLatency/") + c.label + "/" + pc::pairName(a, b, true));
+    }
+    const bool chase_rounds = !rounds.empty() && job.work.knob(pc::kChaseInRoundsKnob) != "0";
+    for (const pc::LatencyCase& c : pc::kChases) {
+      if (chase_rounds) {
+        for (size_t r = 0; r < rounds.size(); ++r) {
+          for (const auto& [a, b] : rounds[r])
+            add(pairKey(c.impl, "dependent_load", -1, a, b, false),
+                std::string("BM_PeerLatency/") + c.label + "/" + pc::pairName(a, b, false), group, static_cast<int>(r));
+          ++group;
+        }
+        continue;
+      }
+      for (const auto& [a, b] : ordered)
+        add(pairKey(c.impl, "dependent_load", -1, a, b, false),
+            std::string("BM_PeerLatency/") + c.label + "/" + pc::pairName(a, b, false));
+    }
+    return out;
+  }
+
+  JobEstimate estimate(const BenchJob& job, const report::PlanTopology& t) const override {
+    const std::vector<SuiteRow> all = rows(job, t);
+    const bool short_sms = !job.work.knob(pc::kChaseSmLoadsKnob).empty();
+    const Tally tally = tallyRows(all, job.work, [&](const SuiteRow& row) {
+      Tally x;
+      const report::RowKey& k = row.key;
+      if (k.impl == pc::kEnableImpl) {
+        x.add(1, kCopyFixedS);
+      } else if (k.name == "one_way" || k.name == "dependent_load") {
+        x.add(1, k.impl == std::string("peerlab.pointer_chase_sms") ? (short_sms ? kEverySmShortS : kEverySmS)
+                                                                    : kLatencyS);
+      } else {
+        // A copy: at the pair's link rate, or through host memory (host-staged, the driver's anchor) at half the
+        // slower host link.
+        const bool staged = k.impl == std::string("peerlab.staged");
+        const bool slow = staged || k.impl == pc::kAnchorImpl;
+        const double b = static_cast<double>(k.bytes);
+        const double samples = job.work.samples > 0 ? job.work.samples : pc::samplesFor(k.bytes, slow);
+        const double ops = static_cast<double>(pc::batchFor(k.bytes, slow, staged)) * (samples + 1.0);
+        const double rate = slow          ? std::min(hostRate(t, k.src), hostRate(t, k.dst)) / 2
+                            : k.both_ways ? std::min(pairRate(t, k.src, k.dst), pairRate(t, k.dst, k.src))
+                                          : pairRate(t, k.src, k.dst);
+        x.add(1, kCopyFixedS, seconds(b, ops, rate));
+      }
+      return x;
+    });
+    // The benchmark sets up every GPU it sees (a context, streams, buffers), whatever pairs it copies.
+    const double g = static_cast<double>(std::max<size_t>(t.gpus.size(), 2));
+    return fromTally(kProcessStartS + 0.1 * g, tally);
+  }
+
+  // Earlier versions set the chase's loads per SM and its rounds by environment.
+  report::BenchPlan legacyPlan(const BenchJob& job, const report::PlanTopology& t) const override {
+    BenchJob named = job;
+    if (const std::string loads = legacyEnv(job, "PEERLAB_CHASE_SM_LOADS"); !loads.empty())
+      named.work.knobs[pc::kChaseSmLoadsKnob] = loads;
+    if (!job.work.rounds.empty() && legacyEnv(job, "PEERLAB_CHASE_AT_ONCE") != "1")
+      named.work.knobs[pc::kChaseInRoundsKnob] = "0";
+    report::BenchPlan work = Suite::legacyPlan(named, t);
+    work.knobs = named.work.knobs;
+    return work;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Suite> peerCopySuite() {
+  return std::make_unique<PeerCopySuite>();
 }
 
 }  // namespace peerlab::qualify

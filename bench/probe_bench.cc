@@ -1,7 +1,7 @@
 // The verified probe's speed: the full matrix (every ordered pair, all 7 methods, 4 KiB and 64 MiB) through the
 // real parent/worker path, i.e. the peerlab binary re-executed as its two workers. This process never initializes
 // CUDA (the GPU count comes from the worker's inventory). Target: matrix_wall <= 1.5 s on 4x H200, <= 3 s on 8.
-//   PEERLAB_BIN overrides the peerlab binary the workers run (default: the one beside this bench in a build tree, or
+//   Knob peerlab=PATH names the peerlab binary the workers run (default: the one beside this bench in a build tree, or
 //   in bin/ of an installed tree).
 #include <benchmark/benchmark.h>
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "bench/common/plan.h"
 #include "harness/layout/layout.h"
 #include "harness/watchdog/probe_runner.h"
 #include "reference/core/files.h"
@@ -22,6 +23,8 @@ namespace {
 
 constexpr int kRepetitions = 5;
 
+PEERLAB_BENCH_KNOB(peerlab, "peerlab", kText, "the peerlab binary its workers run (beside this bench, or bin/)");
+
 bench::Record identity() {
   bench::Record r;
   r.suite = "probe";
@@ -31,12 +34,12 @@ bench::Record identity() {
 }
 
 void BM_ProbeMatrix(benchmark::State& state) {
-  const char* bin = std::getenv("PEERLAB_BIN");
-  const std::string peerlab = bin && *bin ? std::string(bin) : layout::peerlabBinary();
+  const std::string bin = bench::knobText("peerlab");
+  const std::string peerlab = !bin.empty() ? bin : layout::peerlabBinary();
   if (peerlab.empty()) {
     return bench::fail(state, identity(),
                        PEERLAB_INVALID_ARGUMENT("the peerlab binary is neither beside " + selfExecutable() +
-                                                " nor in bin/ of its tree (set PEERLAB_BIN)"));
+                                                " nor in bin/ of its tree (knob peerlab=PATH)"));
   }
   RunnerOptions opt;
   opt.worker_argv = workerCommand(peerlab);

@@ -1,10 +1,11 @@
 // NIXL and UCX between two processes on two GPUs (suite "transport"). One pair: `transport_bench --ranks=2`, rank 0
-// drives the pair's source GPU, rank 1 the destination: PEERLAB_TRANSPORT_DEVICES=a,b, else PEERLAB_ZCOPY_DEVICES,
-// else 0,1. Many pairs in one job: PEERLAB_PAIR_ROUNDS and a rank per GPU named (bench/common/pair_rounds.h), each
-// pair connecting its own endpoints when its round starts and closing them when it ends. One library per process,
-// PEERLAB_TRANSPORT_LIBRARY=nixl|ucx (default nixl): NIXL carries its own UCX, and two UCX copies in one process break
-// each other. The libraries are found as reference/transport/transport.h says (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the
-// loader's path); where one is missing or fails the capability check, every row is skipped with the reason.
+// drives the pair's source GPU, rank 1 the destination: --pairs=a-b (default 0-1). Many pairs in one job: --pairs
+// rounds (or a --plan file's) and a rank per GPU named (bench/common/pair_rounds.h), each pair connecting its own
+// endpoints when its round starts and closing them when it ends. One library per process, knob library=nixl|ucx
+// (default nixl): NIXL carries its own UCX, and two UCX copies in one process break each other. The libraries are
+// found as reference/transport/transport.h says (PEERLAB_NIXL_DIR, PEERLAB_UCX_DIR, the loader's path); where one is
+// missing or fails the capability check, every row is skipped with the reason. The rows, sizes and sample counts are
+// bench/transport_suite.h's.
 //
 // Impls: nixl.write / nixl.read, ucx.put / ucx.get. time_us is per transfer, the median of the samples:
 //   uni, 8 B - 64 KB, writes: ping-pong; rank 0 writes with a notification, rank 1 answers with its own write once
@@ -15,10 +16,10 @@
 //     status ("spin", what NIXL's own examples do), polling with sleeps in between ("yield"), blocking while the
 //     endpoint's progress thread polls ("progress"), or not at all: the end of the transfer is delivered into a CUDA
 //     stream ("stream", StreamCompletion) and the host learns of it from a word the stream writes afterwards.
-// NIXL: PEERLAB_NIXL_DESCRIPTOR_BYTES=N splits a transfer above N bytes into descriptors of at most N bytes in one
+// NIXL knobs: nixl_descriptor_bytes=N splits a transfer above N bytes into descriptors of at most N bytes in one
 // request (0: one descriptor; default EndpointOptions::nixl_descriptor_bytes; counter nixl_descriptors);
-// PEERLAB_NIXL_BACKEND_PARAMS=num_workers=2,... sets UCX backend parameters over the plugin's defaults;
-// PEERLAB_NIXL_PROGRESS_THREAD=1 starts NIXL's own progress thread (default off; counter nixl_progress_thread).
+// nixl_backend_params=num_workers=2,... sets UCX backend parameters over the plugin's defaults;
+// nixl_progress_thread=1 starts NIXL's own progress thread (default off; counter nixl_progress_thread).
 // Counters: p10_us, p90_us, samples, cpu_us (CPU time of the posting thread per transfer: post plus its wait),
 // process_cpu_us (every thread of the process, the libraries' progress threads included, per transfer),
 // cpu_fraction (cpu_us / time_us), and the breakdown nixlbench reports: prep_us (building the request once),
@@ -41,6 +42,8 @@
 
 #include "bench/common/bench_util.h"
 #include "bench/common/pair_rounds.h"
+#include "bench/common/plan.h"
+#include "bench/transport_suite.h"
 #include "reference/core/check.h"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
@@ -63,16 +66,20 @@ constexpr int64_t kSampleMs = 20'000;
 constexpr int64_t kExchangeMs = 60'000;
 constexpr size_t kSrcBytes = size_t{1} << 30;
 constexpr size_t kDstBytes = size_t{2} << 30;  // two 1 GiB slots: every transfer of a sample lands in its own slot
-constexpr size_t kLatencyMax = 64 * 1024;
+using transport_suite::kLatencyMax;
+using transport_suite::Mode;
+using transport_suite::recordName;
+using transport_suite::Spec;
+using transport_suite::unitsPerSample;
 
-enum class Mode { kUni, kSpin, kYield, kProgress, kStream };
-
-struct Spec {
-  Op op = Op::kWrite;
-  Mode mode = Mode::kUni;
-  size_t bytes = 0;
-  bool pingpong() const { return mode == Mode::kUni && op == Op::kWrite && bytes <= kLatencyMax; }
-};
+PEERLAB_BENCH_KNOB(library, transport_suite::kLibraryKnob, kText,
+                   "nixl or ucx: the library this process drives (nixl)");
+PEERLAB_BENCH_KNOB(descriptor_bytes, transport_suite::kDescriptorBytesKnob, kCount,
+                   "NIXL: split a transfer above N bytes into descriptors of at most N bytes (0: one descriptor)");
+PEERLAB_BENCH_KNOB(backend_params, transport_suite::kBackendParamsKnob, kText,
+                   "NIXL: key=value[,key=value...] UCX backend parameters over the plugin's defaults");
+PEERLAB_BENCH_KNOB(progress_thread, transport_suite::kProgressThreadKnob, kSwitch,
+                   "NIXL: 1 starts NIXL's progress thread (0)");
 
 struct Config {
   Library library = Library::kNixl;
@@ -85,19 +92,21 @@ struct Config {
 const Config& config() {
   static const Config c = [] {
     Config c;
-    if (const char* v = std::getenv("PEERLAB_NIXL_DESCRIPTOR_BYTES"); v != nullptr && *v != '\0') {
+    if (const std::string v = knobText(transport_suite::kDescriptorBytesKnob); !v.empty()) {
       char* end = nullptr;
-      const unsigned long long b = std::strtoull(v, &end, 10);
-      if (end == v || *end != '\0') {
-        c.error = "PEERLAB_NIXL_DESCRIPTOR_BYTES=\"" + std::string(v) + "\": expected a byte count (0: one descriptor)";
+      const unsigned long long b = std::strtoull(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || v[0] == '-') {
+        c.error = "knob nixl_descriptor_bytes=\"" + v + "\": expected a byte count (0: one descriptor)";
       } else {
         c.nixl_descriptor_bytes = static_cast<size_t>(b);
       }
     }
-    if (const char* v = std::getenv("PEERLAB_NIXL_PROGRESS_THREAD"); v != nullptr && *v != '\0') {
-      c.nixl_progress_thread = std::string(v) == "1";
+    if (auto p = knobBool(transport_suite::kProgressThreadKnob, false); p.isOk()) {
+      c.nixl_progress_thread = *p;
+    } else {
+      c.error = p.status().message();
     }
-    if (const char* v = std::getenv("PEERLAB_NIXL_BACKEND_PARAMS"); v != nullptr && *v != '\0') {
+    if (const std::string v = knobText(transport_suite::kBackendParamsKnob); !v.empty()) {
       std::string rest = v;
       while (!rest.empty()) {
         const size_t comma = rest.find(',');
@@ -105,16 +114,16 @@ const Config& config() {
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
         const size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0) {
-          c.error = "PEERLAB_NIXL_BACKEND_PARAMS=\"" + std::string(v) + "\": expected key=value[,key=value...]";
+          c.error = "knob nixl_backend_params=\"" + v + "\": expected key=value[,key=value...]";
           break;
         }
         c.nixl_backend_params.emplace_back(item.substr(0, eq), item.substr(eq + 1));
       }
     }
-    if (const char* lib = std::getenv("PEERLAB_TRANSPORT_LIBRARY"); lib != nullptr && *lib != '\0') {
+    if (const std::string lib = knobText(transport_suite::kLibraryKnob); !lib.empty()) {
       auto l = transport::parseLibrary(lib);
       if (!l) {
-        c.error = "PEERLAB_TRANSPORT_LIBRARY=\"" + std::string(lib) + "\": expected nixl or ucx";
+        c.error = "knob library=\"" + lib + "\": expected nixl or ucx";
       } else {
         c.library = *l;
       }
@@ -125,25 +134,12 @@ const Config& config() {
 }
 
 std::string implName(Op op) {
-  const bool nixl = config().library == Library::kNixl;
-  if (op == Op::kWrite) return nixl ? "nixl.write" : "ucx.put";
-  return nixl ? "nixl.read" : "ucx.get";
+  return transport_suite::implName(op, config().library);
 }
 
-std::string recordName(const Spec& s) {
-  switch (s.mode) {
-    case Mode::kUni:
-      return "uni";
-    case Mode::kSpin:
-      return "wait/spin/uni";
-    case Mode::kYield:
-      return "wait/yield/uni";
-    case Mode::kProgress:
-      return "wait/progress/uni";
-    case Mode::kStream:
-      return "wait/stream/uni";
-  }
-  return "uni";
+// The plan's samples where it sets them, else the size's.
+int plannedSamples(const Spec& s) {
+  return plan().samples > 0 ? plan().samples : transport_suite::sampleCount(s);
 }
 
 WaitMode waitOf(Mode m) {
@@ -256,15 +252,6 @@ World& world(const PairContext& ctx) {
 
 // ---- one row ----
 
-int unitsPerSample(const Spec& s) {
-  if (s.pingpong()) return 20;
-  if (s.bytes <= kLatencyMax) return 50;
-  return static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / s.bytes, 2, 32));
-}
-int sampleCount(const Spec& s) {
-  return s.bytes <= kLatencyMax ? 25 : s.bytes >= (size_t{256} << 20) ? 5 : 10;
-}
-
 struct Local {
   std::vector<double> time_us, cpu_us, process_cpu_us, post_us, transfer_us;
   double prep_us = 0;
@@ -363,7 +350,7 @@ StatusOr<Local> measure(World& w, const Spec& spec) {
     PEERLAB_ASSIGN_OR_RETURN(notified, w.ep->notifications());
   }
   Status st;
-  for (int sample = 0; sample <= sampleCount(spec) && st.isOk(); ++sample) {
+  for (int sample = 0; sample <= plannedSamples(spec) && st.isOk(); ++sample) {
     if (receives) {
       for (size_t i = 0; i < slots; ++i)
         st = st.isOk() ? poisonPattern(static_cast<uint8_t*>(w.dst->ptr) + i * n, n, recv_seed, s) : st;
@@ -551,34 +538,26 @@ void runSpec(benchmark::State& state, const Spec& spec, const PairRowKey& key) {
   o.exchange_ms = kSetupMs + 10 * kSampleMs;
   o.end_round = teardownWorld;
   runPairRow(
-      state, pairJob({"PEERLAB_TRANSPORT_DEVICES", "PEERLAB_ZCOPY_DEVICES"}), key, identity(spec, key.pair),
-      [&](const PairContext& ctx) { return measureRow(ctx, spec); }, o);
+      state, pairJob(), key, identity(spec, key.pair), [&](const PairContext& ctx) { return measureRow(ctx, spec); },
+      o);
 }
 
 void registerAll() {
-  std::vector<size_t> sizes = {8, 64, 512, 4096, 32 * 1024, kLatencyMax};  // as zcopy_bench
-  for (size_t b = size_t{1} << 20; b <= (size_t{1} << 30); b *= 4) {
-    sizes.push_back(b);
-    if (b == (size_t{64} << 20)) sizes.push_back(size_t{128} << 20);
-  }
-  const std::vector<size_t> wait_sizes = {8, 4096, kLatencyMax, size_t{4} << 20, size_t{64} << 20};
-  std::vector<Spec> specs;
-  for (size_t bytes : sizes) {
-    specs.push_back({Op::kWrite, Mode::kUni, bytes});
-    specs.push_back({Op::kRead, Mode::kUni, bytes});
-  }
-  for (size_t bytes : wait_sizes) {
-    for (Mode m : {Mode::kSpin, Mode::kYield, Mode::kProgress, Mode::kStream})
-      specs.push_back({Op::kWrite, m, bytes});
-  }
-  // Round by round; in a round every row once for all its pairs (they run it at the same time).
-  const PairJob& job = pairJob({"PEERLAB_TRANSPORT_DEVICES", "PEERLAB_ZCOPY_DEVICES"});
+  const std::vector<Spec> specs = transport_suite::specs();
+  // Round by round; in a round every row once for all its pairs (they run it at the same time), the rows the plan runs.
+  const PairJob& job = pairJob();
   for (size_t r = 0; r < job.rounds.size(); ++r) {
     for (size_t g = 0; g < specs.size(); ++g) {
       const Spec& spec = specs[g];
       for (const launch::OrderedPair& pair : job.rounds[r]) {
-        const std::string name = "BM_Transport/" + implName(spec.op) + "/" + recordName(spec) + "/" +
-                                 PairJob::pairName(pair) + "/bytes:" + std::to_string(spec.bytes);
+        report::RowKey row;
+        row.impl = implName(spec.op);
+        row.name = recordName(spec);
+        row.bytes = spec.bytes;
+        row.src = pair.first;
+        row.dst = pair.second;
+        if (!planned(row)) continue;
+        const std::string name = transport_suite::rowName(spec, config().library, pair.first, pair.second);
         const PairRowKey key{static_cast<int>(r), static_cast<int>(g), pair};
         benchmark::RegisterBenchmark(name.c_str(), [spec, key](benchmark::State& st) { runSpec(st, spec, key); })
             ->Iterations(1)

@@ -1,12 +1,14 @@
 // The transport suite (bench/transport_bench.cu): NIXL and UCX between two processes, one process per library found
-// (never both in one process) covering every ordered pair in rounds, and zcopy_bench's peerlab.get / peerlab.put /
-// nccl.sendrecv rows at the same sizes, so the run file holds them side by side. Rows:
-// BM_Transport/<impl>/{uni,wait/<mode>/uni}/a->b/bytes:N.
+// (never both in one process) covering every ordered pair in rounds, and, in the full sweep, zcopy_bench's
+// peerlab.get / peerlab.put / nccl.sendrecv rows at the same sizes, so the run file holds them side by side. Rows:
+// bench/transport_suite.h.
+#include "bench/transport_suite.h"
+
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "harness/qualify/cost_model.h"
-#include "harness/qualify/plan.h"
 #include "harness/qualify/schedule.h"
 #include "harness/qualify/suites.h"
 #include "reference/transport/transport.h"
@@ -15,91 +17,21 @@ namespace peerlab::qualify {
 namespace {
 
 using namespace cost;
+namespace ts = transport_suite;
 
-// NIXL found, and UCX with its CUDA module found (transport.h says where each is looked for).
-std::string unavailable() {
-  const transport::Found nixl = transport::findLibrary(transport::Library::kNixl);
-  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
-  if (nixl.found || (ucx.found && ucx.cuda_module)) return "";
-  return "neither NIXL nor UCX with CUDA found (" + nixl.describe(transport::Library::kNixl) + "; " +
-         ucx.describe(transport::Library::kUcx) + "; set PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)";
-}
+// Endpoints (NIXL agent or UCX context, registration, the capability check) per pair and round. Measured on 4x H200
+// (f062466): a round of single transfers takes ~0.55 s with its endpoints; a wait-mode row ~70 ms.
+constexpr double kPairSetupS = 0.4;
+constexpr double kRowFixedS = 0.025;
+constexpr double kWaitRowS = 0.07;
 
-std::string sizes(Level level) {
-  return level == Level::kFull ? "[0-9]+" : "(8|4096|65536|67108864|268435456|1073741824)";
-}
+// The single transfers the rules judge, below full.
+const std::vector<int64_t> kJudgedSizes = {8, 4096, 65536, int64_t{64} << 20, int64_t{256} << 20, int64_t{1} << 30};
 
-// The single transfers the rules judge; the ways of waiting for them (wait/<mode>/uni) in the full sweep.
-std::string filter(Level level) {
-  if (level == Level::kFull) return "/bytes:" + sizes(level) + "/";
-  return "^BM_Transport/[a-z]+[.][a-z]+/uni/.*/bytes:" + sizes(level) + "/";
-}
-
-std::vector<BenchJob> jobs(const SuiteSpec& spec, const SuiteRequest& req) {
-  std::vector<BenchJob> out;
-  if (req.pairs.empty()) return out;
-  std::vector<std::string> libraries;
-  if (transport::findLibrary(transport::Library::kNixl).found) libraries.push_back("nixl");
-  const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
-  if (ucx.found && ucx.cuda_module) libraries.push_back("ucx");
-  const PairSchedule schedule = req.topology ? schedulePairs(*req.topology, req.pairs, req.concurrent)
-                                             : PairSchedule{serialRounds(req.pairs), false, ""};
-  const double per_round = spec.deadline_s[static_cast<int>(req.level)];
-  for (const std::string& lib : libraries) {
-    for (BenchJob& j :
-         guardedPairRounds(spec, spec.binary, "transport " + lib, schedule.rounds, schedule.concurrent, schedule.basis,
-                           filter(req.level), spec.guard_filter, per_round, {"PEERLAB_TRANSPORT_LIBRARY=" + lib}))
-      out.push_back(std::move(j));
-  }
-  // zcopy_bench's rows at the transports' sizes, for the comparison (full only: they feed no check, and the zcopy
-  // suite measures peerlab.get and peerlab.put on every pair at standard).
-  if (req.level != Level::kFull) return out;
-  BenchJob base = pairRoundsJob(
-      spec, "zcopy_bench", "transport baseline", schedule.rounds,
-      "^BM_Zcopy/(peerlab.get|peerlab.put|nccl.sendrecv)/uni/.*/bytes:" + sizes(req.level) + "/", per_round * 2 / 3);
-  base.schedule_basis = schedule.basis;
-  out.push_back(base);
-  return out;
-}
-
-JobEstimate estimate(const BenchJob& job, const Plan& plan) {
-  const bool full = plan.options.level == Level::kFull;
-  // A sample: one pair's endpoints and its 256 MiB write.
-  if (!job.guard_for.empty()) return pairSample(job, plan.topology, kNcclInitS + 0.4, 256 * kMiB, 6);
-  // Endpoints (NIXL agent or UCX context, registration, the capability check) or a zcopy world, per pair and round.
-  // Measured on 4x H200 (f062466): a round of single transfers takes ~0.55 s with its endpoints; a wait-mode row
-  // ~70 ms.
-  const double pair_setup = 0.4;
-  const bool waits = jobFilter(job).rfind("^BM_Transport/", 0) != 0;
-  return pairRounds(job, plan.topology, pair_setup, [&](int s, int d) {
-    const double rate = pairRate(plan.topology, s, d);
-    const double fixed = 0.025;
-    Tally tally;
-    std::vector<double> small =
-        full ? std::vector<double>{8, 64, 512, 4096, 32768, 65536} : std::vector<double>{8, 4096, 65536};
-    tally.add(2 * static_cast<double>(small.size()), fixed);
-    std::vector<double> large =
-        full ? std::vector<double>{kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 128 * kMiB, 256 * kMiB, 1024 * kMiB}
-             : std::vector<double>{64 * kMiB, 256 * kMiB, 1024 * kMiB};
-    for (double b : large) {
-      const double units = std::clamp(std::floor(256 * kMiB / b), 2.0, 32.0);
-      const double samples = b >= 256 * kMiB ? 5 : 10;
-      tally.add(2, fixed, seconds(b, units * (samples + 1), rate));
-    }
-    // Wait modes (8 B, 4 KB, 64 KB, 4 MB, 64 MB) x spin, yield, progress, stream where the job runs them (the full
-    // sweep; earlier code's standard level ran those of its sizes).
-    if (waits) tally.add(full ? 20 : 16, 0.07);
-    return tally;
-  });
-}
-
-}  // namespace
-
-SuiteSpec transportSuite() {
-  SuiteSpec s;
+SuiteInfo describe() {
+  SuiteInfo s;
   s.name = "transport";
   s.binary = "transport_bench";
-  s.shape = JobShape::kPairRounds;
   s.min_gpus = 2;
   s.order = 50;
   s.result_suites = {"transport"};
@@ -108,14 +40,134 @@ SuiteSpec transportSuite() {
   s.deadline_s[0] = 45;
   s.deadline_s[1] = 45;
   s.deadline_s[2] = 180;
-  s.guard_filter = "^BM_Transport/[a-z]+[.](write|put)/uni/[0-9]+->[0-9]+/bytes:268435456/";
-  s.unavailable = unavailable;
-  s.jobs = jobs;
-  s.estimate = estimate;
   s.description =
       "NIXL write/read and UCX put/get of GPU memory between two processes, with the CPU cost of waiting, beside "
       "peerlab.get/put and NCCL send/recv";
   return s;
+}
+
+transport::Library libraryOf(const report::BenchPlan& work) {
+  return transport::parseLibrary(work.knob(ts::kLibraryKnob, "nixl")).value_or(transport::Library::kNixl);
+}
+
+class TransportSuite final : public Suite {
+ public:
+  TransportSuite() : Suite(describe()) {}
+
+  // NIXL found, and UCX with its CUDA module found (transport.h says where each is looked for).
+  std::string unavailable() const override {
+    const transport::Found nixl = transport::findLibrary(transport::Library::kNixl);
+    const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+    if (nixl.found || (ucx.found && ucx.cuda_module)) return "";
+    return "neither NIXL nor UCX with CUDA found (" + nixl.describe(transport::Library::kNixl) + "; " +
+           ucx.describe(transport::Library::kUcx) + "; set PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)";
+  }
+
+  std::vector<BenchJob> plan(const SuiteRequest& req) const override {
+    std::vector<BenchJob> out;
+    if (req.pairs.empty()) return out;
+    std::vector<std::string> libraries;
+    if (transport::findLibrary(transport::Library::kNixl).found) libraries.push_back("nixl");
+    const transport::Found ucx = transport::findLibrary(transport::Library::kUcx);
+    if (ucx.found && ucx.cuda_module) libraries.push_back("ucx");
+    const PairSchedule schedule = schedulePairs(*req.topology, req.pairs, req.concurrent);
+    const double per_round = info().deadline_s[static_cast<int>(req.level)];
+    const bool full = req.level == Level::kFull;
+    // The single transfers the rules judge; the ways of waiting for them (wait/<mode>/uni) in the full sweep.
+    std::vector<report::RowSelection> rows;
+    if (!full) rows = {{{"*/uni"}, kJudgedSizes, {}, {}}};
+    const std::vector<report::RowSelection> guard = {{{"nixl.write/uni", "ucx.put/uni"}, {ts::kSpotBytes}, {}, {}}};
+    for (const std::string& lib : libraries) {
+      for (BenchJob& j : guardedPairRounds(*this, info().binary, name() + " " + lib, schedule, rows, guard, per_round,
+                                           {{ts::kLibraryKnob, lib}}))
+        out.push_back(std::move(j));
+    }
+    // zcopy_bench's rows at the transports' sizes, for the comparison (full only: they feed no check, and the zcopy
+    // suite measures peerlab.get and peerlab.put on every pair at standard).
+    if (!full) return out;
+    const Suite* zcopy = findSuite("zcopy");
+    if (zcopy == nullptr) return out;
+    BenchJob base =
+        pairRoundsJob(*this, zcopy->info().binary, name() + " baseline", schedule.rounds,
+                      {{{"peerlab.get/uni", "peerlab.put/uni", "nccl.sendrecv/uni"}, {}, {}, {}}}, per_round * 2 / 3);
+    base.schedule_basis = schedule.basis;
+    out.push_back(base);
+    return out;
+  }
+
+  std::vector<SuiteRow> rows(const BenchJob& job, const report::PlanTopology& t) const override {
+    // The baseline process runs zcopy_bench: its rows are that suite's.
+    if (const Suite* zcopy = findSuite("zcopy"); zcopy != nullptr && job.binary == zcopy->info().binary)
+      return zcopy->rows(job, t);
+    const transport::Library library = libraryOf(job.work);
+    const std::vector<ts::Spec> specs = ts::specs();
+    std::vector<SuiteRow> out;
+    const auto& rounds = job.work.rounds;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      for (size_t g = 0; g < specs.size(); ++g) {
+        for (const auto& [src, dst] : rounds[r]) {
+          SuiteRow row;
+          row.key.impl = ts::implName(specs[g].op, library);
+          row.key.name = ts::recordName(specs[g]);
+          row.key.bytes = specs[g].bytes;
+          row.key.src = src;
+          row.key.dst = dst;
+          row.gbench_name = ts::rowName(specs[g], library, src, dst);
+          row.group = static_cast<int>(r * specs.size() + g);
+          row.round = static_cast<int>(r);
+          out.push_back(std::move(row));
+        }
+      }
+    }
+    return out;
+  }
+
+  JobEstimate estimate(const BenchJob& job, const report::PlanTopology& t) const override {
+    const std::vector<SuiteRow> all = rows(job, t);
+    Tally tally = tallyRows(all, job.work, [&](const SuiteRow& row) {
+      Tally x;
+      if (row.key.name.rfind("wait/", 0) == 0) {
+        x.add(1, kWaitRowS);
+        return x;
+      }
+      ts::Spec spec;
+      spec.bytes = row.key.bytes;
+      const double data = row.key.bytes <= ts::kLatencyMax
+                              ? 0
+                              : seconds(static_cast<double>(row.key.bytes),
+                                        ts::unitsPerSample(spec) *
+                                            ((job.work.samples > 0 ? job.work.samples : ts::sampleCount(spec)) + 1.0),
+                                        pairRate(t, row.key.src, row.key.dst));
+      x.add(1, kRowFixedS, data);
+      return x;
+    });
+    // Each round that runs a row connects its pairs' endpoints (or, for the baseline, sets up a zcopy world).
+    std::set<int> run;
+    for (const SuiteRow& row : all)
+      if (job.work.runs(row.key)) run.insert(row.round);
+    tally.fixed_s += static_cast<double>(run.size()) * kPairSetupS;
+    const size_t rounds = job.work.rounds.size();
+    const double extra_ranks = std::max(0, job.ranks - 2);
+    JobEstimate e = fromTally(kProcessStartS + kContextS + kExtraRankS * extra_ranks, tally);
+    e.basis += ", " + std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
+    return e;
+  }
+
+  // Earlier versions chose the library by environment (PEERLAB_TRANSPORT_LIBRARY): it names the rows.
+  report::BenchPlan legacyPlan(const BenchJob& job, const report::PlanTopology& t) const override {
+    BenchJob named = job;
+    if (const std::string lib = legacyEnv(job, "PEERLAB_TRANSPORT_LIBRARY"); !lib.empty())
+      named.work.knobs[ts::kLibraryKnob] = lib;
+    report::BenchPlan work = Suite::legacyPlan(named, t);
+    work.knobs = named.work.knobs;
+    return work;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Suite> transportSuite() {
+  return std::make_unique<TransportSuite>();
 }
 
 }  // namespace peerlab::qualify

@@ -1,11 +1,13 @@
 // Zero-copy get / put / sm_signal against NCCL send/recv between two processes (one per GPU), in one run so the
 // ratios sit side by side. One pair: `zcopy_bench --ranks=2`, rank 0 drives the pair's source device, rank 1 the
-// destination: PEERLAB_ZCOPY_DEVICES=a,b (default 0,1). Many pairs in one job: PEERLAB_PAIR_ROUNDS="0-1,2-3;1-0,3-2"
-// and a rank per GPU named (bench/common/pair_rounds.h); the pairs of a round run every row at once, each pair with
-// its own context, channels and NCCL communicator, set up when its round starts and torn down when it ends. This is
-// how `peerlab bench` and `qualify` cover every ordered pair. PEERLAB_ZCOPY_HANDLE=legacy|vmm_fd picks how the
-// data windows are shared (default vmm_fd). PEERLAB_ZCOPY_PROGRAMMATIC=0 launches the sm_signal kernels without
-// programmatic dependent launch (default on; counter `programmatic`).
+// destination: --pairs=a-b (default 0-1). Many pairs in one job: --pairs="0-1,2-3;1-0,3-2" (or the rounds of a
+// --plan file) and a rank per GPU named (bench/common/pair_rounds.h); the pairs of a round run every row at once. A
+// rank sets up its own device once (streams, gate, data windows, checker); each pair's context, channels and NCCL
+// communicator are set up when its round starts and torn down when it ends. This is how `peerlab bench` and
+// `qualify` cover every ordered pair; the rows, sizes and sample counts are bench/zcopy_suite.h's. Knobs
+// (--knob NAME=VALUE): handle=legacy|vmm_fd picks how the data windows are shared (default vmm_fd);
+// programmatic=0 launches the sm_signal kernels without programmatic dependent launch (default on; counter
+// `programmatic`).
 //
 // time_us is ONE-WAY per message, the median of many samples:
 //   8 B - 64 KB (latency): ping-pong, rank 0 sends, rank 1 receives and sends back; a sample is N round trips timed
@@ -22,9 +24,9 @@
 //   graph/uni          the same calls captured once into a CUDA graph (K rounds per graph) and replayed; get/put wait
 //                      and signal with memory-operation nodes whose epochs each launch rewrites (GraphSync::kMemOps)
 //   kernel/uni         sm_signal only, latency sizes: one persistent kernel per side drives the channel (one block,
-//                      a thread per LL line of the message, 32 to 512; PEERLAB_ZCOPY_KERNEL_THREADS=N fixes it)
-// Alternatives for comparison at latency sizes, registered when PEERLAB_ZCOPY_VARIANTS=all (or a comma list of
-// calls, graph-calls, graph-kernels):
+//                      a thread per LL line of the message, 32 to 512; knob kernel_threads=N fixes it)
+// Alternatives for comparison at latency sizes, registered with knob variants=all (or a comma list of calls,
+// graph-calls, graph-kernels):
 //   calls/uni          eager, every call straight to the stream (one command per semaphore operation, one kernel
 //                      per sm_signal call)
 //   graph-calls/uni    graph of the calls made straight to the stream (one node per operation or call)
@@ -56,6 +58,8 @@
 
 #include "bench/common/bench_util.h"
 #include "bench/common/pair_rounds.h"
+#include "bench/common/plan.h"
+#include "bench/zcopy_suite.h"
 #include "reference/core/check.h"
 #include "reference/core/devices.h"
 #include "reference/core/memory.h"
@@ -80,56 +84,24 @@ constexpr int64_t kDrainMs = 10'000;     // draining streams after a failure (sm
 constexpr int64_t kGateMs = 5'000;       // a gate the host has not released by then is released by the watchdog
 constexpr int64_t kStallMs = 60'000;     // a row without progress for this long ends the process
 constexpr uint64_t kDeviceTimeoutNs = 5'000'000'000ull;
-constexpr size_t kMaxBytes = size_t{1} << 30;
-constexpr size_t kLatencyMax = 64 * 1024;
 
-enum class Impl { kGet = 0, kPut = 1, kSm = 2, kNccl = 3, kNcclGraph = 4 };
-enum class Mode { kEager, kGraph, kKernel };
-// kDefault: eager and graph bodies through a MemOpBatch, get/put graphs with memory-operation nodes.
-// kCalls: every call straight to the stream (eager, or the graph's body). kGraphKernels: get/put graphs with
-// one-thread sync kernels, calls straight to the stream.
-enum class Variant { kDefault, kCalls, kGraphKernels };
+using zcopy_suite::Impl;
+using zcopy_suite::implName;
+using zcopy_suite::kLatencyMax;
+using zcopy_suite::kMaxBytes;
+using zcopy_suite::Mode;
+using zcopy_suite::recordName;
+using zcopy_suite::Spec;
+using zcopy_suite::Variant;
 
-struct Spec {
-  Impl impl = Impl::kGet;
-  Mode mode = Mode::kEager;
-  Variant variant = Variant::kDefault;
-  size_t bytes = 0;
-  bool pingpong() const { return bytes <= kLatencyMax; }
-  bool nccl() const { return impl == Impl::kNccl || impl == Impl::kNcclGraph; }
-  bool batched() const { return variant == Variant::kDefault; }
-};
-
-const char* implName(Impl i) {
-  switch (i) {
-    case Impl::kGet:
-      return "peerlab.get";
-    case Impl::kPut:
-      return "peerlab.put";
-    case Impl::kSm:
-      return "peerlab.sm_signal";
-    case Impl::kNccl:
-      return "nccl.sendrecv";
-    case Impl::kNcclGraph:
-      return "nccl.sendrecv_graph";
-  }
-  return "unknown";
-}
-
-std::string recordName(const Spec& s) {
-  if (s.nccl()) return "uni";
-  switch (s.mode) {
-    case Mode::kEager:
-      return s.variant == Variant::kCalls ? "calls/uni" : "uni";
-    case Mode::kGraph:
-      return s.variant == Variant::kCalls          ? "graph-calls/uni"
-             : s.variant == Variant::kGraphKernels ? "graph-kernels/uni"
-                                                   : "graph/uni";
-    case Mode::kKernel:
-      return "kernel/uni";
-  }
-  return "unknown";
-}
+PEERLAB_BENCH_KNOB(handle, zcopy_suite::kHandleKnob, kText,
+                   "legacy or vmm_fd: how the data windows are shared (vmm_fd)");
+PEERLAB_BENCH_KNOB(variants, zcopy_suite::kVariantsKnob, kText,
+                   "default, all, or a comma list of calls, graph-calls, graph-kernels: the comparison rows");
+PEERLAB_BENCH_KNOB(programmatic, zcopy_suite::kProgrammaticKnob, kSwitch,
+                   "0 launches the sm_signal kernels without programmatic dependent launch (1)");
+PEERLAB_BENCH_KNOB(kernel_threads, zcopy_suite::kKernelThreadsKnob, kCount,
+                   "threads of the kernel/uni block, a multiple of 32 from 32 to 512 (one per LL line)");
 
 Protocol protocolOf(Impl i) {
   return i == Impl::kGet ? Protocol::kGet : i == Impl::kPut ? Protocol::kPut : Protocol::kSmSignal;
@@ -149,16 +121,16 @@ struct PairConfig {
 const PairConfig& pairConfig() {
   static const PairConfig config = [] {
     PairConfig c;
-    if (const char* env = std::getenv("PEERLAB_ZCOPY_HANDLE"); env != nullptr && *env != '\0') {
-      auto kind = ipc::parseHandleKind(env);
+    if (const std::string v = knobText(zcopy_suite::kHandleKnob); !v.empty()) {
+      auto kind = ipc::parseHandleKind(v);
       if (kind.isOk()) {
         c.kind = *kind;
       } else {
-        c.error = "PEERLAB_ZCOPY_HANDLE: " + kind.status().message();
+        c.error = "knob handle: " + kind.status().message();
       }
     }
-    if (const char* env = std::getenv("PEERLAB_ZCOPY_VARIANTS"); env != nullptr && *env != '\0') {
-      std::stringstream list(env);
+    if (const std::string v = knobText(zcopy_suite::kVariantsKnob); !v.empty()) {
+      std::stringstream list(v);
       std::string item;
       while (std::getline(list, item, ',')) {
         if (item == "all") {
@@ -168,34 +140,27 @@ const PairConfig& pairConfig() {
         } else if (item == "graph-kernels") {
           c.graph_kernels = true;
         } else if (item != "default") {
-          c.error = "PEERLAB_ZCOPY_VARIANTS: unknown variant \"" + item +
-                    "\" (default, all, calls, graph-calls, graph-kernels)";
+          c.error = "knob variants: unknown variant \"" + item + "\" (default, all, calls, graph-calls, graph-kernels)";
         }
       }
     }
-    if (const char* env = std::getenv("PEERLAB_ZCOPY_PROGRAMMATIC"); env != nullptr && *env != '\0') {
-      const std::string v(env);
-      if (v != "0" && v != "1") {
-        c.error = "PEERLAB_ZCOPY_PROGRAMMATIC=\"" + v + "\": expected 0 or 1";
-      } else {
-        c.programmatic = v == "1";
-      }
+    if (auto p = knobBool(zcopy_suite::kProgrammaticKnob, true); p.isOk()) {
+      c.programmatic = *p;
+    } else {
+      c.error = p.status().message();
     }
-    if (const char* env = std::getenv("PEERLAB_ZCOPY_KERNEL_THREADS"); env != nullptr && *env != '\0') {
-      int t = 0;
-      char tail = 0;
-      if (std::sscanf(env, "%d%c", &t, &tail) != 1 || t < 32 || t > 512 || t % 32 != 0) {
-        c.error = "PEERLAB_ZCOPY_KERNEL_THREADS=\"" + std::string(env) + "\": expected a multiple of 32 from 32 to 512";
-      } else {
-        c.kernel_threads = t;
-      }
+    if (auto t = knobInt(zcopy_suite::kKernelThreadsKnob, 0, 0, 512); !t.isOk() || (*t != 0 && (*t < 32 || *t % 32))) {
+      c.error = "knob kernel_threads=\"" + knobText(zcopy_suite::kKernelThreadsKnob) +
+                "\": expected a multiple of 32 from 32 to 512";
+    } else {
+      c.kernel_threads = static_cast<int>(*t);
     }
     return c;
   }();
   return config;
 }
 
-// Threads of the persistent ping-pong block for `n`-byte messages: PEERLAB_ZCOPY_KERNEL_THREADS, else one per line of
+// Threads of the persistent ping-pong block for `n`-byte messages: knob kernel_threads, else one per line of
 // an LL message (its header and one line per 8 bytes) rounded up to whole warps, 32 to 512. Threads beyond the
 // message's lines would only poll lines that never arrive and wait at every barrier.
 int kernelThreads(size_t n) {
@@ -291,33 +256,75 @@ class Watchdog {
   std::thread thread_;
 };
 
-// ---- the per-process world, set up collectively by the first benchmark that runs ----
+// ---- what a rank keeps for the whole process, and the pair it serves in the current round ----
 
-struct World {
-  std::optional<Status> status;  // set once by world(): the same verdict on every rank
-  int me = -1;
-  int peer = -1;
+// The rank's own device: streams, events, the gate, the data windows and the checker, set up once by the first row
+// that runs (setupLocal), whatever pair the rank serves afterwards. Data windows are exported anew to each round's
+// peer.
+struct Local {
+  std::optional<Status> status;  // the setup's outcome, once
   int device = -1;
-  int peer_device = -1;
-  uint64_t run = 0;
-  Bootstrap* boot = nullptr;  // the pair's
-  Stream stream;              // zero-copy rows
-  Stream nccl_stream;         // NCCL rows: a stuck NCCL kernel cannot hold the zero-copy rows
+  Stream stream;       // zero-copy rows
+  Stream nccl_stream;  // NCCL rows: a stuck NCCL kernel cannot hold the zero-copy rows
   Event ev0, ev1;
   PinnedBuffer gate;
   uint32_t* gate_dev = nullptr;
   uint32_t gate_value = 0;
   bool gated = false;
   ipc::ExportableBuffer src, dst;
+  std::optional<PatternChecker> checker;
+  bool stuck = false;  // a stream could not be drained after a failure: teardown would wait for it forever
+  Watchdog watchdog;
+};
+
+// The pair this rank serves in the current round, set up collectively by the round's first row and torn down when the
+// round ends (endRound): its context, channels and NCCL communicator, over the rank's Local.
+struct World {
+  explicit World(Local& l)
+      : stream(l.stream),
+        nccl_stream(l.nccl_stream),
+        ev0(l.ev0),
+        ev1(l.ev1),
+        gate(l.gate),
+        gate_dev(l.gate_dev),
+        gate_value(l.gate_value),
+        gated(l.gated),
+        src(l.src),
+        dst(l.dst),
+        checker(l.checker),
+        stuck(l.stuck),
+        watchdog(l.watchdog),
+        local(l) {}
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  std::optional<Status> status;  // set once by world(): the same verdict on every rank of the pair
+  int me = -1;
+  int peer = -1;
+  int device = -1;
+  int peer_device = -1;
+  uint64_t run = 0;
+  Bootstrap* boot = nullptr;  // the pair's
+  Stream& stream;
+  Stream& nccl_stream;
+  Event& ev0;
+  Event& ev1;
+  PinnedBuffer& gate;
+  uint32_t*& gate_dev;
+  uint32_t& gate_value;
+  bool& gated;
+  ipc::ExportableBuffer& src;
+  ipc::ExportableBuffer& dst;
+  std::optional<PatternChecker>& checker;
   std::optional<zcopy::Context> ctx;
   std::vector<Channel> fwd, bwd;  // by protocol: get, put, sm_signal
   std::optional<nccl::Comm> comm;
-  std::optional<PatternChecker> checker;
   std::string zcopy_broken;  // set after a failure: later rows of that family fail fast
   std::string nccl_broken;
-  bool stuck = false;     // a stream could not be drained after a failure: teardown would wait for it forever
+  bool& stuck;
   bool enqueued = false;  // the current row enqueued channel or NCCL calls (a failure then breaks that family)
-  Watchdog watchdog;
+  Watchdog& watchdog;
+  Local& local;
 
   ~World() {
     if (stuck) {
@@ -390,7 +397,7 @@ __global__ void __launch_bounds__(512) smPingPongKernel(zcopy::SmEndpointView fw
   }
 }
 
-Status setupLocal(World& w) {
+Status setupLocal(Local& w) {
   const PairConfig& pc = pairConfig();
   PEERLAB_RETURN_IF_ERROR(PEERLAB_CUDA(cudaSetDevice(w.device)));
   // Loaded now: a first launch under lazy loading may synchronize the device, and the gate holds the stream then.
@@ -466,24 +473,54 @@ Status connectNccl(World& w, Deadline deadline) {
   return waitStream(w.nccl_stream.get(), deadline, "NCCL warm-up");
 }
 
+// The rank's device, set up by the first round that needs it; every later round reuses it (or its failure).
+const Status& localReady(Local& l) {
+  if (!l.status) l.status = setupLocal(l);
+  return *l.status;
+}
+
 Status setupWorld(World& w, Deadline deadline) {
-  PEERLAB_RETURN_IF_ERROR(agree(*w.boot, setupLocal(w), deadline));
+  PEERLAB_RETURN_IF_ERROR(agree(*w.boot, localReady(w.local), deadline));
   Status shared = setupShared(w);
   // After a timeout the peer may be gone: do not wait for it again.
   if (shared.code() == StatusCode::kTimeout) return shared;
   return agree(*w.boot, shared, deadline);
 }
 
-// The world of the pair this rank is in for the current round; it goes when the round ends (endRound).
+// What this rank holds: its device for the whole process (one GPU per rank, the same in every round) and the world of
+// the pair it is in for the current round, which goes when the round ends (endRound). The world refers to the device:
+// it goes first.
+struct RankState {
+  std::unique_ptr<Local> local;
+  std::unique_ptr<World> world;
+  ~RankState() {
+    world.reset();
+    local.reset();
+  }
+};
+
+RankState& rankState() {
+  static RankState r;
+  return r;
+}
+
+Local& localOf(int device) {
+  std::unique_ptr<Local>& l = rankState().local;
+  if (!l) {
+    l = std::make_unique<Local>();
+    l->device = device;
+  }
+  return *l;
+}
+
 std::unique_ptr<World>& worldSlot() {
-  static std::unique_ptr<World> w;
-  return w;
+  return rankState().world;
 }
 
 World& world(const PairContext& ctx) {
   std::unique_ptr<World>& w = worldSlot();
   if (w) return *w;
-  w = std::make_unique<World>();
+  w = std::make_unique<World>(localOf(ctx.gpu));
   w->boot = ctx.boot;
   w->me = ctx.rank;
   w->peer = 1 - ctx.rank;
@@ -676,13 +713,11 @@ struct LocalResult {
   PatternCheck check;
 };
 
-// Units per sample and samples for a size: large messages take fewer samples of fewer messages.
-int unitsPerSample(const Spec& s) {
-  if (s.pingpong()) return s.mode == Mode::kKernel ? 200 : 20;
-  return static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / s.bytes, 2, 32));
-}
-int sampleCount(const Spec& s) {
-  return s.pingpong() ? 25 : s.bytes >= (size_t{256} << 20) ? 5 : 10;
+using zcopy_suite::unitsPerSample;
+
+// The plan's samples where it sets them, else the size's.
+int plannedSamples(const Spec& s) {
+  return plan().samples > 0 ? plan().samples : zcopy_suite::sampleCount(s);
 }
 
 StatusOr<LocalResult> measure(World& w, const Spec& spec) {
@@ -732,7 +767,7 @@ StatusOr<LocalResult> measure(World& w, const Spec& spec) {
   }
 
   // Sample 0 is a warm-up (first launches, first touches of the mappings) and is not kept.
-  for (int sample = 0; sample <= sampleCount(spec); ++sample) {
+  for (int sample = 0; sample <= plannedSamples(spec); ++sample) {
     w.watchdog.stage("enqueueing a sample");
     w.enqueued = true;
     // NCCL is not held: its host-side enqueue may wait for its own kernels to make room.
@@ -930,42 +965,27 @@ void runSpec(benchmark::State& state, const Spec& spec, const PairRowKey& key, c
   o.exchange_ms = kSetupMs + 2 * kStallMs;
   o.end_round = endRound;
   runPairRow(
-      state, pairJob({"PEERLAB_ZCOPY_DEVICES"}), key, identity(spec, key.pair),
+      state, pairJob(), key, identity(spec, key.pair),
       [&](const PairContext& ctx) { return measureRow(ctx, spec, row); }, o);
 }
 
 void registerAll() {
-  std::vector<size_t> sizes = {8, 64, 512, 4096, 32 * 1024, kLatencyMax};  // latency: 8 B .. 64 KB
-  for (size_t b = size_t{1} << 20; b <= kMaxBytes; b *= 4) {               // bandwidth: 1 MB .. 1 GB by 4, + 128 MB
-    sizes.push_back(b);
-    if (b == (size_t{64} << 20)) sizes.push_back(size_t{128} << 20);
-  }
   const PairConfig& pc = pairConfig();
-  std::vector<Spec> specs;
-  for (size_t bytes : sizes) {
-    const bool latency = bytes <= kLatencyMax;
-    for (Impl i : {Impl::kGet, Impl::kPut, Impl::kSm}) {
-      specs.push_back({i, Mode::kEager, Variant::kDefault, bytes});
-      specs.push_back({i, Mode::kGraph, Variant::kDefault, bytes});
-      if (i == Impl::kSm && latency) specs.push_back({i, Mode::kKernel, Variant::kDefault, bytes});
-      if (latency && pc.calls) {
-        specs.push_back({i, Mode::kEager, Variant::kCalls, bytes});
-        specs.push_back({i, Mode::kGraph, Variant::kCalls, bytes});
-      }
-      if (latency && pc.graph_kernels && i != Impl::kSm)
-        specs.push_back({i, Mode::kGraph, Variant::kGraphKernels, bytes});
-    }
-    specs.push_back({Impl::kNccl, Mode::kEager, Variant::kDefault, bytes});
-    specs.push_back({Impl::kNcclGraph, Mode::kGraph, Variant::kDefault, bytes});
-  }
-  // Round by round; in a round every row once for all its pairs (they run it at the same time).
-  const PairJob& job = pairJob({"PEERLAB_ZCOPY_DEVICES"});
+  const std::vector<Spec> specs = zcopy_suite::specs(pc.calls, pc.graph_kernels);
+  // Round by round; in a round every row once for all its pairs (they run it at the same time), the rows the plan runs.
+  const PairJob& job = pairJob();
   for (size_t r = 0; r < job.rounds.size(); ++r) {
     for (size_t g = 0; g < specs.size(); ++g) {
       const Spec& spec = specs[g];
       for (const launch::OrderedPair& pair : job.rounds[r]) {
-        const std::string name = std::string("BM_Zcopy/") + implName(spec.impl) + "/" + recordName(spec) + "/" +
-                                 PairJob::pairName(pair) + "/bytes:" + std::to_string(spec.bytes);
+        report::RowKey row;
+        row.impl = implName(spec.impl);
+        row.name = recordName(spec);
+        row.bytes = spec.bytes;
+        row.src = pair.first;
+        row.dst = pair.second;
+        if (!planned(row)) continue;
+        const std::string name = zcopy_suite::rowName(spec, pair.first, pair.second);
         const PairRowKey key{static_cast<int>(r), static_cast<int>(g), pair};
         benchmark::RegisterBenchmark(name.c_str(),
                                      [spec, key, name](benchmark::State& st) { runSpec(st, spec, key, name); })

@@ -12,7 +12,7 @@
 # Stages (comma-separated, in this order): build, tests, probe, bench, moe, torch, qualify, variants, scorecard,
 # sanitize. `moe` runs the MoE rows of alltoallv_bench on every GPU (low-latency bf16 and fp8, normal fused and
 # two-phase, the NCCL path; eager and graph-replayed) and the low-latency rows again with phase stamps
-# (PEERLAB_MOE_LL_PHASES=1, rows named .../phases).
+# (knob moe_ll_phases=1, rows named .../phases).
 # `variants` runs the tuning sweeps (SM copy kernels, zcopy sync variants, alltoallv grid/chunk sizes) and keeps
 # their raw Google Benchmark JSON in the logs; it adds no rows to the run file. The run file is
 # reports/runs/<date>-<kind>-<sha7>[-<tag>].json.gz.
@@ -23,7 +23,7 @@
 set -uo pipefail
 # A relative PEERLAB_DEB_DIR is relative to where the script was started.
 if [ -n "${PEERLAB_DEB_DIR:-}" ] && [ -d "$PEERLAB_DEB_DIR" ]; then PEERLAB_DEB_DIR="$(cd "$PEERLAB_DEB_DIR" && pwd)"; fi
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -77,6 +77,7 @@ stage() {
 } >"$work/env.txt" 2>&1
 
 if has_stage build; then
+  # shellcheck source=ci/packages.sh
   source ci/packages.sh
   packages_setup ci/gpu.sh build >"$work/packages.log" 2>&1 || failed_stages+=("packages:1")
   cat "$work/packages.log"
@@ -139,7 +140,7 @@ if has_stage moe; then
   stage moe 400 "$bin/alltoallv_bench" --ranks="$ngpu" --benchmark_filter='^moe/' \
     --benchmark_out="$work/moe.json" --benchmark_out_format=json
   tail -30 "$work/moe.log"
-  stage moe_phases 200 env PEERLAB_MOE_LL_PHASES=1 "$bin/alltoallv_bench" --ranks="$ngpu" \
+  stage moe_phases 200 "$bin/alltoallv_bench" --ranks="$ngpu" --knob moe_ll_phases=1 \
     --benchmark_filter='^moe/peerlab\.(dispatch|combine)_ll(_fp8)?/graph/' \
     --benchmark_out="$work/moe_phases.json" --benchmark_out_format=json
   moe_files=()
@@ -167,18 +168,18 @@ fi
 if has_stage variants; then
   mkdir -p "$work/variants"
   v="$work/variants"
-  stage variants_sm 120 env PEERLAB_SM_COPY_SWEEP=1 "$bin/peer_copy_bench" --benchmark_filter='BM_PeerCopyTune' \
+  stage variants_sm 120 "$bin/peer_copy_bench" --knob sm_copy_sweep=1 --benchmark_filter='BM_PeerCopyTune' \
     --benchmark_out="$v/sm_sweep.json" --benchmark_out_format=json
   tail -25 "$work/variants_sm.log"
-  stage variants_zcopy 180 env PEERLAB_ZCOPY_DEVICES=0,1 PEERLAB_ZCOPY_VARIANTS=all "$bin/zcopy_bench" --ranks=2 \
+  stage variants_zcopy 180 "$bin/zcopy_bench" --ranks=2 --pairs=0-1 --knob variants=all \
     --ranks_timeout=150 --benchmark_filter='bytes:(8|4096|65536|67108864|134217728)/' \
     --benchmark_out="$v/zcopy_variants.json" --benchmark_out_format=json
   for c in 66 264; do
-    stage "variants_a2a_ctas$c" 90 env PEERLAB_ALLTOALLV_CTAS=$c "$bin/alltoallv_bench" --ranks=4 \
+    stage "variants_a2a_ctas$c" 90 "$bin/alltoallv_bench" --ranks=4 --knob ctas=$c \
       --benchmark_filter='alltoallv/peerlab.alltoallv/(graph/)?uniform/bytes:134217728/' \
       --benchmark_out="$v/a2a_ctas$c.json" --benchmark_out_format=json
   done
-  stage variants_a2a_chunk 90 env PEERLAB_ALLTOALLV_CHUNK_BYTES=1048576 "$bin/alltoallv_bench" --ranks=4 \
+  stage variants_a2a_chunk 90 "$bin/alltoallv_bench" --ranks=4 --knob chunk_bytes=1048576 \
     --benchmark_filter='alltoallv/peerlab.alltoallv/uniform/bytes:134217728/' \
     --benchmark_out="$v/a2a_chunk1m.json" --benchmark_out_format=json
 fi

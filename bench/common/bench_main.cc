@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.h"
+#include "bench/common/plan.h"
 #include "harness/launch/launch.h"
 
 namespace peerlab::bench {
@@ -116,7 +117,8 @@ Bootstrap* bootstrap() {
 
 // peerlab's benchmark main. Multicast stays off for everything a benchmark starts (NCCL, NVSHMEM, PyTorch).
 // `--ranks=N` starts N local ranks of this binary (same arguments); a process started by runLocal or mpirun is a
-// rank: rank 0 reports (console and --benchmark_out), the others run the same benchmarks silently.
+// rank: rank 0 reports (console and --benchmark_out), the others run the same benchmarks silently. `--plan=FILE`,
+// `--pairs` and `--knob` say what the process runs (bench/common/plan.h); every rank reads the same plan.
 int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
@@ -129,7 +131,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool is_rank = launch::launchedAsRank();
-  if (rank_args.ranks > 1 && !is_rank) return bench::launchRanks(rank_args, argc, argv);
+  if (rank_args.ranks > 1 && !is_rank) {
+    // The ranks read the plan; it is checked here first, so that bad input is said once.
+    std::vector<char*> copy(argv, argv + argc + 1);
+    int copy_argc = argc;
+    if (const int rc = bench::takePlanArgs(copy_argc, copy.data()); rc >= 0) return rc;
+    return bench::launchRanks(rank_args, argc, argv);
+  }
+  if (const int rc = bench::takePlanArgs(argc, argv); rc >= 0) return rc;
 
   std::unique_ptr<bench::NullReporter> silent;
   if (is_rank) {

@@ -1,5 +1,7 @@
 #include "bench/common/pair_rounds.h"
 
+#include "bench/common/plan.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,34 +22,11 @@ std::string PairJob::pairName(const launch::OrderedPair& p) {
   return std::to_string(p.first) + "->" + std::to_string(p.second);
 }
 
-const PairJob& pairJob(const std::vector<std::string>& legacy_envs) {
-  static const PairJob job = [&] {
+const PairJob& pairJob() {
+  static const PairJob job = [] {
     PairJob j;
-    if (const char* env = std::getenv(launch::kPairRoundsEnv); env != nullptr && *env != '\0') {
-      auto rounds = launch::parsePairRounds(env);
-      if (!rounds.isOk()) {
-        j.error = std::string(launch::kPairRoundsEnv) + ": " + rounds.status().message();
-        j.rounds = {{{0, 1}}};
-      } else {
-        j.rounds = std::move(*rounds);
-      }
-    } else {
-      launch::OrderedPair p{0, 1};
-      for (const std::string& name : legacy_envs) {
-        const char* env = std::getenv(name.c_str());
-        if (env == nullptr || *env == '\0') continue;
-        int a = -1, b = -1;
-        char tail = 0;
-        if (std::sscanf(env, "%d,%d%c", &a, &b, &tail) != 2 || a < 0 || b < 0 || a == b || a >= launch::kMaxRoundGpus ||
-            b >= launch::kMaxRoundGpus) {
-          j.error = name + "=\"" + std::string(env) + "\": expected two different ordinals \"a,b\"";
-        } else {
-          p = {a, b};
-        }
-        break;
-      }
-      j.rounds = {{p}};
-    }
+    j.rounds = plan().rounds;
+    if (j.rounds.empty()) j.rounds = {{{0, 1}}};
     std::set<int> gpus;
     for (const auto& round : j.rounds) {
       for (const auto& [s, d] : round) {
@@ -56,7 +35,7 @@ const PairJob& pairJob(const std::vector<std::string>& legacy_envs) {
       }
     }
     j.gpus.assign(gpus.begin(), gpus.end());
-    // A two-GPU legacy job keeps its order: rank 0 drives the source.
+    // One pair keeps its order: rank 0 drives the source.
     if (j.rounds.size() == 1 && j.rounds[0].size() == 1) j.gpus = {j.rounds[0][0].first, j.rounds[0][0].second};
     return j;
   }();
@@ -154,10 +133,6 @@ namespace {
 // One pass of runPairRow's body (the benchmark runs one iteration).
 void pairRowOnce(benchmark::State& bs, const PairJob& job, const PairRowKey& key, const Record& identity,
                  const std::function<PairRow(const PairContext&)>& measure, const PairRowOptions& options) {
-  if (!job.error.empty()) {
-    fail(bs, identity, PEERLAB_INVALID_ARGUMENT(job.error));
-    return;
-  }
   Bootstrap* boot = bootstrap();
   const int ranks = static_cast<int>(job.gpus.size());
   if (boot == nullptr || boot->size() != ranks) {

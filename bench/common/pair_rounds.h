@@ -4,8 +4,8 @@
 /// learns every pair's row through one exchange and reports them. A row is registered per (round, group, pair), every
 /// rank in the same order; `group` numbers the rows of a round (a size and an implementation), the same for every pair.
 ///
-/// Where the pairs come from: $PEERLAB_PAIR_ROUNDS ("0-1,2-3;1-0,3-2"; rank i drives the i-th smallest GPU named, so
-/// the job has a rank per GPU named), else one pair from a two-rank job's legacy setting ("a,b": rank 0 drives a).
+/// Where the pairs come from: the plan's rounds (bench/common/plan.h: --plan, --pairs "0-1,2-3;1-0,3-2"; rank i drives
+/// the i-th smallest GPU named, so the job has a rank per GPU named; one pair: rank 0 drives its source), else 0->1.
 
 #include <functional>
 #include <string>
@@ -18,16 +18,15 @@ namespace peerlab::bench {
 
 struct PairJob {
   launch::PairRoundList rounds;
-  std::vector<int> gpus;  ///< the GPU of each rank (sorted)
-  std::string error;      ///< a malformed setting: every row fails with it
+  std::vector<int> gpus;  ///< the GPU of each rank (sorted; one pair: source, destination)
   /// The rank that drives `gpu`, -1 when no rank does.
   int rankOf(int gpu) const;
   /// "0->1"
   static std::string pairName(const launch::OrderedPair& p);
 };
 
-/// The job's pairs, read once: PEERLAB_PAIR_ROUNDS, else the first of `legacy_envs` that is set ("a,b"), else 0,1.
-const PairJob& pairJob(const std::vector<std::string>& legacy_envs);
+/// The job's pairs, read once from the plan.
+const PairJob& pairJob();
 
 /// What one rank sees of its pair while a row runs.
 struct PairContext {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/cli/command.h"
+#include "harness/qualify/pipeline.h"
 #include "harness/report/aggregate.h"
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_cache.h"
@@ -242,42 +243,10 @@ std::string injectedNotice(const ReportContext& ctx) {
 }
 
 int runProbe(const ProbeArgs& a) {
-  // Everything the user typed is checked before any process starts.
-  auto methods = parseMethods(a.methods);
-  if (!methods.isOk()) return fail(kCommand, kExitUsage, "--methods: " + methods.status().message());
-  std::vector<Pair> pairs;
-  if (!a.pairs.empty()) {
-    auto p = parsePairs(a.pairs);
-    if (!p.isOk()) return fail(kCommand, kExitUsage, "--pairs: " + p.status().message());
-    pairs = *p;
-  }
-  std::vector<uint64_t> sizes;
-  if (!a.sizes.empty()) {
-    std::string rest = a.sizes;
-    size_t start = 0;
-    for (;;) {
-      const size_t comma = rest.find(',', start);
-      auto b = parseBytes(rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (!b.isOk()) return fail(kCommand, kExitUsage, "--sizes: " + b.status().message());
-      if (std::find(sizes.begin(), sizes.end(), *b) == sizes.end()) sizes.push_back(*b);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  } else {
-    auto b = parseBytes(a.bytes);
-    if (!b.isOk()) return fail(kCommand, kExitUsage, "--bytes: " + b.status().message());
-    sizes = {4096};
-    if (*b != 4096) sizes.push_back(*b);
-  }
-  for (uint64_t b : sizes) {
-    if (Status st = validateCellBytes(b); !st.isOk()) {
-      return fail(kCommand, kExitUsage, (a.sizes.empty() ? "--bytes: " : "--sizes: ") + st.message());
-    }
-  }
-  auto timeout = parseDuration(a.timeout);
-  if (!timeout.isOk()) return fail(kCommand, kExitUsage, "--timeout: " + timeout.status().message());
-  auto setup_timeout = parseDuration(a.setup_timeout);
-  if (!setup_timeout.isOk()) return fail(kCommand, kExitUsage, "--setup-timeout: " + setup_timeout.status().message());
+  // Everything the user typed is checked before any process starts (the options qualify and repro read alike).
+  auto options = qualify::readProbeOptions({a.methods, a.pairs, a.bytes, a.sizes, a.timeout, a.setup_timeout});
+  if (!options.isOk()) return fail(kCommand, kExitUsage, options.status().message());
+  const std::vector<Method>* methods = &options->methods;
   auto inject = injectFromEnvironment();
   if (!inject.isOk()) return fail(kCommand, kExitUsage, inject.status().message());
   if (!a.json.empty() && a.json != "-") {
@@ -309,11 +278,11 @@ int runProbe(const ProbeArgs& a) {
   watchdog::installInterruptHandlers();
   RunnerOptions opt;
   opt.worker_argv = workerCommand(worker);
-  opt.methods = *methods;
-  opt.sizes = sizes;
-  opt.pairs = pairs;
-  opt.cell_timeout = *timeout;
-  opt.setup_timeout = *setup_timeout;
+  opt.methods = options->methods;
+  opt.sizes = options->sizes;
+  opt.pairs = options->pairs;
+  opt.cell_timeout = options->timeout;
+  opt.setup_timeout = options->setup_timeout;
   opt.run_seed = a.seed != 0 ? a.seed
                              : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                    static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
@@ -417,7 +386,7 @@ int runProbe(const ProbeArgs& a) {
 }
 
 PEERLAB_REGISTER_COMMAND(
-    probe, "probe", "verify P2P between every ordered pair of GPUs, method by method",
+    probe, kCommand, "verify P2P between every ordered pair of GPUs, method by method",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<ProbeArgs>();
       sub.add_option("--methods", args->methods,

@@ -131,7 +131,7 @@ std::string methodOf(const report::Result& r) {
 Status checkProbeMethods(const report::Run& probe, const std::string& file) {
   for (size_t i = 0; i < probe.results.size(); ++i) {
     const report::Result& r = probe.results[i];
-    if (r.suite != "probe" || !r.src || !r.dst) continue;
+    if (r.suite != probe::kResultSuite || !r.src || !r.dst) continue;
     const std::string m = methodOf(r);
     if (!probe::parseMethod(m)) {
       return PEERLAB_INVALID_ARGUMENT(file + ": $.results[" + std::to_string(i) + "].method \"" + printable(m, 60) +
@@ -144,7 +144,7 @@ Status checkProbeMethods(const report::Run& probe, const std::string& file) {
 std::vector<FailingCell> failingCells(const report::Run& probe) {
   std::vector<FailingCell> out;
   for (const report::Result& r : probe.results) {
-    if (r.suite != "probe" || !r.src || !r.dst) continue;
+    if (r.suite != probe::kResultSuite || !r.src || !r.dst) continue;
     const bool claimed =
         r.extra.contains("claimed") && r.extra["claimed"].is_boolean() && r.extra["claimed"].get<bool>();
     // A claimed cell that does not verify is the driver's bug; corruption or a hang is one whether claimed or not.
@@ -182,6 +182,7 @@ std::vector<FailingCell> failingCells(const report::Run& probe) {
 // probe argument (the README must never tell a vendor to run a typo).
 StatusOr<ProbeRecord> readProbeRecord(const report::Run& probe, const std::string& file) {
   ProbeRecord rec;
+  // The run file's probe arguments (not a suite).
   auto it = probe.extra.find("probe");
   if (it == probe.extra.end() || !it->is_object()) return rec;
   const nlohmann::json& p = *it;
@@ -336,102 +337,83 @@ std::string probeArgsText(const std::vector<std::string>& argv) {
   return s;
 }
 
-// The probe's own options, checked before anything is written (a bundle must never tell a vendor to run a typo).
+// The probe's own options, checked before anything is written (a bundle must never tell a vendor to run a typo): the
+// one reading `peerlab probe` and qualify apply.
 Status checkProbeOptions(const ReproArgs& a) {
-  if (!a.methods.empty()) {
-    auto m = probe::parseMethods(a.methods);
-    if (!m.isOk()) return PEERLAB_INVALID_ARGUMENT("--methods: " + m.status().message());
-  }
-  if (!a.pairs.empty()) {
-    auto p = probe::parsePairs(a.pairs);
-    if (!p.isOk()) return PEERLAB_INVALID_ARGUMENT("--pairs: " + p.status().message());
-  }
-  if (!a.sizes.empty()) {
-    size_t start = 0;
-    for (;;) {
-      const size_t comma = a.sizes.find(',', start);
-      auto b = probe::parseBytes(a.sizes.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (!b.isOk()) return PEERLAB_INVALID_ARGUMENT("--sizes: " + b.status().message());
-      if (Status st = probe::validateCellBytes(*b); !st.isOk())
-        return PEERLAB_INVALID_ARGUMENT("--sizes: " + st.message());
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  if (!a.timeout.empty()) {
-    auto t = probe::parseDuration(a.timeout);
-    if (!t.isOk()) return PEERLAB_INVALID_ARGUMENT("--timeout: " + t.status().message());
-  }
-  return Status::ok();
+  qualify::ProbeOptionsText text;
+  if (!a.methods.empty()) text.methods = a.methods;
+  text.pairs = a.pairs;
+  text.sizes = a.sizes;
+  if (!a.timeout.empty()) text.timeout = a.timeout;
+  return qualify::readProbeOptions(text).status();
 }
 
-int runRepro(const ReproArgs& a) {
-  if (!a.probe_json.empty() && a.skip_probe)
-    return fail(kCmd, kExitUsage, "--probe-json and --skip-probe exclude each other");
-  if (a.other_machine && a.probe_json.empty())
-    return fail(kCmd, kExitUsage, "--other-machine goes with --probe-json (a probe file of another machine)");
-  if (Status st = checkProbeOptions(a); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
-  // This machine as this process sees it (CUDA here may see no GPU: the probe's workers are what saw them).
-  const report::Fingerprint here = report::collectFingerprint();
-  std::optional<report::Run> givenProbe;
-  std::string givenProbeText;
-  ProbeRecord record;
-  // A probe file of another machine: its bundle describes that machine, never this one.
-  std::string elsewhere;
-  if (!a.probe_json.empty()) {
-    auto r = report::readRun(a.probe_json);
-    if (!r.isOk()) return fail(kCmd, kExitUsage, r.status().message());
-    if (Status st = checkProbeMethods(*r, a.probe_json); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
-    auto rec = readProbeRecord(*r, a.probe_json);
-    if (!rec.isOk()) return fail(kCmd, kExitUsage, rec.status().message());
-    record = std::move(*rec);
-    auto text = readTextFile(a.probe_json);
-    if (!text.isOk()) return fail(kCmd, kExitUsage, text.status().message());
-    elsewhere = otherMachine(*r, here);
-    if (!elsewhere.empty() && !a.other_machine) {
-      return fail(kCmd, kExitUsage,
-                  "--probe-json " + a.probe_json + ": " + elsewhere +
-                      ": a bundle describes the machine the probe ran on; write it there (peerlab repro on that "
-                      "machine), or pass --other-machine for one with the probe's own fingerprint and GPU list and "
-                      "no state of this machine");
-    }
-    givenProbe = std::move(*r);
-    givenProbeText = std::move(*text);
-  }
-  const bool local = elsewhere.empty();
-  const std::string dir = a.out.empty() ? qualify::defaultOutputName("peerlab-repro") : a.out;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
-    return fail(kCmd, kExitUsage, dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
-  }
-  // What other programs write (lspci, the probe child) goes to a private directory first and is copied into the
-  // bundle the safe way: a symlink planted in the bundle directory is replaced, never followed.
-  auto scratch = TempDir::make("peerlab-repro");
-  if (!scratch.isOk()) return fail(kCmd, kExitRuntime, scratch.status().message());
-  auto write = [&](const std::string& name, const std::string& text) -> bool {
+// The bundle being written: its directory, a private scratch directory what other programs write goes to first (and
+// is copied in the safe way: a symlink planted in the bundle directory is replaced, never followed), and the list of
+// its files for the README.
+struct Bundle {
+  std::string dir;
+  TempDir scratch;
+  std::vector<std::string> files;
+  bool write(const std::string& name, const std::string& text) {
     Status st = writeTextFile(dir + "/" + name, text);
     if (!st.isOk()) std::fprintf(stderr, "peerlab repro: %s\n", printable(st.message()).c_str());
     return st.isOk();
-  };
-  auto copyIn = [&](const std::string& from, const std::string& name) -> bool {
+  }
+  bool copyIn(const std::string& from, const std::string& name) {
     auto text = readTextFile(from);
     return text.isOk() && write(name, *text);
-  };
-  std::vector<std::string> files;
+  }
+};
 
-  // The probe: run as a child (`peerlab probe --json`), or the run file given.
-  std::optional<report::Run> probe = givenProbe;
-  std::string probeCommand;
-  int probeExit = -1;
-  std::string probeError;
-  if (givenProbe) {
-    write("probe.json", givenProbeText);
-    files.push_back("probe.json: the probe run file given with --probe-json (" + mdCell(a.probe_json) + ")");
+// The probe given with --probe-json, read and checked.
+struct GivenProbe {
+  std::optional<report::Run> run;
+  std::string text;
+  ProbeRecord record;
+  std::string elsewhere;  ///< the probe file is of another machine: how it differs from this one
+};
+
+StatusOr<GivenProbe> readGivenProbe(const ReproArgs& a, const report::Fingerprint& here) {
+  GivenProbe g;
+  if (a.probe_json.empty()) return g;
+  PEERLAB_ASSIGN_OR_RETURN(report::Run r, report::readRun(a.probe_json));
+  PEERLAB_RETURN_IF_ERROR(checkProbeMethods(r, a.probe_json));
+  PEERLAB_ASSIGN_OR_RETURN(g.record, readProbeRecord(r, a.probe_json));
+  PEERLAB_ASSIGN_OR_RETURN(g.text, readTextFile(a.probe_json));
+  // A probe file of another machine: its bundle describes that machine, never this one.
+  g.elsewhere = otherMachine(r, here);
+  if (!g.elsewhere.empty() && !a.other_machine) {
+    return PEERLAB_INVALID_ARGUMENT(
+        "--probe-json " + a.probe_json + ": " + g.elsewhere +
+        ": a bundle describes the machine the probe ran on; write it there (peerlab repro on that machine), or pass "
+        "--other-machine for one with the probe's own fingerprint and GPU list and no state of this machine");
+  }
+  g.run = std::move(r);
+  return g;
+}
+
+// The probe of the bundle: the run file given, or `peerlab probe` run as a child.
+struct ProbeStep {
+  std::optional<report::Run> probe;
+  ProbeRecord record;
+  std::string command;
+  int exit = -1;
+  std::string error;
+};
+
+ProbeStep probeStep(const ReproArgs& a, GivenProbe given, Bundle& b) {
+  ProbeStep out;
+  out.probe = std::move(given.run);
+  out.record = std::move(given.record);
+  if (out.probe) {
+    b.write("probe.json", given.text);
+    b.files.push_back("probe.json: the probe run file given with --probe-json (" + mdCell(a.probe_json) + ")");
   } else if (!a.skip_probe) {
-    const std::string probeJson = scratch->file("probe.json");
-    const std::string probeLog = scratch->file("probe.log");
+    const std::string probeJson = b.scratch.file("probe.json");
+    const std::string probeLog = b.scratch.file("probe.log");
     process::ProcessOptions po;
+    // `peerlab probe`: the subcommand (not a suite).
     po.argv = {selfExecutable(), "probe", "--json", probeJson, "--no-cache", "--verbose"};
     if (!a.methods.empty()) po.argv.insert(po.argv.end(), {"--methods", a.methods});
     if (!a.pairs.empty()) po.argv.insert(po.argv.end(), {"--pairs", a.pairs});
@@ -440,38 +422,42 @@ int runRepro(const ReproArgs& a) {
     po.stdout_path = probeLog;
     po.stderr_path = probeLog;
     po.timeout = std::chrono::minutes(15);
-    probeCommand = probeArgsText(po.argv);
+    out.command = probeArgsText(po.argv);
     // The command as the bundle shows it: with the bundle's file names, not the private directory's.
-    probeCommand.replace(probeCommand.find(qualify::shellQuote(probeJson)), qualify::shellQuote(probeJson).size(),
-                         qualify::shellQuote(dir + "/probe.json"));
-    std::printf("repro: %s\n", probeCommand.c_str());
+    out.command.replace(out.command.find(qualify::shellQuote(probeJson)), qualify::shellQuote(probeJson).size(),
+                        qualify::shellQuote(b.dir + "/probe.json"));
+    std::printf("repro: %s\n", out.command.c_str());
     std::fflush(stdout);
     auto r = process::runProcess(po);
-    copyIn(probeLog, "probe.log");
+    b.copyIn(probeLog, "probe.log");
     if (!r.isOk()) {
-      probeError = r.status().message();
+      out.error = r.status().message();
     } else {
-      probeExit = r->exit_code;
+      out.exit = r->exit_code;
       if (std::filesystem::exists(probeJson)) {
-        copyIn(probeJson, "probe.json");
+        b.copyIn(probeJson, "probe.json");
         auto run = report::readRun(probeJson);
         Status methods = run.isOk() ? checkProbeMethods(*run, "probe.json") : run.status();
         StatusOr<ProbeRecord> rec = methods.isOk() ? readProbeRecord(*run, "probe.json") : methods;
         if (rec.isOk()) {
-          record = std::move(*rec);
-          probe = std::move(*run);
+          out.record = std::move(*rec);
+          out.probe = std::move(*run);
         } else {
-          probeError = rec.status().message();
+          out.error = rec.status().message();
         }
       } else {
-        probeError = "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(probeLog, 1);
+        out.error = "peerlab probe " + process::describeExit(*r, po.timeout) + ": " + tailOfFile(probeLog, 1);
       }
     }
-    files.push_back("probe.json, probe.log: the verified probe's run file (reports/schema) and its output");
+    b.files.push_back("probe.json, probe.log: the verified probe's run file (reports/schema) and its output");
   }
+  return out;
+}
 
-  // Fingerprint: the probe's (its workers saw the GPUs, and it may come from another machine), else this process's;
-  // plus the kernel and OS where this is the machine.
+// fingerprint.json: the probe's (its workers saw the GPUs, and it may come from another machine), else this
+// process's; plus the kernel and OS where this is the machine.
+nlohmann::json fingerprintStep(const std::optional<report::Run>& probe, const report::Fingerprint& here, bool local,
+                               const std::string& elsewhere, Bundle& b) {
   const bool fromProbe = probe && !probe->fingerprint.gpus.empty();
   const report::Fingerprint fp = fromProbe ? probe->fingerprint : here;
   nlohmann::json fpj = report::toJson(fp);
@@ -489,126 +475,150 @@ int runRepro(const ReproArgs& a) {
   }
   fpj["tool"] = std::string("peerlab ") + PEERLAB_VERSION;
   fpj["collected"] = report::utcTimestamp();
-  if (write("fingerprint.json", fpj.dump(2) + "\n")) {
-    files.push_back(std::string("fingerprint.json: driver, CUDA, NCCL, GPUs with UUIDs and bus ids, node identity (") +
-                    (fromProbe ? "from the probe run file" : "from this process") + ")" +
-                    (local ? ", kernel, OS" : ""));
+  if (b.write("fingerprint.json", fpj.dump(2) + "\n")) {
+    b.files.push_back(
+        std::string("fingerprint.json: driver, CUDA, NCCL, GPUs with UUIDs and bus ids, node identity (") +
+        (fromProbe ? "from the probe run file" : "from this process") + ")" + (local ? ", kernel, OS" : ""));
+  }
+  return fpj;
+}
+
+// The state of this machine: topology, IOMMU, ACS, kernel command line and log, lspci, nvidia-smi, NVML health.
+void machineStep(const report::Fingerprint& fp, Bundle& b) {
+  // Topology: the machine's hwloc XML, as hwloc exports it, plus peerlab's reading of it.
+  std::vector<std::string> gpuBusIds;
+  for (const auto& g : fp.gpus)
+    gpuBusIds.push_back(g.bus_id);
+  auto topo = topology::loadLive();
+  if (topo.isOk()) {
+    Status st = topo->exportXml(b.dir + "/topology.xml");
+    if (st.isOk()) {
+      b.files.push_back("topology.xml: the machine's hwloc topology (hwloc_topology_export_xml)");
+    } else {
+      b.write("topology.xml.unreadable", "unreadable: " + st.message() + "\n");
+    }
+    b.write("topology.txt", topo->formatMatrix());
+    b.write("topology.json", topo->toJson().dump(2) + "\n");
+    b.files.push_back("topology.txt, topology.json: GPU pairs, PCIe paths, NVLink as peerlab reads them");
+    if (gpuBusIds.empty()) {
+      for (const auto& g : topo->gpus())
+        gpuBusIds.push_back(g.bus_id);
+    }
+  } else {
+    b.write("topology.txt", "unreadable: " + topo.status().message() + "\n");
+    b.files.push_back("topology.txt: why the topology could not be read");
   }
 
-  if (local) {
-    // Topology: the machine's hwloc XML, as hwloc exports it, plus peerlab's reading of it.
-    std::vector<std::string> gpuBusIds;
-    for (const auto& g : fp.gpus)
-      gpuBusIds.push_back(g.bus_id);
-    auto topo = topology::loadLive();
-    if (topo.isOk()) {
-      Status st = topo->exportXml(dir + "/topology.xml");
-      if (st.isOk()) {
-        files.push_back("topology.xml: the machine's hwloc topology (hwloc_topology_export_xml)");
-      } else {
-        write("topology.xml.unreadable", "unreadable: " + st.message() + "\n");
-      }
-      write("topology.txt", topo->formatMatrix());
-      write("topology.json", topo->toJson().dump(2) + "\n");
-      files.push_back("topology.txt, topology.json: GPU pairs, PCIe paths, NVLink as peerlab reads them");
-      if (gpuBusIds.empty()) {
-        for (const auto& g : topo->gpus())
-          gpuBusIds.push_back(g.bus_id);
-      }
-    } else {
-      write("topology.txt", "unreadable: " + topo.status().message() + "\n");
-      files.push_back("topology.txt: why the topology could not be read");
-    }
+  // IOMMU, ACS, kernel command line, lspci when installed.
+  b.write("iommu.txt", qualify::describeIommu(gpuBusIds));
+  b.write("acs.txt", qualify::describeAcs(gpuBusIds));
+  b.write("cmdline.txt", qualify::kernelCommandLine() + "\n");
+  b.files.push_back("iommu.txt: IOMMU groups (/sys/kernel/iommu_groups), the GPUs' groups first");
+  b.files.push_back("acs.txt: PCIe ACS capability and control of every function, and of the bridges above each GPU");
+  b.files.push_back("cmdline.txt: the kernel command line (/proc/cmdline)");
+  std::string why;
+  const std::string lspci = runTool({"lspci", "-vvv"}, b.scratch.file("lspci.txt"), std::chrono::seconds(60), why);
+  if (!lspci.empty()) {
+    b.write("lspci.txt", lspci);
+    b.files.push_back("lspci.txt: lspci -vvv");
+  } else {
+    b.write("lspci.txt", "unreadable: " + why + " (acs.txt decodes ACS from sysfs instead)\n");
+  }
 
-    // IOMMU, ACS, kernel command line, lspci when installed.
-    write("iommu.txt", qualify::describeIommu(gpuBusIds));
-    write("acs.txt", qualify::describeAcs(gpuBusIds));
-    write("cmdline.txt", qualify::kernelCommandLine() + "\n");
-    files.push_back("iommu.txt: IOMMU groups (/sys/kernel/iommu_groups), the GPUs' groups first");
-    files.push_back("acs.txt: PCIe ACS capability and control of every function, and of the bridges above each GPU");
-    files.push_back("cmdline.txt: the kernel command line (/proc/cmdline)");
-    std::string why;
-    const std::string lspci = runTool({"lspci", "-vvv"}, scratch->file("lspci.txt"), std::chrono::seconds(60), why);
-    if (!lspci.empty()) {
-      write("lspci.txt", lspci);
-      files.push_back("lspci.txt: lspci -vvv");
-    } else {
-      write("lspci.txt", "unreadable: " + why + " (acs.txt decodes ACS from sysfs instead)\n");
-    }
-
-    // The kernel log's NVIDIA lines (NVRM, XID): dmesg, else journalctl -k; either may be closed to this user.
-    std::string dmesgWhy, journalWhy, source;
-    std::string log = runTool({"dmesg"}, scratch->file("dmesg.txt"), std::chrono::seconds(15), dmesgWhy);
-    source = "dmesg";
-    if (log.empty()) {
-      log = runTool({"journalctl", "-k", "--no-pager", "-q", "-n", "20000"}, scratch->file("journal.txt"),
-                    std::chrono::seconds(30), journalWhy);
-      source = "journalctl -k";
-    }
-    if (!log.empty()) {
-      const std::string lines = qualify::nvidiaKernelLines(log);
-      write("kernel-log.txt", "# the NVRM and XID lines of " + source + " (the last 500; " +
+  // The kernel log's NVIDIA lines (NVRM, XID): dmesg, else journalctl -k; either may be closed to this user.
+  std::string dmesgWhy, journalWhy, source;
+  std::string log = runTool({"dmesg"}, b.scratch.file("dmesg.txt"), std::chrono::seconds(15), dmesgWhy);
+  source = "dmesg";
+  if (log.empty()) {
+    log = runTool({"journalctl", "-k", "--no-pager", "-q", "-n", "20000"}, b.scratch.file("journal.txt"),
+                  std::chrono::seconds(30), journalWhy);
+    source = "journalctl -k";
+  }
+  if (!log.empty()) {
+    const std::string lines = qualify::nvidiaKernelLines(log);
+    b.write("kernel-log.txt", "# the NVRM and XID lines of " + source + " (the last 500; " +
                                   std::to_string(log.size()) + " bytes read)\n" + (lines.empty() ? "none\n" : lines));
-      files.push_back("kernel-log.txt: the kernel log's NVRM and XID lines (" + source + ")");
-    } else {
-      write("kernel-log.txt", "unreadable: dmesg: " + (dmesgWhy.empty() ? std::string("no output") : dmesgWhy) +
+    b.files.push_back("kernel-log.txt: the kernel log's NVRM and XID lines (" + source + ")");
+  } else {
+    b.write("kernel-log.txt", "unreadable: dmesg: " + (dmesgWhy.empty() ? std::string("no output") : dmesgWhy) +
                                   "; journalctl -k: " + (journalWhy.empty() ? std::string("no output") : journalWhy) +
                                   " (run peerlab repro as root, or add the lines of `dmesg | grep -E 'NVRM|Xid'`)\n");
-      files.push_back("kernel-log.txt: why the kernel log could not be read");
-    }
-    // nvidia-smi -q, under a deadline (it can hang on a GPU that fell off the bus).
-    std::string smiWhy;
-    const std::string smi =
-        runTool({"nvidia-smi", "-q"}, scratch->file("nvidia-smi.txt"), std::chrono::seconds(60), smiWhy);
-    write("nvidia-smi-q.txt", smi.empty() ? "unreadable: " + smiWhy + "\n" : smi);
-    files.push_back(smi.empty() ? "nvidia-smi-q.txt: why nvidia-smi -q could not run"
+    b.files.push_back("kernel-log.txt: why the kernel log could not be read");
+  }
+  // nvidia-smi -q, under a deadline (it can hang on a GPU that fell off the bus).
+  std::string smiWhy;
+  const std::string smi =
+      runTool({"nvidia-smi", "-q"}, b.scratch.file("nvidia-smi.txt"), std::chrono::seconds(60), smiWhy);
+  b.write("nvidia-smi-q.txt", smi.empty() ? "unreadable: " + smiWhy + "\n" : smi);
+  b.files.push_back(smi.empty() ? "nvidia-smi-q.txt: why nvidia-smi -q could not run"
                                 : "nvidia-smi-q.txt: nvidia-smi -q");
-    // The NVML health readings, through `peerlab health` as a child (NVML loaded there, under a deadline).
-    {
-      const std::string healthJson = scratch->file("health.json");
-      const std::string healthLog = scratch->file("health.log");
-      process::ProcessOptions po;
-      po.argv = {selfExecutable(), "health", "--watch", "0", "--json", healthJson};
-      po.stdout_path = healthLog;
-      po.stderr_path = healthLog;
-      po.timeout = std::chrono::seconds(120);
-      auto r = process::runProcess(po);
-      copyIn(healthLog, "health.txt");
-      if (r.isOk() && std::filesystem::exists(healthJson) && copyIn(healthJson, "health.json")) {
-        files.push_back(
-            "health.json, health.txt: NVML health readings (peerlab health: PCIe, NVLink, ECC, row "
-            "remapping, XIDs, clocks)");
-      } else {
-        std::string last = tailOfFile(healthLog, 1);
-        while (!last.empty() && last.back() == '\n')
-          last.pop_back();
-        const std::string why = !r.isOk() ? r.status().message()
-                                          : "peerlab health " + process::describeExit(*r, po.timeout) +
-                                                (last.empty() ? "" : " (" + last + ")");
-        write("health.txt", "unreadable: " + why + "\n");
-        files.push_back("health.txt: why the NVML health readings could not be taken");
-      }
+  // The NVML health readings, through `peerlab health` as a child (NVML loaded there, under a deadline).
+  {
+    const std::string healthJson = b.scratch.file("health.json");
+    const std::string healthLog = b.scratch.file("health.log");
+    process::ProcessOptions po;
+    po.argv = {selfExecutable(), "health", "--watch", "0", "--json", healthJson};
+    po.stdout_path = healthLog;
+    po.stderr_path = healthLog;
+    po.timeout = std::chrono::seconds(120);
+    auto r = process::runProcess(po);
+    b.copyIn(healthLog, "health.txt");
+    if (r.isOk() && std::filesystem::exists(healthJson) && b.copyIn(healthJson, "health.json")) {
+      b.files.push_back(
+          "health.json, health.txt: NVML health readings (peerlab health: PCIe, NVLink, ECC, row "
+          "remapping, XIDs, clocks)");
+    } else {
+      std::string last = tailOfFile(healthLog, 1);
+      while (!last.empty() && last.back() == '\n')
+        last.pop_back();
+      const std::string why = !r.isOk() ? r.status().message()
+                                        : "peerlab health " + process::describeExit(*r, po.timeout) +
+                                              (last.empty() ? "" : " (" + last + ")");
+      b.write("health.txt", "unreadable: " + why + "\n");
+      b.files.push_back("health.txt: why the NVML health readings could not be taken");
     }
   }
+}
 
-  const std::vector<FailingCell> cells = probe ? failingCells(*probe) : std::vector<FailingCell>{};
+// What the bundle reports: the failing cells, whether faults were injected, the command that reproduces them.
+struct Findings {
+  std::vector<FailingCell> cells;
+  std::string injected;  ///< what injected faults, "" when nothing did
+  int injected_cells = 0;
+  bool not_driver = false;  ///< injected faults or a stand-in worker: never a driver bug bundle
+  std::string command;
+};
+
+Findings findingsOf(const ReproArgs& a, const ProbeStep& step) {
+  Findings f;
+  const std::optional<report::Run>& probe = step.probe;
+  f.cells = probe ? failingCells(*probe) : std::vector<FailingCell>{};
   // A probe under fault injection (or with a stand-in worker) is never presented as a driver fault.
-  const std::string injected = probe ? injectedBy(*probe) : std::string();
-  int injectedCells = 0;
-  for (const FailingCell& c : cells)
-    injectedCells += !c.injected.empty();
-  const bool notDriver = !injected.empty() || injectedCells > 0;
-  std::string command = reproCommand(cells, a, record);
+  f.injected = probe ? injectedBy(*probe) : std::string();
+  for (const FailingCell& c : f.cells)
+    f.injected_cells += !c.injected.empty();
+  f.not_driver = !f.injected.empty() || f.injected_cells > 0;
+  f.command = reproCommand(f.cells, a, step.record);
   if (probe) {
     if (auto it = probe->extra.find("injected"); it != probe->extra.end() && it->is_object()) {
       if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
-        command = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>()) + " " + command;
+        f.command =
+            std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>()) + " " + f.command;
       }
     }
   }
+  return f;
+}
 
+// README.md: what failed, the command that reproduces it, the machine, the files.
+void readmeStep(const ReproArgs& a, const ProbeStep& step, const Findings& f, const report::Fingerprint& here,
+                const nlohmann::json& fpj, const std::string& elsewhere, Bundle& b) {
+  const std::optional<report::Run>& probe = step.probe;
+  const bool local = elsewhere.empty();
+  const bool fromProbe = probe && !probe->fingerprint.gpus.empty();
+  const report::Fingerprint& fp = fromProbe ? probe->fingerprint : here;
   std::ostringstream md;
-  md << "# peerlab " << (notDriver ? "fault-injection run (not a driver bug bundle)" : "bug bundle") << ": "
+  md << "# peerlab " << (f.not_driver ? "fault-injection run (not a driver bug bundle)" : "bug bundle") << ": "
      << (fp.hostname.empty() ? "unknown host" : mdCell(fp.hostname)) << ", " << report::utcTimestamp() << "\n\n";
   if (!local) {
     md << "**Written on another machine than the probe's**: " << mdCell(elsewhere)
@@ -616,38 +626,38 @@ int runRepro(const ReproArgs& a) {
           "IOMMU, ACS, kernel command line and log, nvidia-smi, NVML health) is not in this bundle: run `peerlab "
           "repro --probe-json probe.json` on that machine for it.\n\n";
   }
-  if (notDriver) {
-    md << "**INJECTED: these failures were injected** (" << (injected.empty() ? "faults injected" : injected)
+  if (f.not_driver) {
+    md << "**INJECTED: these failures were injected** (" << (f.injected.empty() ? "faults injected" : f.injected)
        << "), or come from a stand-in probe worker: they are not driver faults. Do not send this bundle to a driver "
           "vendor; probe again without "
        << probe::kInjectEnv << " and PEERLAB_PROBE_WORKER.\n\n";
   }
   if (!probe) {
-    md << "The probe did not run" << (probeError.empty() ? "" : ": " + mdCell(probeError)) << ".\n\n";
-  } else if (cells.empty()) {
+    md << "The probe did not run" << (step.error.empty() ? "" : ": " + mdCell(step.error)) << ".\n\n";
+  } else if (f.cells.empty()) {
     md << "No failing cell: every cell the driver claims works verified (" << probe->results.size()
        << " probe results).\n\n";
   } else {
-    md << "**" << cells.size() << " failing cell" << (cells.size() == 1 ? "" : "s")
+    md << "**" << f.cells.size() << " failing cell" << (f.cells.size() == 1 ? "" : "s")
        << "**: data moved by the listed method from the source GPU to the destination GPU did not arrive intact (or "
           "the transfer hung), checked on the GPU that owns the destination memory.\n\n";
   }
   md << "## Reproduce\n\n```sh\n"
-     << command << "\n```\n\n"
+     << f.command << "\n```\n\n"
      << "`peerlab probe` writes a seeded pattern (different per run, pair, method and size) into poisoned destination "
         "memory and verifies it on the destination's GPU, in watched worker processes with a deadline per cell; it "
         "exits 1 when a cell the driver claims works (cudaDeviceCanAccessPeer and the per-method attributes) fails. "
         "`--verbose` prints every cell, the workers' phase timings and the seed"
-     << (record.seed ? "; `--seed` is the probe's own, so every cell moves the same data again" : "") << ".\n\n";
-  if (!probeCommand.empty())
-    md << "This bundle's probe ran as: `" << probeCommand << "` (exit " << probeExit << ").\n\n";
-  if (!cells.empty()) {
+     << (step.record.seed ? "; `--seed` is the probe's own, so every cell moves the same data again" : "") << ".\n\n";
+  if (!step.command.empty())
+    md << "This bundle's probe ran as: `" << step.command << "` (exit " << step.exit << ").\n\n";
+  if (!f.cells.empty()) {
     md << "## Failing cells\n\n| method | src -> dst | size | verdict | driver claims it works | detail | injected |\n"
        << "|---|---|---|---|---|---|---|\n";
-    for (const FailingCell& c : cells) {
+    for (const FailingCell& c : f.cells) {
       md << "| " << mdCell(c.method) << " | " << c.src << " -> " << c.dst << " | " << report::formatBytes(c.bytes)
          << " | " << mdCell(c.verdict) << " | " << (c.claimed ? "yes" : "no") << " | " << mdCell(c.detail) << " | "
-         << (c.injected.empty() ? (notDriver ? "run injected" : "no") : "yes: " + mdCell(c.injected)) << " |\n";
+         << (c.injected.empty() ? (f.not_driver ? "run injected" : "no") : "yes: " + mdCell(c.injected)) << " |\n";
     }
     md << "\n";
   }
@@ -675,23 +685,56 @@ int runRepro(const ReproArgs& a) {
     md << "No GPU visible to CUDA.\n\n";
   }
   md << "## Files\n\n";
-  for (const std::string& f : files)
-    md << "- " << f << "\n";
+  for (const std::string& file : b.files)
+    md << "- " << file << "\n";
   md << "- README.md: this file\n";
-  write("README.md", md.str());
+  b.write("README.md", md.str());
+}
 
-  std::printf("repro: bundle %s: %zu failing cell%s\nreproduce with: %s\n", printable(dir).c_str(), cells.size(),
-              cells.size() == 1 ? "" : "s", printable(command).c_str());
+int runRepro(const ReproArgs& a) {
+  if (!a.probe_json.empty() && a.skip_probe)
+    return fail(kCmd, kExitUsage, "--probe-json and --skip-probe exclude each other");
+  if (a.other_machine && a.probe_json.empty())
+    return fail(kCmd, kExitUsage, "--other-machine goes with --probe-json (a probe file of another machine)");
+  if (Status st = checkProbeOptions(a); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
+  // This machine as this process sees it (CUDA here may see no GPU: the probe's workers are what saw them).
+  const report::Fingerprint here = report::collectFingerprint();
+  auto given = readGivenProbe(a, here);
+  if (!given.isOk()) return fail(kCmd, kExitUsage, given.status().message());
+  const std::string elsewhere = given->elsewhere;
+  const bool local = elsewhere.empty();
+  Bundle b;
+  b.dir = a.out.empty() ? qualify::defaultOutputName("peerlab-repro") : a.out;
+  std::error_code ec;
+  std::filesystem::create_directories(b.dir, ec);
+  if (ec || !std::filesystem::is_directory(b.dir)) {
+    return fail(kCmd, kExitUsage, b.dir + ": cannot create the bundle directory" + (ec ? ": " + ec.message() : ""));
+  }
+  auto scratch = TempDir::make("peerlab-repro");
+  if (!scratch.isOk()) return fail(kCmd, kExitRuntime, scratch.status().message());
+  b.scratch = std::move(*scratch);
+
+  const ProbeStep step = probeStep(a, std::move(*given), b);
+  const nlohmann::json fpj = fingerprintStep(step.probe, here, local, elsewhere, b);
+  if (local) {
+    const bool fromProbe = step.probe && !step.probe->fingerprint.gpus.empty();
+    machineStep(fromProbe ? step.probe->fingerprint : here, b);
+  }
+  const Findings f = findingsOf(a, step);
+  readmeStep(a, step, f, here, fpj, elsewhere, b);
+
+  std::printf("repro: bundle %s: %zu failing cell%s\nreproduce with: %s\n", printable(b.dir).c_str(), f.cells.size(),
+              f.cells.size() == 1 ? "" : "s", printable(f.command).c_str());
   if (!local) std::printf("repro: %s: only the probe file's fingerprint and cells are bundled\n", elsewhere.c_str());
-  if (notDriver) {
+  if (f.not_driver) {
     std::printf("INJECTED: %s: %d of %zu failing cells injected; not a driver fault, not a bundle for a vendor\n",
-                injected.empty() ? "faults injected" : injected.c_str(), injectedCells, cells.size());
+                f.injected.empty() ? "faults injected" : f.injected.c_str(), f.injected_cells, f.cells.size());
   }
-  if (!probe && !a.skip_probe) {
-    if (probeExit == kExitNoGpu) return fail(kCmd, kExitNoGpu, "no GPU to probe; bundle written to " + dir);
-    return fail(kCmd, kExitRuntime, "the probe did not run: " + probeError + "; bundle written to " + dir);
+  if (!step.probe && !a.skip_probe) {
+    if (step.exit == kExitNoGpu) return fail(kCmd, kExitNoGpu, "no GPU to probe; bundle written to " + b.dir);
+    return fail(kCmd, kExitRuntime, "the probe did not run: " + step.error + "; bundle written to " + b.dir);
   }
-  return cells.empty() ? kExitOk : kExitCheckFailed;
+  return f.cells.empty() ? kExitOk : kExitCheckFailed;
 }
 
 std::function<int()> setup(CLI::App& sub) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/report/level.h"
 #include "reference/core/status.h"
 
 namespace peerlab::cli {
@@ -56,6 +57,10 @@ FILE* summaryStream(const std::string& json_path);
 /// from 0.5 to 100". `integer`: whole numbers only.
 StatusOr<double> parseNumberOption(const std::string& option, const std::string& text, double min, double max,
                                    bool integer = false);
+
+/// The level options every command that measures takes, parsed the one way (report::chooseLevel): `--level NAME`,
+/// `--quick` and `--full`. `what` says what each level runs for this command.
+void addLevelOptions(CLI::App& sub, report::LevelFlags& flags, const std::string& what);
 
 }  // namespace peerlab::cli
 

@@ -45,6 +45,12 @@ FILE* summaryStream(const std::string& json_path) {
   return json_path == "-" ? stderr : stdout;
 }
 
+void addLevelOptions(CLI::App& sub, report::LevelFlags& flags, const std::string& what) {
+  sub.add_option("--level", flags.level, what);
+  sub.add_flag("--quick", flags.quick, "The same as --level quick");
+  sub.add_flag("--full", flags.full, "The same as --level full");
+}
+
 StatusOr<double> parseNumberOption(const std::string& option, const std::string& text, double min, double max,
                                    bool integer) {
   auto range = [](double v) {

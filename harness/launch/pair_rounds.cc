@@ -47,12 +47,10 @@ std::vector<std::string_view> split(std::string_view text, char sep) {
 
 StatusOr<PairRoundList> parsePairRounds(std::string_view text) {
   PairRoundList rounds;
-  std::set<OrderedPair> seen;
   if (text.empty()) return PEERLAB_INVALID_ARGUMENT("no pair rounds (expected e.g. \"0-1,2-3;1-0,3-2\")");
   if (text.size() > 1'000'000) return PEERLAB_INVALID_ARGUMENT("pair rounds: longer than 1,000,000 characters");
   for (std::string_view round : split(text, ';')) {
     std::vector<OrderedPair> pairs;
-    std::set<int> busy;
     for (std::string_view item : split(round, ',')) {
       const size_t dash = item.find('-');
       int a = 0, b = 0;
@@ -61,20 +59,37 @@ StatusOr<PairRoundList> parsePairRounds(std::string_view text) {
         return PEERLAB_INVALID_ARGUMENT("pair rounds: \"" + std::string(item.substr(0, 40)) +
                                         "\" is not SRC-DST with GPU ordinals below " + std::to_string(kMaxRoundGpus));
       }
-      const std::string name = std::to_string(a) + "-" + std::to_string(b);
-      if (a == b) return PEERLAB_INVALID_ARGUMENT("pair rounds: " + name + " pairs a GPU with itself");
-      if (!busy.insert(a).second || !busy.insert(b).second) {
-        return PEERLAB_INVALID_ARGUMENT("pair rounds: round " + std::to_string(rounds.size() + 1) + " has GPU " +
-                                        std::to_string(busy.count(a) ? a : b) + " in two pairs (" + name + ")");
-      }
-      if (!seen.insert({a, b}).second) {
-        return PEERLAB_INVALID_ARGUMENT("pair rounds: " + name + " is in two rounds");
-      }
       pairs.emplace_back(a, b);
     }
     rounds.push_back(std::move(pairs));
   }
+  PEERLAB_RETURN_IF_ERROR(checkPairRounds(rounds));
   return rounds;
+}
+
+Status checkPairRounds(const PairRoundList& rounds, int max_gpus) {
+  if (rounds.empty()) return PEERLAB_INVALID_ARGUMENT("no pair rounds (expected e.g. \"0-1,2-3;1-0,3-2\")");
+  std::set<OrderedPair> seen;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    if (rounds[r].empty()) return PEERLAB_INVALID_ARGUMENT("pair rounds: round " + std::to_string(r + 1) + " is empty");
+    std::set<int> busy;
+    for (const auto& [a, b] : rounds[r]) {
+      const std::string name = std::to_string(a) + "-" + std::to_string(b);
+      if (a < 0 || b < 0 || a >= max_gpus || b >= max_gpus) {
+        return PEERLAB_INVALID_ARGUMENT("pair rounds: " + name + " names a GPU outside 0.." +
+                                        std::to_string(max_gpus - 1));
+      }
+      if (a == b) return PEERLAB_INVALID_ARGUMENT("pair rounds: " + name + " pairs a GPU with itself");
+      for (int g : {a, b}) {
+        if (!busy.insert(g).second) {
+          return PEERLAB_INVALID_ARGUMENT("pair rounds: round " + std::to_string(r + 1) + " has GPU " +
+                                          std::to_string(g) + " in two pairs (" + name + ")");
+        }
+      }
+      if (!seen.insert({a, b}).second) return PEERLAB_INVALID_ARGUMENT("pair rounds: " + name + " is in two rounds");
+    }
+  }
+  return Status::ok();
 }
 
 StatusOr<std::unique_ptr<PairBootstrap>> PairBootstrap::create(Bootstrap& parent, int first, int second) {

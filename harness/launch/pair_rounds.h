@@ -17,16 +17,16 @@ namespace peerlab::launch {
 using OrderedPair = std::pair<int, int>;
 using PairRoundList = std::vector<std::vector<OrderedPair>>;
 
-/// The environment variable a benchmark reads its rounds from.
-inline constexpr const char* kPairRoundsEnv = "PEERLAB_PAIR_ROUNDS";
 /// Most GPUs a round may name (GPU ordinals are below it).
 inline constexpr int kMaxRoundGpus = 1024;
 
 /// "0-1,2-3;1-0,3-2": rounds separated by ';', the pairs of a round by ','.
 std::string formatPairRounds(const PairRoundList& rounds);
-/// Parses formatPairRounds' text. `invalid_argument` (naming the entry) for a malformed pair, a GPU paired with itself,
-/// a GPU in two pairs of one round, an ordered pair in two rounds, an empty list or an ordinal >= kMaxRoundGpus.
+/// Parses formatPairRounds' text (checkPairRounds' rules). `invalid_argument` names the entry.
 StatusOr<PairRoundList> parsePairRounds(std::string_view text);
+/// The rules of rounds, however they were written: `invalid_argument` for a GPU paired with itself, a GPU in two pairs
+/// of one round, an ordered pair in two rounds, an empty list or round, or an ordinal outside 0 .. `max_gpus` - 1.
+Status checkPairRounds(const PairRoundList& rounds, int max_gpus = kMaxRoundGpus);
 
 /// Two ranks of `parent` (its ranks `first` and `second`; the calling rank is one of them) as a job of two: rank 0 is
 /// `first`. Collectives run over the parent's point-to-point messages, so pairs of disjoint ranks use theirs at the

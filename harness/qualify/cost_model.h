@@ -15,6 +15,9 @@ namespace peerlab::qualify::cost {
 inline constexpr double kProcessStartS = 0.4;  ///< exec, CUDA runtime, the benchmark library
 inline constexpr double kContextS = 0.35;      ///< one CUDA context (ranks create theirs at the same time)
 inline constexpr double kNcclInitS = 0.5;      ///< one NCCL communicator
+/// A rank of a pair suite's job beyond two: their contexts do not come up fully in parallel (measured on 4x H100,
+/// 15bd040 and c6c3604: a sample of one round on 4 ranks took 0.5-1.2 s more than one pair alone on 2).
+inline constexpr double kExtraRankS = 0.28;
 inline constexpr double kMiB = 1024.0 * 1024.0;
 
 /// GB/s one GPU's PCIe link carries (one direction).
@@ -44,21 +47,11 @@ struct Tally {
 
 /// The estimate of a process: `start_s` plus the tally, with its basis written out.
 JobEstimate fromTally(double start_s, const Tally& tally);
-/// The estimate of a kPairRounds process: its start, then per round the pair's setup and the slowest pair's rows
-/// (`perPair(src, dst)`).
-JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s,
-                       const std::function<Tally(int src, int dst)>& perPair);
 
-/// A pair suite's sample (serial or concurrent): a start, one pair's setup and `ops` x `bytes` of one row on the
-/// slowest pair it covers.
-JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
-                       double ops);
-
-/// The job's --benchmark_filter ("" when it runs every row): the estimators read what the job runs, so that a plan
-/// recorded by earlier code is estimated for the rows it ran.
-std::string jobFilter(const BenchJob& job);
-/// The value of `name` in the job's environment ("" when unset).
-std::string jobEnv(const BenchJob& job, const std::string& name);
+/// The rows of `rows` that `work` runs, tallied: a row alone costs what `cost` gives it; the rows of one group
+/// (SuiteRow::group) run at once and cost what the slowest of them does.
+Tally tallyRows(const std::vector<SuiteRow>& rows, const report::BenchPlan& work,
+                const std::function<Tally(const SuiteRow&)>& cost);
 
 /// "4.2", "95"
 std::string fmt(double v);

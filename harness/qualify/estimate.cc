@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "harness/qualify/cost_model.h"
@@ -84,49 +85,31 @@ JobEstimate fromTally(double start_s, const Tally& tally) {
   return e;
 }
 
-JobEstimate pairRounds(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s,
-                       const std::function<Tally(int src, int dst)>& perPair) {
-  std::vector<std::vector<std::pair<int, int>>> rounds = job.rounds;
-  if (rounds.empty() && job.src && job.dst) rounds = {{{*job.src, *job.dst}}};
+Tally tallyRows(const std::vector<SuiteRow>& rows, const report::BenchPlan& work,
+                const std::function<Tally(const SuiteRow&)>& cost) {
   Tally total;
-  for (const auto& round : rounds) {
-    // The pairs of a round run at once: the slowest one paces it.
-    Tally slowest;
-    for (const auto& [s, d] : round) {
-      const Tally x = perPair(s, d);
-      if (x.fixed_s + x.data_s > slowest.fixed_s + slowest.data_s) slowest = x;
+  std::map<int, Tally> slowest;  // by group
+  for (const SuiteRow& r : rows) {
+    if (!work.runs(r.key)) continue;
+    const Tally x = cost(r);
+    if (r.group < 0) {
+      total.cases += x.cases;
+      total.fixed_s += x.fixed_s;
+      total.data_s += x.data_s;
+      continue;
     }
-    total.cases += slowest.cases;
-    total.fixed_s += pair_setup_s + slowest.fixed_s;
-    total.data_s += slowest.data_s;
+    Tally& g = slowest[r.group];
+    // A group counts its rows once each and the time of the slowest.
+    const double cases = g.cases + x.cases;
+    if (x.fixed_s + x.data_s > g.fixed_s + g.data_s) g = x;
+    g.cases = cases;
   }
-  // Every rank creates its context at the same time.
-  JobEstimate e = fromTally(kProcessStartS + kContextS, total);
-  e.basis += ", " + std::to_string(rounds.size()) + (rounds.size() == 1 ? " round" : " rounds");
-  return e;
-}
-
-std::string jobFilter(const BenchJob& job) {
-  const std::string key = "--benchmark_filter=";
-  for (const std::string& a : job.args)
-    if (a.rfind(key, 0) == 0) return a.substr(key.size());
-  return "";
-}
-
-std::string jobEnv(const BenchJob& job, const std::string& name) {
-  for (const std::string& e : job.env)
-    if (e.rfind(name + "=", 0) == 0) return e.substr(name.size() + 1);
-  return "";
-}
-
-JobEstimate pairSample(const BenchJob& job, const report::PlanTopology& t, double pair_setup_s, double bytes,
-                       double ops) {
-  double data = 0;
-  for (const auto& [s, d] : job.pairs)
-    data = std::max(data, seconds(bytes, ops, pairRate(t, s, d)));
-  Tally tally;
-  tally.add(1, pair_setup_s + 0.025, data);
-  return fromTally(kProcessStartS + kContextS, tally);
+  for (const auto& [group, g] : slowest) {
+    total.cases += g.cases;
+    total.fixed_s += g.fixed_s;
+    total.data_s += g.data_s;
+  }
+  return total;
 }
 
 }  // namespace cost
@@ -142,15 +125,24 @@ double median(std::vector<double> v) {
 }  // namespace
 
 JobEstimate estimateJob(const BenchJob& job, const Plan& plan) {
-  const SuiteSpec* spec = findSuite(job.suite);
-  if (spec && spec->estimate) return spec->estimate(job, plan);
-  // A suite without a cost model: a process start per rank and an eighth of its deadline base.
-  JobEstimate e;
-  e.start_s = cost::kProcessStartS + cost::kContextS * std::max(1, job.ranks);
-  e.fixed_s = job.deadline_s / 8;
-  e.seconds = e.start_s + e.fixed_s;
-  e.basis = "no cost model for suite " + job.suite + ": process start + 1/8 of its deadline base";
-  return e;
+  const Suite* suite = findSuite(job.suite);
+  if (suite == nullptr) {
+    // A suite this version does not have (a run of another version): a process start per rank and an eighth of its
+    // deadline base.
+    JobEstimate e;
+    e.start_s = cost::kProcessStartS + cost::kContextS * std::max(1, job.ranks);
+    e.fixed_s = job.deadline_s / 8;
+    e.seconds = e.start_s + e.fixed_s;
+    e.basis = "no cost model for suite " + job.suite + ": process start + 1/8 of its deadline base";
+    return e;
+  }
+  if (job.legacy_args.empty() && job.legacy_env.empty()) return suite->estimate(job, plan.topology);
+  // Recorded before plans were typed: estimated for the rows its filter selected.
+  BenchJob typed = job;
+  typed.work = suite->legacyPlan(job, plan.topology);
+  typed.legacy_args.clear();
+  typed.legacy_env.clear();
+  return suite->estimate(typed, plan.topology);
 }
 
 double estimateProbe(const Plan& plan) {
@@ -160,11 +152,15 @@ double estimateProbe(const Plan& plan) {
   return 0.5 + cost::kContextS * g + 0.05 * pairs;
 }
 
-std::string jobIdentity(const std::string& suite, const std::string& label, const std::vector<std::string>& args) {
-  std::string id = suite + "|" + label;
-  for (const std::string& a : args)
-    id += "|" + a;
-  return id;
+std::string jobIdentity(const std::string& suite, const std::string& label, const nlohmann::json& what) {
+  return suite + "|" + label + "|" + what.dump();
+}
+
+std::string jobIdentity(const BenchJob& job) {
+  if (!job.legacy_args.empty() || !job.legacy_env.empty()) return jobIdentity(job.suite, job.label, job.legacy_args);
+  nlohmann::json work = report::toJson(job.work);
+  work.erase("deadline_s");
+  return jobIdentity(job.suite, job.label, work);
 }
 
 MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::string& kind,
@@ -185,17 +181,21 @@ MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::str
     bool any = false;
     for (const nlohmann::json& j : x["bench"]["jobs"]) {
       if (!j.is_object() || !j.contains("wall_s") || !j["wall_s"].is_number() || j.value("exit", "") != "ok") continue;
-      std::vector<std::string> args;
-      if (j.contains("args") && j["args"].is_array()) {
+      // What the process ran: its plan, or (recorded before plans were typed) its arguments.
+      nlohmann::json what = nlohmann::json::array();
+      if (j.contains("plan") && j["plan"].is_object()) {
+        what = j["plan"];
+        what.erase("deadline_s");
+      } else if (j.contains("args") && j["args"].is_array()) {
         for (const auto& a : j["args"])
-          if (a.is_string()) args.push_back(a.get<std::string>());
+          if (a.is_string()) what.push_back(a.get<std::string>());
       }
       // The suite is the label's first word ("zcopy 0->1", "peer_copy (12 pairs)").
       const std::string label = j.value("label", "");
       const std::string suite = label.substr(0, label.find(' '));
       const double wall = j["wall_s"].get<double>();
       if (wall <= 0 || wall > 1e6) continue;
-      out.walls[jobIdentity(suite, label, args)].push_back(wall);
+      out.walls[jobIdentity(suite, label, what)].push_back(wall);
       any = true;
     }
     out.runs += any;
@@ -207,7 +207,7 @@ void estimatePlan(Plan& plan, const MeasuredWalls& measured) {
   plan.processes_s = 0;
   int from_runs = 0;
   for (BenchJob& job : plan.jobs) {
-    auto it = measured.walls.find(jobIdentity(job.suite, job.label, job.args));
+    auto it = measured.walls.find(jobIdentity(job));
     if (it != measured.walls.end() && !it->second.empty()) {
       job.budget_s = median(it->second);
       job.estimate_basis = "measured: median of " + std::to_string(it->second.size()) + " past run" +

@@ -27,8 +27,10 @@ struct MeasuredWalls {
   std::map<std::string, std::vector<double>> walls;
   int runs = 0;  ///< runs that contributed
 };
-/// The identity a process is matched by across runs: its suite, label and arguments (filters change with the code).
-std::string jobIdentity(const std::string& suite, const std::string& label, const std::vector<std::string>& args);
+/// The identity a process is matched by across runs: its suite, label and what it ran (its plan without the deadline;
+/// for processes recorded before plans were typed, their arguments).
+std::string jobIdentity(const std::string& suite, const std::string& label, const nlohmann::json& what);
+std::string jobIdentity(const BenchJob& job);
 /// Collects bench.jobs[].wall_s of the runs of `kind`: a run counts when its recorded kind is `kind` or when the kind
 /// derived from its stored plan topology is `derived_kind`. Jobs that did not end "ok" are left out.
 MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::string& kind,

@@ -6,7 +6,9 @@
 #include <fstream>
 
 #include "harness/qualify/gpu_models.h"
+#include "harness/qualify/pipeline.h"
 #include "harness/report/report.h"
+#include "reference/testing/guards.h"
 #include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
@@ -48,8 +50,6 @@ std::vector<Committed> committedRuns() {
     EXPECT_TRUE(topo.isOk()) << f;
     if (!topo.isOk()) continue;
     c.plan.topology = *topo;
-    c.plan.options.level = parseLevel(p.value("level", p.value("mode", "quick") == "full" ? "full" : "standard"))
-                               .value_or(Level::kStandard);
     c.plan.options.probe = p.value("probe", false);
     for (const auto& pair : p["pairs"])
       c.plan.options.pairs.emplace_back(pair[0].get<int>(), pair[1].get<int>());
@@ -57,6 +57,7 @@ std::vector<Committed> committedRuns() {
     EXPECT_TRUE(stored.isOk()) << f;
     if (!stored.isOk()) continue;
     c.plan.jobs = stored->jobs;
+    c.plan.options.level = stored->level;
     c.made_with_levels = p.contains("level");
     out.push_back(std::move(c));
   }
@@ -179,6 +180,74 @@ TEST(Estimate, SlowerLinksTakeLonger) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan a, makePlan(slow, *config, o));
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan b, makePlan(fast, *config, o));
   EXPECT_GT(a.processes_s, 1.5 * b.processes_s) << a.processes_s << " vs " << b.processes_s;
+}
+
+}  // namespace
+}  // namespace peerlab::qualify
+
+namespace peerlab::qualify {
+namespace {
+
+// A plan as `qualify --dry-run --level L` makes it (the default suites and the probe), without the transport
+// libraries (the fixtures' machines are estimated for what every machine runs).
+Plan qualifyPlan(const PlanTopology& topo, Level level) {
+  testing::TempDir tmp("peerlab-estimate-targets");
+  testing::ScopedEnv nixl("PEERLAB_NIXL_DIR", (tmp.path() + "/none").c_str());
+  testing::ScopedEnv ucx("PEERLAB_UCX_DIR", (tmp.path() + "/none").c_str());
+  testing::ScopedEnv nixl_file("PEERLAB_NIXL_LIBRARY", nullptr);
+  testing::ScopedEnv ucx_file("PEERLAB_UCX_LIBRARY", nullptr);
+  auto config = defaultConfig();
+  EXPECT_TRUE(config.isOk());
+  PlanOptions o;
+  o.level = level;
+  o.suites = qualifyDefaultSuites(level);
+  auto plan = makePlan(topo, *config, o);
+  EXPECT_TRUE(plan.isOk()) << plan.status().toString();
+  return plan.isOk() ? *plan : Plan{};
+}
+
+// 8 GPUs through NVSwitch, every pair NV<links> at `gbps` per link.
+PlanTopology nvswitch8(int links, double gbps) {
+  PlanTopology t;
+  t.source = "hand-made";
+  t.format = "live";
+  t.nvswitches = 6;
+  for (int g = 0; g < 8; ++g) {
+    topology::PcieLink pcie;
+    pcie.gbps = 63.0;
+    t.gpus.push_back({g, "", "NVIDIA H100", "", links, gbps, pcie});
+  }
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      if (a != b) t.pairs.push_back({a, b, a / 4 == b / 4 ? "NODE" : "SYS", links, links * gbps, true});
+  t.numa_nodes = 2;
+  return t;
+}
+
+// The time a level takes on 8 GPUs, from the committed fixtures: two sockets of PCIe (g4dn.metal: 8 T4; p4d.24xlarge as
+// its NCCL dump shows it, links unknown) within 300 s at standard and 25 s at quick, because pairs whose PCIe paths
+// share no link run at once; 8 GPUs through NVSwitch within 120 s at standard.
+TEST(Estimate, EightGpuMachinesWithinTheirTargets) {
+  for (const char* f : {"fixtures/topologies/hwloc/g4dnmetal.xml", "fixtures/topologies/nccl/aws_p4d-24xl-topo.xml"}) {
+    SCOPED_TRACE(f);
+    PEERLAB_ASSERT_OK_AND_ASSIGN(PlanTopology topo, loadPlanTopology(testing::sourcePath(f)));
+    ASSERT_EQ(topo.gpus.size(), 8u);
+    const Plan standard = qualifyPlan(topo, Level::kStandard);
+    EXPECT_LE(standard.budget_s, 300) << formatPlan(standard);
+    EXPECT_GT(standard.budget_s, 100);  // eight GPUs over PCIe are not free
+    const Plan quick = qualifyPlan(topo, Level::kQuick);
+    EXPECT_LE(quick.budget_s, 25) << formatPlan(quick);
+    // The zcopy process runs its 56 pairs in far fewer rounds than pairs.
+    for (const BenchJob& j : standard.jobs) {
+      if (j.suite == "zcopy" && j.guard_for.empty()) {
+        EXPECT_LE(j.work.rounds.size(), 20u) << j.label;
+      }
+    }
+  }
+  for (const auto& [links, gbps] : {std::pair{12, 25.0}, std::pair{18, 26.5625}}) {
+    const Plan standard = qualifyPlan(nvswitch8(links, gbps), Level::kStandard);
+    EXPECT_LE(standard.budget_s, 120) << "NV" << links << "\n" << formatPlan(standard);
+  }
 }
 
 }  // namespace

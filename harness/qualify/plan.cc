@@ -118,6 +118,59 @@ void pcieFigure(Expectation& e, const PlanGpu& gpu, const BandwidthRule& rule, d
             (show_factor ? " x " + fmtEff(factor) + factor_note : "") + directionsText(rule.directions);
 }
 
+// What a process runs, in one line: its row selections ('|' between them), rounds, GPU sets and knobs: "rows
+// peerlab.* at 8 B, 64 KiB, 256 MiB; 12 pairs in 6 rounds; knob chase_sm_loads=512".
+std::string describeWork(const BenchJob& j) {
+  const report::BenchPlan& w = j.work;
+  std::string out;
+  auto list = [](const auto& items, const auto& fmt) {
+    std::string x;
+    for (const auto& i : items)
+      x += (x.empty() ? "" : ", ") + fmt(i);
+    return x;
+  };
+  if (!j.legacy_args.empty() || !j.legacy_env.empty()) {
+    out = "as recorded:";
+    for (const std::string& e : j.legacy_env)
+      out += " " + e;
+    for (const std::string& a : j.legacy_args)
+      out += " " + a;
+    return out;
+  }
+  if (w.rows.empty()) {
+    out = "every row";
+  } else {
+    std::vector<std::string> parts;
+    for (const report::RowSelection& r : w.rows) {
+      std::string p = r.cases.empty() ? "every case" : list(r.cases, [](const std::string& c) { return c; });
+      if (!r.sizes.empty())
+        p += " at " + list(r.sizes, [](int64_t b) { return report::formatBytes(static_cast<double>(b)); });
+      if (!r.pairs.empty()) p += " on " + std::to_string(r.pairs.size()) + (r.pairs.size() == 1 ? " pair" : " pairs");
+      if (!r.gpus.empty()) p += " on GPU" + list(r.gpus, [](int g) { return std::to_string(g); });
+      parts.push_back(p);
+    }
+    out = "rows";
+    for (size_t i = 0; i < parts.size(); ++i)
+      out += (i ? " | " : " ") + parts[i];
+  }
+  if (!w.rounds.empty()) {
+    const size_t pairs = w.pairs().size();
+    out += "; " + std::to_string(pairs) + (pairs == 1 ? " pair" : " pairs") + " in " + std::to_string(w.rounds.size()) +
+           (w.rounds.size() == 1 ? " round" : " rounds");
+  }
+  if (!w.gpu_sets.empty()) {
+    out += "; GPUs at once: " + list(w.gpu_sets, [&](const std::vector<int>& set) {
+             std::string x;
+             for (int g : set)
+               x += (x.empty() ? "GPU" : "+") + std::to_string(g);
+             return x;
+           });
+  }
+  for (const auto& [k, v] : w.knobs)
+    out += "; knob " + k + "=" + v;
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -301,20 +354,19 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
   auto named = [&](const std::string& s) {
     return std::find(options.suites.begin(), options.suites.end(), s) != options.suites.end();
   };
-  for (const SuiteSpec& spec : suiteSpecs()) {
-    if (options.suites.empty() ? !spec.in_all : !named(spec.name)) continue;
-    // The alltoallv process already runs the moe rows.
-    if (spec.name == "moe" && named("alltoallv")) continue;
-    if (gpus < spec.min_gpus) {
-      plan.notes.push_back(spec.name + ": needs " + std::to_string(spec.min_gpus) + " GPUs, the topology has " +
+  for (const auto& suite : suites()) {
+    const SuiteInfo& info = suite->info();
+    if (options.suites.empty() ? !info.in_all : !named(info.name)) continue;
+    // A suite whose rows another named suite's process already runs (moe: alltoallv).
+    if (!info.rides_with.empty() && named(info.rides_with)) continue;
+    if (gpus < info.min_gpus) {
+      plan.notes.push_back(info.name + ": needs " + std::to_string(info.min_gpus) + " GPUs, the topology has " +
                            std::to_string(gpus));
       continue;
     }
-    if (spec.unavailable) {
-      if (const std::string why = spec.unavailable(); !why.empty()) {
-        plan.notes.push_back(spec.name + ": not available: " + why);
-        continue;
-      }
+    if (const std::string why = suite->unavailable(); !why.empty()) {
+      plan.notes.push_back(info.name + ": not available: " + why);
+      continue;
     }
     SuiteRequest request;
     request.level = options.level;
@@ -323,7 +375,7 @@ StatusOr<Plan> makePlan(const PlanTopology& topo, const QualifyConfig& config, c
     request.all_pairs = options.pairs.empty() || pairs.size() == topo.pairs.size();
     request.topology = &plan.topology;
     request.concurrent = options.concurrent;
-    for (BenchJob& job : jobsFor(spec, request))
+    for (BenchJob& job : suite->plan(request))
       plan.jobs.push_back(std::move(job));
   }
   estimatePlan(plan);
@@ -492,13 +544,10 @@ std::string formatPlan(const Plan& plan, const std::string& command) {
     << " of processes + " << fmtDuration(plan.overhead_s)
     << (plan.options.probe ? " of probe, topology, health and bundle" : " of topology, health and bundle") << "):\n";
   for (const BenchJob& j : plan.jobs) {
-    o << "  " << j.label << ": ";
-    for (const std::string& e : j.env)
-      o << e << " ";
-    o << j.binary;
-    for (const std::string& a : j.args)
-      o << " " << a;
-    o << "  (about " << fmtDuration(j.budget_s) << ")\n";
+    o << "  " << j.label << ": " << j.binary;
+    if (j.ranks > 1) o << " --ranks=" << j.ranks;
+    o << " --plan  (about " << fmtDuration(j.budget_s) << ")\n";
+    o << "    " << describeWork(j) << "\n";
     if (!j.guard_for.empty())
       o << "    serial sample: the concurrent rounds of \"" << j.guard_for << "\" must agree with it\n";
     if (!j.schedule_basis.empty() && j.guard_for.empty()) o << "    " << j.schedule_basis << "\n";
@@ -584,6 +633,7 @@ nlohmann::json toJson(const Plan& plan) {
   return {{"level", std::string(levelName(plan.options.level))},
           {"topology", report::toJson(plan.topology)},
           {"pairs", pairs},
+          // Whether the verified probe runs (not a suite).
           {"probe", plan.options.probe},
           {"probe_methods", plan.options.probe_methods},
           {"disabled_rules", plan.disabled_rules},

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "harness/qualify/estimate.h"
 #include "harness/qualify/runner.h"
@@ -76,13 +77,13 @@ TEST(Plan, ExpectedFiguresFromLinks) {
     if (j.suite == "alltoallv") a2aRanks.push_back(j.ranks);
     if (j.suite == "zcopy" && j.guard_for.empty()) {
       EXPECT_EQ(j.ranks, 4);
-      EXPECT_EQ(j.pairs.size(), 12u);
-      EXPECT_EQ(j.rounds.size(), 6u);
+      EXPECT_EQ(j.pairs().size(), 12u);
+      EXPECT_EQ(j.work.rounds.size(), 6u);
       EXPECT_EQ(j.label, "zcopy (12 pairs, 6 rounds)");
     } else if (j.suite == "zcopy") {
       // The serial sample: one pair, 2 ranks (the process's own first round is the concurrent side).
       EXPECT_EQ(j.ranks, 2);
-      EXPECT_FALSE(j.concurrent_sample);
+      EXPECT_EQ(j.work.rounds.size(), 1u);
       EXPECT_EQ(j.guard_for, "zcopy (12 pairs, 6 rounds)");
     }
   }
@@ -198,11 +199,13 @@ TEST(Plan, TransportRunsOnlyWhereALibraryIsFound) {
     EXPECT_EQ(j.ranks, 2);
     if (j.binary == "transport_bench") {
       ++transport;
-      EXPECT_NE(std::find(j.env.begin(), j.env.end(), "PEERLAB_TRANSPORT_LIBRARY=ucx"), j.env.end());
+      EXPECT_EQ(j.work.knob("library"), "ucx");
     } else {
       ++baseline;
       EXPECT_EQ(j.binary, "zcopy_bench");
-      EXPECT_NE(j.args.back().find("peerlab.get|peerlab.put|nccl.sendrecv"), std::string::npos) << j.args.back();
+      ASSERT_EQ(j.work.rows.size(), 1u);
+      EXPECT_EQ(j.work.rows[0].cases,
+                (std::vector<std::string>{"peerlab.get/uni", "peerlab.put/uni", "nccl.sendrecv/uni"}));
     }
   }
   EXPECT_EQ(transport, 1);
@@ -404,8 +407,10 @@ TEST(Plan, SelectedSuitesPairsAndModes) {
   EXPECT_EQ(plan.jobs[0].label, "zcopy serial sample 0->1");
   EXPECT_EQ(plan.jobs[1].label, "zcopy (2 pairs, 1 round)");
   EXPECT_EQ(plan.jobs[1].ranks, 4);
-  ASSERT_EQ(plan.jobs[1].rounds.size(), 1u);
-  EXPECT_EQ(plan.jobs[1].rounds[0].size(), 2u);
+  ASSERT_EQ(plan.jobs[1].work.rounds.size(), 1u);
+  EXPECT_EQ(plan.jobs[1].work.rounds[0].size(), 2u);
+  // Full: every row of the binary (the plan selects none away).
+  EXPECT_TRUE(plan.jobs[1].work.rows.empty());
   EXPECT_EQ(find(plan, "peer_copy_ce_uni", 1, 0), nullptr);  // only the selected pairs are expected
   EXPECT_NE(find(plan, "peer_copy_ce_uni", 3, 2), nullptr);
   o.suites = {"nonsense"};
@@ -425,7 +430,8 @@ TEST(Plan, MoeRunsInsideTheAlltoallvProcess) {
   EXPECT_EQ(moe.jobs[0].binary, "alltoallv_bench");
   EXPECT_EQ(moe.jobs[0].ranks, 2);
   EXPECT_EQ(moe.jobs[1].ranks, 4);
-  EXPECT_NE(moe.jobs[1].args.back().find("^moe/"), std::string::npos);
+  ASSERT_EQ(moe.jobs[1].work.rows.size(), 1u);
+  EXPECT_EQ(moe.jobs[1].work.rows[0].cases, (std::vector<std::string>{"*/T=1", "*/T=128", "*/T=4096"}));
   o.suites = {"alltoallv", "moe"};
   PEERLAB_ASSERT_OK_AND_ASSIGN(Plan both, makePlan(nvswitchBox(4), config(), o));
   EXPECT_EQ(both.jobs.size(), 2u);
@@ -474,7 +480,7 @@ TEST(Plan, EveryTopologyFixture) {
       for (const BenchJob& j : plan.jobs) {
         if (j.suite != "zcopy" || !j.guard_for.empty()) continue;
         ++zcopy;
-        covered += j.pairs.size();
+        covered += j.pairs().size();
       }
       EXPECT_EQ(zcopy, 1u);
       EXPECT_EQ(covered, n * (n - 1));
@@ -508,7 +514,8 @@ TEST(Plan, OneGpuGetsHostPathsAndDeviceLocalExpectations) {
   ASSERT_EQ(plan.jobs.size(), 1u);
   EXPECT_EQ(plan.jobs[0].suite, "host_copy");
   EXPECT_EQ(plan.jobs[0].label, "host_copy (1 GPU)");
-  EXPECT_NE(plan.jobs[0].args[0].find("bytes:268435456"), std::string::npos) << plan.jobs[0].args[0];
+  ASSERT_EQ(plan.jobs[0].work.rows.size(), 1u);
+  EXPECT_EQ(plan.jobs[0].work.rows[0].sizes, (std::vector<int64_t>{268435456}));
   const Expectation* h2d = find(plan, "host_copy_ce_h2d", 0);
   ASSERT_NE(h2d, nullptr);
   EXPECT_EQ(h2d->scope, "host");
@@ -557,12 +564,14 @@ TEST(Plan, HostAndDeviceScopesParse) {
 namespace peerlab::qualify {
 namespace {
 
-std::string peerCopyFilter(const Plan& plan) {
+// The copy sizes the peer_copy process runs.
+std::set<int64_t> peerCopySizes(const Plan& plan) {
+  std::set<int64_t> out;
   for (const BenchJob& j : plan.jobs)
     if (j.suite == "peer_copy" && j.guard_for.empty())
-      for (const std::string& a : j.args)
-        if (a.rfind("--benchmark_filter=", 0) == 0) return a;
-  return "";
+      for (const report::RowSelection& r : j.work.rows)
+        out.insert(r.sizes.begin(), r.sizes.end());
+  return out;
 }
 
 // Below full, a pair with NVLinks of its own is copied at 1 GiB (256 MiB is ~2% short of the link's rate) and a pair
@@ -572,16 +581,12 @@ TEST(Plan, SpotCopiesAreSizedByTheLinkThePlanKnows) {
     PlanOptions o;
     o.level = level;
     PEERLAB_ASSERT_OK_AND_ASSIGN(Plan nvlink, makePlan(nvswitchBox(4), config(), o));
-    const std::string f = peerCopyFilter(nvlink);
-    EXPECT_NE(f.find("/bytes:1073741824/"), std::string::npos) << f;
-    EXPECT_EQ(f.find("/bytes:268435456/"), std::string::npos) << f;
+    EXPECT_EQ(peerCopySizes(nvlink), (std::set<int64_t>{1073741824}));
     PlanTopology pcie = nvswitchBox(4, 0);
     for (PlanPair& p : pcie.pairs)
       p.pci = "PIX";
     PEERLAB_ASSERT_OK_AND_ASSIGN(Plan slow, makePlan(pcie, config(), o));
-    const std::string g = peerCopyFilter(slow);
-    EXPECT_NE(g.find("/bytes:268435456/"), std::string::npos) << g;
-    EXPECT_EQ(g.find("/bytes:1073741824/"), std::string::npos) << g;
+    EXPECT_EQ(peerCopySizes(slow), (std::set<int64_t>{268435456}));
   }
 }
 

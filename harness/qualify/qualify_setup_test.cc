@@ -247,7 +247,7 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
     run["plan"] = plan;
     nlohmann::json jobs = nlohmann::json::array();
     for (const auto& j : plan["jobs"])
-      jobs.push_back({{"label", j["label"]}, {"args", j["args"]}, {"wall_s", wall}, {"exit", "ok"}});
+      jobs.push_back({{"label", j["label"]}, {"plan", j["plan"]}, {"wall_s", wall}, {"exit", "ok"}});
     run["bench"] = {{"jobs", jobs}};
     ASSERT_TRUE(writeFile(runs + "/" + std::to_string(static_cast<int>(wall)) + ".json", run.dump()));
   }
@@ -261,7 +261,30 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
       EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
       EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
     }
+    // The plan says how many past runs it used.
+    bool counted = false;
+    for (const auto& n : past["notes"])
+      counted |= n.get<std::string>() == "--history " + runs +
+                                             ": 2 of its 2 runs are of kind h200-x4 with process "
+                                             "wall times";
+    EXPECT_TRUE(counted) << past["notes"].dump();
   }
+  // The committed runs and bundles as they are: a directory of run files, and a directory of bundles.
+  for (const char* dir : {"reports/runs", "reports/qualify"}) {
+    const nlohmann::json committed =
+        dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--history", sourcePath(dir)}, {"PEERLAB_KIND"});
+    bool used = false;
+    for (const auto& n : committed["notes"]) {
+      const std::string text = n.get<std::string>();
+      used |= text.find("runs are of kind h200-x4 with process wall times") != std::string::npos;
+    }
+    EXPECT_TRUE(used) << dir << ": " << committed["notes"].dump();
+  }
+  // A directory with neither: refused, naming it.
+  const std::string empty = scratchDir("qualify-history-empty");
+  CliRun none = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4), "--history", empty});
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_NE(none.err.find("--history " + empty + ": holds no run file"), std::string::npos) << none.err;
   // History of other hardware only: said in the plan, not silently ignored.
   const nlohmann::json other = dryRunJson(
       PEERLAB_BINARY,

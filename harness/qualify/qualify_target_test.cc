@@ -41,8 +41,8 @@ TEST(QualifyTarget, EverySuiteBinaryIsPlanned) {
   const std::vector<std::string> planned = plannedExecutables();
   const std::set<std::string> set(planned.begin(), planned.end());
   EXPECT_TRUE(set.count("peerlab"));
-  for (const SuiteSpec& s : suiteSpecs())
-    EXPECT_TRUE(set.count(s.binary)) << s.name;
+  for (const auto& s : suites())
+    EXPECT_TRUE(set.count(s->info().binary)) << s->name();
   EXPECT_EQ(set.size(), planned.size()) << "duplicates";
 }
 

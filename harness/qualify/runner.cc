@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "harness/layout/layout.h"
@@ -32,9 +33,16 @@ std::string clock(double s) {
   return buf;
 }
 
+// The one pair a process covers, when it covers one.
+std::optional<std::pair<int, int>> onlyPair(const BenchJob& job) {
+  const std::vector<std::pair<int, int>> pairs = job.pairs();
+  if (pairs.size() == 1) return pairs.front();
+  return std::nullopt;
+}
+
 std::string fileStem(const BenchJob& job, int index) {
   std::string s = std::to_string(index + 1) + "-" + job.suite;
-  if (job.src && job.dst) s += "-" + std::to_string(*job.src) + "-" + std::to_string(*job.dst);
+  if (const auto p = onlyPair(job)) s += "-" + std::to_string(p->first) + "-" + std::to_string(p->second);
   return s;
 }
 
@@ -43,8 +51,10 @@ report::Result processFailure(const BenchJob& job, const std::string& why) {
   r.suite = job.suite;
   r.name = "process";
   r.impl = job.binary;
-  r.src = job.src;
-  r.dst = job.dst;
+  if (const auto p = onlyPair(job)) {
+    r.src = p->first;
+    r.dst = p->second;
+  }
   r.ranks = std::max(1, job.ranks);
   r.status = "failed: " + why;
   return r;
@@ -152,18 +162,18 @@ Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& opti
                              (missing.size() == 1 ? "it" : "them") + ": " + layout::buildCommand());
 }
 
-nlohmann::json toJson(const BenchOutcome& outcome, const std::string& level) {
+nlohmann::json toJson(const BenchOutcome& outcome) {
   nlohmann::json jobs = nlohmann::json::array();
   for (const JobOutcome& j : outcome.jobs) {
     nlohmann::json x = {{"label", j.job.label},
                         {"binary", j.job.binary},
-                        {"args", j.job.args},
-                        {"env", j.job.env},
+                        {"ranks", j.job.ranks},
+                        {"plan", report::toJson(j.job.work)},
                         {"results", j.results},
                         {"wall_s", j.process.wall_s},
                         {"exit", j.error.empty() ? "ok" : j.error}};
     if (!j.json_path.empty()) x["gbench_json"] = j.json_path;
-    if (!j.job.rounds.empty()) x["rounds"] = j.job.rounds.size();
+    if (!j.job.work.rounds.empty()) x["rounds"] = j.job.work.rounds.size();
     if (!j.job.guard_for.empty()) x["guard_for"] = j.job.guard_for;
     jobs.push_back(x);
   }
@@ -176,8 +186,7 @@ nlohmann::json toJson(const BenchOutcome& outcome, const std::string& level) {
                            {"tolerance", k.tolerance},
                            {"agree", k.agree}});
   }
-  return {{"level", level},
-          {"interrupted", outcome.interrupted},
+  return {{"interrupted", outcome.interrupted},
           {"jobs", jobs},
           {"concurrency", concurrency},
           {"serial_fallbacks", outcome.fallbacks}};
@@ -215,9 +224,18 @@ JobOutcome runOne(const BenchJob& job, int index, const RunnerOptions& options, 
   }
   jo.json_path = dir + "/" + fileStem(job, index) + ".json";
   jo.log_path = dir + "/" + fileStem(job, index) + ".log";
+  // What the process runs, handed over as its plan file.
+  const std::string plan_path = dir + "/" + fileStem(job, index) + ".plan.json";
+  if (Status st = report::writeBenchPlan(plan_path, job.work); !st.isOk()) {
+    jo.error = st.message();
+    results.push_back(processFailure(job, jo.error));
+    progress.end(index, job.label, "FAILED: " + jo.error);
+    return jo;
+  }
   process::ProcessOptions po;
   po.argv = {jo.path};
-  po.argv.insert(po.argv.end(), job.args.begin(), job.args.end());
+  if (job.ranks > 1) po.argv.push_back("--ranks=" + std::to_string(job.ranks));
+  po.argv.push_back("--plan=" + plan_path);
   po.argv.insert(po.argv.end(), options.extra_args.begin(), options.extra_args.end());
   po.argv.push_back("--benchmark_out=" + jo.json_path);
   po.argv.push_back("--benchmark_out_format=json");
@@ -228,7 +246,6 @@ JobOutcome runOne(const BenchJob& job, int index, const RunnerOptions& options, 
     po.argv.push_back("--ranks_timeout=" + std::to_string(static_cast<long long>(std::max(10.0, deadline - 15))));
   }
   po.env = options.env;
-  po.env.insert(po.env.end(), job.env.begin(), job.env.end());
   po.stdout_path = jo.log_path;
   po.stderr_path = jo.log_path;
   po.timeout = std::chrono::milliseconds(static_cast<long long>(deadline * 1000));
@@ -249,8 +266,10 @@ JobOutcome runOne(const BenchJob& job, int index, const RunnerOptions& options, 
     if (read.isOk()) {
       for (report::Result& r : *read) {
         // A per-pair process measures its pair; results that do not name one get it from the job.
-        if (job.src && !r.src) r.src = job.src;
-        if (job.dst && !r.dst) r.dst = job.dst;
+        if (const auto p = onlyPair(job); p && !r.src && !r.dst) {
+          r.src = p->first;
+          r.dst = p->second;
+        }
         r.extra["log"] = std::filesystem::path(jo.log_path).filename().string();
         results.push_back(std::move(r));
         ++jo.results;
@@ -263,8 +282,8 @@ JobOutcome runOne(const BenchJob& job, int index, const RunnerOptions& options, 
   }
   if (!jo.process.ok()) {
     std::string cmd = job.binary;
-    for (const std::string& a : job.args)
-      cmd += " " + a;
+    if (job.ranks > 1) cmd += " --ranks=" + std::to_string(job.ranks);
+    cmd += " --plan=" + std::filesystem::path(plan_path).filename().string();
     jo.error = cmd + ": " + process::describeExit(jo.process, po.timeout);
     const std::string tail = tailOfFile(jo.log_path, 1);
     if (!tail.empty() && !jo.process.timed_out) jo.error += " (" + tail.substr(0, tail.find('\n')) + ")";
@@ -280,42 +299,26 @@ std::string pairText(const std::pair<int, int>& p) {
   return std::to_string(p.first) + "->" + std::to_string(p.second);
 }
 
-// The same process over `pairs`, one pair per round.
+// The same process over `pairs`, one pair per round (a rank per GPU they name), and its GPUs one at a time.
 BenchJob serialJob(const BenchJob& job, const std::vector<std::pair<int, int>>& pairs, const std::string& why) {
   BenchJob j = job;
-  j.rounds.clear();
-  if (!job.rounds.empty()) {
-    for (const auto& p : pairs)
-      j.rounds.push_back({p});
-    j.pairs = pairs;
-  }
-  for (std::string& e : j.env) {
-    if (!j.rounds.empty() && e.rfind("PEERLAB_PAIR_ROUNDS=", 0) == 0) e = pairRoundsEnv(j.rounds);
-  }
-  if (!j.concurrency_env.empty()) {
-    const std::string prefix = j.concurrency_env + "=";
-    j.env.erase(
-        std::remove_if(j.env.begin(), j.env.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }),
-        j.env.end());
-  }
-  j.label = job.label + " " + why;
-  const bool ranked =
-      std::any_of(j.args.begin(), j.args.end(), [](const std::string& a) { return a.rfind("--ranks=", 0) == 0; });
-  if (!j.rounds.empty() && ranked) {
-    // A rank per GPU the remaining pairs name.
+  const size_t rounds = job.work.rounds.size();
+  if (rounds > 0) {
+    j.work.rounds.clear();
     std::set<int> gpus;
     for (const auto& p : pairs) {
+      j.work.rounds.push_back({p});
       gpus.insert(p.first);
       gpus.insert(p.second);
     }
-    j.ranks = static_cast<int>(gpus.size());
-    for (std::string& a : j.args) {
-      if (a.rfind("--ranks=", 0) == 0) a = "--ranks=" + std::to_string(j.ranks);
-    }
+    if (job.ranks > 1) j.ranks = static_cast<int>(gpus.size());
   }
-  j.deadline_s = job.rounds.empty() ? job.deadline_s
-                                    : job.deadline_s / static_cast<double>(job.rounds.size()) *
-                                          static_cast<double>(std::max<size_t>(1, pairs.size()));
+  j.work.gpu_sets.clear();
+  j.label = job.label + " " + why;
+  j.deadline_s = rounds == 0 ? job.deadline_s
+                             : job.deadline_s / static_cast<double>(rounds) *
+                                   static_cast<double>(std::max<size_t>(1, pairs.size()));
+  j.work.deadline_s = j.deadline_s;
   j.budget_s = j.deadline_s;
   return j;
 }
@@ -329,7 +332,7 @@ std::vector<std::pair<int, int>> pairsLeft(const BenchJob& job, const std::vecto
   }
   const std::string tail = log_path.empty() ? "" : tailOfFile(log_path, 20);
   std::vector<std::pair<int, int>> left;
-  for (const auto& p : job.pairs) {
+  for (const auto& p : job.pairs()) {
     if (done.count(p)) continue;
     // "zcopy_bench: rank 1: BM_Zcopy/peerlab.put/uni/0->1/bytes:8: no progress ...": that pair is not run again.
     if (tail.find("/" + pairText(p) + "/") != std::string::npos) continue;
@@ -414,10 +417,10 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
       continue;
     }
     // A process over many pairs that stopped early: the pairs it left without rows, once more, one at a time.
-    if (!jo.error.empty() && job.pairs.size() > 1 && !out.interrupted && !jo.process.interrupted) {
+    if (!jo.error.empty() && job.pairs().size() > 1 && !out.interrupted && !jo.process.interrupted) {
       const std::vector<std::pair<int, int>> left = pairsLeft(job, rows, jo.log_path);
       // Only where some pair got through: a process that failed before any row would fail the same way again.
-      const bool some = left.size() < job.pairs.size();
+      const bool some = left.size() < job.pairs().size();
       record(std::move(jo));
       if (!left.empty() && some) {
         std::vector<report::Result> more;
@@ -441,7 +444,7 @@ BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& opt
       if (!why.empty() && !out.interrupted) {
         out.fallbacks.push_back(job.label + ": " + why);
         std::vector<report::Result> serial;
-        record(runOne(serialJob(job, job.pairs, "(one at a time)"), index++, options, dir, progress, serial));
+        record(runOne(serialJob(job, job.pairs(), "(one at a time)"), index++, options, dir, progress, serial));
         rows = std::move(serial);
       }
     } else {

@@ -111,10 +111,10 @@ Status resolveExecutables(std::vector<BenchJob>& jobs, const RunnerOptions& opti
 /// found becomes a failed result like a crash.
 BenchOutcome runJobs(const std::vector<BenchJob>& jobs, const RunnerOptions& options, Progress& progress);
 
-/// {"level", "interrupted", "jobs": [{label, binary, args, results, wall_s, exit ("ok" or why), gbench_json, rounds,
+/// {"interrupted", "jobs": [{label, binary, args, results, wall_s, exit ("ok" or why), gbench_json, rounds,
 /// guard_for}], "concurrency": [{process, row, serial_gbps, concurrent_gbps, tolerance, agree}], "serial_fallbacks"}:
-/// what a run file records of its benchmark processes (run.extra "bench").
-nlohmann::json toJson(const BenchOutcome& outcome, const std::string& level);
+/// what a run file records of its benchmark processes (run.extra "bench"; the level is the plan's).
+nlohmann::json toJson(const BenchOutcome& outcome);
 
 /// Reads Google Benchmark JSON, salvaging the completed entries of a file cut short by a kill.
 StatusOr<std::vector<report::Result>> readGbenchFile(const std::string& path);

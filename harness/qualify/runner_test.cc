@@ -15,17 +15,22 @@
 namespace peerlab::qualify {
 namespace {
 
-// A stand-in bench: records its arguments and environment, writes Google Benchmark JSON the way peerlab benches
-// label their rows (bench/common/bench_util.h), then behaves as `mode` says.
+// Shell lines a stand-in bench starts with: $out is its --benchmark_out, $plan its --plan file, and $rounds the plan's
+// pair rounds as text ("0-3,2-1;3-0,1-2"; the plan file is one line of JSON, its rounds digits, commas and brackets).
+const char* kReadArgs = R"(out=''; plan=''
+for a in "$@"; do case "$a" in --benchmark_out=*) out="${a#--benchmark_out=}";; --plan=*) plan="${a#--plan=}";; esac; done
+rounds=$(sed -n 's/.*"rounds":\(\[[][0-9,]*\]\).*/\1/p' "$plan" | sed 's/\]\],\[\[/;/g; s/\],\[/|/g; s/[][]//g; s/,/-/g; s/|/,/g')
+)";
+
+// A stand-in bench: records its arguments and plan, writes Google Benchmark JSON the way peerlab benches label their
+// rows (bench/common/bench_util.h), then behaves as `mode` says.
 void writeFakeBench(const std::string& dir, const std::string& name, const std::string& mode) {
   const std::string path = dir + "/" + name;
   std::ofstream f(path);
   f << "#!/bin/sh\n"
-    << "out=''\n"
-    << "for a in \"$@\"; do case \"$a\" in --benchmark_out=*) out=\"${a#--benchmark_out=}\";; esac; done\n"
-    << "echo \"$@\" > " << dir << "/" << name << ".args\n"
-    << "echo \"rounds=$PEERLAB_PAIR_ROUNDS bin=$PEERLAB_BIN\" > " << dir << "/" << name << ".env\n"
-    << "pair=${PEERLAB_PAIR_ROUNDS:-0-1}; src=${pair%-*}; dst=${pair#*-}\n"
+    << kReadArgs << "echo \"$@\" > " << dir << "/" << name << ".args\n"
+    << "cp \"$plan\" " << dir << "/" << name << ".plan\n"
+    << "pair=${rounds:-0-1}; pair=${pair%%[,;]*}; src=${pair%-*}; dst=${pair#*-}\n"
     << "entry() { printf '    {\\n      \"name\": \"BM_%s\",\\n      \"run_type\": \"iteration\",\\n      "
        "\"repetitions\": 1,\\n      \"iterations\": 1,\\n      \"label\": "
        "\"suite=%s;impl=peerlab.x;name=uni;src=%s;dst=%s;"
@@ -57,32 +62,36 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   writeFakeBench(bin, "moe_bench", "crash");
 
   std::vector<BenchJob> jobs;
-  auto request = [](int gpus, std::vector<std::pair<int, int>> pairs, bool all) {
+  // Two GPUs over an unknown path: every pair alone.
+  report::PlanTopology t;
+  for (int g = 0; g < 4; ++g)
+    t.gpus.push_back({g, "", "", "", {}, {}, {}});
+  auto request = [&](int gpus, std::vector<std::pair<int, int>> pairs, bool all) {
     SuiteRequest r;
     r.gpus = gpus;
     r.pairs = std::move(pairs);
     r.all_pairs = all;
+    r.topology = &t;
     return r;
   };
-  for (const BenchJob& j : jobsFor(*findSuite("peer_copy"), request(2, {{0, 1}, {1, 0}}, true)))
+  for (const BenchJob& j : findSuite("peer_copy")->plan(request(2, {{0, 1}, {1, 0}}, true)))
     jobs.push_back(j);
-  for (const BenchJob& j : jobsFor(*findSuite("zcopy"), request(2, {{1, 0}}, false)))
+  for (const BenchJob& j : findSuite("zcopy")->plan(request(2, {{1, 0}}, false)))
     jobs.push_back(j);
-  for (const BenchJob& j : jobsFor(*findSuite("alltoallv"), request(4, {}, true)))
+  for (const BenchJob& j : findSuite("alltoallv")->plan(request(4, {}, true)))
     jobs.push_back(j);
   BenchJob crash;
   crash.suite = "moe";
   crash.binary = "moe_bench";
   crash.label = "moe";
   jobs.push_back(crash);
-  for (const BenchJob& j : jobsFor(*findSuite("probe"), request(2, {{0, 1}}, true)))
+  for (const BenchJob& j : findSuite("probe")->plan(request(2, {{0, 1}}, true)))
     jobs.push_back(j);
 
   RunnerOptions o;
   o.bench_dir = bin;
   o.gbench_dir = dir + "/gbench";
   o.timeout_s = 2.0;
-  o.env = {"PEERLAB_BIN=/opt/peerlab"};
   const std::string progressPath = dir + "/progress.txt";
   std::FILE* pf = std::fopen(progressPath.c_str(), "w");
   ASSERT_NE(pf, nullptr);
@@ -105,7 +114,7 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
     zcopy += r.suite == "zcopy";
     a2a += r.suite == "alltoallv";
     if (r.suite == "zcopy") {
-      EXPECT_EQ(r.src, 1);  // the pair came through PEERLAB_PAIR_ROUNDS
+      EXPECT_EQ(r.src, 1);  // the pair came through the plan's rounds
       EXPECT_EQ(r.dst, 0);
     }
   }
@@ -113,23 +122,33 @@ TEST(Runner, RunsJobsAndReportsEveryFailure) {
   EXPECT_EQ(zcopy, 2);
   EXPECT_EQ(a2a, 2);  // salvaged from the JSON each hung process left
   ASSERT_EQ(failures.size(), 4u);
-  EXPECT_NE(failures[0].find("alltoallv: failed: alltoallv_bench --ranks=2"), std::string::npos) << failures[0];
-  EXPECT_NE(failures[1].find("alltoallv: failed: alltoallv_bench --ranks=4"), std::string::npos) << failures[1];
+  EXPECT_NE(failures[0].find("alltoallv: failed: alltoallv_bench --ranks=2 --plan=3-alltoallv.plan.json"),
+            std::string::npos)
+      << failures[0];
+  EXPECT_NE(failures[1].find("alltoallv: failed: alltoallv_bench --ranks=4 --plan=4-alltoallv.plan.json"),
+            std::string::npos)
+      << failures[1];
   EXPECT_NE(failures[1].find("exceeded its deadline of 2 s and was killed"), std::string::npos) << failures[1];
   EXPECT_NE(failures[2].find("killed by signal 11"), std::string::npos) << failures[2];
   EXPECT_NE(failures[2].find("cudaErrorIllegalAddress"), std::string::npos) << failures[2];
   EXPECT_NE(failures[3].find("probe_bench not found in " + bin), std::string::npos) << failures[3];
 
-  // What each process was given.
+  // What each process was given: its plan file, and its ranks.
   const std::string zArgs = testing::readFile(bin + "/zcopy_bench.args");
+  EXPECT_NE(zArgs.find("--plan=" + dir + "/gbench/2-zcopy-1-0.plan.json"), std::string::npos) << zArgs;
   EXPECT_NE(zArgs.find("--ranks=2"), std::string::npos) << zArgs;
-  EXPECT_NE(zArgs.find("--benchmark_filter=^BM_Zcopy/peerlab[.][a-z_]+/.*/bytes:(8|65536|268435456)/"),
-            std::string::npos)
-      << zArgs;
   EXPECT_NE(zArgs.find("--ranks_timeout=10"), std::string::npos) << zArgs;
-  EXPECT_NE(testing::readFile(bin + "/zcopy_bench.env").find("rounds=1-0 bin=/opt/peerlab"), std::string::npos);
-  EXPECT_NE(testing::readFile(bin + "/peer_copy_bench.args").find("BM_PeerCopy/(ce|sm_pull|sm_push)/(uni|bidir)/"),
-            std::string::npos);
+  EXPECT_EQ(zArgs.find("--benchmark_filter"), std::string::npos) << zArgs;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::BenchPlan zPlan, report::readBenchPlan(bin + "/zcopy_bench.plan"));
+  EXPECT_EQ(zPlan.suite, "zcopy");
+  EXPECT_EQ(zPlan.rounds, (report::PairRoundList{{{1, 0}}}));
+  ASSERT_EQ(zPlan.rows.size(), 1u);
+  EXPECT_EQ(zPlan.rows[0].cases, (std::vector<std::string>{"peerlab.*"}));
+  EXPECT_EQ(zPlan.rows[0].sizes, (std::vector<int64_t>{8, 65536, 268435456}));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::BenchPlan pPlan, report::readBenchPlan(bin + "/peer_copy_bench.plan"));
+  EXPECT_EQ(pPlan.knob("chase_sm_loads"), "512");
+  EXPECT_TRUE(pPlan.runs({"peerlab.sm_push", "bidir", 268435456, 1, 0, true, -1}));
+  EXPECT_FALSE(pPlan.runs({"peerlab.staged", "uni", 268435456, 0, 1, false, -1}));
   // Raw JSON and logs stay in --gbench-dir.
   EXPECT_TRUE(std::filesystem::exists(dir + "/gbench/1-peer_copy.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/gbench/2-zcopy-1-0.json"));
@@ -209,16 +228,14 @@ TEST(ProbeChild, RowsOrOneFailedRow) {
 #endif
 }
 
-// A stand-in pair suite: one row per pair of $PEERLAB_PAIR_ROUNDS (peerlab.put uni at 256 MiB), at 380 GB/s alone
+// A stand-in pair suite: one row per pair of its plan's rounds (peerlab.put uni at 256 MiB), at 380 GB/s alone
 // and $FAKE_CONCURRENT_GBPS in a round of several pairs. With FAKE_STUCK=1 it writes the first round's rows, then
 // names a row of the second round's first pair as stuck and dies (only while pairs run at once).
 void writePairBench(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name;
   std::ofstream f(path);
   f << "#!/bin/sh\n"
-    << "out=''\n"
-    << "for a in \"$@\"; do case \"$a\" in --benchmark_out=*) out=\"${a#--benchmark_out=}\";; esac; done\n"
-    << "echo \"$PEERLAB_PAIR_ROUNDS\" >> " << dir << "/" << name << ".rounds\n"
+    << kReadArgs << "echo \"$rounds\" >> " << dir << "/" << name << ".rounds\n"
     << "entry() { printf '    {\\n      \"name\": \"BM_Zcopy/peerlab.put/uni/%s->%s/bytes:268435456\",\\n      "
        "\"run_type\": \"iteration\",\\n      \"repetitions\": 1,\\n      \"iterations\": 1,\\n      \"label\": "
        "\"suite=zcopy;impl=peerlab.put;name=uni;src=%s;dst=%s;ranks=2;bytes=268435456\",\\n      \"bytes\": "
@@ -228,7 +245,7 @@ void writePairBench(const std::string& dir, const std::string& name) {
        "\"$4\" \"$3\" \"$3\"; }\n"
     << "first=1; round_no=0\n"
     << "printf '{\\n  \"context\": {},\\n  \"benchmarks\": [\\n' > \"$out\"\n"
-    << "for round in $(echo \"$PEERLAB_PAIR_ROUNDS\" | tr ';' ' '); do\n"
+    << "for round in $(echo \"$rounds\" | tr ';' ' '); do\n"
     << "  round_no=$((round_no + 1))\n"
     << "  n=$(echo \"$round\" | tr ',' '\\n' | wc -l)\n"
     << "  if [ -n \"$FAKE_STUCK\" ] && [ $n -gt 1 ] && [ $round_no -eq 2 ]; then\n"
@@ -267,12 +284,12 @@ std::vector<BenchJob> zcopyOnNvswitch(int gpus) {
   r.topology = &t;
   for (const report::PlanPair& p : t.pairs)
     r.pairs.emplace_back(p.src, p.dst);
-  return jobsFor(*findSuite("zcopy"), r);
+  return findSuite("zcopy")->plan(r);
 }
 
 struct PairRun {
   BenchOutcome out;
-  std::string rounds;  // every PEERLAB_PAIR_ROUNDS the bench was started with, one per line
+  std::string rounds;  // the rounds of every plan the bench was started with, one per line
 };
 
 PairRun runPairSuite(const std::string& scratch, std::vector<std::string> env) {
@@ -341,7 +358,7 @@ TEST(Runner, ConcurrentRoundsThatDisagreeFallBackToSerial) {
 TEST(Runner, APairSuiteThatDiesLeavesTheOtherPairsResults) {
   PairRun r = runPairSuite("runner-stuck", {"FAKE_STUCK=1"});
   ASSERT_EQ(r.out.jobs.size(), 3u) << r.rounds;
-  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[1].rounds[1][0];
+  const std::pair<int, int> stuck = zcopyOnNvswitch(4)[1].work.rounds[1][0];
   const std::string stuckText = std::to_string(stuck.first) + "->" + std::to_string(stuck.second);
   EXPECT_FALSE(r.out.jobs[1].error.empty());
   EXPECT_NE(r.out.jobs[2].job.label.find("(the pairs left, one at a time)"), std::string::npos);

@@ -1,42 +1,31 @@
 #pragma once
-/// What a benchmark suite is to `peerlab qualify` and `peerlab bench`: one SuiteSpec, written beside its benchmark
-/// (bench/<suite>_suite.cc), owns the binary, how it covers the GPUs, the filter of each level, its deadlines, its
-/// time estimate, the rules of reports/qualify.toml its rows feed and where it sits on the pages. The build collects
-/// every bench/*_suite.cc into the registry (harness/qualify/CMakeLists.txt): nothing else names a suite's binary or
-/// filter.
+/// What a benchmark suite is to `peerlab qualify` and `peerlab bench`: one Suite, written beside its benchmark
+/// (bench/<suite>_suite.cc), owns its binary and its facts (the GPUs it needs, the rules of reports/qualify.toml its
+/// rows feed, its deadlines, its place on the pages), the rows its benchmark has, the processes it runs for a level
+/// and a topology, each with the typed plan its binary reads (harness/report/bench_plan.h), and the time that plan
+/// takes. The build collects every bench/*_suite.cc into the registry (harness/qualify/CMakeLists.txt): nothing else
+/// names a suite, its binary or its rows.
 
-#include <functional>
-#include <optional>
+#include <memory>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "harness/report/bench_plan.h"
+#include "harness/report/level.h"
 #include "harness/report/plan_record.h"
 
 namespace peerlab::qualify {
 
-struct Plan;
-
-/// How much qualify runs: quick (seconds: a pre-job gate), standard (every check family, the default), full (every
-/// size of every sweep).
-enum class Level { kQuick = 0, kStandard = 1, kFull = 2 };
-inline constexpr int kLevels = 3;
-std::string_view levelName(Level level);
-/// "quick", "standard" or "full"; nullopt otherwise.
-std::optional<Level> parseLevel(std::string_view name);
-/// "quick, standard, full"
-std::string levelNames();
+/// The level (harness/report/level.h: the one type and parser; the names stay here for the planner's callers).
+using report::kLevels;
+using report::Level;
+using report::levelName;
+using report::levelNames;
+using report::parseLevel;
 
 /// One benchmark process (stored with the plan in a run file).
 using BenchJob = report::PlanJob;
-
-/// How a suite covers the GPUs.
-enum class JobShape {
-  kWholeMachine,  ///< one process; the benchmark iterates the visible pairs itself (pairs passed as a filter)
-  kPairRounds,    ///< one process of a rank per GPU covering every ordered pair in rounds (harness/qualify/schedule.h)
-  kCollective,    ///< one N-rank process over all GPUs (alltoallv_bench --ranks=N)
-};
 
 /// One process's estimated wall time and what it rests on (harness/qualify/cost_model.h has the rates).
 struct JobEstimate {
@@ -52,16 +41,26 @@ struct JobEstimate {
 struct SuiteRequest {
   Level level = Level::kStandard;
   int gpus = 0;
-  std::vector<std::pair<int, int>> pairs;  ///< the ordered pairs to cover
-  bool all_pairs = true;                   ///< `pairs` is every pair of the machine
-  const report::PlanTopology* topology = nullptr;
-  bool concurrent = true;  ///< disjoint pairs may run at once where the links allow it
+  std::vector<std::pair<int, int>> pairs;          ///< the ordered pairs to cover
+  bool all_pairs = true;                           ///< `pairs` is every pair of the machine
+  const report::PlanTopology* topology = nullptr;  ///< the machine (never null when makePlan asks)
+  bool concurrent = true;                          ///< disjoint pairs may run at once where their paths share no link
 };
 
-struct SuiteSpec {
+/// One row a suite's benchmark has: its key (what a plan selects: report::RowKey), its Google Benchmark name (what a
+/// --benchmark_filter of earlier versions matched), the group it runs in with other rows at once (the rows of one group
+/// take as long as the slowest; -1: alone) and its pair round.
+struct SuiteRow {
+  report::RowKey key;
+  std::string gbench_name;
+  int group = -1;
+  int round = -1;  ///< the pair round it runs in (-1: not a row of rounds)
+};
+
+/// A suite's fixed facts.
+struct SuiteInfo {
   std::string name;    ///< the plan's suite name (and the run-file suite of most of its rows)
   std::string binary;  ///< bench executable: libexec/peerlab or beside peerlab (harness/layout), or --bench-dir
-  JobShape shape = JobShape::kWholeMachine;
   int min_gpus = 2;
   int order = 100;  ///< where its rows sit on the pages (smaller first)
   /// The run-file suites its rows carry, in page order (peer_copy_bench: peer_enable, peer_copy, peer_latency).
@@ -71,25 +70,43 @@ struct SuiteSpec {
   /// The levels qualify runs it at when no suite is named (bench runs every in_all suite at any level).
   std::vector<Level> levels = {Level::kStandard, Level::kFull};
   bool in_all = true;  ///< run when no suite is named (false for views of another suite's binary, e.g. moe)
-  /// --benchmark_filter for a level and the ordered pairs to cover (`all_pairs`: every pair of the machine); ""
-  /// runs every benchmark of the binary.
-  std::function<std::string(Level level, const std::vector<std::pair<int, int>>& pairs, bool all_pairs)> filter;
+  /// A suite whose process already runs this one's rows (moe: alltoallv): this one is not planned beside it.
+  std::string rides_with;
   /// Deadline base of one process per level (the runner's deadline is a multiple of it), for a 4-GPU machine.
   double deadline_s[kLevels] = {30, 60, 300};
-  /// kPairRounds: the rows a serial sample measures to check the concurrent rounds against (a filter).
-  std::string guard_filter;
   std::string description;
-  /// Where set: why the suite cannot run on this machine, "" when it can (the plan lists it as not available).
-  std::function<std::string()> unavailable = nullptr;
-  /// Where set: the suite's processes, instead of what its shape gives.
-  std::function<std::vector<BenchJob>(const SuiteSpec& spec, const SuiteRequest& request)> jobs = nullptr;
-  /// The estimated wall time of one of its processes (a model from its sizes and repetitions).
-  std::function<JobEstimate(const BenchJob& job, const Plan& plan)> estimate = nullptr;
+};
 
+/// A benchmark suite.
+class Suite {
+ public:
+  explicit Suite(SuiteInfo info) : info_(std::move(info)) {}
+  virtual ~Suite() = default;
+  Suite(const Suite&) = delete;
+  Suite& operator=(const Suite&) = delete;
+
+  const SuiteInfo& info() const { return info_; }
+  const std::string& name() const { return info_.name; }
   bool runsAt(Level level) const;
+
+  /// Why the suite cannot run on this machine ("" when it can): the plan lists it as not available.
+  virtual std::string unavailable() const { return ""; }
+  /// Its processes for a request, each with the plan its binary reads (BenchJob::work).
+  virtual std::vector<BenchJob> plan(const SuiteRequest& request) const = 0;
+  /// Every row its benchmark has for the pairs and GPUs `job` covers (the plan's work selects among them), in the
+  /// order the benchmark registers them.
+  virtual std::vector<SuiteRow> rows(const BenchJob& job, const report::PlanTopology& topology) const = 0;
+  /// The estimated wall time of one of its processes, from the rows its plan runs.
+  virtual JobEstimate estimate(const BenchJob& job, const report::PlanTopology& topology) const = 0;
+  /// The plan of a process recorded before plans were typed (BenchJob::legacy_args, legacy_env): the rows its
+  /// --benchmark_filter selected among rows(), and the knobs its environment set. Old runs are estimated from it.
+  virtual report::BenchPlan legacyPlan(const BenchJob& job, const report::PlanTopology& topology) const;
+
+ private:
+  SuiteInfo info_;
 };
 
 /// Every registered suite, in page order.
-const std::vector<SuiteSpec>& suiteSpecs();
+const std::vector<std::unique_ptr<Suite>>& suites();
 
 }  // namespace peerlab::qualify

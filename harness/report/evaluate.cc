@@ -642,10 +642,6 @@ std::string disabledRulesNote(const Run& run) {
   return std::to_string(n) + (n == 1 ? " rule" : " rules") + " disabled by the config: " + names;
 }
 
-bool globMatch(const std::string& pattern, const std::string& text) {
-  return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
-}
-
 std::vector<Check> evaluateChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& options) {
   std::vector<Check> out;
   std::set<std::string> planned;

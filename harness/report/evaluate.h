@@ -71,7 +71,4 @@ std::string injectionNote(const Run& run);
 /// switched off (their checks were never made), "" otherwise. Every output states it beside the counts.
 std::string disabledRulesNote(const Run& run);
 
-/// Shell-style glob through fnmatch(3), as the plan's impl and name patterns are matched.
-bool globMatch(const std::string& pattern, const std::string& text);
-
 }  // namespace peerlab::report

@@ -131,10 +131,6 @@ PlanJob readJob(const In& j, int gpus) {
   PlanJob x;
   x.suite = j.at("suite").str(kMaxNameBytes);
   x.binary = j.str("binary", "", kMaxNameBytes);
-  if (auto a = j.opt("args")) x.args = strings(*a, 256);
-  if (auto e = j.opt("env")) x.env = strings(*e, 64);
-  x.src = j.integer("src", 0, gpus - 1);
-  x.dst = j.integer("dst", 0, gpus - 1);
   x.ranks = j.integer("ranks", 1, 4096).value_or(1);
   x.budget_s = j.num("budget_s", 0, 1e7).value_or(0);
   x.estimate_basis = j.str("estimate_basis", "");
@@ -142,15 +138,23 @@ PlanJob readJob(const In& j, int gpus) {
   x.label = j.str("label", "", kMaxNameBytes);
   x.path = j.str("executable", "");
   x.resolved = j.has("found");
+  x.schedule_basis = j.str("schedule_basis", "");
+  x.guard_for = j.str("guard_for", "", kMaxNameBytes);
+  // Recorded before plans were typed: the filter and environment it ran with (kept when such a plan is written again).
+  if (auto a = j.opt("args")) x.legacy_args = strings(*a, 256);
+  if (auto e = j.opt("env")) x.legacy_env = strings(*e, 64);
+  if (auto w = j.opt("plan")) {
+    auto work = benchPlanFromJson(w->json(), gpus, w->path());
+    if (!work.isOk()) w->fail(work.status().message());
+    x.work = std::move(*work);
+    return x;
+  }
+  // Its rounds (or its one pair).
+  x.work.suite = x.suite;
   auto pairOf = [&](const In& pr) {
     if (pr.size() != 2) pr.fail("must be [src, dst]");
     return std::make_pair(pr.item(0).integer(0, gpus - 1), pr.item(1).integer(0, gpus - 1));
   };
-  if (auto pairs = j.opt("pairs")) {
-    limitItems(*pairs, static_cast<size_t>(kMaxGpus) * kMaxGpus);
-    for (size_t i = 0; i < pairs->size(); ++i)
-      x.pairs.push_back(pairOf(pairs->item(i)));
-  }
   if (auto rounds = j.opt("rounds")) {
     limitItems(*rounds, static_cast<size_t>(kMaxGpus) * kMaxGpus);
     for (size_t r = 0; r < rounds->size(); ++r) {
@@ -159,13 +163,14 @@ PlanJob readJob(const In& j, int gpus) {
       std::vector<std::pair<int, int>> pairs;
       for (size_t i = 0; i < round.size(); ++i)
         pairs.push_back(pairOf(round.item(i)));
-      x.rounds.push_back(std::move(pairs));
+      x.work.rounds.push_back(std::move(pairs));
     }
+    if (Status st = launch::checkPairRounds(x.work.rounds, gpus); !st.isOk()) rounds->fail(st.message());
+  } else {
+    const std::optional<int> src = j.integer("src", 0, gpus - 1), dst = j.integer("dst", 0, gpus - 1);
+    if (src && dst && *src != *dst) x.work.rounds = {{{*src, *dst}}};
   }
-  x.schedule_basis = j.str("schedule_basis", "");
-  x.guard_for = j.str("guard_for", "", kMaxNameBytes);
-  x.concurrency_env = j.str("concurrency_env", "", kMaxNameBytes);
-  x.concurrent_sample = j.boolean("concurrent_sample", false);
+  if (auto pairs = j.opt("pairs")) limitItems(*pairs, static_cast<size_t>(kMaxGpus) * kMaxGpus);
   return x;
 }
 
@@ -251,39 +256,20 @@ json toJson(const LatencyRule& l) {
 json toJson(const PlanJob& j) {
   json x = {{"suite", j.suite},
             {"binary", j.binary},
-            {"args", j.args},
-            {"env", j.env},
             {"ranks", j.ranks},
+            {"plan", toJson(j.work)},
             {"budget_s", j.budget_s},
             {"estimate_basis", j.estimate_basis},
             {"deadline_base_s", j.deadline_s},
             {"label", j.label}};
-  x["src"] = optJson(j.src);
-  x["dst"] = optJson(j.dst);
+  if (!j.legacy_args.empty()) x["args"] = j.legacy_args;
+  if (!j.legacy_env.empty()) x["env"] = j.legacy_env;
   if (j.resolved) {
     x["executable"] = j.path.empty() ? json(nullptr) : json(j.path);
     x["found"] = !j.path.empty();
   }
-  if (!j.pairs.empty()) {
-    json pairs = json::array();
-    for (const auto& [s, d] : j.pairs)
-      pairs.push_back({s, d});
-    x["pairs"] = pairs;
-  }
-  if (!j.rounds.empty()) {
-    json rounds = json::array();
-    for (const auto& round : j.rounds) {
-      json r = json::array();
-      for (const auto& [s, d] : round)
-        r.push_back({s, d});
-      rounds.push_back(r);
-    }
-    x["rounds"] = rounds;
-  }
   if (!j.schedule_basis.empty()) x["schedule_basis"] = j.schedule_basis;
   if (!j.guard_for.empty()) x["guard_for"] = j.guard_for;
-  if (!j.concurrency_env.empty()) x["concurrency_env"] = j.concurrency_env;
-  if (j.concurrent_sample) x["concurrent_sample"] = true;
   return x;
 }
 
@@ -296,12 +282,13 @@ StatusOr<RunPlan> runPlanFromJson(const json& doc, const std::string& where) {
     const In p(doc, where);
     p.requireObject();
     RunPlan plan;
-    if (auto l = p.opt("level")) {
-      plan.level = oneOf(*l, {"quick", "standard", "full"});
-    } else if (auto m = p.opt("mode")) {
-      // Before levels: "quick" was the default sweep (today's standard).
-      plan.level = oneOf(*m, {"quick", "full"}) == "full" ? "full" : "standard";
-    }
+    // One level: "level", or the "mode" of plans written before levels.
+    const std::optional<In> l = p.opt("level");
+    const std::optional<In> m = l ? std::nullopt : p.opt("mode");
+    auto level = levelOfRecord(l ? std::optional<std::string>(l->str(kMaxNameBytes)) : std::nullopt,
+                               m ? std::optional<std::string>(m->str(kMaxNameBytes)) : std::nullopt);
+    if (!level.isOk()) (l ? *l : *m).fail(level.status().message());
+    plan.level = *level;
     if (auto t = p.opt("topology")) plan.topology = readTopology(*t);
     // Indices are bounded by the topology's GPUs when the plan has one.
     const int gpus =

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/report/bench_plan.h"
+#include "harness/report/level.h"
 #include "harness/topology/pcie_link.h"
 #include "reference/core/status.h"
 
@@ -89,37 +91,30 @@ struct LatencyRule {
 struct PlanJob {
   std::string suite;
   std::string binary;
-  std::vector<std::string> args;  ///< without --benchmark_out (added when run)
-  std::vector<std::string> env;   ///< KEY=VALUE for this process (PEERLAB_ZCOPY_DEVICES=0,1)
-  std::optional<int> src;
-  std::optional<int> dst;
-  int ranks = 1;
+  int ranks = 1;               ///< processes it starts (a rank per GPU of its pairs; --ranks)
+  BenchPlan work;              ///< what it runs: its binary reads this (bench_plan.h)
   double budget_s = 60;        ///< estimated wall time of the process (harness/qualify/estimate.h)
   std::string estimate_basis;  ///< what the estimate rests on
   double deadline_s = 60;      ///< deadline base: the suite's, scaled to the pairs or GPUs covered
-  std::string label;           ///< "zcopy 0->1", "peer_copy (12 pairs)", "alltoallv x4"
+  std::string label;           ///< "zcopy (12 pairs, 6 rounds)", "peer_copy (12 pairs)", "alltoallv x4"
   bool resolved = false;       ///< the executable was looked up (qualify's resolveExecutables)
   std::string path;            ///< the executable found, "" when missing or not looked up
-  /// A process over many ordered pairs (a rank per GPU): the pairs, and the rounds they run in (the pairs of a round
-  /// at once); empty for other processes.
-  std::vector<std::pair<int, int>> pairs;
-  std::vector<std::vector<std::pair<int, int>>> rounds;
-  std::string schedule_basis;  ///< why the pairs run in those rounds
+  std::string schedule_basis;  ///< why its pairs run in those rounds
   /// A serial sample: the label of the process whose concurrent rounds it is checked against ("" otherwise).
   std::string guard_for;
-  /// The variable of `env` that makes GPUs of the process run at once other than pair rounds (PEERLAB_HOST_COPY_SETS):
-  /// the process run one GPU at a time leaves it out.
-  std::string concurrency_env;
-  /// A concurrent sample: the first concurrent round (or set) of the process it guards, on the rows of its serial
-  /// sample; the two decide whether that process runs at once or one at a time.
-  bool concurrent_sample = false;
+  /// A process recorded before plans were typed: the arguments (its --benchmark_filter) and environment it ran with,
+  /// kept as stored; `work` then holds its rounds only. Empty for the processes this version plans.
+  std::vector<std::string> legacy_args;
+  std::vector<std::string> legacy_env;
+
+  /// Every ordered pair it covers (its rounds').
+  std::vector<OrderedPair> pairs() const { return work.pairs(); }
 };
 
 /// A plan as stored in a run and read back: what the checks need, validated.
 struct RunPlan {
-  /// quick, standard or full (harness/qualify/suite_spec.h); plans written before levels said "mode": quick (today's
-  /// standard) or full.
-  std::string level = "standard";
+  /// The level the plan was made for (plans written before levels said "mode": levelOfRecord).
+  Level level = Level::kStandard;
   std::optional<PlanTopology> topology;
   std::vector<std::pair<int, int>> pairs;
   bool probe = false;  ///< the plan ran the verified probe

@@ -260,6 +260,11 @@ void readRunExtra(const In& doc, Run& run) {
         j.num("wall_s", 0, 1e9);
         if (auto a = j.opt("args")) readStrings(*a, 256);
         if (auto e = j.opt("env")) readStrings(*e, 64);
+        j.integer("ranks", 1, 4096);
+        if (auto w = j.opt("plan")) {
+          auto work = benchPlanFromJson(w->json(), kMaxGpus, w->path());
+          if (!work.isOk()) throw BadJson{"", work.status().message()};
+        }
       }
     }
   }

@@ -1025,7 +1025,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
     const Judgement j = judge(c.claimed, c.result);
     failed_claims += j.lie ? 1 : 0;
     report::Result r;
-    r.suite = "probe";
+    r.suite = kResultSuite;
     r.impl = "peerlab.probe";
     r.name = std::string(methodName(c.spec.method)) + "/" + std::to_string(c.spec.bytes);
     r.src = c.spec.src;
@@ -1054,7 +1054,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
     run.results.push_back(std::move(r));
   }
   report::Result wall;
-  wall.suite = "probe";
+  wall.suite = kResultSuite;
   wall.impl = "peerlab.probe";
   wall.name = "matrix_wall";
   wall.time_us = context.wall_us;
@@ -1064,6 +1064,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   wall.extra["failed_claims"] = failed_claims;
   wall.extra["cached"] = context.cached;
   run.results.push_back(std::move(wall));
+  // The run file's probe arguments (not a suite).
   run.extra["probe"] = {{"seed", context.run_seed},
                         {"timeout_ms", context.timeout_ms},
                         {"setup_timeout_ms", context.setup_timeout_ms},

@@ -31,6 +31,9 @@ enum class Method : uint8_t {
   kUcxGet = 10,    ///< UCP get (RMA) issued by the destination's process from the source's registered CUDA memory
 };
 /// Every method, the bound the wire protocol checks.
+/// The run-file suite of the verified probe's rows (one per cell, and the matrix's wall time).
+inline constexpr const char* kResultSuite = "probe";
+
 inline constexpr int kMethodCount = 11;
 /// The CUDA mechanisms: what `--methods all` selects.
 inline constexpr std::array<Method, 7> kAllMethods = {Method::kCeWrite, Method::kCeRead, Method::kSmStore,

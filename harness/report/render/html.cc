@@ -851,7 +851,10 @@ Section processesSection(const Run& run) {
   }
   const nlohmann::json& bench = run.extra["bench"];
   std::ostringstream body;
-  body << "<p class=\"note\">level: " << htmlEscape(bench.value("level", bench.value("mode", ""))) << "</p>";
+  // The level is the plan's (recorded once); runs without a plan may name it beside their processes.
+  const std::string level =
+      run.plan ? std::string(levelName(run.plan->level)) : bench.value("level", bench.value("mode", std::string()));
+  body << "<p class=\"note\">level: " << htmlEscape(level) << "</p>";
   if (bench.contains("serial_fallbacks") && bench["serial_fallbacks"].is_array()) {
     for (const auto& f : bench["serial_fallbacks"]) {
       if (f.is_string())
