@@ -63,8 +63,11 @@ in_root() {
 prepare() {
   [ "$(id -u)" -eq 0 ] || { log "run as root (debootstrap, chroot, mount)"; return 4; }
   source ci/packages.sh
-  # debootstrap, and the Ubuntu archive's key (ubuntu-keyring, or gpg to take it from the archive's own keyring).
-  packages_setup ci/ubuntu.sh "distro fetch" || return 4
+  # debootstrap, and the Ubuntu archive's key (ubuntu-keyring, or gpg to take it from the archive's own keyring); apt
+  # only where one is missing (.ci/run installs them first: this runs beside ci/test.sh, which uses apt too).
+  if ! have_cmd debootstrap || { [ ! -f /usr/share/keyrings/ubuntu-archive-keyring.gpg ] && ! have_cmd gpg; }; then
+    packages_setup ci/ubuntu.sh "distro fetch" || return 4
+  fi
   mkdir -p "$work" && work="$(cd "$work" && pwd)" || return 4
   local keyring
   keyring="$(_packages_ubuntu_keyring "$mirror" "$suite" "$work")" || return 4
