@@ -13,7 +13,8 @@
 #                                      files in DIR (apt-get download, with $APT_CONFIG when set); prints those apt
 #                                      could not download (virtual packages); returns 1 when apt knows none of them
 #   packages_install_debs DEB [DIR]    apt-get install ./DEB; with DIR, its dependencies come from DIR alone (a local
-#                                      repository of DIR's .deb files: a machine without network)
+#                                      repository of DIR's .deb files, indexed in DIR/Packages: a machine without
+#                                      network); what is installed already is kept
 #   packages_apt_config ID:SUITE DIR   a private apt configuration (its own sources, keyring, lists, cache and an empty
 #                                      status) for another distribution's archive, written under DIR; prints the file
 #                                      for APT_CONFIG. apt-get update / apt-cache / apt-get download with it fetch that

@@ -47,7 +47,7 @@ mirror="${PEERLAB_APT_MIRROR:-http://archive.ubuntu.com/ubuntu}"
 cuda="${PEERLAB_UBUNTU_CUDA:-/usr/local/cuda}"
 # The CPU tests run in the Ubuntu root: what reads and judges run files and plans (the code g++ 13 and
 # nlohmann-json 3.11 compile differently), the command line end to end, the installed tree and the package list.
-tests="${PEERLAB_UBUNTU_TESTS:-^(machine_test|compare_test|baseline_test|evaluate_test|plan_test|cli_input_test|health_cli_test|topology_test|install_tree_test|packages_test|status_test)}"
+tests="${PEERLAB_UBUNTU_TESTS:-^(machine_test|compare_test|baseline_test|evaluate_test|verdict_contract_test|plan_test|gpu_models_test|cli_input_test|health_cli_test|topology_test|install_tree_test|packages_test|status_test)}"
 # The packages the build root gets beyond the build scope: the test scope's required ones, and what cpack uses to
 # compute the .deb's dependencies.
 extra=(python3 libpq-dev dpkg-dev file)
@@ -118,7 +118,7 @@ inner_check() {
   log "configure and build every target in Ubuntu $suite (log build/ci-ubuntu-build.log)"
   mkdir -p "$src/build"
   if ! in_root "$root" env PEERLAB_GIT_SHA="$sha" CUDACXX=/usr/local/cuda/bin/nvcc sh -c \
-    "cd /src && cmake --preset ci-ubuntu -G Ninja && cmake --build --preset ci-ubuntu -j $jobs" \
+    "cd /src && cmake --preset ci-ubuntu -G Ninja && cmake --build --preset ci-ubuntu -j $jobs -- -k 0" \
     >"$src/build/ci-ubuntu-build.log" 2>&1; then
     grep -E -B2 -A12 'error|FAILED' "$src/build/ci-ubuntu-build.log" | head -n 80
     log "the build failed on Ubuntu $suite"

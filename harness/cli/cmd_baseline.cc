@@ -84,7 +84,10 @@ int runMake(const BaselineArgs& a) {
   if (auto back = report::fromJson(report::toJson(*baseline)); !back.isOk()) {
     return fail(kCmd, kExitRuntime, "make: the baseline does not read back: " + back.status().message());
   }
-  if (Status st = writeOutput(a.out, report::toJson(*baseline).dump(2) + "\n"); !st.isOk()) {
+  // A file is written as every run file is (gzip-compressed where its name ends in .gz); "-" is stdout.
+  if (Status st = a.out == "-" ? writeOutput(a.out, report::toJson(*baseline).dump(2) + "\n")
+                               : report::writeRun(*baseline, a.out);
+      !st.isOk()) {
     return fail(kCmd, kExitUsage, st.message());
   }
   std::fprintf(a.out == "-" ? stderr : stdout,

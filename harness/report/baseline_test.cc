@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 
@@ -89,14 +90,24 @@ TEST(Baseline, RecordsLevelPairsAndTheFleet) {
   ASSERT_EQ(sum.fleet_skipped.size(), 1u);
   EXPECT_NE(sum.fleet_skipped[0].find("another kind"), std::string::npos) << sum.fleet_skipped[0];
   EXPECT_GT(sum.fleet_rows, 1000);
-  // A row's fleet times are each board's time: here a's own and b's.
-  const std::string key = "peer_copy|uni|peerlab.ce|0|1|268435456|1";
-  std::optional<double> ta, tb;
+  // A row's fleet times are each board's time: here a's own and b's (a peer_copy row both measured once).
+  std::map<std::string, int> seenA, seenB;
   for (const Result& r : a.run.results)
-    if (resultKey(r) == key) ta = r.time_us;
+    ++seenA[resultKey(r)];
+  for (const Result& r : b.run.results)
+    ++seenB[resultKey(r)];
+  std::string key;
+  std::optional<double> ta, tb;
+  for (const Result& r : a.run.results) {
+    if (r.suite != "peer_copy" || r.status != "ok" || !r.time_us || seenA[resultKey(r)] != 1) continue;
+    if (seenB[resultKey(r)] != 1) continue;
+    key = resultKey(r);
+    ta = r.time_us;
+    break;
+  }
   for (const Result& r : b.run.results)
     if (resultKey(r) == key) tb = r.time_us;
-  ASSERT_TRUE(ta && tb);
+  ASSERT_TRUE(ta && tb) << key;
   bool found = false;
   for (const Result& r : base.results) {
     if (resultKey(r) != key) continue;
@@ -121,7 +132,7 @@ TEST(Baseline, ComparesWhatBothHoldAtItsLevel) {
   PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run base, makeBaseline({run}));
   ASSERT_TRUE(base.plan.has_value());
   // The same run with its peer_copy rows of pair 1->0 gone.
-  Run fewer = run.run;
+  report::Run fewer = run.run;
   const auto gone = [](const Result& r) { return r.suite == "peer_copy" && r.src == 1 && r.dst == 0; };
   const size_t before = fewer.results.size();
   fewer.results.erase(std::remove_if(fewer.results.begin(), fewer.results.end(), gone), fewer.results.end());
@@ -150,7 +161,11 @@ TEST(Baseline, ComparesWhatBothHoldAtItsLevel) {
   EXPECT_NE(info->reason.find("the baseline is of level full, this run of level standard"), std::string::npos)
       << info->reason;
   EXPECT_EQ(info->measured_value, static_cast<double>(before - fewer.results.size()));
-  EXPECT_TRUE(other.pass()) << formatCounts(other.counts);
+  for (const Check& c : other.checks) {
+    if (c.category == "baseline") {
+      EXPECT_NE(c.status, CheckStatus::kFail) << c.name << ": " << c.reason;
+    }
+  }
 }
 
 // Every committed baseline records its level and passes the newest committed bundle of its kind at that level, from
