@@ -12,7 +12,7 @@
 # apt-get cannot install, and PEERLAB_DEB_DIR=DIR ci/package.sh --install installs the .deb with DIR as its only
 # source. ci/slurm_gpu.sh --fetch DIR --distro ubuntu:noble fetches these too, with Slurm and munge.
 set -uo pipefail
-usage() { sed -n '2,15p' "$0"; exit "${1:-2}"; }
+usage() { sed -n '2,13p' "$0"; exit "${1:-2}"; }
 dir="" distro=""
 while [ $# -gt 0 ]; do
   case "$1" in

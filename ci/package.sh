@@ -12,7 +12,7 @@
 #   exit 0 when the packages were made (and installed), 2 for bad arguments, 4 when the build, cpack or the install
 #   failed
 set -uo pipefail
-usage() { sed -n '2,14p' "$0"; exit "${1:-2}"; }
+usage() { sed -n '2,13p' "$0"; exit "${1:-2}"; }
 install="" arch=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -23,7 +23,7 @@
 # archive. Exit 0 when everything built, every chosen test passed and the installed package ran; 1 otherwise; 2 bad
 # arguments; 4 when a root could not be made (no root, no network, no debootstrap).
 set -uo pipefail
-usage() { sed -n '2,23p' "$0"; exit "${1:-2}"; }
+usage() { sed -n '2,24p' "$0"; exit "${1:-2}"; }
 log() { echo "[ubuntu.sh $(date +%T)] $*"; }
 
 stage=all work="" keep=""
