@@ -47,7 +47,7 @@ mirror="${PEERLAB_APT_MIRROR:-http://archive.ubuntu.com/ubuntu}"
 cuda="${PEERLAB_UBUNTU_CUDA:-/usr/local/cuda}"
 # The CPU tests run in the Ubuntu root: what reads and judges run files and plans (the code g++ 13 and
 # nlohmann-json 3.11 compile differently), the command line end to end, the installed tree and the package list.
-tests="${PEERLAB_UBUNTU_TESTS:-^(machine_test|compare_test|baseline_test|evaluate_test|verdict_contract_test|plan_test|gpu_models_test|cli_input_test|health_cli_test|topology_test|install_tree_test|packages_test|status_test)}"
+tests="${PEERLAB_UBUNTU_TESTS:-^(machine_test|compare_test|baseline_test|evaluate_test|plan_test|gpu_models_test|cli_input_test|health_cli_test|topology_test|install_tree_test|packages_test|status_test)}"
 # The packages the build root gets beyond the build scope: the test scope's required ones, and what cpack uses to
 # compute the .deb's dependencies.
 extra=(python3 libpq-dev dpkg-dev file)
@@ -107,7 +107,9 @@ EOF
 inner_check() {
   local root="$work/build" fresh="$work/fresh" rc=0
   mkdir -p "$root/src" "$root/usr/local/cuda"
+  # /sys too: hwloc reads the live machine's topology there (the tests that plan for this machine).
   if ! { mount --bind "$src" "$root/src" && mount --rbind /dev "$root/dev" && mount -t proc proc "$root/proc" &&
+    mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys" &&
     mount --bind "$cuda" "$root/usr/local/cuda" && mount -o remount,bind,ro "$root/usr/local/cuda"; }; then
     log "cannot mount into $root"
     return 4
@@ -149,7 +151,8 @@ inner_check() {
   cp "$deb" "$src/build/ci-ubuntu/lib/libpeerlab_fake_nvml.so" "$fresh/pkg/"
   cp -r "$src/fixtures" "$fresh/pkg/fixtures"
   cp -L /etc/resolv.conf "$fresh/etc/resolv.conf"
-  if ! { mount --rbind /dev "$fresh/dev" && mount -t proc proc "$fresh/proc"; }; then
+  if ! { mount --rbind /dev "$fresh/dev" && mount -t proc proc "$fresh/proc" && mount --rbind /sys "$fresh/sys" &&
+    mount --make-rslave "$fresh/sys"; }; then
     log "cannot mount into $fresh"
     return 4
   fi
