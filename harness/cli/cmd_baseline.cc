@@ -64,7 +64,8 @@ int runMake(const BaselineArgs& a) {
   std::vector<report::NamedRun> fleet;
   std::vector<std::string> fleetFiles;
   for (const std::string& path : a.fleet) {
-    if (Status st = collectRunFiles(path, fleetFiles); !st.isOk()) return fail(kCmd, kExitUsage, "make: " + st.message());
+    if (Status st = collectRunFiles(path, fleetFiles); !st.isOk())
+      return fail(kCmd, kExitUsage, "make: " + st.message());
   }
   int baselinesSkipped = 0;
   for (const std::string& file : fleetFiles) {

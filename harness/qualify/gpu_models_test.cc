@@ -157,8 +157,9 @@ TEST(GpuModels, FixturesMarkWhatCuda13CannotRun) {
     const nlohmann::json e = nlohmann::json::parse(in, nullptr, false);
     ASSERT_FALSE(e.is_discarded()) << entry.path();
     if (e.value("no_nvidia_gpu", false)) continue;
-    PEERLAB_ASSERT_OK_AND_ASSIGN(topology::Topology topo,
-                                 topology::loadFile(testing::sourcePath("fixtures/" + e["fixture"].get<std::string>())));
+    PEERLAB_ASSERT_OK_AND_ASSIGN(
+        topology::Topology topo,
+        topology::loadFile(testing::sourcePath("fixtures/" + e["fixture"].get<std::string>())));
     const std::string no_code = missingKernelCode(fromTopology(topo), cuda13);
     const bool runs = e.value("cuda13_runs", true);
     EXPECT_EQ(runs, no_code.empty()) << entry.path() << ": " << (runs ? no_code : "marked as not running on CUDA 13");

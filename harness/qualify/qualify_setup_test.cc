@@ -34,7 +34,9 @@ nlohmann::json dryRunJson(const std::string& peerlab, std::vector<std::string> a
 
 // What a dry run of the DGX-2 (V100, sm_70) fixture exits with: 4 when this build holds no code for sm_70 (no CUDA 13
 // build does), else 0.
-int dgx2DryRunExit() { return qualify::buildRunsOn(host::builtArchitectures(), 70) == std::optional<bool>(false) ? 4 : 0; }
+int dgx2DryRunExit() {
+  return qualify::buildRunsOn(host::builtArchitectures(), 70) == std::optional<bool>(false) ? 4 : 0;
+}
 
 // A copy of the built peerlab alone in <dir>/bin: none of the benchmarks beside it.
 std::string lonePeerlab(const std::string& dir) {
@@ -92,7 +94,8 @@ TEST(QualifySetup, MissingExecutablesAreNamedWithTheCommandThatBuildsThem) {
   // The text plan says where a real run would stop, and so does bench's.
   CliRun text = runCommand({peerlab, "qualify", "--dry-run", "--fixture", sourcePath(kH200x4)});
   EXPECT_EQ(text.exit_code, 4) << text.err;
-  EXPECT_NE(text.err.find("peerlab qualify: a real run would stop before measuring: peer_copy_bench"), std::string::npos)
+  EXPECT_NE(text.err.find("peerlab qualify: a real run would stop before measuring: peer_copy_bench"),
+            std::string::npos)
       << text.err;
   EXPECT_NE(text.out.find("qualify would stop here (exit 4): peer_copy_bench (suite peer_copy)"), std::string::npos)
       << text.out;
@@ -148,9 +151,9 @@ TEST(QualifySetup, KindIsDerivedFromTheHardwareAndSaysHow) {
   EXPECT_EQ(derived["kind_basis"].get<std::string>().rfind("4x NVIDIA H200, interconnect unknown", 0), 0u)
       << derived["kind_basis"];
   EXPECT_EQ(derived["kind_overridden"], false);
-  const nlohmann::json dgx = dryRunJson(
-      PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")}, {"PEERLAB_KIND"},
-      dgx2DryRunExit());
+  const nlohmann::json dgx =
+      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")},
+                 {"PEERLAB_KIND"}, dgx2DryRunExit());
   EXPECT_EQ(dgx["kind"], "v100-x16-nvswitch");
   // An alias of the hardware's kind (from the environment) is filed under the canonical spelling, and says so.
   const nlohmann::json env =

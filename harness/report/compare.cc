@@ -344,10 +344,10 @@ std::string ChangeDecision::minEffectCell() const {
   char buf[48];
   const char* why = "";
   if (min_effect_pct > threshold_pct) {
-    why = min_effect_pct == jitter_pct     ? " jitter"
-          : min_effect_pct == between_pct  ? " runs"
-          : min_effect_pct == fleet_pct    ? " fleet"
-                                           : " spread";
+    why = min_effect_pct == jitter_pct    ? " jitter"
+          : min_effect_pct == between_pct ? " runs"
+          : min_effect_pct == fleet_pct   ? " fleet"
+                                          : " spread";
   }
   std::snprintf(buf, sizeof buf, "%.1f%%%s", min_effect_pct, why);
   return buf;

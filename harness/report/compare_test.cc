@@ -688,8 +688,8 @@ TEST(Compare, TheFleetsBoardsSetTheNoiseOfABaseline) {
   Side base, fresh;
   base.value = base.time_us.emplace(2.23);
   base.runs = 2;
-  base.runs_us = {2.2, 2.25};       // the baseline's own runs, one board: 2.2%
-  base.fleet_us = {2.23, 4.97};     // the kind's two boards
+  base.runs_us = {2.2, 2.25};    // the baseline's own runs, one board: 2.2%
+  base.fleet_us = {2.23, 4.97};  // the kind's two boards
   fresh.value = fresh.time_us.emplace(4.9);
   const ChangeDecision within = decideChange(false, base, fresh, NoiseRule{});
   EXPECT_EQ(within.verdict, Verdict::kSame) << within.rule;

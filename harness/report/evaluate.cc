@@ -625,12 +625,12 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     std::string list;
     if (!notCompared.empty()) list += "only in the baseline: " + joinSome(notCompared, 3);
     if (!newOnly.empty()) list += std::string(list.empty() ? "" : "; ") + "only in this run: " + joinSome(newOnly, 3);
-    out.push_back(make("baseline", "rows not compared at this level", CheckStatus::kSkipped,
-                       std::to_string(notCompared.size()) + " baseline rows, " + std::to_string(newOnly.size()) +
-                           " rows of this run",
-                       "-", "rows one side holds and the other's level, suites or pairs did not measure",
-                       "not compared: " + why + " (" + list + ")",
-                       static_cast<double>(notCompared.size() + newOnly.size()), std::nullopt));
+    out.push_back(make(
+        "baseline", "rows not compared at this level", CheckStatus::kSkipped,
+        std::to_string(notCompared.size()) + " baseline rows, " + std::to_string(newOnly.size()) + " rows of this run",
+        "-", "rows one side holds and the other's level, suites or pairs did not measure",
+        "not compared: " + why + " (" + list + ")", static_cast<double>(notCompared.size() + newOnly.size()),
+        std::nullopt));
   }
 }
 
