@@ -543,7 +543,7 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
   }
 }
 
-void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>& out) {
+void baselineChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& o, std::vector<Check>& out) {
   if (!o.baseline) {
     // Without the baseline run the checks made against it are kept as the run stored them.
     if (!run.extra.is_object() || !run.extra.contains("qualify") || !run.extra["qualify"].is_object()) return;
@@ -565,16 +565,17 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
     suitesRun.insert(r.suite);
   // The rows both hold are judged. A baseline row this run should have measured (same level, its suite ran, its pair
   // in this run's plan) and did not is missing; the others, and this run's rows the baseline lacks, are not compared
-  // at this level: information, not a failure.
+  // at this level: information, not a failure. A side without a plan has no level to tell: it counts as the same.
   const std::optional<RunPlan> basePlan = planOfRun(*o.baseline);
-  const std::optional<RunPlan> runPlan = planOfRun(run);
+  const std::optional<RunPlan> runPlan = plan ? std::optional<RunPlan>(*plan) : planOfRun(run);
   const std::string baseLevel = basePlan ? basePlan->level : "unknown";
   const std::string runLevel = runPlan ? runPlan->level : "unknown";
+  const bool sameLevel = !basePlan || !runPlan || baseLevel == runLevel;
   std::set<std::pair<int, int>> runPairs;
   if (runPlan) runPairs.insert(runPlan->pairs.begin(), runPlan->pairs.end());
   const auto expectedHere = [&](const Result& b) {
-    if (!suitesRun.count(b.suite) || baseLevel != runLevel || !basePlan || !runPlan) return false;
-    return !(b.src && b.dst && *b.src != *b.dst && !runPairs.count({*b.src, *b.dst}));
+    if (!suitesRun.count(b.suite) || !sameLevel) return false;
+    return !(runPlan && b.src && b.dst && *b.src != *b.dst && !runPairs.count({*b.src, *b.dst}));
   };
   std::vector<std::string> missing, notCompared, newOnly;
   for (const CompareRow& row : rep.rows) {
@@ -620,7 +621,7 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
                     "baseline.missing"));
   if (!notCompared.empty() || !newOnly.empty()) {
     std::string why;
-    if (baseLevel != runLevel) why = "the baseline is of level " + baseLevel + ", this run of level " + runLevel;
+    if (!sameLevel) why = "the baseline is of level " + baseLevel + ", this run of level " + runLevel;
     if (why.empty()) why = "suites or pairs one of them did not run";
     std::string list;
     if (!notCompared.empty()) list += "only in the baseline: " + joinSome(notCompared, 3);
@@ -695,7 +696,7 @@ std::vector<Check> evaluateChecks(const Run& run, const RunPlan* plan, const Eva
     latencyChecks(run, *plan, out, matched);
     coverageChecks(run, *plan, planned, matched, out);
   }
-  baselineChecks(run, options, out);
+  baselineChecks(run, plan, options, out);
   return out;
 }
 
