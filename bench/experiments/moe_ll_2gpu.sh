@@ -3,7 +3,7 @@
 #   1. moe_ll_gpu_test (1- and 2-rank cases; the 4-rank ones skip) and the LL CPU tests,
 #   2. alltoallv_bench --ranks=2 --benchmark_filter=moe/ (T = 1, 8, 32, 64, 128, 256, 4096: low-latency bf16 and fp8,
 #      normal fused, normal two-phase, NCCL path; eager and graph-replayed; kernel_us on the low-latency rows), then
-#      the graph-replayed low-latency rows again with phase stamps (knob moe_ll_phases=1, phases.json),
+#      the graph-replayed low-latency rows again with phase stamps (PEERLAB_MOE_LL_PHASES=1, phases.json),
 #   3. Nsight Compute on the low-latency dispatch and combine kernels at T=1 and T=128 (a few counters in one pass,
 #      three launches each from the timed loop),
 #   4. compute-sanitizer memcheck, racecheck and synccheck over moe_ll_gpu_test (ci/sanitize.sh),
@@ -20,7 +20,7 @@
 # nothing here creates a multicast object. Exit code: 0 every stage ran and passed, 1 a stage failed (the table
 # still prints), 2 usage.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 4
+cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -97,13 +97,13 @@ timeout 300 "$bin/alltoallv_bench" --ranks=2 --benchmark_filter='moe/' --benchma
   --benchmark_out_format=json >"$work/bench.log" 2>&1
 stage_rc bench $?
 log "alltoallv_bench low-latency rows with phase stamps (rows named .../phases)"
-timeout 120 "$bin/alltoallv_bench" --ranks=2 --knob moe_ll_phases=1 \
+PEERLAB_MOE_LL_PHASES=1 timeout 120 "$bin/alltoallv_bench" --ranks=2 \
   --benchmark_filter='moe/peerlab\.(dispatch|combine)_ll(_fp8)?/graph/' --benchmark_out="$out/phases.json" \
   --benchmark_out_format=json >"$work/phases.log" 2>&1
 stage_rc phases $?
 
 # 3. Nsight Compute: counters this ncu knows, in one pass (the kernels wait on the peer; a replayed pass would wait
-#    for flags that already came and went, bounded by knob moe_ll_timeout_ms).
+#    for flags that already came and went, bounded by PEERLAB_MOE_LL_TIMEOUT_MS).
 if [ "$no_ncu" = 1 ]; then
   log "Nsight Compute left out (--no-ncu)"
 elif command -v ncu >/dev/null; then
@@ -126,10 +126,10 @@ elif command -v ncu >/dev/null; then
         continue
       fi
       # The row's check makes one dispatch and one combine, then 10 warm-up calls: the 3 profiled are timed calls.
-      timeout 90 ncu --target-processes all --kernel-name "regex:$kernel" \
+      PEERLAB_MOE_LL_TIMEOUT_MS=2000 timeout 90 ncu --target-processes all --kernel-name "regex:$kernel" \
         --launch-skip 11 --launch-count 3 --metrics "$metrics" --clock-control none --cache-control none \
         --csv --page raw --print-units base --log-file "$work/ncu/${phase}_T$T.csv" \
-        "$bin/alltoallv_bench" --ranks=2 --knob moe_ll_timeout_ms=2000 --benchmark_filter="moe/peerlab\\.${phase}_ll/T=$T/" \
+        "$bin/alltoallv_bench" --ranks=2 --benchmark_filter="moe/peerlab\\.${phase}_ll/T=$T/" \
         >"$work/ncu/${phase}_T$T.log" 2>&1
       stage_rc "ncu ${phase} T=$T" $?
     done
@@ -267,7 +267,7 @@ print("stages failed: " + ("; ".join(failed) if failed else "none"))
 EOF
 
 tar -czf "$out/raw.tar.gz" -C "$work" . 2>/dev/null
-log "done in $(( $(date +%s) - started )) s; files in $out: $(find "$out" -mindepth 1 -maxdepth 1 -printf '%f ')"
+log "done in $(( $(date +%s) - started )) s; files in $out: $(cd "$out" && printf '%s ' *)"
 echo
 cat "$out/summary.txt"
 [ ${#failed[@]} -eq 0 ]

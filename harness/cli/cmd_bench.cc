@@ -67,6 +67,10 @@ int printPlan(const qualify::Pipeline& p) {
   }
   for (const std::string& why : p.stops())
     std::printf("bench would stop here (exit 4): %s\n", why.c_str());
+  std::fflush(stdout);
+  // A dry run exits as the real run would: 4 where it would stop, the plan printed all the same.
+  if (!p.stops().empty())
+    return fail(kCmd, kExitRuntime, "a real run would stop before measuring: " + p.stops().front());
   return kExitOk;
 }
 

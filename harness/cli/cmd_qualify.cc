@@ -179,8 +179,14 @@ int planOrStop(const QualifyArgs& a, const qualify::Pipeline& p) {
         kCmd, kExitNoGpu,
         plan->topology.no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : plan->topology.no_gpu_message);
   }
+  // A dry run exits as the real run would: 4 where it would stop before measuring, the plan printed all the same.
+  auto dryRunExit = [&]() -> int {
+    std::fflush(stdout);
+    if (p.stops().empty()) return kExitOk;
+    return fail(kCmd, kExitRuntime, "a real run would stop before measuring: " + p.stops().front());
+  };
   if (a.in.dry_run) {
-    if (a.json) return kExitOk;
+    if (a.json) return dryRunExit();
     std::printf("config: %s\n", p.config().source.c_str());
     if (p.kind()) std::printf("kind: %s\n", report::describeKind(*p.kind()).c_str());
     if (p.baseline()) {
@@ -194,7 +200,7 @@ int planOrStop(const QualifyArgs& a, const qualify::Pipeline& p) {
     }
     for (const std::string& why : p.stops())
       std::printf("qualify would stop here (exit 4): %s\n", why.c_str());
-    return kExitOk;
+    return dryRunExit();
   }
   // A missing executable is a setup error, not a verdict on the hardware.
   if (!p.executables().isOk()) return fail(kCmd, kExitRuntime, p.executables().message());
