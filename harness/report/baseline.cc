@@ -36,6 +36,16 @@ std::optional<double> medianField(const std::vector<const Result*>& rows, Get ge
 
 }  // namespace
 
+bool isBaseline(const Run& run) {
+  return run.extra.is_object() && run.extra.contains("baseline") && run.extra["baseline"].is_object();
+}
+
+int baselineRunCount(const Run& run) {
+  if (!isBaseline(run)) return 0;
+  const auto& b = run.extra["baseline"];
+  return b.contains("runs") && b["runs"].is_number_integer() ? b["runs"].get<int>() : 0;
+}
+
 StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary) {
   if (runs.empty()) return PEERLAB_INVALID_ARGUMENT("no run to make a baseline from");
   // The newest run gives the fingerprint, the kind and the plan.
@@ -47,6 +57,10 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
   }
   const Run& last = runs[newest].run;
   for (const NamedRun& n : runs) {
+    if (const std::string injected = injectionNote(n.run); !injected.empty()) {
+      return PEERLAB_INVALID_ARGUMENT(n.file + " ran with stand-ins or injected faults (" + injected +
+                                      "): a baseline is made from runs of real machines");
+    }
     const std::string other = hardwareMismatch(last.fingerprint, last.kind.name, n.run.fingerprint, n.run.kind.name);
     if (!other.empty()) {
       return PEERLAB_INVALID_ARGUMENT(n.file + ": different hardware from " + runs[newest].file + " (" + other +

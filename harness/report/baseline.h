@@ -23,11 +23,16 @@ struct BaselineSummary {
   int not_ok = 0;    ///< results whose status was not ok in some run (kept as the newest run gave them)
 };
 
+/// Whether a run file is a baseline (it holds "baseline": what peerlab baseline make records), and from how many runs.
+bool isBaseline(const Run& run);
+int baselineRunCount(const Run& run);
+
 /// The baseline of `runs`: the newest run's fingerprint, kind, node and plan, and every result all runs measured
 /// (ctest rows excepted: they time the build's tests, not the machine), each the median of the runs' medians
 /// (time_us, algbw_gbps, busbw_gbps), with the median of their p10_us and p90_us and "baseline_runs" and
 /// "runs_time_us" saying what it rests on. `invalid_argument` names the file when runs are of different hardware
-/// (report::hardwareMismatch) or one fails its own checks (report::verdictOf): a baseline is made from good runs.
+/// (report::hardwareMismatch), one fails its own checks (report::verdictOf: a baseline is made from good runs), or one
+/// ran with stand-ins or injected faults (Injection, or cells marked injected: a baseline is made from real machines).
 StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary = nullptr);
 
 }  // namespace peerlab::report
