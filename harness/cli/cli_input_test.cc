@@ -22,6 +22,7 @@
 
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
+#include "harness/watchdog/probe_cache.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::testing {
@@ -210,6 +211,38 @@ TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
   EXPECT_EQ(file->fingerprint.injected.probe_worker, PEERLAB_STANDIN_PATH);
   fs::remove_all(dir);
 }
+
+// A cache planted by another user (its checksum recomputed over a forged verdict) is ignored with a line naming its
+// owner, and the probe probes again: the forged "corrupt" cell is not reported. The cache lives in a 0700 directory.
+TEST(ProbeInput, AnotherUsersCacheIsIgnoredWithALine) {
+  if (::geteuid() != 0) GTEST_SKIP() << "another user's file needs root to make";
+  const std::string dir = scratchDir("probe-foreign-cache");
+  const std::vector<std::string> env = {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
+                                        "PEERLAB_STANDIN_GPUS=2", "XDG_CACHE_HOME=" + dir};
+  const std::vector<std::string> args = {"probe", "--methods", "ce_write", "--sizes", "4K"};
+  CliRun first = runPeerlab(args, env);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const std::string cache = dir + "/peerlab/probe.json";
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/peerlab").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  auto entry = probe::decodeCache(readFile(cache));
+  ASSERT_TRUE(entry.isOk()) << entry.status().message();
+  for (probe::CellReport& c : entry->cells) {
+    c.result.verdict = probe::Verdict::kCorrupt;
+    c.result.wrong = 1;
+  }
+  ASSERT_TRUE(writeFile(cache, probe::encodeCache(*entry)));
+  ASSERT_EQ(::chown(cache.c_str(), 65534, 65534), 0);
+  CliRun again = runPeerlab(args, env);
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.err.find(cache + ": owned by uid 65534, not by this user (uid 0); ignored; probing again"),
+            std::string::npos)
+      << again.err;
+  EXPECT_EQ(again.out.find("cached:"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("corrupt"), std::string::npos) << again.out;
+  fs::remove_all(dir);
+}
 #endif
 
 // What a run of peerlab took: its exit code, wall time and peak resident memory (wait4's rusage, so the figure is the
@@ -300,13 +333,15 @@ TEST(InputBounds, GzipBombIsRefusedFastInLittleMemory) {
   const std::string values = dir + "/values.json.gz";
   const size_t compressed = writeBomb(honest, size_t{250} << 20).size();
   EXPECT_LT(compressed, size_t{1} << 20);
+  std::printf("bomb: %zu bytes of gzip, 500 MiB of JSON\n", compressed);
   writeBomb(liar, size_t{250} << 20, 4096);
   writeBomb(values, size_t{30} << 20);
   struct Case {
     std::string file, says;
   };
-  for (const Case& c : {Case{honest, "past the 64 MiB allowed"}, Case{liar, "inflates past the 64 MiB allowed"},
-                        Case{values, "more than the 2000000 JSON values allowed"}}) {
+  for (const Case& c :
+       {Case{honest, "inflates past the 64 MiB allowed"}, Case{liar, "inflates past the 64 MiB allowed"},
+        Case{values, "more than the 2000000 JSON values allowed"}}) {
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{"report", c.file, "--summary", dir + "/s.md"},
           std::vector<std::string>{"history", "ingest", "--db", dir + "/h.sqlite", c.file},

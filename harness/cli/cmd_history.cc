@@ -324,8 +324,8 @@ int runRegressions(const HistoryArgs& a) {
                  h->series.size(), minRuns / 2);
   }
   if (!h->injected.empty()) {
-    std::fprintf(out, "%zu runs with stand-ins or injected faults left out (history list marks them)\n",
-                 h->injected.size());
+    std::fprintf(out, "%zu %s with stand-ins or injected faults left out (history list marks them)\n",
+                 h->injected.size(), h->injected.size() == 1 ? "run" : "runs");
   }
   for (const history::Regression& r : regs) {
     std::string fp;
@@ -410,7 +410,8 @@ int runFleet(const HistoryArgs& a) {
                  failures.empty() ? "" : ("; failed: " + printable(failures, 300)).c_str(), below.c_str());
   }
   if (!h->injected.empty()) {
-    std::fprintf(out, "%zu runs with stand-ins or injected faults, counted nowhere:\n", h->injected.size());
+    std::fprintf(out, "%zu %s with stand-ins or injected faults, counted nowhere:\n", h->injected.size(),
+                 h->injected.size() == 1 ? "run" : "runs");
     for (const history::RunInfo& r : h->injected) {
       std::fprintf(out, "  run %lld %s %s %s at %s: %s\n", static_cast<long long>(r.id),
                    printable(r.machine(), 80).c_str(), printable(r.host, 64).c_str(),

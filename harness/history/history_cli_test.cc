@@ -847,7 +847,7 @@ TEST_P(HistoryCliTest, InjectedRunsAreStoredMarkedAndCountedNowhere) {
   // No series holds the injected run's halved figures: no regression.
   CliRun regs = runPeerlab({"history", "regressions", "--db", url_, "--json", dir_ + "/r.json"});
   EXPECT_EQ(regs.exit_code, 0) << regs.out;
-  EXPECT_NE(regs.out.find("1 runs with stand-ins or injected faults left out"), std::string::npos) << regs.out;
+  EXPECT_NE(regs.out.find("1 run with stand-ins or injected faults left out"), std::string::npos) << regs.out;
   CliRun html = runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site", "--model", dir_ + "/m.json"});
   ASSERT_EQ(html.exit_code, 0) << html.err;
   const nlohmann::json model = nlohmann::json::parse(readFile(dir_ + "/m.json"));

@@ -148,8 +148,11 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   }
   // The latest run of each kind and the verdict the checks engine gave it at ingest (runs are oldest first).
   for (const RunInfo& r : h.runs) {
-    kindOf(r.machine())["latest_verdict"] = {
+    nlohmann::json& k = kindOf(r.machine());
+    k["latest_verdict"] = {
         {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checksJson()}};
+    // Every run that counts, whether or not it has a figure to draw (an EMPTY run has none).
+    k["runs"] = (k.contains("runs") ? k["runs"].get<int>() : 0) + 1;
   }
 
   // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.

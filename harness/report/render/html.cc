@@ -180,7 +180,8 @@ h2{font-size:18px;margin:28px 0 10px;padding-top:6px;border-top:1px solid var(--
 h3{font-size:15px;margin:16px 0 6px}
 .meta{color:var(--muted)}
 .badge{display:inline-block;padding:3px 12px;border-radius:4px;font-weight:700;color:#fff;letter-spacing:.04em}
-.badge.pass{background:var(--ok)}.badge.fail{background:var(--bad)}
+.badge.pass{background:var(--ok)}.badge.fail{background:var(--bad)}.badge.empty{background:#8a8f98}
+.badge.injected{background:#b26b00}
 nav{margin:10px 0 0;color:var(--muted)}nav a{color:#2b5fad;margin-right:14px;text-decoration:none}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}
 th,td{border:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
@@ -915,8 +916,13 @@ Section resultsSection(const Run& run) {
 std::string pageHeader(const Run& run, const std::string& title, const CheckCounts& counts, const std::string& nav) {
   const int gpus = gpuCount(run);
   std::string html = "<main>\n<header><h1>" + htmlEscape(title) + "</h1>";
-  html +=
-      std::string("<span class=\"badge ") + (counts.failed ? "fail" : "pass") + "\">" + verdictWord(counts) + "</span>";
+  // EMPTY (nothing checked) is never shown as a pass; a run with stand-ins or injected faults says so beside it.
+  html += std::string("<span class=\"badge ") +
+          (counts.failed    ? "fail"
+           : counts.empty() ? "empty"
+                            : "pass") +
+          "\">" + verdictWord(counts) + "</span>";
+  if (!injectionNote(run).empty()) html += " <span class=\"badge injected\">INJECTED</span>";
   std::ostringstream meta;
   meta << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
        << (gpus == 1 ? "" : "s");

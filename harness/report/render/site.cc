@@ -531,6 +531,12 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
         latest = std::max(latest, str(p, "timestamp"));
       }
     }
+    // The kind's newest run that counts and how many there are, whether or not they left points to draw.
+    size_t runCount = runs.size();
+    if (const auto counted = num(kind, "runs"); counted && *counted > static_cast<double>(runCount))
+      runCount = static_cast<size_t>(*counted);
+    if (kind.contains("latest_verdict") && kind["latest_verdict"].is_object())
+      latest = std::max(latest, str(kind["latest_verdict"], "time"));
     const size_t regressions = arrayAt(kind, "regressions").size();
     const size_t fleet = arrayAt(kind, "fleet").size();
     // The latest run's verdict and counts, as stored at ingest.
@@ -562,7 +568,7 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
           "<td class=\"cell-skip\" title=\"" + htmlEscape(tooFewText(testable)) + "\">too few runs to test</td>";
     }
     out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a> (<a href=\""
-        << htmlEscape(fleetPageName(name)) << "\">fleet</a>)</td><td>" << series.size() << "</td><td>" << runs.size()
+        << htmlEscape(fleetPageName(name)) << "\">fleet</a>)</td><td>" << series.size() << "</td><td>" << runCount
         << (injected ? " <span class=\"warn\">+" + std::to_string(injected) + " injected, not counted</span>" : "")
         << "</td><td>" << htmlEscape(shortTime(latest)) << "</td><td class=\"l " << verdictClass << "\">"
         << htmlEscape(verdict) << "</td>" << regressionCell << "<td class=\"" << (fleet ? "cell-warn" : "cell-ok")
