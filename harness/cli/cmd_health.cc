@@ -77,12 +77,13 @@ int runHealth(const HealthArgs& a) {
     Status st = writeOutput(a.json, report::toJson(run).dump(2) + "\n");
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
-  std::fprintf(out, "peerlab health: %s: %zu checks, %d failed, %d warnings, %d unsupported\n",
-               failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported);
+  // Before the summary line, which stays the last (the Slurm health check logs it).
   if (run.fingerprint.injected.any()) {
     std::fprintf(out, "peerlab health: INJECTED: %s: these readings are not this machine's own\n",
                  printable(run.fingerprint.injected.describe(), 600).c_str());
   }
+  std::fprintf(out, "peerlab health: %s: %zu checks, %d failed, %d warnings, %d unsupported\n",
+               failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported);
   if (failed) {
     return fail(kCmd, kExitCheckFailed,
                 "FAIL: " + std::to_string(failed) + " of " + std::to_string(checks.size()) +

@@ -227,15 +227,16 @@ int printVerdict(const report::Run& run, const std::vector<report::Check>& check
   const report::CheckCounts counts = report::countChecks(checks);
   std::fputs(report::formatCheckLines(checks).c_str(), stdout);
   const std::string disabled = report::disabledRulesNote(run);
-  std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
-              report::verdictWord(counts), report::formatCounts(counts).c_str(),
-              disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());
+  // Before the verdict line, which stays the last (the Slurm wrappers log it).
   if (const std::string injected = report::injectionNote(run); !injected.empty()) {
     std::printf(
         "peerlab qualify: INJECTED: %s: these verdicts are not this machine's own (the history stores the run "
         "as injected and counts it nowhere)\n",
         printable(injected, 600).c_str());
   }
+  std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
+              report::verdictWord(counts), report::formatCounts(counts).c_str(),
+              disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());
   if (counts.empty()) {
     return fail(kCmd, kExitNothingChecked,
                 "EMPTY: 0 checks: nothing in the run is checked (no result, no plan, no health reading): not a PASS "

@@ -359,11 +359,14 @@ std::string renderTrends(const json& series, int* charts) {
 
 /// How many of a kind's series are long enough for the change-point test, and how long that is.
 struct Testable {
+  bool known = false;  ///< the model says (a model without the counts says nothing either way)
   long long testable = 0, too_short = 0, min_runs = 0;
+  bool none() const { return known && testable == 0; }
 };
 
 Testable testableOf(const json& kind) {
   Testable t;
+  t.known = num(kind, "series_testable").has_value();
   auto n = [&](const char* key) { return num(kind, key).value_or(0); };
   t.testable = static_cast<long long>(n("series_testable"));
   t.too_short = static_cast<long long>(n("series_too_short"));
@@ -380,13 +383,13 @@ std::string renderRegressions(const json& regressions, const Testable& t) {
   std::ostringstream out;
   out << "<h2>Regressions</h2>\n";
   if (regressions.empty()) {
-    if (t.testable == 0) {
+    if (t.none()) {
       out << "<p class=\"muted\">Not tested: " << htmlEscape(tooFewText(t)) << "; no series has that many yet.</p>\n";
     } else {
-      out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold (" << t.testable
-          << " series tested";
-      if (t.too_short > 0) out << "; " << t.too_short << " too short to test, " << htmlEscape(tooFewText(t));
-      out << ").</p>\n";
+      out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold";
+      if (t.known) out << " (" << t.testable << " series tested";
+      if (t.known && t.too_short > 0) out << "; " << t.too_short << " too short to test, " << htmlEscape(tooFewText(t));
+      out << (t.known ? ")." : ".") << "</p>\n";
     }
     return out.str();
   }
@@ -479,7 +482,7 @@ std::string renderKindPage(const json& kind, const std::string& generated, int* 
   if (!regressions.empty()) {
     out << "<p class=\"verdict-fail\">" << regressions.size() << " regression" << (regressions.size() == 1 ? "" : "s")
         << "</p>\n";
-  } else if (testable.testable == 0) {
+  } else if (testable.none()) {
     out << "<p class=\"verdict-none\">regressions: " << htmlEscape(tooFewText(testable)) << "</p>\n";
   } else {
     out << "<p class=\"verdict-pass\">no regressions</p>\n";
@@ -563,7 +566,7 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
     const Testable testable = testableOf(kind);
     std::string regressionCell = "<td class=\"" + std::string(regressions ? "cell-fail" : "cell-ok") + "\">" +
                                  std::to_string(regressions) + "</td>";
-    if (!regressions && testable.testable == 0) {
+    if (!regressions && testable.none()) {
       regressionCell =
           "<td class=\"cell-skip\" title=\"" + htmlEscape(tooFewText(testable)) + "\">too few runs to test</td>";
     }
