@@ -34,7 +34,8 @@ pl_init() {
   if [ -n "${PEERLAB_SLURM_CONFIG:-}" ] && [ ! -r "$conf" ]; then
     PL_CONFIG_ERROR="PEERLAB_SLURM_CONFIG=$conf: cannot read"
   elif [ -r "$conf" ]; then
-    # shellcheck source=/dev/null
+    # PL_CONFIG_ERROR is read by the scripts that source this library.
+    # shellcheck source=/dev/null disable=SC2034
     if ! source "$conf"; then PL_CONFIG_ERROR="$conf: sourcing it failed"; fi
   fi
   if [ -z "${PEERLAB:-}" ]; then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015  # assertions read "check && ok || fail" and "check && check || fail": both mean fail unless all hold
 # The Slurm wrappers against a real Slurm: munge, slurmctld and four slurmd nodes in their own network and UTS
 # namespaces (testing/slurm_cluster.sh), and a throwaway PostgreSQL history (harness/history/testing/pg_cluster.sh).
 # The nodes have no GPU: peerlab runs on them with the stand-in NVML (node1 has NVLink 3 of GPU 0 down, the others
@@ -94,9 +95,9 @@ state() { sinfo -h -n "$1" -N -o '%T' | head -n 1; }
 reason() { sinfo -h -n "$1" -N -o '%E' | head -n 1; }
 # Waits up to $1 seconds for a command to succeed.
 wait_for() {
-  local seconds="$1" i
+  local seconds="$1"
   shift
-  for i in $(seq $((seconds * 2))); do
+  for _ in $(seq $((seconds * 2))); do
     "$@" && return 0
     sleep 0.5
   done
@@ -168,7 +169,7 @@ for n in node1 node2 node4; do
   [ -f "$work/sweep/$n/results.json" ] || fail "no sweep bundle of $n"
 done
 [ ! -e "$work/sweep/node3" ] || fail "the sweep qualified node3"
-[ -z "$(scontrol show reservation -o 2>/dev/null | grep peerlab_sweep)" ] || fail "the sweep's reservation is still there"
+! scontrol show reservation -o 2>/dev/null | grep -q peerlab_sweep || fail "the sweep's reservation is still there"
 grep -q "resumed node2" "$work/sweep.log" || fail "the sweep log does not say node2 was resumed"
 ok "sweep: node1 kept drained, node2 resumed, node3 untouched, node4 idle"
 
@@ -200,8 +201,9 @@ assert f["nodes"] == [], f["nodes"]
 assert sorted(r["host"] for r in f["injected"]) == ["node1", "node2", "node4"], f["injected"]
 ' "$work/fleet.json" || fail "history fleet --json: $(cat "$work/fleet.json")"
 "$peerlab" history html --db "$db" --out "$work/site" >/dev/null 2>&1 || fail "history html"
-page="$(ls "$work/site"/fleet-*.html 2>/dev/null | head -n 1)"
-[ -n "$page" ] || fail "no fleet page in $(ls "$work/site")"
+pages=("$work/site"/fleet-*.html)
+page="${pages[0]}"
+[ -f "$page" ] || fail "no fleet page in $(ls "$work/site")"
 python3 - "$page" <<'EOF' || fail "fleet page $page"
 import re, sys
 html = open(sys.argv[1]).read()

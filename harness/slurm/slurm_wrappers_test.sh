@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015  # assertions read "check && ok || fail" and "check && check || fail": both mean fail unless all hold
 # The Slurm wrappers' decisions with a stand-in scontrol (it keeps each node's state and reason in files and logs every
 # call): what the health check drains and with which reason, that it never touches a node someone else drained, what
 # a timeout and a setup error do (drain, or only a log line with PEERLAB_ON_SETUP_ERROR=log), which jobs the gate
@@ -82,6 +83,7 @@ SLURMD_NODENAME="$node" bash -c "$cmd" >/dev/null 2>&1
 echo "$id"
 EOF
 printf '#!/bin/sh\nexit 0\n' >"$work/bin/squeue"
+# shellcheck disable=SC2016  # the stub expands $* and $STUB when it runs
 printf '#!/bin/sh\necho "scancel $*" >>"$STUB/calls"\n' >"$work/bin/scancel"
 cat >"$work/bin/peerlab-sweep-stub" <<'EOF'
 #!/usr/bin/env bash
@@ -218,6 +220,7 @@ grep -q "qualify --level standard --out $work/gate/gate-7-gpu01-prolog" "$STUB/q
   ok "gate: PEERLAB_GATE_LEVEL is qualify's --level" || fail "gate level: $(cat "$STUB/qualify" 2>/dev/null)"
 
 # The history location in the sweep's log never carries a password, in either connection-string form.
+# shellcheck source=peerlab-slurm.sh
 masked="$(
   source "$slurm/peerlab-slurm.sh"
   pl_mask_db "postgresql://pl:pa@ss@db.example/peerlab"

@@ -20,7 +20,7 @@ as_pg() {
 case "$cmd" in
 start)
   rm -f "$state/url" "$state/skip" "$state/datadir"
-  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
     echo "PostgreSQL is not installed (apt-get install postgresql)" | tee "$state/skip"
     exit 0
@@ -49,7 +49,7 @@ start)
 stop)
   if [ -f "$state/datadir" ]; then
     dir=$(cat "$state/datadir")
-    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
     if [ -n "$bin" ] && [ -d "$dir/data" ]; then
       as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
     fi
