@@ -15,6 +15,7 @@
 #include "harness/qualify/runner.h"
 #include "harness/report/report.h"
 #include "reference/core/files.h"
+#include "reference/core/text.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::cli {
@@ -125,6 +126,10 @@ int runBench(BenchArgs a) {
   const qualify::BenchOutcome outcome = p.outcome().value_or(qualify::BenchOutcome{});
   std::printf("wrote %s: %zu results, %d failed, %d of %zu processes failed\n", out.c_str(), run.results.size(), failed,
               outcome.failed_jobs, plan.jobs.size());
+  if (run.fingerprint.injected.any()) {
+    std::printf("peerlab bench: INJECTED: %s: these figures are not this machine's own\n",
+                printable(run.fingerprint.injected.describe(), 600).c_str());
+  }
   if (outcome.interrupted) return fail(kCmd, kExitRuntime, "interrupted; partial results written to " + out);
   return failed || outcome.failed_jobs ? kExitCheckFailed : kExitOk;
 }

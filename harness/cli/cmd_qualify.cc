@@ -35,6 +35,7 @@
 #include "harness/report/report.h"
 #include "reference/core/files.h"
 #include "reference/core/process.h"
+#include "reference/core/text.h"
 #include "reference/host/host_copy.h"
 #include "reference/probe/probe.h"
 
@@ -120,6 +121,7 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   jo.timestamp = run.timestamp;
   jo.time_s = wall_s;
   jo.disabled_rules = report::disabledRulesNote(run);
+  jo.injected = report::injectionNote(run);
   st = writeTextFile(dir + "/junit.xml", report::renderJunit(checks, jo));
   if (!st.isOk()) return failed(st);
   st = marker.done();
@@ -133,6 +135,13 @@ int printVerdict(const report::Run& run, const std::vector<report::Check>& check
   const report::CheckCounts counts = report::countChecks(checks);
   std::fputs(report::formatCheckLines(checks).c_str(), stdout);
   const std::string disabled = report::disabledRulesNote(run);
+  // Before the verdict line, which stays the last (the Slurm wrappers log it).
+  if (const std::string injected = report::injectionNote(run); !injected.empty()) {
+    std::printf(
+        "peerlab qualify: INJECTED: %s: these verdicts are not this machine's own (the history stores the run "
+        "as injected and counts it nowhere)\n",
+        printable(injected, 600).c_str());
+  }
   std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
               report::verdictWord(counts), report::formatCounts(counts).c_str(),
               disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());

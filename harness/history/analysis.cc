@@ -44,6 +44,10 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
   PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, store.runs());
   for (RunInfo& r : all) {
     if (!options.kind.empty() && !machineMatches(r, options.kind)) continue;
+    if (!r.injected.empty()) {
+      h.injected.push_back(std::move(r));
+      continue;
+    }
     h.run_index[r.id] = h.runs.size();
     h.runs.push_back(std::move(r));
   }
@@ -169,6 +173,7 @@ std::vector<Regression> findRegressions(const History& history, double threshold
     test.name = "e-divisive";
     test.significant = true;  // detectChangePoints kept only change points that passed it
     test.p_value = cp.p_value;
+    test.p_floor = cp.p_floor;
     const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, before, after, rule, &test);
     if (d.verdict != report::Verdict::kRegressed) continue;
     Regression r;
@@ -208,6 +213,7 @@ nlohmann::json toJson(const Regression& r) {
   j["change_pct"] = r.change.change_pct;
   j["worsening_pct"] = r.worsening_pct;
   j["p_value"] = r.change.p_value;
+  j["p_floor"] = r.change.p_floor;
   j["fingerprint_changes"] = r.fingerprint_changes;
   j["noise_rule"] = report::toJson(r.decision);
   return j;
@@ -286,10 +292,12 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     if (!n.host.empty() && n.node != n.host && hostsOfKind[{n.machine, n.host}] > 1) n.name += " (" + n.node + ")";
   }
   // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster"). A state may also
-  // name the node's identity.
+  // name the node's identity. Where several records name one node, the one recorded last is its state.
   for (const NodeState& s : states) {
-    for (auto& [key, n] : nodes)
-      if (n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node) n.state = s;
+    for (auto& [key, n] : nodes) {
+      const bool names = n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node;
+      if (names && (!n.state || s.after(*n.state))) n.state = s;
+    }
   }
   for (const FleetOutlier& f : outliers) {
     auto it = nodes.find({f.machine, fleetMember(f.node, f.host)});
@@ -298,7 +306,7 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
   std::vector<FleetNode> out;
   for (auto& [key, n] : nodes)
     out.push_back(std::move(n));
-  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : 2; };
+  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : n.unchecked() ? 2 : 3; };
   std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
     return std::make_tuple(a.machine, rank(a), a.name) < std::make_tuple(b.machine, rank(b), b.name);
   });
@@ -317,6 +325,11 @@ nlohmann::json toJson(const FleetNode& n) {
   j["checks"] = n.latest ? n.latest->checksJson() : nlohmann::json::object();
   j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
   return j;
+}
+
+nlohmann::json injectedRunJson(const RunInfo& r) {
+  return {{"run_id", r.id}, {"kind", r.machine()},  {"host", r.host},           {"node", r.nodeOrHost()},
+          {"time", r.time}, {"verdict", r.verdict}, {"checks", r.checksJson()}, {"injected", r.injected}};
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {

@@ -276,6 +276,17 @@ std::string orderTime(const std::string& timestamp, const std::string& ingested_
   return norm ? *norm : std::string();
 }
 
+// What the injected column holds: the run's stand-ins and faults, and the cells a fault was injected into.
+std::string injectedText(const report::Run& run) {
+  std::string what = run.fingerprint.injected.describe();
+  size_t cells = 0;
+  for (const report::Result& r : run.results)
+    cells += r.extra.contains("injected") && r.extra["injected"].is_string();
+  if (cells > 0)
+    what += (what.empty() ? "" : ", ") + std::string("faults injected into ") + std::to_string(cells) + " cells";
+  return what;
+}
+
 bool isKey(const std::string& s, size_t len, const char* allowed) {
   return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
 }
@@ -405,6 +416,9 @@ const std::vector<std::string>& schemaMigrations() {
       "CREATE INDEX node_states_by_node ON node_states (node, id)",
       // 5: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
       "ALTER TABLE runs ADD COLUMN node TEXT NOT NULL DEFAULT ''",
+      // 6: what a run ran with that is not the machine's own (stand-ins, injected faults): such a run is listed, never
+      // counted.
+      "ALTER TABLE runs ADD COLUMN injected TEXT NOT NULL DEFAULT ''",
   };
   return steps;
 }
@@ -522,7 +536,7 @@ Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
     }
   }
   Status st = applyMigrations();
-  if (!st.isOk()) return PEERLAB_INVALID_ARGUMENT(name + ": schema migration failed: " + st.message());
+  if (!st.isOk()) return Status(st.code(), name + ": schema migration failed: " + st.message());
   return Status::ok();
 }
 
@@ -598,13 +612,13 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks, check_details, node)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        " source, ingested_at, expectations, verdict, checks, check_details, node, injected)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump(), run.node.id},
+         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run)},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -647,9 +661,11 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   const std::string verdict = version_ >= 3 ? "verdict, checks" : "'', '{}'";
   const std::string details = version_ >= 4 ? "check_details" : "'{}'";
   const std::string node = version_ >= 5 ? "node" : "''";
+  const std::string injected = version_ >= 6 ? "injected" : "''";
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
-          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + " FROM runs ORDER BY id",
+          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected +
+          " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
         RunInfo info;
@@ -671,14 +687,15 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
             sanitizeExpectations(row.json(13, "expectations", kMaxExpectationsBytes, report::kMaxJsonDepth));
         info.ingested_at = row.text(14, "ingested_at");
         info.verdict = row.text(15, "verdict", 8);
-        if (!info.verdict.empty() && info.verdict != "PASS" && info.verdict != "FAIL") {
-          row.fail("verdict \"" + printable(info.verdict, 16) + "\" is not PASS or FAIL");
+        if (!info.verdict.empty() && info.verdict != "PASS" && info.verdict != "FAIL" && info.verdict != "EMPTY") {
+          row.fail("verdict \"" + printable(info.verdict, 16) + "\" is not PASS, FAIL or EMPTY");
         }
         const nlohmann::json checks = row.json(16, "checks", kMaxChecksColumnBytes, 2);
         if (row.ok()) info.checks = readCheckCounts(checks, info.verdict, row);
         const nlohmann::json details = row.json(17, "check_details", kMaxCheckDetailsBytes, 4);
         if (row.ok()) info.check_details = readCheckDetails(details, row);
         info.node = row.text(18, "node", kMaxNodeNameBytes);
+        info.injected = printable(row.text(19, "injected"), report::kMaxTextBytes);
         if (!row.ok()) {
           const std::string which = info.id > 0 ? "run " + std::to_string(info.id) : std::string("a run without an id");
           const std::string hash =
@@ -851,9 +868,9 @@ StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
       "SELECT id, node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
         RowReader row(r);
         const std::int64_t id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
-        NodeState s{row.text(1, "node", kMaxNodeNameBytes), row.text(2, "state", 16),
-                    row.text(3, "reason", kMaxNodeReasonBytes), row.text(4, "recorded_at", report::kMaxNameBytes),
-                    row.text(5, "source", report::kMaxNameBytes)};
+        NodeState s{row.text(1, "node", kMaxNodeNameBytes),       row.text(2, "state", 16),
+                    row.text(3, "reason", kMaxNodeReasonBytes),   row.text(4, "recorded_at", report::kMaxNameBytes),
+                    row.text(5, "source", report::kMaxNameBytes), id};
         if (row.ok() && s.node.empty()) row.fail("node is empty");
         if (!row.ok()) {
           warn("node_state:" + std::to_string(id),
@@ -864,7 +881,10 @@ StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
         if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) s.state = "down";
         s.node = printable(s.node, kMaxNodeNameBytes);
         s.reason = printable(s.reason, kMaxNodeReasonBytes);
-        latest[s.node] = std::move(s);
+        // Ordered by when it was recorded (UTC, any spelling of it), not by the order of the rows.
+        s.recorded_at = normalizeTimestamp(s.recorded_at).value_or(s.recorded_at);
+        auto [it, fresh] = latest.emplace(s.node, s);
+        if (!fresh && s.after(it->second)) it->second = std::move(s);
       }));
   std::vector<NodeState> out;
   for (auto& [node, s] : latest)

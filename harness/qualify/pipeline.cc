@@ -17,6 +17,7 @@
 #include "reference/core/devices.h"
 #include "reference/core/files.h"
 #include "reference/core/process.h"
+#include "reference/core/text.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::qualify {
@@ -73,6 +74,10 @@ Status Pipeline::readInputs() {
       return PEERLAB_INVALID_ARGUMENT("--baseline " + in_.baseline +
                                       ": holds no results: nothing to hold the run against");
     }
+    if (const std::string injected = report::injectionNote(*b); !injected.empty()) {
+      return PEERLAB_INVALID_ARGUMENT("--baseline " + in_.baseline + ": ran with stand-ins or injected faults (" +
+                                      printable(injected, 300) + "): a baseline is a real machine's run");
+    }
     baseline_ = std::move(*b);
   }
   if (!in_.results.empty()) {
@@ -120,7 +125,7 @@ Status Pipeline::readInputs() {
   }
   // A stand-in machine, for tests of what runs qualify on nodes without a GPU (the Slurm wrappers): the topology of
   // the fixture PEERLAB_QUALIFY_STANDIN_TOPOLOGY names instead of this machine's, and no CUDA checks. The run file
-  // records it (extra.injected.topology) and every output says the verdicts are not this machine's.
+  // records it (fingerprint.injected.topology) and every output says the verdicts are not this machine's.
   const char* standin = std::getenv("PEERLAB_QUALIFY_STANDIN_TOPOLOGY");
   if (in_.command == "qualify" && standin && !stored_ && in_.fixture.empty()) standin_ = standin;
   runner_.bench_dir = in_.bench_dir;
@@ -246,7 +251,12 @@ report::Run Pipeline::run(const std::string& dir, const std::string& probe_base)
     return run;
   }
   report::Run run = report::newRun();
-  run.fingerprint = report::collectFingerprint();
+  run.fingerprint = report::collectFingerprint({.probe = plan_->options.probe, .nvml = in_.health});
+  run.fingerprint.injected.topology = standin_;
+  if (in_.command == "qualify" && run.fingerprint.injected.any()) {
+    std::printf("peerlab qualify: INJECTED: %s: the verdicts of this run are not this machine's own\n",
+                printable(run.fingerprint.injected.describe(), 600).c_str());
+  }
   Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
   std::optional<health::Stage> health;
   if (in_.health) {
@@ -272,7 +282,6 @@ report::Run Pipeline::run(const std::string& dir, const std::string& probe_base)
   if (health) health->end(run, in_.health_watch_s, process::interruptRequested);
   run.kind = *kind_;
   run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
-  if (!standin_.empty()) run.extra["injected"]["topology"] = standin_;
   run.extra["plan"] = toJson(*plan_);
   return run;
 }

@@ -14,7 +14,8 @@
 #   4. peerlab-sweep over the partition: node3 left alone, node1, node2 and node4 qualified through Slurm, their
 #      bundles ingested into PostgreSQL; node2 resumed, node1 kept drained, node4 idle, node3 still drained by hand;
 #      the reservation is gone;
-#   5. `peerlab history fleet` and the fleet page name node1 as failing and drained, first.
+#   5. The runs were made with stand-ins, and the history says so: `history list` marks them injected, and `history
+#      fleet` and the fleet page count none of them, listing them (node1's FAIL among them) as counted nowhere.
 # Exit 0 pass, 1 fail, 77 skipped (no root, no Slurm or munge, no PostgreSQL: the reason is printed).
 #
 #   slurm_e2e_test.sh SOURCE_DIR PEERLAB FAKE_NVML_LIBRARY PROBE_STANDIN_WORKER
@@ -172,7 +173,7 @@ done
 grep -q "resumed node2" "$work/sweep.log" || fail "the sweep log does not say node2 was resumed"
 ok "sweep: node1 kept drained, node2 resumed, node3 untouched, node4 idle"
 
-# What the history holds: the three bundles, node1 failing.
+# What the history holds: the three bundles, node1 failing, each marked as made with stand-ins.
 list="$("$peerlab" history list --db "$db" --json)" || fail "history list"
 echo "$list" | python3 -c '
 import json, sys
@@ -180,15 +181,25 @@ runs = json.load(sys.stdin)["runs"]
 by = {r["host"]: r["verdict"] for r in runs}
 assert by.get("node1") == "FAIL" and by.get("node2") == "PASS" and by.get("node4") == "PASS", by
 assert "node3" not in by, by
+for r in runs:
+    assert "stand-in NVML" in r["injected"] and "stand-in machine (topology" in r["injected"], r
+    assert "stand-in probe worker" in r["injected"], r
 ' || fail "history list: $list"
-ok "PostgreSQL holds the bundles of node1 (FAIL), node2 and node4 (PASS)"
+ok "PostgreSQL holds the bundles of node1 (FAIL), node2 and node4 (PASS), each marked injected (stand-ins)"
 
-# 5. The fleet view.
-"$peerlab" history fleet --db "$db" >"$work/fleet.txt" 2>&1 || fail "history fleet: $(cat "$work/fleet.txt")"
-grep -qE "^  node1 +FAIL drained \(peerlab: nvlink_state GPU0" "$work/fleet.txt" ||
-  fail "history fleet does not name node1: $(cat "$work/fleet.txt")"
-[ "$(grep -m1 -E '^  node' "$work/fleet.txt" | awk '{print $1}')" = node1 ] ||
-  fail "history fleet does not list node1 first: $(cat "$work/fleet.txt")"
+# 5. The fleet view counts none of them: stand-in verdicts are not the nodes' own.
+"$peerlab" history fleet --db "$db" --json "$work/fleet.json" >"$work/fleet.txt" 2>&1 ||
+  fail "history fleet: $(cat "$work/fleet.txt")"
+grep -q "^3 runs with stand-ins or injected faults, counted nowhere:" "$work/fleet.txt" ||
+  fail "history fleet does not list the stand-in runs apart: $(cat "$work/fleet.txt")"
+grep -qE "^  run [0-9]+ [^ ]+ node1 FAIL at " "$work/fleet.txt" ||
+  fail "history fleet does not name node1's FAIL: $(cat "$work/fleet.txt")"
+python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))
+assert f["nodes"] == [], f["nodes"]
+assert sorted(r["host"] for r in f["injected"]) == ["node1", "node2", "node4"], f["injected"]
+' "$work/fleet.json" || fail "history fleet --json: $(cat "$work/fleet.json")"
 "$peerlab" history html --db "$db" --out "$work/site" >/dev/null 2>&1 || fail "history html"
 pages=("$work/site"/fleet-*.html)
 page="${pages[0]}"
@@ -196,13 +207,10 @@ page="${pages[0]}"
 python3 - "$page" <<'EOF' || fail "fleet page $page"
 import re, sys
 html = open(sys.argv[1]).read()
-# A node out of service is amber (cell-warn); red stays for failed checks.
-rows = re.findall(r"<tr><td class=\"l\">([^<]*)</td><td class=\"l( cell-warn)?\">([^<]*)</td>", html)
-assert rows, "no node rows"
-assert rows[0][0] == "node1" and rows[0][1] and rows[0][2].startswith("drained: peerlab: nvlink_state GPU0"), rows
-assert "health: nvlink_state GPU 0: reset GPU, reseat NVLink" in html, "failed check and action not shown"
-names = [r[0] for r in rows]
-assert sorted(names) == ["node1", "node2", "node4"], names
+assert "Runs counted nowhere: stand-ins or injected faults" in html, "no table of the stand-in runs"
+rows = re.findall(r"<tr><td>[0-9]+</td><td class=\"l\">([^<]*)</td><td class=\"muted\">([^<]*)</td>", html)
+assert sorted(rows) == [("node1", "FAIL (injected)"), ("node2", "PASS (injected)"), ("node4", "PASS (injected)")], rows
+assert "0 nodes:" in html, "stand-in runs counted as nodes"
 EOF
-ok "fleet page and history fleet name node1 first, drained"
+ok "history fleet and the fleet page list the stand-in runs apart, node1's FAIL among them, and count none"
 echo "PASS"
