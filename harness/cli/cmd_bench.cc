@@ -184,7 +184,9 @@ int runBench(BenchArgs a) {
   run.results.insert(run.results.end(), outcome.results.begin(), outcome.results.end());
 
   run.kind = kind;
-  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+  // A malformed $SLURMD_NODENAME is left out, never a reason to lose the run.
+  auto local = report::localNodeIdentity(run.fingerprint);
+  run.node = local.isOk() ? *local : report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   run.extra["bench"] = qualify::toJson(outcome, std::string(qualify::levelName(po.level)));
   run.extra["plan"] = qualify::toJson(*plan);
 

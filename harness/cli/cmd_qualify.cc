@@ -65,6 +65,7 @@ struct QualifyArgs {
   std::string results;
   double timeout_s = 0;
   std::string kind;
+  std::string node;
   bool kind_override = false;
   bool allow_other_hardware = false;
   std::string history;
@@ -520,7 +521,12 @@ int runQualify(const QualifyArgs& a) {
     }
     if (health) health->end(run, a.health_watch_s, process::interruptRequested);
     run.kind = *kind;
-    run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+    auto node = report::localNodeIdentity(run.fingerprint, a.node);
+    if (!node.isOk()) {
+      marker.failed(node.status().message());
+      return fail(kCmd, kExitUsage, node.status().message());
+    }
+    run.node = *node;
     if (!standin.empty()) run.extra["injected"]["topology"] = standin;
     run.extra["plan"] = qualify::toJson(*plan);
   }
@@ -616,6 +622,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--kind-override", a->kind_override,
                "File the run under --kind (or $PEERLAB_KIND) even where it contradicts the hardware; the run file "
                "records that it was overridden");
+  sub.add_option("--node", a->node,
+                 "The Slurm NodeName this run is for (default $SLURMD_NODENAME): the history keys node states by it");
   sub.add_option("--history", a->history,
                  "Past runs for the time estimate: a run file or a directory of run files; processes that ran on "
                  "this kind are estimated from their measured wall times");

@@ -1074,7 +1074,9 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
                         {"cached_created", context.cached_created},
                         {"claims_hold", failed_claims == 0},
                         {"parent_loaded_cuda", context.parent_loaded_cuda}};
-  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+  // A malformed $SLURMD_NODENAME is left out, never a reason to lose the run.
+  auto local = report::localNodeIdentity(run.fingerprint);
+  run.node = local.isOk() ? *local : report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   if (!context.inject_spec.empty() || !context.worker.empty()) {
     run.extra["injected"] = {
         {"probe_inject", context.inject_spec.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.inject_spec)},

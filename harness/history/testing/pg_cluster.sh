@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# pg_cluster.sh start|stop STATE_DIR
+# pg_cluster.sh start|stop|halt|resume STATE_DIR
 #   start: a throwaway PostgreSQL cluster (Debian's initdb and pg_ctl) in a temporary directory on a free local port,
 #          run as the `postgres` user when called as root (PostgreSQL refuses root). Writes STATE_DIR/url
 #          (postgresql://...) once the server accepts connections. Without PostgreSQL it writes STATE_DIR/skip with
 #          the reason and exits 0, so the tests that read the URL skip and say why.
 #   stop:  stops that cluster and removes its directory.
+#   halt, resume: stops the server and starts it again on the same port with the same data (a database that goes
+#          away and comes back).
 set -u
 cmd=${1:-} state=${2:-}
 if [ -z "$cmd" ] || [ -z "$state" ]; then
@@ -13,6 +15,11 @@ if [ -z "$cmd" ] || [ -z "$state" ]; then
 fi
 mkdir -p "$state"
 
+# The newest installed PostgreSQL's bin/ ("" when none).
+pg_bin() {
+  find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1
+}
+
 as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
@@ -20,7 +27,7 @@ as_pg() {
 case "$cmd" in
 start)
   rm -f "$state/url" "$state/skip" "$state/datadir"
-  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  bin=$(pg_bin)
   if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
     echo "PostgreSQL is not installed (apt-get install postgresql)" | tee "$state/skip"
     exit 0
@@ -46,10 +53,25 @@ start)
   echo "postgresql://postgres@127.0.0.1:$port/postgres" > "$state/url"
   echo "PostgreSQL $(basename "$(dirname "$bin")") on port $port, data in $dir"
   ;;
+halt | resume)
+  if [ ! -f "$state/datadir" ] || [ ! -f "$state/url" ]; then
+    echo "no cluster in $state" >&2
+    exit 1
+  fi
+  dir=$(cat "$state/datadir")
+  bin=$(pg_bin)
+  port=$(sed -n 's|.*:\([0-9]*\)/.*|\1|p' "$state/url")
+  if [ "$cmd" = halt ]; then
+    as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null
+  else
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100" start >/dev/null
+  fi
+  ;;
 stop)
   if [ -f "$state/datadir" ]; then
     dir=$(cat "$state/datadir")
-    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    bin=$(pg_bin)
     if [ -n "$bin" ] && [ -d "$dir/data" ]; then
       as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
     fi
@@ -59,7 +81,7 @@ stop)
   echo "stopped"
   ;;
 *)
-  echo "usage: $0 start|stop STATE_DIR" >&2
+  echo "usage: $0 start|stop|halt|resume STATE_DIR" >&2
   exit 2
   ;;
 esac

@@ -94,10 +94,12 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
       << " failing their latest run</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
-         "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
-         "the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
+         "check it); the state is the scheduler's as peerlab recorded it (keyed by Slurm NodeName). A node is named by "
+         "its NodeName, else by its board identity and host; age is how old its latest run is. \"below fleet\" counts "
+         "series where the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
   out << "<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th class=\"l\">node</th>"
-         "<th class=\"l\">state</th><th>verdict</th><th>latest run</th>";
+         "<th class=\"l\">state</th><th>verdict</th><th>latest run</th><th>age</th><th class=\"l\">host</th>"
+         "<th class=\"l\">board</th><th class=\"l\">peerlab</th>";
   for (const std::string& c : kCategories)
     out << "<th>" << c << "</th>";
   out << "<th class=\"l\">failed checks: action</th><th>below fleet</th></tr>\n";
@@ -107,8 +109,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const std::string verdict = text(n, "verdict");
     const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
     const bool out_of_service = !state.empty() && state != "in_service";
-    // The node by the name the fleet gives it (its host name; its identity beside it where hosts share a name).
+    // The node by the one name nodes are listed under: its Slurm NodeName, else its identity and host.
     const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
+    const std::string age = text(n, "age");
     out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
         << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
         << "</td>";
@@ -117,6 +120,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
             : verdict == "FAIL" ? "cell-fail"
                                 : "muted")
         << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(text(n, "time"))
+        << "</td><td>" << htmlEscape(age.empty() ? "-" : age) << "</td><td class=\"l\">" << htmlEscape(text(n, "host"))
+        << "</td><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l\">"
+        << htmlEscape(text(n, "tool") + (text(n, "git_sha").empty() ? "" : " " + text(n, "git_sha").substr(0, 7)))
         << "</td>";
     for (const std::string& c : kCategories)
       out << categoryCell(checks, c);
