@@ -192,6 +192,7 @@ int runList(const HistoryArgs& a) {
                      {"host", r.host},
                      {"kind", r.kind},
                      {"node", r.node},
+                     {"slurm_node", r.slurm_node},
                      {"git_sha", r.git_sha},
                      {"timestamp", r.timestamp},
                      {"time", r.time},

@@ -235,7 +235,8 @@ int runRecover(const SlurmArgs& a) {
   const slurm::RecoverResult r = slurm::recoverLeftovers(*client, rec, **store, log, ro);
   for (const std::string& line : r.lines)
     std::printf("%s\n", printable(line, 400).c_str());
-  std::printf("recover: %d nodes finished or undone, %d held by a live sweep%s\n", r.nodes, r.refused,
+  std::printf("recover: %d node%s finished or undone, %d held by a live sweep%s\n", r.nodes, r.nodes == 1 ? "" : "s",
+              r.refused,
               r.ok ? "" : "; Slurm did not answer for some: run it again");
   return r.ok ? kExitOk : kExitRuntime;
 }

@@ -344,7 +344,10 @@ class CommandClient final : public Client {
                             const std::string& path = kSafePath) {
     ++calls_;
     PEERLAB_ASSIGN_OR_RETURN(std::string dir, scratch());
-    const std::string what = argv[0] + (argv.size() > 1 ? " " + argv[1] : "") + (argv.size() > 2 ? " " + argv[2] : "");
+    // "scontrol show node", "sbatch", "squeue": the command and, for scontrol, what it was asked.
+    std::string what = argv[0];
+    for (size_t i = 1; argv[0] == "scontrol" && i < argv.size() && i < 3; ++i)
+      what += " " + argv[i];
     argv[0] = program(argv[0]);
     process::ProcessOptions po;
     po.argv = argv;

@@ -65,13 +65,16 @@ std::vector<std::string> childEnv(const Settings& s, bool clean) {
   return env;
 }
 
-std::unique_ptr<history::HistoryStore> openHistory(const Settings& s, Log& log, history::OpenMode mode) {
+// The history of the settings: a PostgreSQL database gets its schema when it has none yet (migrations take turns); a
+// SQLite path must exist (nothing is created on a node's local disk).
+std::unique_ptr<history::HistoryStore> openHistory(const Settings& s, Log& log) {
   if (s.db.empty()) return nullptr;
   auto url = databaseUrl(s);
   if (!url.isOk()) {
     log.line("history: " + url.status().message());
     return nullptr;
   }
+  const auto mode = history::isPostgresUrl(s.db) ? history::OpenMode::kCreate : history::OpenMode::kExisting;
   auto store = history::HistoryStore::open(*url, mode);
   if (!store.isOk()) {
     log.line("history unreachable (" + store.status().message() + "): records are spooled in " + s.spool_dir);
@@ -300,7 +303,7 @@ int runHealthcheck(const NodeSideOptions& o) {
   Log& log = *loaded->log;
   if (!s.health_enabled) return 0;
   auto slurm = makeCommandClient(commandOptions(s));
-  auto store = openHistory(s, log, history::OpenMode::kExisting);
+  auto store = openHistory(s, log);
   Recorder rec(store.get(), s.spool_dir, "healthcheck", log);
   if (store) {
     // What this node's spool holds goes in first; then what a gone sweep left on this node is finished or undone.
@@ -373,7 +376,7 @@ int runGate(const NodeSideOptions& o) {
   std::string job = env("SLURM_JOB_ID");
   if (job.empty() || job.size() > 20 || job.find_first_not_of("0123456789") != std::string::npos) job = "nojob";
   auto slurm = makeCommandClient(commandOptions(s));
-  auto store = s.gate_ingest ? openHistory(s, log, history::OpenMode::kExisting) : nullptr;
+  auto store = openHistory(s, log);
   Recorder rec(store.get(), s.spool_dir, "gate", log);
   Judgement j;
   std::string dir;

@@ -60,12 +60,14 @@ fail() {
 }
 ok() { echo "ok: $* ($((SECONDS - started)) s)"; }
 
-"$src/harness/history/testing/pg_cluster.sh" start "$work/pg" >/dev/null
+# The nodes reach PostgreSQL at the bridge's address (the host's, 10.a.b.1, once the cluster is up).
+net="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
+PG_CLUSTER_NET="$net" "$src/harness/history/testing/pg_cluster.sh" start "$work/pg" >/dev/null
 if [ -f "$work/pg/skip" ]; then
   echo "SKIP: PostgreSQL: $(cat "$work/pg/skip")"
   exit $skip_rc
 fi
-db="$(cat "$work/pg/url")"
+db="$(sed "s|@127.0.0.1:|@$net.1:|" "$work/pg/url")"
 
 # What runs on the nodes: peerlab through a shim that picks the node's stand-in NVML by its host name, puts the
 # recording stand-in CUDA driver first, and keeps the environment of every job it runs.
@@ -127,7 +129,7 @@ done
 chmod 755 "$work/bin"/*
 pl() { "$peerlab" "$@"; }
 
-SLURM_CLUSTER_NODENAMES="8=rack2-gpu08" SLURM_CLUSTER_HEALTHCHECK="$work/bin/healthcheck" \
+SLURM_CLUSTER_NET="$net" SLURM_CLUSTER_NODENAMES="8=rack2-gpu08" SLURM_CLUSTER_HEALTHCHECK="$work/bin/healthcheck" \
   SLURM_CLUSTER_PROLOG="$work/bin/gate" SLURM_CLUSTER_EPILOG="$work/bin/gate" \
   "$slurm/testing/slurm_cluster.sh" start "$work/slurm" 8 >/dev/null
 if [ -f "$work/slurm/skip" ]; then
@@ -260,7 +262,8 @@ print(json.dumps({"schema_version": 1, "tool": "peerlab 0.1.0", "git_sha": "0" *
                   "gpus": [{"ordinal": g, "uuid": "GPU-%s-%d" % (node, g), "bus_id": "", "name": "NVIDIA H200"}
                            for g in (0, 1)]},
   "results": [{"suite": "peer_copy", "impl": "peerlab.ce", "name": "uni", "src": 0, "dst": 1, "ranks": 1,
-               "bytes": b, "time_us": b / gbps / 1e3, "algbw_gbps": gbps, "status": "ok"}]}))
+               "bytes": b, "time_us": b / gbps / 1e3, "algbw_gbps": gbps, "busbw_gbps": gbps, "wrong": 0,
+               "status": "ok"}]}))
 EOF
 done
 pl history ingest --db "$db" "$work"/fig-*.json >/dev/null || fail "cannot ingest the figures"
@@ -401,7 +404,7 @@ grep -qE "^  node5 .*drained \(peerlab: do not touch - RMA pending\)" "$work/fle
   fail "history fleet does not show node5's admin reason: $(cat "$work/fleet.txt")"
 grep -qE "^  rack2-gpu08 +PASS in_service" "$work/fleet.txt" || fail "history fleet does not name rack2-gpu08: $(cat "$work/fleet.txt")"
 pl history html --db "$db" --out "$work/site" >/dev/null 2>&1 || fail "history html"
-page="$(find "$work/site" -name 'fleet-*.html' | head -n 1)"
+page="$(grep -l '>node1<' "$work/site"/fleet-*.html | head -n 1)"
 python3 - "$page" <<'EOF' || fail "fleet page $page"
 import re, sys
 html = open(sys.argv[1]).read()

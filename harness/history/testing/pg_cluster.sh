@@ -4,6 +4,8 @@
 #          run as the `postgres` user when called as root (PostgreSQL refuses root). Writes STATE_DIR/url
 #          (postgresql://...) once the server accepts connections. Without PostgreSQL it writes STATE_DIR/skip with
 #          the reason and exits 0, so the tests that read the URL skip and say why.
+#          PG_CLUSTER_NET=10.a.b also lets hosts of 10.a.b.0/24 in (every address is listened on; trust for that net
+#          alone): nodes in network namespaces reach it at the bridge's address.
 #   stop:  stops that cluster and removes its directory.
 #   halt, resume: stops the server and starts it again on the same port with the same data (a database that goes
 #          away and comes back).
@@ -44,8 +46,13 @@ start)
     echo "initdb failed: $(tail -n 3 "$state/initdb.log" | tr '\n' ' ')" | tee "$state/skip"
     exit 0
   fi
-  if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100" start \
+  listen=127.0.0.1
+  if [ -n "${PG_CLUSTER_NET:-}" ]; then
+    listen='*'
+    echo "host all all ${PG_CLUSTER_NET}.0/24 trust" >>"$dir/data/pg_hba.conf"
+  fi
+  echo "-p $port -k $dir -c listen_addresses=$listen -c fsync=off -c max_connections=200" >"$state/options"
+  if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(cat "$state/options")" start \
       >"$state/pg_ctl.log" 2>&1; then
     echo "pg_ctl start failed: $(tail -n 3 "$dir/server.log" 2>/dev/null | tr '\n' ' ')" | tee "$state/skip"
     exit 0
@@ -60,12 +67,10 @@ halt | resume)
   fi
   dir=$(cat "$state/datadir")
   bin=$(pg_bin)
-  port=$(sed -n 's|.*:\([0-9]*\)/.*|\1|p' "$state/url")
   if [ "$cmd" = halt ]; then
     as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null
   else
-    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100" start >/dev/null
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(cat "$state/options")" start >/dev/null
   fi
   ;;
 stop)
@@ -77,7 +82,7 @@ stop)
     fi
     rm -rf "$dir"
   fi
-  rm -f "$state/url" "$state/skip" "$state/datadir"
+  rm -f "$state/url" "$state/skip" "$state/datadir" "$state/options"
   echo "stopped"
   ;;
 *)

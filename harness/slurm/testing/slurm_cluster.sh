@@ -9,6 +9,7 @@
 #          $SLURM_CLUSTER_PROLOG_TIMEOUT (300). Writes STATE_DIR/env
 #          (export SLURM_CONF=...) once every node has registered. Where the cluster cannot start (not root, no Slurm
 #          or munge, no namespaces) it writes STATE_DIR/skip with the reason and exits 0, so the test skips and says why.
+#          SLURM_CLUSTER_NET=10.a.b chooses the bridge's network (default: a random one; the host is 10.a.b.1).
 #          SLURM_CLUSTER_NODENAMES="8=rack2-gpu08 ..." gives node<i> (its host name) that Slurm NodeName instead.
 #          With SLURM_CLUSTER_LOCAL=1 the cluster is this machine alone: one node named after the host, at 127.0.0.1, no
 #          namespaces (a GPU machine: ci/slurm_gpu.sh); SLURM_CLUSTER_GPUS=N then gives it N GPUs as gres
@@ -98,7 +99,7 @@ nodename() {
 }
 id="$(printf '%04x' $((RANDOM % 65536)))"
 NS_PREFIX="pls${id}n" BRIDGE="plsbr$id" NODES="$count"
-net="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
+net="${SLURM_CLUSTER_NET:-10.$((200 + RANDOM % 50)).$((RANDOM % 250))}"
 [ "$LOCAL" = 1 ] && NODES=1
 cat >"$state/cluster" <<EOF
 NS_PREFIX=$NS_PREFIX
