@@ -23,7 +23,8 @@
 #      (`peerlab slurm recover`, or the node's own health check): no failing node in service, no reservation left;
 #   8. two sweeps at once: the second refuses; a bundle directory with quotes and $(...) in its name is a name;
 #      slurmctld stopped (SIGSTOP) for 12 s while a sweep's job ends: no decision on the empty answers, the verdict
-#      read once it answers again;
+#      read once it answers again; the health check drains a node while the sweep's job runs there: the sweep's
+#      PASS leaves that newer drain in place and records the node drained;
 #   9. the history down before a sweep (refused, nothing reserved) and during one (the bundle spooled, the next
 #      sweep ingests it);
 #  10. `history node-state` keyed by NodeName (refuses a name that matches nothing); `history fleet` and the fleet page
@@ -79,6 +80,7 @@ cat >"$work/bin/peerlab-node" <<EOF
 #!/bin/sh
 scenario="$work/nvml/\$(hostname -s).json"
 [ -f "\$scenario" ] || scenario="$work/nvml/healthy.json"
+scenario="\${PEERLAB_E2E_NVML:-\$scenario}"
 export PEERLAB_FAKE_NVML="\$scenario"
 [ "\$1" = health ] && export LD_LIBRARY_PATH="$work/cuda" PEERLAB_CUDA_RECORD="$work/cuda.log"
 [ "\$1 \$2" = "slurm job" ] && env >"$work/jobenv/\$(hostname -s).\$\$"
@@ -365,6 +367,28 @@ grep -q "1 nodes: 1 passed" "$work/stopped.out" || fail "node4 was not judged PA
 wait_for 30 ready node4 || fail "node4 after the stopped controller: $(state node4) $(reason node4)"
 [ "$(peerlab_reservations)" -eq 0 ] || fail "a reservation is left after the stopped controller"
 ok "slurmctld stopped for 12 s: the jobs' states unknown, asked again; node4 judged PASS once it answered"
+
+# The health check drains node3 while the sweep's job runs there (a qualify that watches health for 15 s): the sweep's
+# PASS neither resumes it nor records it in service.
+sed 's/^options = \["--skip-bench"\]$/options = ["--skip-bench", "--health-watch", "15"]/' "$work/slurm.toml" >"$work/slow.toml"
+grep -q health-watch "$work/slow.toml" || fail "no slow settings"
+"$peerlab" slurm sweep --settings "$work/slow.toml" --nodes node3 >"$work/newer.out" 2>&1 &
+newer=$!
+wait_for 60 grep -q "\[node3\] job [0-9]* submitted" "$work/newer.out" || fail "no job: $(cat "$work/newer.out")"
+wait_for 30 bash -c "squeue -h -w node3 -t running | grep -q ." || fail "the sweep's job on node3 did not start"
+PEERLAB_E2E_NVML="$work/nvml/node1.json" SLURMD_NODENAME=node3 "$work/bin/healthcheck" 2>/dev/null
+rc=0
+wait "$newer" || rc=$?
+[ "$rc" -eq 0 ] || fail "the sweep of node3 exited $rc: $(tail -n 3 "$work/newer.out")"
+drained_by_peerlab node3 "nvlink_state GPU0: " || fail "node3 after the sweep: $(state node3) \"$(reason node3)\""
+grep -q "healthcheck \[node3\] .*(NVML only: jobs run here)" "$work/peerlab-slurm.log" ||
+  fail "the health check did not run under the sweep's job: $(grep 'healthcheck \[node3\]' "$work/peerlab-slurm.log")"
+recorded="$(psql -qAt "$db" -c "SELECT state FROM node_states WHERE node = 'node3' AND source = 'peerlab-slurm-sweep'
+  ORDER BY id DESC LIMIT 1")"
+[ "$recorded" = drained ] || fail "the sweep recorded node3 $recorded, while Slurm has it drained"
+scontrol update nodename=node3 state=resume
+wait_for 30 ready node3 || fail "node3 did not come back"
+ok "a drain by the health check during the sweep's job stays; node3 recorded drained"
 
 # 9. The history down: before a sweep (refused, nothing reserved), and during one (spooled, then ingested).
 rc=0
