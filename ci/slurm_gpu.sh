@@ -20,7 +20,7 @@
 #                                   builds what qualify runs (default preset) and the stand-in NVML, then:
 #     1. starts munged, slurmctld and slurmd here (harness/slurm/testing/slurm_cluster.sh, SLURM_CLUSTER_LOCAL=1, the
 #        GPUs as gres), with `peerlab slurm healthcheck` as HealthCheckProgram and `peerlab slurm gate` as Prolog and
-#        Epilog (settings: $OUT/slurm.toml); slurmd runs the health check as it starts: the node must stay idle;
+#        Epilog (settings: $OUT/etc/slurm.toml); slurmd runs the health check as it starts: the node must stay idle;
 #     2. one health check with a fault on the real NVML (the stand-in NVML wrapping it, wrap:pcie_downtrain): the node
 #        must be drained "peerlab: pcie_link GPU0: reseat GPU/riser (PCIe)"; it is resumed by hand after;
 #     3. a gated job (--constraint=peerlab_gate): the prolog qualifies the node (--level quick), the job runs
@@ -177,7 +177,9 @@ node="$(hostname -s)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # The settings of `peerlab slurm`, and a copy that injects a fault into the real NVML's answers.
-mkdir -p "$OUT/bin" "$OUT/gate" "$OUT/sweeps"
+# The settings live in a directory only root can write ($OUT may be open to all): root runs what they say.
+mkdir -p "$OUT/bin" "$OUT/gate" "$OUT/sweeps" "$OUT/etc"
+chmod 755 "$OUT/etc" "$OUT/gate" "$OUT/sweeps"
 gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
 settings() {  # settings FILE [FAULT]
   cat >"$1" <<EOF
@@ -210,11 +212,11 @@ EOF
   fi
   chmod 644 "$1"
 }
-settings "$OUT/slurm.toml"
-settings "$OUT/slurm-fault.toml" "wrap:pcie_downtrain"
-"$peerlab" slurm settings --settings "$OUT/slurm.toml" >"$OUT/settings.txt" || { log "the settings do not read"; exit 4; }
+settings "$OUT/etc/slurm.toml"
+settings "$OUT/etc/slurm-fault.toml" "wrap:pcie_downtrain"
+"$peerlab" slurm settings --settings "$OUT/etc/slurm.toml" >"$OUT/settings.txt" || { log "the settings do not read"; exit 4; }
 for w in healthcheck gate; do
-  printf '#!/bin/sh\nexec %s slurm %s --settings %s "$@"\n' "$peerlab" "$w" "$OUT/slurm.toml" >"$OUT/bin/$w"
+  printf '#!/bin/sh\nexec %s slurm %s --settings %s "$@"\n' "$peerlab" "$w" "$OUT/etc/slurm.toml" >"$OUT/bin/$w"
   chmod 755 "$OUT/bin/$w"
 done
 # The history exists before the node-side commands look for it.
@@ -251,7 +253,7 @@ else
 fi
 
 # 2. A fault injected into the real NVML's answers: the health check drains.
-SLURMD_NODENAME="$node" "$peerlab" slurm healthcheck --settings "$OUT/slurm-fault.toml"
+SLURMD_NODENAME="$node" "$peerlab" slurm healthcheck --settings "$OUT/etc/slurm-fault.toml"
 if [[ "$(state)" == drain* ]] && [[ "$(reason)" == "peerlab: pcie_link GPU0: "* ]]; then
   step PASS "health check under wrap:pcie_downtrain drained $node: $(reason)"
 else
@@ -323,7 +325,7 @@ fi
 # 6. The sweep of this node, into the SQLite history.
 [ "$(state)" = idle ] || scontrol update nodename="$node" state=resume
 src_rc=0
-"$peerlab" slurm sweep --settings "$OUT/slurm.toml" --nodes "$node" --level standard --timeout 1800 --wait 120 \
+"$peerlab" slurm sweep --settings "$OUT/etc/slurm.toml" --nodes "$node" --level standard --timeout 1800 --wait 120 \
   >"$OUT/sweep.out" 2>&1 || src_rc=$?
 bundle="$(find "$OUT/sweeps" -path "*/$node/bundle" -type d | tail -n 1)"
 if [ "$src_rc" -eq 0 ] && [ -f "$bundle/results.json" ] && [ "$(state)" = idle ]; then
