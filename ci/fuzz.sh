@@ -13,7 +13,7 @@
 # inlined (PEERLAB_CHARTJS=""), so that the time goes into inputs rather than into disk writes.
 # Exit code: 0 no crash, 1 a target crashed (inputs saved), 2 usage, 3 build failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 
 seconds="${PEERLAB_FUZZ_SECONDS:-60}"

@@ -9,7 +9,7 @@
 # Builds nothing: run ci/qualify.sh (or build the peerlab_qualify target) first; --bin is where peerlab is (default
 # build/default/bin). Exit 0 when every verdict was the expected one, 1 otherwise, 2 for bad arguments.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 levels="quick,standard"
 repeat=3

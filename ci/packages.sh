@@ -9,6 +9,12 @@
 #                                      every required package still missing
 #   packages_missing "build" [required]   the missing packages of those scopes (this distribution's names)
 #   packages_bring                     the packages ci/fetch_packages.sh downloads (the "bring" column)
+#   packages_download DIR PKG...       PKG and every package they depend on (apt-cache depends --recurse) as .deb
+#                                      files in DIR (apt-get download, with $APT_CONFIG when set); prints those apt
+#                                      could not download (virtual packages); returns 1 when apt knows none of them
+#   packages_install_debs DEB [DIR]    apt-get install ./DEB; with DIR, its dependencies come from DIR alone (a local
+#                                      repository of DIR's .deb files, indexed in DIR/Packages: a machine without
+#                                      network); what is installed already is kept
 #   packages_apt_config ID:SUITE DIR   a private apt configuration (its own sources, keyring, lists, cache and an empty
 #                                      status) for another distribution's archive, written under DIR; prints the file
 #                                      for APT_CONFIG. apt-get update / apt-cache / apt-get download with it fetch that
@@ -53,9 +59,9 @@ _packages_trim() {
 
 # Rows of the given scopes as "name|need|check|bring", with this distribution's names; comments and blanks skipped.
 packages_rows() {
-  local scopes=" $1 " distro debian ubuntu need scope check bring what name
+  local scopes=" $1 " distro debian ubuntu need scope check bring name
   distro="$(packages_distro)"
-  while IFS='|' read -r debian ubuntu need scope check bring what; do
+  while IFS='|' read -r debian ubuntu need scope check bring _; do
     debian="$(_packages_trim "$debian")"
     [ -z "$debian" ] && continue
     [[ "$debian" == \#* ]] && continue
@@ -84,7 +90,7 @@ packages_bring() {
   local name need check bring
   while IFS='|' read -r name need check bring; do
     [ "$bring" != "-" ] && [ -n "$bring" ] && echo "$bring"
-  done < <(packages_rows "build test") | tr ' ' '\n' | awk 'NF && !seen[$0]++'
+  done < <(packages_rows "build test package") | tr ' ' '\n' | awk 'NF && !seen[$0]++'
 }
 
 # Runs a command as root: directly, or with sudo -n; returns 1 when neither is possible.
@@ -195,12 +201,15 @@ _packages_ubuntu_keyring() {
   echo "deb [trusted=yes] $mirror $suite main" >"$w/sources.list"
   APT_CONFIG="$w/apt.conf" apt-get update -qq >"$w/update.log" 2>&1 ||
     { echo "apt-get update from $mirror $suite failed: $(tail -n 2 "$w/update.log" | tr '\n' ' ')" >&2; return 1; }
-  if ! (cd "$w" && APT_CONFIG="$w/apt.conf" apt-get download -qq ubuntu-keyring >/dev/null 2>&1) ||
-    ! dpkg-deb -x "$(ls "$w"/ubuntu-keyring_*.deb | head -n 1)" "$w/x"; then
+  local keyring_debs=()
+  if (cd "$w" && APT_CONFIG="$w/apt.conf" apt-get download -qq ubuntu-keyring >/dev/null 2>&1); then
+    keyring_debs=("$w"/ubuntu-keyring_*.deb)
+  fi
+  if [ ! -f "${keyring_debs[0]:-}" ] || ! dpkg-deb -x "${keyring_debs[0]}" "$w/x"; then
     echo "cannot fetch ubuntu-keyring from $mirror $suite" >&2
     return 1
   fi
-  mkdir -p -m 700 "$w/gnupg"
+  mkdir -p "$w" && mkdir -m 700 "$w/gnupg"
   gpg --homedir "$w/gnupg" --batch --quiet --no-default-keyring \
     --keyring "$w/x/usr/share/keyrings/ubuntu-archive-keyring.gpg" --export "$PEERLAB_UBUNTU_ARCHIVE_KEY" \
     >"$3/ubuntu-archive.gpg" 2>/dev/null
@@ -249,6 +258,59 @@ deb [signed-by=$keyring] $mirror $suite-updates $components
 deb [signed-by=$keyring] $security $suite-security $components
 EOF
   echo "$w/apt.conf"
+}
+
+packages_download() {
+  local dir="$1" all missed=() p
+  shift
+  mapfile -t all < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "$@" 2>/dev/null | grep -E '^[a-z0-9]' | sort -u)
+  [ ${#all[@]} -gt 0 ] || { echo "apt-cache knows none of $*" >&2; return 1; }
+  # All at once; one by one where one of them (a virtual package) keeps the others out.
+  if ! (cd "$dir" && apt-get download -qq "${all[@]}" >/dev/null 2>&1); then
+    for p in "${all[@]}"; do
+      (cd "$dir" && apt-get download -qq "$p" >/dev/null 2>&1) || missed+=("$p")
+    done
+  fi
+  [ ${#missed[@]} -gt 0 ] && echo "not downloaded (virtual, or not in the archive): ${missed[*]}"
+  return 0
+}
+
+packages_install_debs() {
+  local deb="$1" dir="${2:-}" w deb_file rc=0
+  deb="$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")"
+  local apt=(apt-get -y -q --no-install-recommends)
+  if [ -z "$dir" ]; then
+    _packages_as_root apt-get update -qq >/dev/null 2>&1 || echo "apt-get update failed: installing from what apt knows" >&2
+    DEBIAN_FRONTEND=noninteractive _packages_as_root "${apt[@]}" install "$deb"
+    return
+  fi
+  # DIR as the only source: its Packages index written here from each .deb's control fields.
+  dir="$(cd "$dir" && pwd)" || return 1
+  w="$(mktemp -d)" || return 1
+  mkdir -p "$w/lists/partial" "$w/cache/archives/partial" "$w/parts"
+  for deb_file in "$dir"/*.deb; do
+    [ -f "$deb_file" ] || continue
+    dpkg-deb -f "$deb_file"
+    echo "Filename: ./$(basename "$deb_file")"
+    echo "Size: $(stat -c %s "$deb_file")"
+    echo "SHA256: $(sha256sum "$deb_file" | cut -d' ' -f1)"
+    echo
+  done >"$w/Packages"
+  cp "$w/Packages" "$dir/Packages" || { rm -rf "$w"; return 1; }
+  echo "deb [trusted=yes] file:$dir ./" >"$w/sources.list"
+  printf '%s\n' "Dir::Etc::sourcelist \"$w/sources.list\";" "Dir::Etc::sourceparts \"$w/parts\";" \
+    "Dir::State::Lists \"$w/lists\";" "Dir::Cache \"$w/cache\";" 'Acquire::Languages "none";' >"$w/apt.conf"
+  chmod -R a+rX "$w"
+  if ! APT_CONFIG="$w/apt.conf" _packages_as_root apt-get update -qq; then
+    echo "apt-get update from $dir failed" >&2
+    rc=1
+  elif ! APT_CONFIG="$w/apt.conf" DEBIAN_FRONTEND=noninteractive _packages_as_root "${apt[@]}" install "$deb"; then
+    echo "apt-get install $deb with $dir as the only source failed" >&2
+    rc=1
+  fi
+  rm -rf "$w"
+  return $rc
 }
 
 packages_setup() {

@@ -45,7 +45,7 @@ export PEERLAB_PACKAGES_FILE="$tmp/list.txt" PEERLAB_DEB_ROOT="$root" PEERLAB_AP
 
 [ "$(packages_missing build | tr '\n' ' ')" = "peerlab-test-brought peerlab-test-absent " ] || fail "missing: $(packages_missing build)"
 # Without the folder: the required package is missing and named.
-out="$(PEERLAB_DEB_DIR= packages_setup t build 2>&1)" && fail "setup passed without the package"
+out="$(PEERLAB_DEB_DIR='' packages_setup t build 2>&1)" && fail "setup passed without the package"
 grep -q "required and missing: peerlab-test-brought" <<<"$out" || fail "no line naming it: $out"
 # With the folder: unpacked, found, and the optional one only reported.
 out="$(PEERLAB_DEB_DIR="$tmp/debs" packages_setup t build 2>&1)" || fail "setup failed: $out"
@@ -53,7 +53,7 @@ out="$(PEERLAB_DEB_DIR="$tmp/debs" packages_setup t build 2>&1)" || fail "setup 
 grep -q "unpacked into $root from $tmp/debs: peerlab-test-brought_1.0_all.deb" <<<"$out" || fail "not said: $out"
 grep -q "still missing.*peerlab-test-absent" <<<"$out" || fail "optional not reported: $out"
 # The test scope is separate: its required package fails only there.
-PEERLAB_DEB_DIR= packages_setup t "build test" >/dev/null 2>&1 && fail "test scope passed without its package"
+PEERLAB_DEB_DIR='' packages_setup t "build test" >/dev/null 2>&1 && fail "test scope passed without its package"
 
 # A package that still ships /lib lands in /usr through a merged-/usr link: the link stays a link.
 mkdir -p "$tmp/lib-pkg/DEBIAN" "$tmp/lib-pkg/lib/peerlab-test" "$tmp/debs2" "$root/usr/lib"

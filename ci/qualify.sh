@@ -7,10 +7,48 @@
 # --kind (or $PEERLAB_KIND) qualify derives the machine kind from the hardware (e.g. h200-x2-nvswitch).
 # A machine without network: bring the packages it lacks (ci/fetch_packages.sh on a machine with network) and point
 # PEERLAB_DEB_DIR at them; they are unpacked (dpkg -x) when apt-get cannot install.
+#   ci/qualify.sh --help   this text, and peerlab qualify's options (those of harness/cli/cmd_qualify.cc)
+# The options are checked against peerlab qualify's before anything is installed or built: a misspelt one stops here
+# (exit 2), not after the build. The `default` preset (build/default, every architecture CUDA supports: the bundle
+# runs on whatever GPU is there) differs from ci/test.sh's `ci` preset (warnings as errors, two architectures, for
+# CI's time). Then `ci/package.sh --install` installs what was built (the .deb: peerlab on PATH).
 set -uo pipefail
+usage() {
+  sed -n '2,14p' "$0"
+  echo "peerlab qualify's options: ${qualify_options[*]}"
+}
+# peerlab qualify's options, read from its source: add_flag takes no value, add_option one or more.
+src_dir="$(cd "$(dirname "$0")/.." && pwd)"
+mapfile -t qualify_options < <(sed -n 's/.*sub\.add_\(option\|flag\)("\(--[a-z-]*\)".*/\2/p' "$src_dir/harness/cli/cmd_qualify.cc")
+mapfile -t qualify_flags < <(sed -n 's/.*sub\.add_flag("\(--[a-z-]*\)".*/\1/p' "$src_dir/harness/cli/cmd_qualify.cc")
+value_next=""
+for arg in "$@"; do
+  case "$arg" in
+    -h | --help) usage; exit 0 ;;
+    --*)
+      name="${arg%%=*}"
+      if [[ " ${qualify_options[*]} " != *" $name "* ]]; then
+        echo "ci/qualify.sh: peerlab qualify has no option $name (ci/qualify.sh --help)" >&2
+        exit 2
+      fi
+      value_next=1
+      [[ " ${qualify_flags[*]} " == *" $name "* || "$arg" == *=* ]] && value_next=""
+      ;;
+    *)
+      if [ -z "$value_next" ]; then
+        echo "ci/qualify.sh: '$arg' is not an option of peerlab qualify nor the value of one (ci/qualify.sh --help)" >&2
+        exit 2
+      fi
+      ;;
+  esac
+done
+if [ -n "$value_next" ] && [ "${!#}" != "" ] && [[ "${!#}" == --* ]]; then
+  echo "ci/qualify.sh: ${!#} needs a value" >&2
+  exit 2
+fi
 # A relative PEERLAB_DEB_DIR is relative to where the script was started.
 if [ -n "${PEERLAB_DEB_DIR:-}" ] && [ -d "$PEERLAB_DEB_DIR" ]; then PEERLAB_DEB_DIR="$(cd "$PEERLAB_DEB_DIR" && pwd)"; fi
-cd "$(dirname "$0")/.."
+cd "$src_dir" || exit 4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log() { echo "[qualify.sh $(date +%T)] $*"; }

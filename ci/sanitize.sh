@@ -18,7 +18,7 @@
 #                  [--timeout SECONDS] [--shards N] [--jobs N] [--exclude-kernels SUBSTRING]
 # Called by ci/gpu.sh --sanitize. Exit code: 0 no error, 1 errors or timeouts, 2 usage, 3 no compute-sanitizer.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -139,7 +139,8 @@ for line in sys.stdin:
     if "Internal Sanitizer Error" in line:
         internal += 1
 print(max(0, total - internal), internal)')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" ${counts:-0 0} "$rc" "$(( $(date +%s) - start ))" \
+  counts="${counts:-0 0}"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$name" "$shard" "${counts%% *}" "${counts##* }" "$rc" "$(( $(date +%s) - start ))" \
     "$nshards" >"$out/jobs/$tool-$file-$shard.tsv"
   log "$tool $name shard $shard/$nshards: ${counts%% *} errors, ${counts##* } untracked (rc $rc, $(( $(date +%s) - start ))s)"
 }
@@ -177,7 +178,7 @@ untracked=0
 for tool in $tools; do errors[$tool]=0; done
 cat "$out"/jobs/*.tsv >"$out/runs.tsv" 2>/dev/null || : >"$out/runs.tsv"
 jobs_done=0
-while IFS=$'\t' read -r tool name shard e u rc secs _; do
+while IFS=$'\t' read -r tool name shard e u rc _; do
   jobs_done=$((jobs_done + 1))
   errors[$tool]=$(( ${errors[$tool]} + e ))
   untracked=$((untracked + u))

@@ -10,7 +10,7 @@
 # configured by ci/gpu.sh or `cmake --preset default`). Exit code: 0 every fault named correctly, in time, with nothing left behind; 1 not;
 # 2 usage or build failure; 3 no GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 build="${PEERLAB_BUILD_DIR:-build/default}"

@@ -74,21 +74,12 @@ if [ -n "$fetch" ]; then
   # every package they depend on; what the machine has is skipped when unpacking.
   pkgs=(slurmctld slurmd slurm-client munge)
   mapfile -t -O ${#pkgs[@]} pkgs < <(packages_bring)
-  mapfile -t all < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-    --no-replaces --no-enhances "${pkgs[@]}" 2>/dev/null | grep -E '^[a-z0-9]' | sort -u)
-  [ ${#all[@]} -gt 0 ] || { log "apt-cache knows none of ${pkgs[*]}"; exit 1; }
-  missed=()
-  # All at once; one by one where one of them (a virtual package) keeps the others out.
-  if ! (cd "$dir" && apt-get download -qq "${all[@]}" >/dev/null 2>&1); then
-    for p in "${all[@]}"; do
-      (cd "$dir" && apt-get download -qq "$p" >/dev/null 2>&1) || missed+=("$p")
-    done
-  fi
-  [ ${#missed[@]} -gt 0 ] && log "not downloaded (virtual, or not in ${distro:-this distribution}): ${missed[*]}"
+  packages_download "$dir" "${pkgs[@]}" || exit 1
   for p in slurmctld slurmd slurm-client munge; do
     compgen -G "$dir/${p}_*.deb" >/dev/null || { log "$p was not downloaded"; exit 1; }
   done
-  log "$(find "$dir" -maxdepth 1 -name '*.deb' | wc -l) packages of ${distro:-this distribution} ($(du -sh "$dir" | cut -f1)) in $dir"
+  fetched=("$dir"/*.deb)
+  log "${#fetched[@]} packages of ${distro:-this distribution} ($(du -sh "$dir" | cut -f1)) in $dir"
   log "on the GPU machine: ci/slurm_gpu.sh --debs $dir --slurm-only (Slurm alone, seconds), then ci/slurm_gpu.sh --debs $dir"
   exit 0
 fi
@@ -142,7 +133,7 @@ if [ -n "$slurm_only" ]; then
   # Slurm alone, before any build: one node here, a plain job on it.
   SLURM_CLUSTER_LOCAL=1 harness/slurm/testing/slurm_cluster.sh start "$OUT/slurm" | tee "$OUT/slurm-start.txt"
   [ -f "$OUT/slurm/skip" ] && { log "Slurm did not start: $(cat "$OUT/slurm/skip")"; exit 4; }
-  # shellcheck source=/dev/null
+  # shellcheck source=/dev/null  # written by slurm_cluster.sh start
   source "$OUT/slurm/env"
   node="$(hostname -s)"
   sinfo | tee "$OUT/sinfo.txt"
@@ -227,7 +218,7 @@ SLURM_CLUSTER_LOCAL=1 SLURM_CLUSTER_GPUS="$gpus" SLURM_CLUSTER_HEALTHCHECK="$OUT
   SLURM_CLUSTER_PROLOG="$OUT/bin/gate" SLURM_CLUSTER_EPILOG="$OUT/bin/gate" SLURM_CLUSTER_PROLOG_TIMEOUT=900 \
   harness/slurm/testing/slurm_cluster.sh start "$OUT/slurm" | tee "$OUT/slurm-start.txt"
 [ -f "$OUT/slurm/skip" ] && { log "Slurm did not start: $(cat "$OUT/slurm/skip")"; exit 4; }
-# shellcheck source=/dev/null
+# shellcheck source=/dev/null  # written by slurm_cluster.sh start
 source "$OUT/slurm/env"
 state() { sinfo -h -n "$node" -N -o '%T' | head -n 1; }
 reason() { sinfo -h -n "$node" -N -o '%E' | head -n 1; }

@@ -5,8 +5,17 @@
 # without a GPU. Where something optional cannot be installed (no network, no root), it goes on: the tests that need
 # it (Chromium page checks, the PostgreSQL store, the reference change-point cross-check) report themselves skipped.
 #
-#   ci/test.sh            exit 0 when every CPU test passed (skips allowed), 1 otherwise
+#   ci/test.sh            exit 0 when every CPU test passed (skips allowed), 1 otherwise, 2 for an argument
+#   ci/test.sh --help     this text
+# It uses the `ci` preset (build/ci: warnings as errors, machine code for sm_75 and sm_90 only, to fit CI's time);
+# ci/qualify.sh and ci/package.sh build what runs on GPUs with the `default` preset (build/default: every
+# architecture CUDA supports). .ci/run adds ci/shellcheck.sh and ci/ubuntu.sh (Ubuntu 24.04, the package installed).
 set -euo pipefail
+case "${1:-}" in
+  "") ;;
+  -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+  *) echo "ci/test.sh: takes no arguments (got '$1'; ci/test.sh --help)" >&2; exit 2 ;;
+esac
 # A relative PEERLAB_DEB_DIR is relative to where the script was started.
 if [ -n "${PEERLAB_DEB_DIR:-}" ] && [ -d "$PEERLAB_DEB_DIR" ]; then PEERLAB_DEB_DIR="$(cd "$PEERLAB_DEB_DIR" && pwd)"; fi
 cd "$(dirname "$0")/.."

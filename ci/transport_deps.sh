@@ -58,7 +58,9 @@ put() {  # put SOURCE DEST ORIGIN
 n="$work/x/nixl"
 mlibs="$n/.nixl_cu13.mesonpy.libs"
 blibs="$n/nixl_cu13.libs"
-nixl_version="$(ls -d "$n"/nixl_cu13-*.dist-info | sed 's/.*nixl_cu13-\(.*\)\.dist-info/\1/')"
+nixl_info=("$n"/nixl_cu13-*.dist-info)
+nixl_version="${nixl_info[0]##*/nixl_cu13-}"
+nixl_version="${nixl_version%.dist-info}"
 python3 - "$mlibs" "$blibs" "$out/nixl" >"$work/nixl-files.txt" <<'EOF'
 import os, re, subprocess, sys
 mlibs, blibs, out = sys.argv[1:]
@@ -92,7 +94,9 @@ while read -r src dest; do put "$src" "$dest" "nixl-cu13 $nixl_version"; done <"
 
 # UCX with CUDA from libucx-cu13 (its ucm_cuda module needs the wheel's own libcudart: left out, UCX runs without it).
 u="$work/x/ucx/libucx/lib"
-ucx_version="$(cat "$work/x/ucx/libucx/UCX_WHEEL_VERSION.txt" 2>/dev/null || ls -d "$work"/x/ucx/libucx_cu13-*.dist-info | sed 's/.*libucx_cu13-\(.*\)\.dist-info/\1/')"
+ucx_info=("$work"/x/ucx/libucx_cu13-*.dist-info)
+ucx_version="${ucx_info[0]##*/libucx_cu13-}"
+ucx_version="$(cat "$work/x/ucx/libucx/UCX_WHEEL_VERSION.txt" 2>/dev/null || echo "${ucx_version%.dist-info}")"
 for lib in libucp.so.0 libucs.so.0 libuct.so.0 libucm.so.0; do put "$u/$lib" "$out/ucx/lib/$lib" "libucx-cu13 $ucx_version"; done
 for mod in libuct_cuda.so.0 libuct_cma.so.0; do put "$u/ucx/$mod" "$out/ucx/lib/ucx/$mod" "libucx-cu13 $ucx_version"; done
 
@@ -101,9 +105,11 @@ d="$work/x/deb/usr/lib/x86_64-linux-gnu"
 deb_version="$(dpkg-deb -f "$work"/libucx0_*.deb Version)"
 for lib in libucp.so.0 libucs.so.0 libuct.so.0 libucm.so.0 libnuma.so.1; do
   put "$(readlink -f "$d/$lib")" "$out/ucx-debian/lib/$lib" "Debian libucx0 $deb_version / libnuma1"
+  # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
   patchelf --set-rpath '$ORIGIN' "$out/ucx-debian/lib/$lib"
 done
 put "$(readlink -f "$d/ucx/libuct_cma.so.0")" "$out/ucx-debian/lib/ucx/libuct_cma.so.0" "Debian libucx0 $deb_version"
+# shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
 patchelf --set-rpath '$ORIGIN/..' "$out/ucx-debian/lib/ucx/libuct_cma.so.0"
 
 # Checks: every needed library of what was brought resolves inside the folder or is a system library.

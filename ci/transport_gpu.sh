@@ -16,7 +16,7 @@
 # toolkit's lib64 is added to LD_LIBRARY_PATH (UCX's CUDA memory hooks load libcudart.so.13 from there).
 # Exit code: 0 every stage passed, 1 a stage failed, 2 usage, 3 fewer than 2 GPUs or the libraries missing.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 build=build/default

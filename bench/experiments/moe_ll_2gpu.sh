@@ -20,7 +20,7 @@
 # nothing here creates a multicast object. Exit code: 0 every stage ran and passed, 1 a stage failed (the table
 # still prints), 2 usage.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -267,7 +267,7 @@ print("stages failed: " + ("; ".join(failed) if failed else "none"))
 EOF
 
 tar -czf "$out/raw.tar.gz" -C "$work" . 2>/dev/null
-log "done in $(( $(date +%s) - started )) s; files in $out: $(ls "$out" | tr '\n' ' ')"
+log "done in $(( $(date +%s) - started )) s; files in $out: $(cd "$out" && printf '%s ' *)"
 echo
 cat "$out/summary.txt"
 [ ${#failed[@]} -eq 0 ]

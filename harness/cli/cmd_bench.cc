@@ -139,13 +139,19 @@ int runBench(BenchArgs a) {
   if (a.dry_run) {
     std::fputs(qualify::formatPlan(*plan, "peerlab bench").c_str(), stdout);
     std::printf("kind: %s\n", report::describeKind(kind).c_str());
+    std::vector<std::string> stops;  // what would stop a real run before it measures anything
     if (executables.isOk()) {
       std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
     } else {
-      std::printf("bench would stop here (exit 4): %s\n", executables.message().c_str());
+      stops.push_back(executables.message());
     }
     if (const std::string no_code = qualify::missingKernelCode(*topo, host::builtArchitectures()); !no_code.empty())
-      std::printf("bench would stop here (exit 4): %s\n", no_code.c_str());
+      stops.push_back(no_code);
+    for (const std::string& why : stops)
+      std::printf("bench would stop here (exit 4): %s\n", why.c_str());
+    std::fflush(stdout);
+    // A dry run exits as the real run would: 4 where it would stop, the plan printed all the same.
+    if (!stops.empty()) return fail(kCmd, kExitRuntime, "a real run would stop before measuring: " + stops.front());
     return kExitOk;
   }
   if (!executables.isOk()) return fail(kCmd, kExitRuntime, executables.message());

@@ -436,9 +436,14 @@ int runQualify(const QualifyArgs& a) {
           plan->topology.no_gpu_message.empty() ? "no NVIDIA GPU in the topology" : plan->topology.no_gpu_message;
       return fail(kCmd, kExitNoGpu, why);
     }
+    // A dry run exits as the real run would: 4 where it would stop before measuring, the plan printed all the same.
+    auto dryRunExit = [&]() -> int {
+      if (stops.empty()) return kExitOk;
+      return fail(kCmd, kExitRuntime, "a real run would stop before measuring: " + stops.front());
+    };
     if (a.dry_run && a.json) {
       printJson();
-      return kExitOk;
+      return dryRunExit();
     }
     if (a.dry_run) {
       std::fputs(qualify::formatPlan(*plan).c_str(), stdout);
@@ -452,7 +457,8 @@ int runQualify(const QualifyArgs& a) {
         std::printf("executables: all %zu found (%s)\n", plan->jobs.size(), qualify::benchDirectoriesText(ro).c_str());
       for (const std::string& why : stops)
         std::printf("qualify would stop here (exit 4): %s\n", why.c_str());
-      return kExitOk;
+      std::fflush(stdout);
+      return dryRunExit();
     }
   } else if (a.dry_run) {
     return fail(kCmd, kExitUsage, "--dry-run: the run file has no plan and no --fixture was given to plan for");

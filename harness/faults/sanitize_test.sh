@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015  # assertions read "check && ok || fail" and "check && check || fail": both mean fail unless all hold
 # CPU test of ci/sanitize.sh with a stand-in compute-sanitizer and a build directory holding two fake GPU tests:
 # the job pool (tools x tests x shards), the error counts read from the logs, launches the sanitizer could not track
 # kept apart from errors, the kernel exclusion passed through, the report it merges, its exit codes, and bad

@@ -9,7 +9,7 @@ cd "$dir"
 grep -q 'BM_RankAllgather' "$dir/console.txt"
 grep -Eq '"ranks": 3([.]0+e[+]00)?,' "$dir/out.json"
 grep -Eq '"samples": (50|5[.]0+e[+]01),' "$dir/out.json"
-! grep -q 'error_occurred' "$dir/out.json"
+if grep -q 'error_occurred' "$dir/out.json"; then exit 1; fi
 # Only rank 0 reports: its row in the file (a file from another rank would say so), one row on the console.
 grep -Eq '"rank": 0(,|[.])' "$dir/out.json"
 [ "$(grep -c '"name": "BM_RankAllgather' "$dir/out.json")" = 1 ]

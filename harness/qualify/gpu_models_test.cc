@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "reference/testing/testing.h"
 
@@ -139,6 +143,32 @@ TEST(GpuModels, MissingKernelCodeNamesTheArchitecture) {
   EXPECT_NE(missingKernelCode(fromTopology(fermi), "75-real,90").find("sm_35, sm_20"), std::string::npos);
   EXPECT_EQ(missingKernelCode(box("NVIDIA H200", 2, 18, true), "75-real,90"), "");
   EXPECT_EQ(missingKernelCode(fromTopology(dgx2), "native"), "");  // cannot tell: says nothing
+}
+
+// fixtures/expectations marks the machines CUDA 13 cannot run ("cuda13_runs": false, with why): exactly those whose
+// GPUs get no code from a CUDA 13 build of every architecture it supports. Plans and estimates for them are planning
+// exercises; no target counts them (docs/qualify.md).
+TEST(GpuModels, FixturesMarkWhatCuda13CannotRun) {
+  namespace fs = std::filesystem;
+  const std::string cuda13 = "75-real;80-real;90-real;100-real;120";  // CMakeLists.txt's default list for CUDA 13
+  int marked = 0;
+  for (const auto& entry : fs::directory_iterator(testing::sourcePath("fixtures/expectations"))) {
+    std::ifstream in(entry.path());
+    const nlohmann::json e = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(e.is_discarded()) << entry.path();
+    if (e.value("no_nvidia_gpu", false)) continue;
+    PEERLAB_ASSERT_OK_AND_ASSIGN(
+        topology::Topology topo,
+        topology::loadFile(testing::sourcePath("fixtures/" + e["fixture"].get<std::string>())));
+    const std::string no_code = missingKernelCode(fromTopology(topo), cuda13);
+    const bool runs = e.value("cuda13_runs", true);
+    EXPECT_EQ(runs, no_code.empty()) << entry.path() << ": " << (runs ? no_code : "marked as not running on CUDA 13");
+    if (!runs) {
+      ++marked;
+      EXPECT_FALSE(e.value("cuda13_why", std::string()).empty()) << entry.path() << " says not why";
+    }
+  }
+  EXPECT_EQ(marked, 3);  // the DGX-2 (V100), the POWER8 Minsky (P100) and the Kepler/Fermi box
 }
 
 }  // namespace

@@ -21,14 +21,21 @@ namespace fs = std::filesystem;
 
 const std::string kH200x4 = "fixtures/topologies/hwloc/h200x4-vm.xml";
 
+// The plan as JSON; `exit_code`: what the dry run must exit with (4: a real run would stop before measuring).
 nlohmann::json dryRunJson(const std::string& peerlab, std::vector<std::string> args,
-                          const std::vector<std::string>& env = {}) {
+                          const std::vector<std::string>& env = {}, int exit_code = 0) {
   args.insert(args.begin(), {peerlab, "qualify", "--dry-run", "--json"});
   CliRun r = runCommand(args, env);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, exit_code) << r.err;
   nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
   EXPECT_FALSE(doc.is_discarded()) << r.out;
   return doc.is_discarded() ? nlohmann::json::object() : doc;
+}
+
+// What a dry run of the DGX-2 (V100, sm_70) fixture exits with: 4 when this build holds no code for sm_70 (no CUDA 13
+// build does), else 0.
+int dgx2DryRunExit() {
+  return qualify::buildRunsOn(host::builtArchitectures(), 70) == std::optional<bool>(false) ? 4 : 0;
 }
 
 // A copy of the built peerlab alone in <dir>/bin: none of the benchmarks beside it.
@@ -69,7 +76,7 @@ TEST(QualifySetup, DryRunJsonResolvesEveryExecutable) {
 TEST(QualifySetup, MissingExecutablesAreNamedWithTheCommandThatBuildsThem) {
   const std::string dir = scratchDir("qualify-missing");
   const std::string peerlab = lonePeerlab(dir);
-  const nlohmann::json doc = dryRunJson(peerlab, {"--fixture", sourcePath(kH200x4)});
+  const nlohmann::json doc = dryRunJson(peerlab, {"--fixture", sourcePath(kH200x4)}, {}, 4);
   ASSERT_FALSE(doc["jobs"].empty());
   for (const auto& j : doc["jobs"]) {
     EXPECT_EQ(j["found"], false) << j.dump();
@@ -86,11 +93,14 @@ TEST(QualifySetup, MissingExecutablesAreNamedWithTheCommandThatBuildsThem) {
 
   // The text plan says where a real run would stop, and so does bench's.
   CliRun text = runCommand({peerlab, "qualify", "--dry-run", "--fixture", sourcePath(kH200x4)});
-  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.exit_code, 4) << text.err;
+  EXPECT_NE(text.err.find("peerlab qualify: a real run would stop before measuring: peer_copy_bench"),
+            std::string::npos)
+      << text.err;
   EXPECT_NE(text.out.find("qualify would stop here (exit 4): peer_copy_bench (suite peer_copy)"), std::string::npos)
       << text.out;
   CliRun bench = runCommand({peerlab, "bench", "--dry-run", "--fixture", sourcePath(kH200x4), "--suite", "zcopy"});
-  EXPECT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_EQ(bench.exit_code, 4) << bench.err;
   EXPECT_NE(bench.out.find("bench would stop here (exit 4): zcopy_bench (suite zcopy) is not found in"),
             std::string::npos)
       << bench.out;
@@ -108,7 +118,8 @@ TEST(QualifySetup, MissingExecutablesAreNamedWithTheCommandThatBuildsThem) {
   EXPECT_TRUE(installed["stops"].empty()) << installed["stops"].dump();
 
   // --bench-dir: that directory only.
-  const nlohmann::json elsewhere = dryRunJson(peerlab, {"--fixture", sourcePath(kH200x4), "--bench-dir", dir + "/x"});
+  const nlohmann::json elsewhere =
+      dryRunJson(peerlab, {"--fixture", sourcePath(kH200x4), "--bench-dir", dir + "/x"}, {}, 4);
   ASSERT_EQ(elsewhere["stops"].size(), 1u);
   EXPECT_NE(elsewhere["stops"][0].get<std::string>().find("not found in " + dir + "/x (--bench-dir)"),
             std::string::npos)
@@ -140,8 +151,9 @@ TEST(QualifySetup, KindIsDerivedFromTheHardwareAndSaysHow) {
   EXPECT_EQ(derived["kind_basis"].get<std::string>().rfind("4x NVIDIA H200, interconnect unknown", 0), 0u)
       << derived["kind_basis"];
   EXPECT_EQ(derived["kind_overridden"], false);
-  const nlohmann::json dgx = dryRunJson(
-      PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")}, {"PEERLAB_KIND"});
+  const nlohmann::json dgx =
+      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")},
+                 {"PEERLAB_KIND"}, dgx2DryRunExit());
   EXPECT_EQ(dgx["kind"], "v100-x16-nvswitch");
   // An alias of the hardware's kind (from the environment) is filed under the canonical spelling, and says so.
   const nlohmann::json env =
@@ -210,19 +222,29 @@ TEST(QualifySetup, DryRunSaysWhenTheBuildHoldsNoCodeForTheGpus) {
                         Case{"fixtures/topologies/hwloc/power8gpudistances.xml", "sm_60"},
                         Case{"fixtures/topologies/hwloc/32em64t-2n8c2t-pci-wholeio.xml", "sm_35, sm_20"}}) {
     CliRun r = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(c.fixture)});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
+    // The exit code a real run would stop with, and the plan all the same.
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_NE(r.out.find("peerlab qualify plan"), std::string::npos) << r.out;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(std::string("a real run would stop before measuring: this build holds no code for ") + c.sm),
+              std::string::npos)
+        << r.err;
+    CliRun json = runPeerlab({"qualify", "--dry-run", "--json", "--fixture", sourcePath(c.fixture)});
+    EXPECT_EQ(json.exit_code, 4) << json.err;
+    EXPECT_FALSE(nlohmann::json::parse(json.out, nullptr, false).is_discarded()) << json.out;
     EXPECT_NE(r.out.find(std::string("qualify would stop here (exit 4): this build holds no code for ") + c.sm),
               std::string::npos)
         << c.fixture << ":\n"
         << r.out;
   }
   CliRun h200 = runPeerlab({"qualify", "--dry-run", "--fixture", sourcePath(kH200x4)});
+  EXPECT_EQ(h200.exit_code, 0) << h200.err;
   EXPECT_EQ(h200.out.find("holds no code"), std::string::npos) << h200.out;
 }
 
 TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
-  const nlohmann::json dgx =
-      dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")});
+  const nlohmann::json dgx = dryRunJson(
+      PEERLAB_BINARY, {"--fixture", sourcePath("fixtures/topologies/hwloc/nvidiaDGX2.xml")}, {}, dgx2DryRunExit());
   const double estimate = dgx["budget"]["estimate_s"].get<double>();
   double deadlines = 0;
   for (const auto& j : dgx["jobs"]) {

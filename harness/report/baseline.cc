@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
@@ -34,9 +35,23 @@ std::optional<double> medianField(const std::vector<const Result*>& rows, Get ge
   return medianOf(std::move(v));
 }
 
+// key -> that key's rows of one run, by occurrence (the first with the first, as compareRuns matches).
+std::map<std::string, std::vector<const Result*>> rowsByKey(const Run& run) {
+  std::map<std::string, std::vector<const Result*>> out;
+  for (const Result& r : run.results)
+    out[resultKey(r)].push_back(&r);
+  return out;
+}
+
 }  // namespace
 
-StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary) {
+std::string runLevel(const Run& run) {
+  const std::optional<RunPlan> plan = planOfRun(run);
+  return plan ? plan->level : "";
+}
+
+StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary,
+                           const std::vector<NamedRun>& fleet) {
   if (runs.empty()) return PEERLAB_INVALID_ARGUMENT("no run to make a baseline from");
   // The newest run gives the fingerprint, the kind and the plan.
   size_t newest = 0;
@@ -57,13 +72,58 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
       return PEERLAB_INVALID_ARGUMENT(n.file + " fails its own checks (" + formatCounts(v.counts) + "; first: " +
                                       firstFailure(v.checks) + "): a baseline is made from runs that pass");
     }
+    // One level: a baseline holds what its level measures, and is compared at that level.
+    if (runLevel(n.run) != runLevel(last)) {
+      return PEERLAB_INVALID_ARGUMENT(n.file + " was made at level " + runLevel(n.run) + ", " + runs[newest].file +
+                                      " at " + runLevel(last) + ": a baseline is made from runs of one level");
+    }
   }
-  // key -> the rows of every run with that key, by occurrence (the first with the first, as compareRuns matches).
   std::vector<std::map<std::string, std::vector<const Result*>>> byKey(runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    for (const Result& r : runs[i].run.results)
-      byKey[i][resultKey(r)].push_back(&r);
-  }
+  for (size_t i = 0; i < runs.size(); ++i)
+    byKey[i] = rowsByKey(runs[i].run);
+  BaselineSummary sum;
+  sum.level = runLevel(last);
+  // The fleet: every usable run of the kind (the baseline's own runs too), grouped by board.
+  std::map<std::string, std::vector<std::map<std::string, std::vector<const Result*>>>> boards;  // node -> runs
+  std::set<std::pair<std::string, std::string>> seen;  // (node, timestamp): one measurement stored twice counts once
+  nlohmann::json fleetFiles = nlohmann::json::array();
+  auto addFleet = [&](const NamedRun& n, bool checked) {
+    if (!checked) {
+      const std::string other = hardwareMismatch(last.fingerprint, last.kind.name, n.run.fingerprint, n.run.kind.name);
+      if (!other.empty() || n.run.kind.name != last.kind.name) {
+        sum.fleet_skipped.push_back(n.file + ": another kind (" + n.run.kind.name + ")");
+        return;
+      }
+      if (const RunVerdict v = verdictOf(n.run); !v.pass()) {
+        sum.fleet_skipped.push_back(n.file + ": fails its own checks (" + formatCounts(v.counts) + ")");
+        return;
+      }
+    }
+    if (!seen.insert({n.run.node.id, n.run.timestamp}).second) return;
+    boards[n.run.node.id].push_back(rowsByKey(n.run));
+    fleetFiles.push_back({{"file", n.file}, {"node", n.run.node.id}, {"level", runLevel(n.run)}});
+    ++sum.fleet_runs;
+  };
+  for (const NamedRun& n : runs)
+    addFleet(n, true);
+  for (const NamedRun& n : fleet)
+    addFleet(n, false);
+  sum.fleet_boards = static_cast<int>(boards.size());
+  // Each board's time for a key's occurrence: the median over that board's runs that measured it ok.
+  auto fleetTimes = [&](const std::string& key, size_t occurrence) {
+    nlohmann::json times = nlohmann::json::array();
+    for (const auto& [node, boardRuns] : boards) {
+      std::vector<double> v;
+      for (const auto& rows : boardRuns) {
+        auto it = rows.find(key);
+        if (it == rows.end() || occurrence >= it->second.size()) continue;
+        const Result* x = it->second[occurrence];
+        if (x->status == "ok" && x->time_us && std::isfinite(*x->time_us) && *x->time_us > 0) v.push_back(*x->time_us);
+      }
+      if (!v.empty()) times.push_back(medianOf(std::move(v)));
+    }
+    return times;
+  };
   Run out;
   out.schema_version = last.schema_version;
   out.tool = last.tool;
@@ -74,7 +134,6 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
   out.node = last.node;
   if (last.extra.contains("plan")) out.extra["plan"] = last.extra["plan"];
   out.plan = last.plan;
-  BaselineSummary sum;
   sum.runs = static_cast<int>(runs.size());
   std::map<std::string, size_t> used;
   for (const Result& r : last.results) {
@@ -118,6 +177,11 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
       b.extra["runs_time_us"] = std::move(times);
     }
     b.extra["baseline_runs"] = static_cast<int>(rows.size());
+    b.extra.erase("fleet_time_us");
+    if (nlohmann::json times = fleetTimes(key, occurrence); times.size() >= 2) {
+      b.extra["fleet_time_us"] = std::move(times);
+      ++sum.fleet_rows;
+    }
     out.results.push_back(std::move(b));
   }
   sum.results = static_cast<int>(out.results.size());
@@ -129,16 +193,28 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
                     {"kind", n.run.kind.name},
                     {"node", n.run.node.id}});
   }
+  nlohmann::json pairs = nlohmann::json::array();
+  if (const std::optional<RunPlan> plan = planOfRun(last)) {
+    for (const auto& [a, b] : plan->pairs)
+      pairs.push_back(std::to_string(a) + "-" + std::to_string(b));
+  }
+  nlohmann::json boardIds = nlohmann::json::array();
+  for (const auto& [node, boardRuns] : boards)
+    boardIds.push_back(node);
   out.extra["baseline"] = {{"made", utcTimestamp()},
                            {"tool", std::string("peerlab ") + PEERLAB_VERSION},
+                           {"level", sum.level},
+                           {"pairs", pairs},
                            {"runs", sum.runs},
                            {"from", from},
                            {"results", sum.results},
                            {"left_out", sum.left_out},
                            {"not_ok", sum.not_ok},
+                           {"fleet", {{"boards", boardIds}, {"runs", fleetFiles}, {"rows", sum.fleet_rows}}},
                            {"rule",
                             "every result all runs measured (ctest rows excepted), each the median of the runs' "
-                            "medians with the median of their p10_us and p90_us"}};
+                            "medians with the median of their p10_us and p90_us; fleet_time_us: each board's median "
+                            "time from the kind's runs"}};
   if (summary) *summary = sum;
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 
@@ -72,22 +73,111 @@ TEST(Baseline, RefusesOtherHardwareAndRunsThatFail) {
   EXPECT_FALSE(makeBaseline({}).isOk());
 }
 
-// Every committed baseline passes the newest committed run of its kind from the machines it was made on that measured
-// every suite it holds, checked as `qualify --results NEWEST --baseline B` checks it (the checks engine with the
-// baseline, the default noise rule). Runs of other boards of the kind are left out: boards of one kind differ beyond
-// the noise in a few small-message rows (docs/compare.md: 15 of 1369 rows between two 4x H100 boards), which is what
-// a baseline is for; a run that left a suite out (a node without a transport library) misses the baseline's rows.
-TEST(Baseline, CommittedBaselinesPassTheNewestRunOfTheirKind) {
-  const std::string root = peerlab::testing::sourcePath(".");
-  std::vector<NamedRun> runs;
-  for (const char* dir : {"reports/runs", "reports/qualify"}) {
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/" + dir)) {
-      // Run files, and each bundle's results.json (reports/qualify holds other JSON beside them).
-      const std::string name = e.path().filename().string();
-      const bool runFile = std::string(dir) == "reports/runs" ? isRunFileName(name)
-                                                              : name == "results.json" || name == "results.json.gz";
-      if (runFile) runs.push_back(committed(std::filesystem::relative(e.path(), root).string()));
+// A baseline records the level and pairs it was made at and, from the kind's other runs, each board's time per row.
+TEST(Baseline, RecordsLevelPairsAndTheFleet) {
+  const NamedRun a = committed("reports/qualify/2026-11-28-h100-x4-nvswitch-c6c3604-standard/results.json.gz");
+  const NamedRun b = committed("reports/qualify/2026-11-28-h100-x4-nvswitch-15bd040-standard/results.json.gz");
+  const NamedRun quick = committed("reports/qualify/2026-11-28-h100-x4-nvswitch-c6c3604-quick/results.json.gz");
+  const NamedRun other = committed("reports/qualify/2026-11-28-h200-x2-nvswitch-604e39b-standard/results.json.gz");
+  ASSERT_NE(a.run.node.id, b.run.node.id) << "two boards of one kind";
+  BaselineSummary sum;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run base, makeBaseline({a}, &sum, {b, quick, other}));
+  EXPECT_EQ(sum.level, "standard");
+  EXPECT_EQ(base.extra["baseline"]["level"], "standard");
+  EXPECT_EQ(base.extra["baseline"]["pairs"].size(), 12u);  // every ordered pair of 4 GPUs
+  EXPECT_EQ(sum.fleet_boards, 2);
+  EXPECT_EQ(sum.fleet_runs, 3);  // a, b and the quick run of a's board; the other kind is left out and listed
+  ASSERT_EQ(sum.fleet_skipped.size(), 1u);
+  EXPECT_NE(sum.fleet_skipped[0].find("another kind"), std::string::npos) << sum.fleet_skipped[0];
+  EXPECT_GT(sum.fleet_rows, 1000);
+  // A row's fleet times are each board's time: here a's own and b's (a peer_copy row both measured once).
+  std::map<std::string, int> seenA, seenB;
+  for (const Result& r : a.run.results)
+    ++seenA[resultKey(r)];
+  for (const Result& r : b.run.results)
+    ++seenB[resultKey(r)];
+  std::string key;
+  std::optional<double> ta, tb;
+  for (const Result& r : a.run.results) {
+    if (r.suite != "peer_copy" || r.status != "ok" || !r.time_us || seenA[resultKey(r)] != 1) continue;
+    if (seenB[resultKey(r)] != 1) continue;
+    key = resultKey(r);
+    ta = r.time_us;
+    break;
+  }
+  for (const Result& r : b.run.results)
+    if (resultKey(r) == key) tb = r.time_us;
+  ASSERT_TRUE(ta && tb) << key;
+  bool found = false;
+  for (const Result& r : base.results) {
+    if (resultKey(r) != key) continue;
+    found = true;
+    ASSERT_TRUE(r.extra.contains("fleet_time_us")) << r.extra.dump();
+    std::vector<double> times = r.extra["fleet_time_us"].get<std::vector<double>>();
+    std::sort(times.begin(), times.end());
+    EXPECT_EQ(times, (std::vector<double>{std::min(*ta, *tb), std::max(*ta, *tb)}));
+  }
+  EXPECT_TRUE(found);
+  // Runs of two levels do not make one baseline.
+  auto mixed = makeBaseline({a, quick});
+  ASSERT_FALSE(mixed.isOk());
+  EXPECT_NE(mixed.status().message().find("a baseline is made from runs of one level"), std::string::npos)
+      << mixed.status().message();
+}
+
+// The rows both hold are judged; a row of another level is not compared (information), one this run should have
+// measured at the baseline's own level is missing (a failure).
+TEST(Baseline, ComparesWhatBothHoldAtItsLevel) {
+  const NamedRun run = committed("reports/qualify/2026-11-28-h200-x2-nvswitch-604e39b-standard/results.json.gz");
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run base, makeBaseline({run}));
+  ASSERT_TRUE(base.plan.has_value());
+  // The same run with its peer_copy rows of pair 1->0 gone.
+  report::Run fewer = run.run;
+  const auto gone = [](const Result& r) { return r.suite == "peer_copy" && r.src == 1 && r.dst == 0; };
+  const size_t before = fewer.results.size();
+  fewer.results.erase(std::remove_if(fewer.results.begin(), fewer.results.end(), gone), fewer.results.end());
+  ASSERT_LT(fewer.results.size(), before);
+  EvaluateOptions o;
+  o.baseline = &base;
+  const auto checkNamed = [](const RunVerdict& v, const std::string& name) -> const Check* {
+    for (const Check& c : v.checks)
+      if (c.category == "baseline" && c.name == name) return &c;
+    return nullptr;
+  };
+  // At the baseline's level the rows are missing.
+  const RunVerdict same = verdictOf(fewer, o);
+  const Check* missing = checkNamed(same, "baseline results present in this run");
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(missing->status, CheckStatus::kFail) << missing->reason;
+  // Against a baseline of another level they are not compared: listed, not failed.
+  base.plan->level = "full";
+  const RunVerdict other = verdictOf(fewer, o);
+  missing = checkNamed(other, "baseline results present in this run");
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(missing->status, CheckStatus::kPass) << missing->reason;
+  const Check* info = checkNamed(other, "rows not compared at this level");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->status, CheckStatus::kSkipped);
+  EXPECT_NE(info->reason.find("the baseline is of level full, this run of level standard"), std::string::npos)
+      << info->reason;
+  EXPECT_EQ(info->measured_value, static_cast<double>(before - fewer.results.size()));
+  for (const Check& c : other.checks) {
+    if (c.category == "baseline") {
+      EXPECT_NE(c.status, CheckStatus::kFail) << c.name << ": " << c.reason;
     }
+  }
+}
+
+// Every committed baseline records its level and passes the newest committed bundle of its kind at that level, from
+// whichever board it came, checked as `qualify --results NEWEST --baseline B` checks it (the checks engine with the
+// baseline, the default noise rule; small-message rows held to the kind's board-to-board spread). No run is left out.
+TEST(Baseline, CommittedBaselinesPassTheNewestBundleOfTheirKindAtTheirLevel) {
+  const std::string root = peerlab::testing::sourcePath(".");
+  std::vector<NamedRun> bundles;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/reports/qualify")) {
+    const std::string name = e.path().filename().string();
+    if (name == "results.json" || name == "results.json.gz")
+      bundles.push_back(committed(std::filesystem::relative(e.path(), root).string()));
   }
   int baselines = 0;
   for (const auto& e : std::filesystem::directory_iterator(root + "/reports/baselines")) {
@@ -95,25 +185,18 @@ TEST(Baseline, CommittedBaselinesPassTheNewestRunOfTheirKind) {
     ++baselines;
     const NamedRun base = committed(std::filesystem::relative(e.path(), root).string());
     SCOPED_TRACE(base.file);
-    // Named by its kind, holding results.
+    // Named by its kind, holding results, saying its level.
     EXPECT_EQ(e.path().filename().string(), base.run.kind.name + ".json.gz");
     ASSERT_FALSE(base.run.results.empty());
-    std::set<std::string> nodes, suites;
-    for (const auto& f : base.run.extra["baseline"]["from"])
-      if (f.contains("node") && f["node"].is_string()) nodes.insert(f["node"].get<std::string>());
-    for (const Result& r : base.run.results)
-      suites.insert(r.suite);
-    ASSERT_FALSE(nodes.empty()) << "the baseline names the machines it was made on";
+    const std::string level = runLevel(base.run);
+    ASSERT_FALSE(level.empty()) << "a baseline has the plan of the runs it was made from";
+    EXPECT_EQ(base.run.extra["baseline"].value("level", ""), level);
     const NamedRun* newest = nullptr;
-    for (const NamedRun& r : runs) {
-      if (r.run.kind.name != base.run.kind.name || !nodes.count(r.run.node.id)) continue;
-      std::set<std::string> measured;
-      for (const Result& x : r.run.results)
-        measured.insert(x.suite);
-      if (!std::includes(measured.begin(), measured.end(), suites.begin(), suites.end())) continue;
+    for (const NamedRun& r : bundles) {
+      if (r.run.kind.name != base.run.kind.name || runLevel(r.run) != level) continue;
       if (!newest || parseIsoTimestamp(r.run.timestamp) > parseIsoTimestamp(newest->run.timestamp)) newest = &r;
     }
-    ASSERT_NE(newest, nullptr) << "no committed run of kind " << base.run.kind.name;
+    ASSERT_NE(newest, nullptr) << "no committed bundle of kind " << base.run.kind.name << " at level " << level;
     SCOPED_TRACE("newest: " + newest->file);
     PEERLAB_EXPECT_OK(checkSameHardware(base.run, newest->run, "baseline", "--allow-other-hardware"));
     EvaluateOptions o;
@@ -129,7 +212,7 @@ TEST(Baseline, CommittedBaselinesPassTheNewestRunOfTheirKind) {
     EXPECT_GT(baselineChecks, 10);
     EXPECT_TRUE(v.pass()) << formatCounts(v.counts);
   }
-  EXPECT_GE(baselines, 4);
+  EXPECT_GE(baselines, 5);
 }
 
 }  // namespace

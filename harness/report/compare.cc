@@ -215,9 +215,11 @@ Side sideOf(const Result& r, double value) {
   s.samples_us = samplesOf(r);
   s.samples = !s.samples_us.empty() ? static_cast<double>(s.samples_us.size()) : extraNumber(r, "samples").value_or(0);
   if (auto runs = extraNumber(r, "baseline_runs"); runs && *runs >= 1 && *runs <= 1e6) s.runs = static_cast<int>(*runs);
-  if (auto it = r.extra.find("runs_time_us"); it != r.extra.end() && it->is_array() && it->size() <= 10000) {
-    for (const auto& t : *it) {
-      if (t.is_number() && std::isfinite(t.get<double>())) s.runs_us.push_back(t.get<double>());
+  for (auto [key, out] : {std::pair{"runs_time_us", &s.runs_us}, std::pair{"fleet_time_us", &s.fleet_us}}) {
+    if (auto it = r.extra.find(key); it != r.extra.end() && it->is_array() && it->size() <= 10000) {
+      for (const auto& t : *it) {
+        if (t.is_number() && std::isfinite(t.get<double>())) out->push_back(t.get<double>());
+      }
     }
   }
   return s;
@@ -260,16 +262,37 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
   if (!runs_test) {
     d.spread_factor = rule.spread_factor;
     d.noise_pct = std::max(spread(base), spread(fresh));
-    std::vector<double> times;
-    for (double t : base.runs_us) {
-      if (std::isfinite(t) && t > 0) times.push_back(t);
-    }
-    if (times.size() >= 2) {
+    // The range of positive times over their median, percent; nullopt for fewer than two.
+    const auto rangePct = [](const std::vector<double>& v) -> std::optional<double> {
+      std::vector<double> times;
+      for (double t : v) {
+        if (std::isfinite(t) && t > 0) times.push_back(t);
+      }
+      if (times.size() < 2) return std::nullopt;
       std::sort(times.begin(), times.end());
       const size_t n = times.size();
       const double mid = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
-      d.between_pct = (times.back() - times.front()) / mid * 100.0;
-    } else if (rule.jitter_us > 0 && base.time_us && *base.time_us > 0) {
+      return (times.back() - times.front()) / mid * 100.0;
+    };
+    const std::optional<double> between = rangePct(base.runs_us);
+    // How far the kind's boards stand from the base, in the metric's terms: a board whose time is 2.2x the base's
+    // is +120% in time, -55% in bandwidth; without the base's time, the boards' range over their median.
+    std::optional<double> fleet;
+    if (base.fleet_us.size() >= 2 && base.time_us && *base.time_us > 0) {
+      for (double t : base.fleet_us) {
+        if (!std::isfinite(t) || t <= 0) continue;
+        const double pct = std::fabs(higher_is_better ? *base.time_us / t - 1 : t / *base.time_us - 1) * 100.0;
+        fleet = std::max(fleet.value_or(0), pct);
+      }
+    } else {
+      fleet = rangePct(base.fleet_us);
+    }
+    if (between) d.between_pct = *between;
+    if (fleet) {
+      d.fleet_pct = *fleet;
+      d.fleet_boards = static_cast<int>(base.fleet_us.size());
+    }
+    if (!between && !fleet && rule.jitter_us > 0 && base.time_us && *base.time_us > 0) {
       // In the metric's terms: a time jitter_us longer, or for a bandwidth what that longer time gives (at 1 MiB and
       // 10.5 us, 7.5 us of jitter is +71% in time, -42% in bandwidth).
       const double t = *base.time_us;
@@ -277,7 +300,7 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
     }
   }
   const double spreadPct = d.spread_factor * d.noise_pct;
-  d.min_effect_pct = std::max({rule.threshold_pct, spreadPct, d.between_pct, d.jitter_pct});
+  d.min_effect_pct = std::max({rule.threshold_pct, spreadPct, d.between_pct, d.fleet_pct, d.jitter_pct});
   const bool beyond = std::fabs(d.change_pct) > d.min_effect_pct;
   if (!beyond || !d.significant) {
     d.verdict = Verdict::kSame;
@@ -287,7 +310,7 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
     d.verdict = Verdict::kImproved;
   }
   // The rule in one line: the change against the minimum effect, what set it, every term, then the noise test.
-  char buf[320];
+  char buf[400];
   if (runs_test) {
     std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (threshold %g%%; the noise test is across runs); ",
                   d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, rule.threshold_pct);
@@ -298,15 +321,19 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
         std::snprintf(buf, sizeof buf, "jitter %g us / %.4g us", rule.jitter_us, *base.time_us);
       } else if (d.min_effect_pct == d.between_pct) {
         std::snprintf(buf, sizeof buf, "range of %zu runs' times", base.runs_us.size());
+      } else if (d.min_effect_pct == d.fleet_pct) {
+        std::snprintf(buf, sizeof buf, "the farthest of the kind's %d boards", d.fleet_boards);
       } else {
         std::snprintf(buf, sizeof buf, "%g x p10-p90 spread %.1f%%", rule.spread_factor, d.noise_pct);
       }
       why = buf;
     }
-    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (%s; threshold %g%%, %g x spread %.1f%%, %s %.1f%%); ",
+    char fleetTerm[48] = "";
+    if (d.fleet_boards > 0) std::snprintf(fleetTerm, sizeof fleetTerm, ", between boards %.1f%%", d.fleet_pct);
+    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (%s; threshold %g%%, %g x spread %.1f%%, %s %.1f%%%s); ",
                   d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, why.c_str(), rule.threshold_pct,
                   rule.spread_factor, spreadPct, d.between_pct > 0 ? "between runs" : "jitter",
-                  d.between_pct > 0 ? d.between_pct : d.jitter_pct);
+                  d.between_pct > 0 ? d.between_pct : d.jitter_pct, fleetTerm);
   }
   d.rule = buf;
   d.rule += d.testCell();
@@ -317,7 +344,10 @@ std::string ChangeDecision::minEffectCell() const {
   char buf[48];
   const char* why = "";
   if (min_effect_pct > threshold_pct) {
-    why = min_effect_pct == jitter_pct ? " jitter" : min_effect_pct == between_pct ? " runs" : " spread";
+    why = min_effect_pct == jitter_pct    ? " jitter"
+          : min_effect_pct == between_pct ? " runs"
+          : min_effect_pct == fleet_pct   ? " fleet"
+                                          : " spread";
   }
   std::snprintf(buf, sizeof buf, "%.1f%%%s", min_effect_pct, why);
   return buf;
@@ -356,11 +386,12 @@ nlohmann::json toJson(const NoiseRule& rule) {
 }
 
 std::string describeNoiseRule(const NoiseRule& rule) {
-  char buf[600];
+  char buf[700];
   std::snprintf(buf, sizeof buf,
                 "a change counts when it is larger than the minimum effect (the largest of the threshold %g%%, %g x "
                 "either run's p10-p90 spread over its median, and, for a time, the range of a multi-run baseline's "
-                "times, else %g us of jitter between two processes, over the base time) and the noise test finds it: "
+                "times and of the kind's boards' times where the baseline records them, else %g us of jitter "
+                "between two processes, over the base time) and the noise test finds it: "
                 "Mann-Whitney U p < %g with >= %zu samples a side, else the p10-p90 ranges apart, else the minimum "
                 "effect alone",
                 rule.threshold_pct, rule.spread_factor, rule.jitter_us, rule.alpha, rule.min_samples);
@@ -376,6 +407,8 @@ nlohmann::json toJson(const ChangeDecision& d) {
           {"noise_pct", d.noise_pct},
           {"spread_factor", d.spread_factor},
           {"between_pct", d.between_pct},
+          {"fleet_pct", d.fleet_pct},
+          {"fleet_boards", d.fleet_boards},
           {"jitter_pct", d.jitter_pct},
           {"min_effect_pct", d.min_effect_pct},
           {"threshold_pct", d.threshold_pct},

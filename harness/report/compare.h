@@ -56,6 +56,9 @@ std::string formatBytes(double bytes);
 ///     own spread (host-driven NCCL, UCX and NIXL most);
 ///   - against a base of several runs (a baseline that records each run's time), the range of those times over their
 ///     median instead of the jitter: what that row's time really does from process to process;
+///   - against a baseline that records the kind's fleet (each board's time for the row, from the committed runs of
+///     that kind), how far the farthest board stands from the base, also instead of the jitter: a new board is held
+///     to how far the kind's boards stand apart, not to one board's noise (small-message rows differ most);
 /// and the noise test finds it significant: Mann-Whitney U (p < alpha, at least `min_samples` samples a side), else
 /// the two p10..p90 ranges apart, else the minimum effect alone ("threshold"); or a test made elsewhere over many runs
 /// (E-Divisive's permutation test, the fleet's modified z-score), which then replaces the spread, range and jitter.
@@ -83,6 +86,9 @@ struct Side {
   double samples = 0;              ///< samples behind the value (samples_us, or the result's "samples")
   int runs = 1;                    ///< runs behind the value (a history segment, a fleet, a baseline)
   std::vector<double> runs_us;     ///< each run's time, where a baseline of several runs recorded them
+  /// Each board's time (the median of that machine's runs) across the kind's fleet, where a baseline recorded them
+  /// ("fleet_time_us"): how far boards of one kind stand apart, the noise a new board is judged with.
+  std::vector<double> fleet_us;
 };
 
 /// A noise test made elsewhere over many runs.
@@ -105,6 +111,8 @@ struct ChangeDecision {
   double noise_pct = 0;       ///< the larger within-run spread of the two sides
   double spread_factor = 0;   ///< the rule's factor on noise_pct
   double between_pct = 0;     ///< the range of a multi-run base's times over their median (0 when not known)
+  double fleet_pct = 0;       ///< how far the kind's boards stand from the base (the farthest, percent; 0: not known)
+  int fleet_boards = 0;       ///< boards behind fleet_pct
   double jitter_pct = 0;      ///< jitter_us over the base time (for a bandwidth, over base time + jitter), percent
   double min_effect_pct = 0;  ///< max(threshold, spread_factor x noise, between, jitter)
   double threshold_pct = 0;

@@ -681,6 +681,46 @@ TEST(Compare, EveryRowCarriesTheRuleThatDecidedIt) {
   EXPECT_NE(table.find("p10-p90 apart n=25/25"), std::string::npos) << table;
 }
 
+// A baseline that records the kind's boards holds a new run to how far those boards stand from it, instead of one
+// board's jitter: a board whose small-message time is 2.2x another's passes against a baseline made on the other
+// board, a time beyond every board fails.
+TEST(Compare, TheFleetsBoardsSetTheNoiseOfABaseline) {
+  Side base, fresh;
+  base.value = base.time_us.emplace(2.23);
+  base.runs = 2;
+  base.runs_us = {2.2, 2.25};    // the baseline's own runs, one board: 2.2%
+  base.fleet_us = {2.23, 4.97};  // the kind's two boards
+  fresh.value = fresh.time_us.emplace(4.9);
+  const ChangeDecision within = decideChange(false, base, fresh, NoiseRule{});
+  EXPECT_EQ(within.verdict, Verdict::kSame) << within.rule;
+  EXPECT_NEAR(within.fleet_pct, (4.97 / 2.23 - 1) * 100, 1e-9);
+  EXPECT_EQ(within.fleet_boards, 2);
+  EXPECT_DOUBLE_EQ(within.jitter_pct, 0);
+  EXPECT_NE(within.rule.find("the farthest of the kind's 2 boards"), std::string::npos) << within.rule;
+  EXPECT_NE(within.rule.find("between boards 122.9%"), std::string::npos) << within.rule;
+  EXPECT_EQ(within.minEffectCell(), "122.9% fleet");
+  fresh.value = fresh.time_us.emplace(6.0);
+  EXPECT_EQ(decideChange(false, base, fresh, NoiseRule{}).verdict, Verdict::kRegressed);
+  // Without the fleet, the baseline's own runs (2.2% apart) would have failed the other board.
+  base.fleet_us.clear();
+  fresh.value = fresh.time_us.emplace(4.9);
+  EXPECT_EQ(decideChange(false, base, fresh, NoiseRule{}).verdict, Verdict::kRegressed);
+  // A bandwidth: the board 2.2x slower in time is 55% lower in bandwidth; that is the allowance.
+  Side bw = base, bwFresh;
+  bw.fleet_us = {2.23, 4.97};
+  bw.value = 100;
+  bwFresh.value = 46;
+  bwFresh.time_us = 4.85;
+  const ChangeDecision band = decideChange(true, bw, bwFresh, NoiseRule{});
+  EXPECT_NEAR(band.fleet_pct, (1 - 2.23 / 4.97) * 100, 1e-9);
+  EXPECT_EQ(band.verdict, Verdict::kSame) << band.rule;
+  // The field reads from a baseline's row.
+  Result r;
+  r.time_us = 2.23;
+  r.extra["fleet_time_us"] = {2.23, 4.97};
+  EXPECT_EQ(sideOf(r, 2.23).fleet_us, (std::vector<double>{2.23, 4.97}));
+}
+
 // History and fleet judge a change with a test across runs: the rule keeps the threshold and names the test, and a
 // within-run spread or the jitter between two processes (which a run-to-run test already covers) are not applied.
 TEST(Compare, ATestAcrossRunsReplacesSpreadAndJitter) {

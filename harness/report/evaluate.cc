@@ -543,7 +543,7 @@ void coverageChecks(const Run& run, const RunPlan& plan, const std::set<std::str
   }
 }
 
-void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>& out) {
+void baselineChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& o, std::vector<Check>& out) {
   if (!o.baseline) {
     // Without the baseline run the checks made against it are kept as the run stored them.
     if (!run.extra.is_object() || !run.extra.contains("qualify") || !run.extra["qualify"].is_object()) return;
@@ -563,13 +563,31 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
   std::set<std::string> suitesRun;
   for (const Result& r : run.results)
     suitesRun.insert(r.suite);
-  std::vector<std::string> missing;
+  // The rows both hold are judged. A baseline row this run should have measured (same level, its suite ran, its pair
+  // in this run's plan) and did not is missing; the others, and this run's rows the baseline lacks, are not compared
+  // at this level: information, not a failure. A side without a plan has no level to tell: it counts as the same.
+  const std::optional<RunPlan> basePlan = planOfRun(*o.baseline);
+  const std::optional<RunPlan> runPlan = plan ? std::optional<RunPlan>(*plan) : planOfRun(run);
+  const std::string baseLevel = basePlan ? basePlan->level : "unknown";
+  const std::string runLevel = runPlan ? runPlan->level : "unknown";
+  const bool sameLevel = !basePlan || !runPlan || baseLevel == runLevel;
+  std::set<std::pair<int, int>> runPairs;
+  if (runPlan) runPairs.insert(runPlan->pairs.begin(), runPlan->pairs.end());
+  const auto expectedHere = [&](const Result& b) {
+    if (!suitesRun.count(b.suite) || !sameLevel) return false;
+    return !(runPlan && b.src && b.dst && *b.src != *b.dst && !runPairs.count({*b.src, *b.dst}));
+  };
+  std::vector<std::string> missing, notCompared, newOnly;
   for (const CompareRow& row : rep.rows) {
     if (row.verdict == Verdict::kOnlyBase) {
-      if (suitesRun.count(row.base->suite)) missing.push_back(describeResult(*row.base));
+      (expectedHere(*row.base) ? missing : notCompared).push_back(describeResult(*row.base));
       continue;
     }
-    if (row.verdict == Verdict::kOnlyNew || row.verdict == Verdict::kUnchangedStatus) continue;
+    if (row.verdict == Verdict::kOnlyNew) {
+      if (row.fresh->suite != "test") newOnly.push_back(describeResult(*row.fresh));
+      continue;
+    }
+    if (row.verdict == Verdict::kUnchangedStatus) continue;
     const Result& r = *row.fresh;
     std::string measured, expected;
     if (row.metric == "status") {
@@ -595,13 +613,26 @@ void baselineChecks(const Run& run, const EvaluateOptions& o, std::vector<Check>
                       "baseline.regressed"));
   }
   out.push_back(act(make("baseline", "baseline results present in this run", passOrFail(missing.empty()),
-                         std::to_string(missing.size()) + " missing", "0 missing", "the baseline run's results",
-                         missing.empty() ? "every baseline result of the suites that ran was measured again"
-                                         : "missing: " + joinSome(missing, 4) +
-                                               " (was the baseline made in another mode, --quick/--full, or with "
-                                               "other pairs?)",
+                         std::to_string(missing.size()) + " missing", "0 missing",
+                         "the baseline's results of this level (" + baseLevel + "), its suites that ran and its pairs",
+                         missing.empty() ? "every baseline result this run's plan covers was measured again"
+                                         : "missing: " + joinSome(missing, 4),
                          static_cast<double>(missing.size()), 0.0),
                     "baseline.missing"));
+  if (!notCompared.empty() || !newOnly.empty()) {
+    std::string why;
+    if (!sameLevel) why = "the baseline is of level " + baseLevel + ", this run of level " + runLevel;
+    if (why.empty()) why = "suites or pairs one of them did not run";
+    std::string list;
+    if (!notCompared.empty()) list += "only in the baseline: " + joinSome(notCompared, 3);
+    if (!newOnly.empty()) list += std::string(list.empty() ? "" : "; ") + "only in this run: " + joinSome(newOnly, 3);
+    out.push_back(make(
+        "baseline", "rows not compared at this level", CheckStatus::kSkipped,
+        std::to_string(notCompared.size()) + " baseline rows, " + std::to_string(newOnly.size()) + " rows of this run",
+        "-", "rows one side holds and the other's level, suites or pairs did not measure",
+        "not compared: " + why + " (" + list + ")", static_cast<double>(notCompared.size() + newOnly.size()),
+        std::nullopt));
+  }
 }
 
 }  // namespace
@@ -665,7 +696,7 @@ std::vector<Check> evaluateChecks(const Run& run, const RunPlan* plan, const Eva
     latencyChecks(run, *plan, out, matched);
     coverageChecks(run, *plan, planned, matched, out);
   }
-  baselineChecks(run, options, out);
+  baselineChecks(run, plan, options, out);
   return out;
 }
 

@@ -287,7 +287,7 @@ TEST(MachineKind, EveryCommittedFileCarriesItsCanonicalKindAndIsNamedByIt) {
       auto run = readRun(e.path().string());
       ASSERT_TRUE(run.isOk()) << run.status().toString();
       expectKind(e.path(), stated(e.path()), run->fingerprint.gpus);
-      EXPECT_EQ(run->kind.name, stated(e.path())["kind"]) << e.path();
+      EXPECT_EQ(run->kind.name, stated(e.path())["kind"].get<std::string>()) << e.path();
     }
   }
   for (const auto& e : fs::directory_iterator(root / "qualify")) {

@@ -21,7 +21,7 @@
 #include "harness/report/json_in.h"
 #include "reference/core/devices.h"
 #include "reference/core/files.h"
-#include "reference/nccl/comm.h"
+#include "reference/nccl/version.h"
 
 namespace peerlab::report {
 
@@ -706,7 +706,7 @@ Fingerprint collectFingerprint() {
   DriverVersions v = driverVersions();
   fp.driver = !v.release.empty() ? v.release : (v.driver_api ? formatCudaVersion(v.driver_api) : "none");
   fp.cuda_runtime = v.runtime_api ? formatCudaVersion(v.runtime_api) : "unknown";
-  fp.nccl = nccl::versionString();
+  fp.nccl = nccl::loadedVersionString();
   if (auto devices = listDevices(); devices.isOk()) {
     for (const auto& d : *devices)
       fp.gpus.push_back({d.ordinal, d.uuid, d.bus_id, d.name});

@@ -20,7 +20,7 @@
 #include "reference/core/devices.h"
 #include "reference/core/files.h"
 #include "reference/core/local_bootstrap.h"
-#include "reference/nccl/comm.h"
+#include "reference/nccl/version.h"
 
 namespace peerlab::probe {
 
@@ -1016,7 +1016,7 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   if (::gethostname(host, sizeof(host) - 1) == 0) fp.hostname = host;
   fp.driver = inventory.driverString();
   fp.cuda_runtime = inventory.runtime_api > 0 ? formatCudaVersion(inventory.runtime_api) : "unknown";
-  fp.nccl = nccl::versionString();
+  fp.nccl = nccl::loadedVersionString();
   for (const GpuInfo& g : inventory.gpus)
     fp.gpus.push_back({g.ordinal, g.uuid, g.bus_id, g.name});
 
