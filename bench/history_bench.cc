@@ -54,7 +54,8 @@ report::Run makeRun(int index, int results, std::mt19937_64& rng) {
   char ts[32];
   std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
   run.timestamp = ts;
-  run.fingerprint = {"node-" + std::to_string(index % 4), index < 700 ? "580.159.04" : "590.10", "13.0", "2.28.3", {}};
+  run.fingerprint = {
+      "node-" + std::to_string(index % 4), index < 700 ? "580.159.04" : "590.10", "13.0", "2.28.3", {}, {}};
   for (int g = 0; g < 4; ++g)
     run.fingerprint.gpus.push_back({g, "GPU-" + run.fingerprint.hostname + "-" + std::to_string(g), "", "NVIDIA H200"});
   run.node = report::nodeIdentity(run.fingerprint, "");

@@ -1,8 +1,20 @@
 // Untrusted input at the command line and in the files commands read: an unknown command, probe method names from a
 // user or a file, strings that would drive a terminal or a shell, injected probe faults, symlinks in an output
 // directory. Each case asserts the exit code, the one line on stderr and that nothing was written or changed.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef PEERLAB_TEST_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +22,7 @@
 
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
+#include "harness/watchdog/probe_cache.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::testing {
@@ -160,8 +173,8 @@ TEST_F(ReproInput, InjectedFailuresAreNotDriverFaults) {
 }
 
 #ifdef PEERLAB_STANDIN_PATH
-// `peerlab probe` under PEERLAB_PROBE_INJECT with the stand-in worker: the run file says so at the top and in the cell
-// the fault hit, --json - puts only the run file on stdout, and the console says INJECTED.
+// `peerlab probe` under PEERLAB_PROBE_INJECT with the stand-in worker: the run file says so in its fingerprint and in
+// the cell the fault hit, --json - puts only the run file on stdout, and the console says INJECTED.
 TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
   const std::string dir = scratchDir("probe-input");
   const std::vector<std::string> env = {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
@@ -171,9 +184,10 @@ TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(doc.is_discarded()) << "stdout is not one JSON document:\n" << r.out.substr(0, 400);
-  ASSERT_TRUE(doc.contains("injected")) << doc.dump().substr(0, 400);
-  EXPECT_EQ(doc["injected"]["probe_inject"], "corrupt:ce_write:0:1");
-  EXPECT_EQ(doc["injected"]["worker"], PEERLAB_STANDIN_PATH);
+  ASSERT_TRUE(doc["fingerprint"].contains("injected")) << doc.dump().substr(0, 400);
+  EXPECT_FALSE(doc.contains("injected")) << "one home: the fingerprint's";
+  EXPECT_EQ(doc["fingerprint"]["injected"]["probe_inject"], "corrupt:ce_write:0:1");
+  EXPECT_EQ(doc["fingerprint"]["injected"]["probe_worker"], PEERLAB_STANDIN_PATH);
   int marked = 0;
   for (const auto& res : doc["results"]) {
     if (!res.contains("injected")) continue;
@@ -190,13 +204,210 @@ TEST(ProbeInput, InjectedProbeIsMarkedAndJsonDashIsTheOnlyStdout) {
   CliRun plain = runPeerlab({"probe", "--no-cache", "--sizes", "4K", "--json", dir + "/new/dir/p.json"},
                             {env[0], env[1], "XDG_CACHE_HOME=" + dir});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
-  EXPECT_NE(plain.out.find("INJECTED: worker "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("INJECTED: stand-in probe worker "), std::string::npos) << plain.out;
   auto file = report::readRun(dir + "/new/dir/p.json");
   ASSERT_TRUE(file.isOk()) << file.status().message();
-  EXPECT_TRUE(file->extra["injected"]["probe_inject"].is_null());
+  EXPECT_TRUE(file->fingerprint.injected.probe_inject.empty());
+  EXPECT_EQ(file->fingerprint.injected.probe_worker, PEERLAB_STANDIN_PATH);
+  fs::remove_all(dir);
+}
+
+// A cache planted by another user (its checksum recomputed over a forged verdict) is ignored with a line naming its
+// owner, and the probe probes again: the forged "corrupt" cell is not reported. The cache lives in a 0700 directory.
+TEST(ProbeInput, AnotherUsersCacheIsIgnoredWithALine) {
+  if (::geteuid() != 0) GTEST_SKIP() << "another user's file needs root to make";
+  const std::string dir = scratchDir("probe-foreign-cache");
+  const std::vector<std::string> env = {std::string("PEERLAB_PROBE_WORKER=") + PEERLAB_STANDIN_PATH,
+                                        "PEERLAB_STANDIN_GPUS=2", "XDG_CACHE_HOME=" + dir};
+  const std::vector<std::string> args = {"probe", "--methods", "ce_write", "--sizes", "4K"};
+  CliRun first = runPeerlab(args, env);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const std::string cache = dir + "/peerlab/probe.json";
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/peerlab").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  auto entry = probe::decodeCache(readFile(cache));
+  ASSERT_TRUE(entry.isOk()) << entry.status().message();
+  for (probe::CellReport& c : entry->cells) {
+    c.result.verdict = probe::Verdict::kCorrupt;
+    c.result.wrong = 1;
+  }
+  ASSERT_TRUE(writeFile(cache, probe::encodeCache(*entry)));
+  ASSERT_EQ(::chown(cache.c_str(), 65534, 65534), 0);
+  CliRun again = runPeerlab(args, env);
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.err.find(cache + ": owned by uid 65534, not by this user (uid 0); ignored; probing again"),
+            std::string::npos)
+      << again.err;
+  EXPECT_EQ(again.out.find("cached:"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("2 ok, 0 corrupt"), std::string::npos) << again.out;
   fs::remove_all(dir);
 }
 #endif
+
+// What a run of peerlab took: its exit code, wall time and peak resident memory (wait4's rusage, so the figure is the
+// child's own, however the test itself grew).
+struct Measured {
+  int exit_code = -1;
+  double wall_s = 0;
+  long max_rss_kib = 0;
+  std::string err;
+};
+
+Measured measure(const std::vector<std::string>& args, double deadline_s = 30) {
+  Measured m;
+  const std::string errPath = scratchDir("measure") + "/err";
+  std::vector<std::string> argv = {PEERLAB_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      ::dup2(fd, 2);
+      ::dup2(fd, 1);
+    }
+    ::alarm(static_cast<unsigned>(deadline_s));  // a read that never ends is a failure, not a hang of the test
+    std::vector<char*> cargv;
+    for (std::string& a : argv)
+      cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  if (pid > 0 && ::wait4(pid, &status, 0, &usage) == pid) {
+    m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    m.max_rss_kib = usage.ru_maxrss;
+  }
+  m.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.err = readFile(errPath);
+  return m;
+}
+
+#ifdef PEERLAB_TEST_HAVE_ZLIB
+// A valid run file whose results are followed by `zeros` more JSON values ("0,0,0,..." in an unknown key), gzip'd as
+// it is written (the text itself is never held): a small file that inflates to 2 x `zeros` bytes. `trailer_bytes`,
+// when not 0, is written into the gzip trailer's length in place of the true one (a bomb that lies about its size).
+std::string writeBomb(const std::string& path, size_t zeros, uint32_t trailer_bytes = 0) {
+  auto run = report::readRun(sourcePath("reports/schema/sample-run.json"));
+  EXPECT_TRUE(run.isOk()) << run.status().message();
+  std::string head = report::toJson(*run).dump();
+  head.pop_back();  // the closing brace
+  head += ",\"padding\":[";
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out;
+  auto feed = [&](const std::string& text, int flush) {
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+    z.avail_in = static_cast<uInt>(text.size());
+    char buf[1 << 16];
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(buf);
+      z.avail_out = sizeof buf;
+      deflate(&z, flush);
+      out.append(buf, sizeof buf - z.avail_out);
+    } while (z.avail_out == 0);
+  };
+  feed(head, Z_NO_FLUSH);
+  std::string chunk;
+  for (int i = 0; i < 1 << 19; ++i)
+    chunk += "0,";
+  for (size_t done = 0; done + (1 << 19) <= zeros; done += 1 << 19)
+    feed(chunk, Z_NO_FLUSH);
+  feed("0]}", Z_FINISH);
+  deflateEnd(&z);
+  if (trailer_bytes != 0) std::memcpy(out.data() + out.size() - 4, &trailer_bytes, 4);
+  EXPECT_TRUE(writeFile(path, out));
+  return out;
+}
+
+// A .json.gz bomb (a valid run and 250 million zeros: 500 MB inflated from under 1 MB) is refused in under a second
+// using less than 256 MiB, whether its gzip trailer says how large it is or lies, and so is a smaller one whose text
+// fits the size bound but holds 30 million values; report, ingest and baseline make alike.
+TEST(InputBounds, GzipBombIsRefusedFastInLittleMemory) {
+  const std::string dir = scratchDir("bomb");
+  const std::string honest = dir + "/bomb.json.gz";
+  const std::string liar = dir + "/liar.json.gz";
+  const std::string values = dir + "/values.json.gz";
+  const size_t compressed = writeBomb(honest, size_t{250} << 20).size();
+  EXPECT_LT(compressed, size_t{1} << 20);
+  std::printf("bomb: %zu bytes of gzip, 500 MiB of JSON\n", compressed);
+  writeBomb(liar, size_t{250} << 20, 4096);
+  writeBomb(values, size_t{30} << 20);
+  struct Case {
+    std::string file, says;
+  };
+  for (const Case& c :
+       {Case{honest, "inflates past the 64 MiB allowed"}, Case{liar, "inflates past the 64 MiB allowed"},
+        Case{values, "more than the 2000000 JSON values allowed"}}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"report", c.file, "--summary", dir + "/s.md"},
+          std::vector<std::string>{"history", "ingest", "--db", dir + "/h.sqlite", c.file},
+          std::vector<std::string>{"baseline", "make", "--from", c.file, "--out", dir + "/b.json"}}) {
+      const Measured m = measure(args);
+      EXPECT_EQ(m.exit_code, 2) << args[0] << " " << c.file << ": " << m.err;
+      EXPECT_NE(m.err.find(c.says), std::string::npos) << args[0] << ": " << m.err;
+      EXPECT_NE(m.err.find(c.file), std::string::npos) << m.err;
+      EXPECT_LT(m.wall_s, 1.0) << args[0] << " " << c.file;
+      EXPECT_LT(m.max_rss_kib, 256 * 1024) << args[0] << " " << c.file;
+      std::printf("%s %s: exit %d in %.3f s, %ld MiB\n", args[0].c_str(), fs::path(c.file).filename().c_str(),
+                  m.exit_code, m.wall_s, m.max_rss_kib / 1024);
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/s.md"));
+  EXPECT_FALSE(fs::exists(dir + "/b.json"));
+  // The largest committed run reads with room to spare, through the same bounds.
+  const Measured big = measure(
+      {"report", sourcePath("reports/runs/2026-11-28-h100-x4-nvswitch-15bd040.json.gz"), "--summary", dir + "/big.md"});
+  EXPECT_NE(big.exit_code, 2) << big.err;
+  EXPECT_TRUE(fs::exists(dir + "/big.md"));
+  fs::remove_all(dir);
+}
+#else
+TEST(InputBounds, GzipBombIsRefusedFastInLittleMemory) {
+  GTEST_SKIP() << "built without zlib: gzip-compressed run files are refused altogether";
+}
+#endif
+
+// Only regular files are read: /dev/zero, a *.json symlink to it, a FIFO and a socket are refused at once (exit 2,
+// naming what they are), never read without bound or waited on.
+TEST(InputBounds, OnlyRegularFilesAreRead) {
+  const std::string dir = scratchDir("not-regular");
+  const std::string link = dir + "/zero.json";
+  fs::create_symlink("/dev/zero", link);
+  const std::string fifo = dir + "/fifo.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string sock = dir + "/sock.json";
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  struct Case {
+    std::string file, says;
+  };
+  for (const Case& c :
+       {Case{"/dev/zero", "/dev/zero: a character device, not a regular file"},
+        Case{link, "zero.json (a symlink to /dev/zero): a character device, not a regular file"},
+        Case{fifo, "fifo.json: a FIFO, not a regular file"}, Case{sock, "sock.json: a socket, not a regular file"}}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"report", c.file},
+          std::vector<std::string>{"history", "ingest", "--db", dir + "/h.sqlite", c.file},
+          std::vector<std::string>{"qualify", "--results", c.file, "--out", dir + "/q"},
+          std::vector<std::string>{"qualify", "--dry-run", "--config", c.file},
+          std::vector<std::string>{"topo", "--fixture", c.file}}) {
+      const Measured m = measure(args, 20);
+      EXPECT_EQ(m.exit_code, 2) << args[0] << " " << c.file << ": " << m.err;
+      EXPECT_NE(m.err.find(c.says), std::string::npos) << args[0] << " " << args[1] << ": " << m.err;
+      EXPECT_LT(m.wall_s, 5.0) << args[0] << " " << c.file;
+      EXPECT_LT(m.max_rss_kib, 256 * 1024) << args[0] << " " << c.file;
+    }
+  }
+  ::close(sfd);
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace peerlab::testing

@@ -15,6 +15,7 @@
 #include "harness/qualify/runner.h"
 #include "harness/report/report.h"
 #include "reference/core/files.h"
+#include "reference/core/text.h"
 #include "reference/host/host_copy.h"
 
 namespace peerlab::cli {
@@ -168,7 +169,7 @@ int runBench(BenchArgs a) {
   const std::vector<qualify::BenchJob>& jobs = plan->jobs;
 
   report::Run run = report::newRun();
-  run.fingerprint = report::collectFingerprint();
+  run.fingerprint = report::collectFingerprint({.probe = a.probe, .nvml = false});
   const std::string out = a.out.empty() ? qualify::defaultOutputName("peerlab-bench") + ".json" : a.out;
   qualify::Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
   // The verified probe first (--probe), so that the run file carries the probe matrix beside the benchmarks.
@@ -208,6 +209,10 @@ int runBench(BenchArgs a) {
   progress.finish("wrote " + out + ": " + std::to_string(run.results.size()) + " results, " +
                   std::to_string(failedResults) + " failed, " + std::to_string(outcome.failed_jobs) + " of " +
                   std::to_string(jobs.size()) + " processes failed");
+  if (run.fingerprint.injected.any()) {
+    std::printf("peerlab bench: INJECTED: %s: these figures are not this machine's own\n",
+                printable(run.fingerprint.injected.describe(), 600).c_str());
+  }
   if (outcome.interrupted) return fail(kCmd, kExitRuntime, "interrupted; partial results written to " + out);
   return failedResults || outcome.failed_jobs ? kExitCheckFailed : kExitOk;
 }

@@ -34,11 +34,9 @@ struct HealthArgs {
 int runHealth(const HealthArgs& a) {
   std::string text = qualify::defaultConfigText();
   if (!a.config.empty()) {
-    std::ifstream f(a.config);
-    if (!f) return fail(kCmd, kExitUsage, a.config + ": cannot read");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
+    auto read = qualify::readConfigText(a.config);
+    if (!read.isOk()) return fail(kCmd, kExitUsage, read.status().message());
+    text = std::move(*read);
   }
   auto t = health::parseThresholds(text, a.config.empty() ? "built-in reports/qualify.toml" : a.config);
   if (!t.isOk()) return fail(kCmd, kExitUsage, t.status().message());
@@ -56,7 +54,7 @@ int runHealth(const HealthArgs& a) {
     if (!fp.isOk()) return fail(kCmd, kExitNoGpu, fp.status().message());
     run.fingerprint = *fp;
   } else {
-    run.fingerprint = report::collectFingerprint();
+    run.fingerprint = report::collectFingerprint({.probe = false, .nvml = true});
   }
   auto node = report::localNodeIdentity(run.fingerprint, a.node);
   if (!node.isOk()) return fail(kCmd, kExitUsage, node.status().message());
@@ -90,6 +88,11 @@ int runHealth(const HealthArgs& a) {
   if (!a.json.empty()) {
     Status st = writeOutput(a.json, report::toJson(run).dump(2) + "\n");
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
+  }
+  // Before the summary line, which stays the last (the Slurm health check logs it).
+  if (run.fingerprint.injected.any()) {
+    std::fprintf(out, "peerlab health: INJECTED: %s: these readings are not this machine's own\n",
+                 printable(run.fingerprint.injected.describe(), 600).c_str());
   }
   std::fprintf(out, "peerlab health: %s: %zu checks, %d failed, %d warnings, %d unsupported\n",
                failed ? "FAIL" : "PASS", checks.size(), failed, warned, unsupported);

@@ -1,4 +1,5 @@
 // peerlab history: a store of run files (SQLite or PostgreSQL), change points, regressions, fleet outliers, the site.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
+#include "harness/report/baseline.h"
 #include "harness/report/compare.h"
 #include "harness/report/report.h"
 #include "reference/core/text.h"
@@ -95,6 +97,12 @@ StatusOr<std::unique_ptr<history::HistoryStore>> openStore(const HistoryArgs& a,
   return store;
 }
 
+// A store that cannot be used: exit 2 for what --db names (no such history, a refused URL), exit 4 for a database
+// that failed (lost, full).
+int exitCodeOf(const Status& st) {
+  return st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime;
+}
+
 // An unknown --kind is a typo, not an empty answer: the kinds (and hosts) the store holds are listed.
 Status checkKind(history::HistoryStore& store, const std::string& kind) {
   if (kind.empty()) return Status::ok();
@@ -116,11 +124,44 @@ Status checkKind(history::HistoryStore& store, const std::string& kind) {
                                   (known.empty() ? std::string("none, the history is empty") : known) + ")");
 }
 
+// Why a run file is no node's run to store, "" when it is one: a baseline (made from runs; a reference for qualify
+// --baseline and report --compare, never a run of its own).
+std::string notANodeRun(const report::Run& run) {
+  if (!report::isBaseline(run)) return "";
+  const int n = report::baselineRunCount(run);
+  return "a baseline (made by peerlab baseline make from " + std::to_string(n) + (n == 1 ? " run" : " runs") +
+         "), not a node's run; a baseline is what qualify --baseline and report --compare hold runs against";
+}
+
+// The kind a run is stored under, held against its hardware by the one rule qualify holds --kind to: --kind when
+// given, else the run file's own kind. A file's kind that contradicts its hardware is refused unless the run says it
+// was accepted so (qualify --kind-override) or --kind-override is given here; then it is stored marked overridden.
+StatusOr<std::string> ingestKind(const HistoryArgs& a, const report::Run& run) {
+  const report::DerivedKind hardware = report::hardwareOf(run);
+  if (!a.kind.empty()) {
+    PEERLAB_ASSIGN_OR_RETURN(report::RunKind kind, report::chooseKind({a.kind, "", a.kind_override}, hardware));
+    return kind.name;
+  }
+  if (!run.kind.overridden || run.kind.override_recorded || a.kind_override || hardware.kind.empty())
+    return run.kind.name;
+  auto checked = report::chooseKind({run.kind.name, "", false}, hardware);
+  if (checked.isOk()) return checked->name;
+  return PEERLAB_INVALID_ARGUMENT("its kind " + run.kind.name + " contradicts its hardware, " + hardware.kind + " (" +
+                                  hardware.basis +
+                                  "), and the run does not say it was accepted so (kind_overridden); "
+                                  "pass --kind-override to store it under " +
+                                  run.kind.name + " anyway");
+}
+
 int runIngest(const HistoryArgs& a) {
   if (a.files.empty()) return fail(kCmd, kExitUsage, "ingest: no run file given");
   auto store = openStore(a, history::OpenMode::kCreate);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   int bad = 0, added = 0, known = 0;
+  auto rejected = [&](const std::string& file, const std::string& why) {
+    fail(kCmd, kExitUsage, "ingest: " + file + ": " + why + " (nothing of it stored)");
+    ++bad;
+  };
   for (const std::string& file : a.files) {
     // The whole file is read and validated before anything of it is written.
     auto run = report::readRun(file);
@@ -129,31 +170,36 @@ int runIngest(const HistoryArgs& a) {
       ++bad;
       continue;
     }
-    history::IngestOptions opts;
-    if (!a.kind.empty()) {
-      // --kind is held against the run's hardware as qualify holds it: an alias is filed under the canonical kind.
-      auto kind = report::chooseKind({a.kind, "", a.kind_override}, report::hardwareOf(*run));
-      if (!kind.isOk()) {
-        fail(kCmd, kExitUsage, "ingest: " + file + ": " + kind.status().message() + " (nothing of it stored)");
-        ++bad;
-        continue;
-      }
-      opts.kind = kind->name;
+    if (const std::string why = notANodeRun(*run); !why.empty()) {
+      rejected(file, why);
+      continue;
     }
+    auto kind = ingestKind(a, *run);
+    if (!kind.isOk()) {
+      rejected(file, kind.status().message());
+      continue;
+    }
+    history::IngestOptions opts;
+    opts.kind = *kind;
     opts.source = std::filesystem::path(file).filename().string();
     auto outcome = (*store)->ingest(*run, opts);
     if (!outcome.isOk()) {
       if (outcome.status().code() == StatusCode::kInvalidArgument) {
-        fail(kCmd, kExitUsage, "ingest: " + file + ": " + outcome.status().message() + " (nothing of it stored)");
-        ++bad;
+        rejected(file, outcome.status().message());
         continue;
       }
-      return fail(kCmd, kExitRuntime, "ingest: " + file + ": " + outcome.status().message());
+      // The database failed (lost, full): no later file would fare better, and none of them is to blame.
+      std::printf("%d stored, %d already there, %d rejected; stopped at %s\n", added, known, bad,
+                  printable(file).c_str());
+      return fail(kCmd, kExitRuntime,
+                  "ingest: the database failed while storing " + file + ": " + outcome.status().message() +
+                      " (that file is not stored; the files after it were not tried)");
     }
+    const std::string injected = run->fingerprint.injected.any() ? " as INJECTED (counted nowhere)" : "";
     if (outcome->inserted) {
       ++added;
-      std::printf("%s: stored as run %lld (%zu results)\n", printable(file).c_str(),
-                  static_cast<long long>(outcome->run_id), run->results.size());
+      std::printf("%s: stored as run %lld (%zu results)%s\n", printable(file).c_str(),
+                  static_cast<long long>(outcome->run_id), run->results.size(), injected.c_str());
     } else {
       ++known;
       std::printf("%s: already stored as run %lld\n", printable(file).c_str(), static_cast<long long>(outcome->run_id));
@@ -165,7 +211,7 @@ int runIngest(const HistoryArgs& a) {
 
 int runRemove(const HistoryArgs& a) {
   auto store = openStore(a, history::OpenMode::kExisting);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   auto removed = (*store)->remove(a.remove);
   if (!removed.isOk()) {
     const int code = removed.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime;
@@ -181,7 +227,7 @@ int runRemove(const HistoryArgs& a) {
 
 int runList(const HistoryArgs& a) {
   auto store = openStore(a, history::OpenMode::kReadOnly);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   auto runs = (*store)->runs();
   if (!runs.isOk()) return fail(kCmd, kExitRuntime, runs.status().message());
   if (a.json) {
@@ -204,7 +250,8 @@ int runList(const HistoryArgs& a) {
                      {"gpus", r.gpus},
                      {"source", r.source},
                      {"verdict", r.verdict},
-                     {"checks", r.checksJson()}});
+                     {"checks", r.checksJson()},
+                     {"injected", r.injected}});
     }
     // Strings from run files are kept as they are: JSON escapes every control character.
     Status st = writeOutput(
@@ -224,12 +271,18 @@ int runList(const HistoryArgs& a) {
                std::to_string(r.checks->warnings) + " warn, " +
                std::to_string(r.checks->unsupported + r.checks->skipped) + " not checked";
     }
-    std::printf("%-5lld %-20s %-16s %-12s %-20s %8d  %-7s %-40s %s\n", static_cast<long long>(r.id), time.c_str(),
+    std::printf("%-5lld %-20s %-16s %-12s %-20s %8d  %-7s %-40s %s%s\n", static_cast<long long>(r.id), time.c_str(),
                 printable(r.kind, 64).c_str(), printable(r.git_sha.substr(0, 12)).c_str(),
                 printable(r.host, 64).c_str(), r.results, r.verdict.empty() ? "-" : r.verdict.c_str(), checks.c_str(),
-                printable(r.driver, 64).c_str());
+                printable(r.driver, 64).c_str(),
+                r.injected.empty() ? "" : ("  INJECTED (not counted): " + printable(r.injected, 300)).c_str());
   }
-  std::printf("%zu runs\n", runs->size());
+  size_t injected = 0;
+  for (const history::RunInfo& r : *runs)
+    injected += !r.injected.empty();
+  std::printf("%zu runs", runs->size());
+  if (injected > 0) std::printf(" (%zu with stand-ins or injected faults, counted nowhere)", injected);
+  std::printf("\n");
   return kExitOk;
 }
 
@@ -249,12 +302,18 @@ int runRegressions(const HistoryArgs& a) {
   auto n = parseNumbers(a);
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
   auto store = openStore(a, history::OpenMode::kReadOnly);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, a.by_host});
   if (!h.isOk()) return fail(kCmd, kExitRuntime, h.status().message());
-  history::detectChangePoints(*h, detectOptions(*n));
+  const history::EDivisiveOptions detect = detectOptions(*n);
+  history::detectChangePoints(*h, detect);
   const std::vector<history::Regression> regs = history::findRegressions(*h, n->threshold_pct);
+  // A series shorter than the test needs (min_segment runs on each side of a change) is not tested at all.
+  const size_t minRuns = 2 * static_cast<size_t>(std::max(1, detect.min_segment));
+  size_t tooShort = 0;
+  for (const history::Series& s : h->series)
+    tooShort += s.points.size() < minRuns;
   // With --json - the JSON is stdout's only content.
   FILE* out = summaryStream(a.json_out);
   std::fprintf(out,
@@ -262,6 +321,14 @@ int runRegressions(const HistoryArgs& a) {
                "%g%%)\n",
                h->runs.size(), h->series.size(), a.by_host ? " (one per node within each kind)" : " (one per kind)",
                regs.size(), n->max_p_value, n->threshold_pct);
+  if (tooShort > 0) {
+    std::fprintf(out, "%zu of %zu series too few runs to test (a change point needs %zu runs on each side)\n", tooShort,
+                 h->series.size(), minRuns / 2);
+  }
+  if (!h->injected.empty()) {
+    std::fprintf(out, "%zu %s with stand-ins or injected faults left out (history list marks them)\n",
+                 h->injected.size(), h->injected.size() == 1 ? "run" : "runs");
+  }
   for (const history::Regression& r : regs) {
     std::string fp;
     for (const std::string& c : r.fingerprint_changes)
@@ -286,7 +353,7 @@ int runFleet(const HistoryArgs& a) {
   auto n = parseNumbers(a);
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
   auto store = openStore(a, history::OpenMode::kReadOnly);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   if (Status st = checkKind(**store, a.kind); !st.isOk()) return fail(kCmd, kExitUsage, st.message());
   auto h = history::loadHistory(**store, {a.kind, false});
   if (!h.isOk()) return fail(kCmd, kExitRuntime, h.status().message());
@@ -304,18 +371,21 @@ int runFleet(const HistoryArgs& a) {
   for (const history::FleetNode& n : nodes) {
     if (n.machine != kind) {
       kind = n.machine;
-      int count = 0, outOfService = 0, failing = 0;
+      int count = 0, outOfService = 0, failing = 0, unchecked = 0;
       for (const history::FleetNode& m : nodes) {
         if (m.machine != kind) continue;
         ++count;
         outOfService += m.outOfService();
         failing += m.failed();
+        unchecked += m.unchecked();
       }
       if (kind.empty()) {
-        std::fprintf(out, "no run in the history: %d nodes with a recorded state\n", count);
+        std::fprintf(out, "no counted run in the history: %d nodes with a recorded state\n", count);
       } else {
-        std::fprintf(out, "%s: %d nodes, %d out of service, %d failing their latest run\n", printable(kind, 80).c_str(),
-                     count, outOfService, failing);
+        std::fprintf(out,
+                     "%s: %d nodes, %d out of service, %d failing their latest run, %d whose latest run checked "
+                     "nothing (EMPTY)\n",
+                     printable(kind, 80).c_str(), count, outOfService, failing, unchecked);
       }
     }
     std::string failures;
@@ -345,6 +415,16 @@ int runFleet(const HistoryArgs& a) {
                  n.latest ? n.latest->time.c_str() : "-",
                  failures.empty() ? "" : ("; failed: " + printable(failures, 300)).c_str(), below.c_str());
   }
+  if (!h->injected.empty()) {
+    std::fprintf(out, "%zu %s with stand-ins or injected faults, counted nowhere:\n", h->injected.size(),
+                 h->injected.size() == 1 ? "run" : "runs");
+    for (const history::RunInfo& r : h->injected) {
+      std::fprintf(out, "  run %lld %s %s %s at %s: %s\n", static_cast<long long>(r.id),
+                   printable(r.machine(), 80).c_str(),
+                   printable(history::nodeLabel(r.slurm_node, r.node, r.host), 120).c_str(),
+                   r.verdict.empty() ? "-" : r.verdict.c_str(), r.time.c_str(), printable(r.injected, 300).c_str());
+    }
+  }
   std::fprintf(out,
                "%zu series; %zu outliers (modified z beyond %g on the worse side, at least %g%% off the median, "
                "fleets of %d or more hosts)\n",
@@ -361,7 +441,10 @@ int runFleet(const HistoryArgs& a) {
     nlohmann::json nodeArr = nlohmann::json::array();
     for (const history::FleetNode& n : nodes)
       nodeArr.push_back(history::toJson(n));
-    Status st = writeOutput(a.json_out, jsonText({{"outliers", arr}, {"nodes", nodeArr}}));
+    nlohmann::json injectedArr = nlohmann::json::array();
+    for (const history::RunInfo& r : h->injected)
+      injectedArr.push_back(history::injectedRunJson(r));
+    Status st = writeOutput(a.json_out, jsonText({{"outliers", arr}, {"nodes", nodeArr}, {"injected", injectedArr}}));
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--json: " + st.message());
   }
   return found.empty() ? kExitOk : kExitCheckFailed;
@@ -409,7 +492,7 @@ StatusOr<std::string> nodeStateKey(history::HistoryStore& store, const std::stri
 
 int runNodeState(const HistoryArgs& a) {
   auto store = openStore(a, history::OpenMode::kExisting);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   history::NodeState state = a.node_state;
   if (!a.new_node) {
     auto key = nodeStateKey(**store, state.node);
@@ -438,7 +521,7 @@ int runHtml(const HistoryArgs& a) {
   if (!n.isOk()) return fail(kCmd, kExitUsage, n.status().message());
   // Everything that can be refused is checked before the output directory is touched.
   auto store = openStore(a, history::OpenMode::kReadOnly);
-  if (!store.isOk()) return fail(kCmd, kExitUsage, store.status().message());
+  if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
   history::SiteOptions so;
   so.detect = detectOptions(*n);
   so.threshold_pct = n->threshold_pct;

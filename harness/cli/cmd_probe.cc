@@ -233,12 +233,19 @@ int writeJson(const Inventory& inv, const std::vector<CellReport>& cells, Report
   return kExitOk;
 }
 
+// What this probe runs with that is not the driver's: the fault interposer, as every command detects it, and the
+// probe's own injected cells and stand-in worker.
+report::Injection probeInjection(const ReportContext& ctx) {
+  report::Injection i = report::detectInjection({});
+  i.probe_inject = ctx.inject_spec;
+  i.probe_worker = ctx.worker;
+  return i;
+}
+
 // The line every output of an injected probe starts with: its verdicts are not the driver's.
-std::string injectedNotice(const ReportContext& ctx) {
-  std::string what;
-  if (!ctx.inject_spec.empty()) what = std::string(kInjectEnv) + "=" + printable(ctx.inject_spec, 200);
-  if (!ctx.worker.empty()) what += (what.empty() ? "" : ", ") + std::string("worker ") + printable(ctx.worker, 200);
-  return "INJECTED: " + what + ": failures below are injected or come from a stand-in worker, not from the driver";
+std::string injectedNotice(const report::Injection& injection) {
+  return "INJECTED: " + printable(injection.describe(), 600) +
+         ": failures below are injected or come from a stand-in, not from the driver";
 }
 
 int runProbe(const ProbeArgs& a) {
@@ -288,7 +295,10 @@ int runProbe(const ProbeArgs& a) {
   // Injected faults never touch the cache, nor do the transport methods (their verdict depends on the NIXL or UCX
   // found at run time, which the cache key does not hold). A bad --cache is a usage error; an unusable default
   // location only turns the cache off.
-  bool use_cache = !a.no_cache && inject->empty() && std::none_of(methods->begin(), methods->end(), isTransportMethod);
+  // Nor does a probe under the fault interposer, whose CUDA calls are altered (a cache fault, applied to the file
+  // before the probe starts, loads no interposer: it is what the cache's checks are for).
+  bool use_cache = !a.no_cache && inject->empty() && report::detectInjection({}).interposer.empty() &&
+                   std::none_of(methods->begin(), methods->end(), isTransportMethod);
   const std::string cache_path = a.cache.empty() ? defaultCachePath() : a.cache;
   if (use_cache) {
     if (Status st = checkCachePath(cache_path, /*create_dir=*/true); !st.isOk()) {
@@ -341,8 +351,9 @@ int runProbe(const ProbeArgs& a) {
   if (const char* spec = std::getenv(kInjectEnv); spec && *spec) ctx.inject_spec = spec;
   ctx.inject = *inject;
   if (const char* w = std::getenv(kWorkerEnv); w && *w) ctx.worker = w;
-  const bool injected = !ctx.inject_spec.empty() || !ctx.worker.empty();
-  if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
+  const report::Injection injection = probeInjection(ctx);
+  const bool injected = injection.any();
+  if (injected) std::fprintf(out, "%s\n", injectedNotice(injection).c_str());
 
   if (specs->empty()) {
     (*session)->stop();
@@ -362,7 +373,7 @@ int runProbe(const ProbeArgs& a) {
       printMatrices(out, inv, hit.cells, opt.methods, opt.sizes);
       printProblems(out, hit.cells, a.verbose);
       std::fprintf(out, "\n%s\n", summaryLine(inv, hit.cells, ctx.workers, ctx.wall_us).c_str());
-      if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
+      if (injected) std::fprintf(out, "%s\n", injectedNotice(injection).c_str());
       std::fprintf(out, "cached: measured %s, read from %s (--refresh probes again)\n", hit.entry.created.c_str(),
                    cache_path.c_str());
       if (int rc = writeJson(inv, hit.cells, ctx, a.json); rc != kExitOk) return rc;
@@ -393,7 +404,7 @@ int runProbe(const ProbeArgs& a) {
   printMatrices(out, inv, result->cells, opt.methods, opt.sizes);
   printProblems(out, result->cells, a.verbose);
   std::fprintf(out, "\n%s\n", summaryLine(inv, result->cells, result->workers_started, result->wall_us).c_str());
-  if (injected) std::fprintf(out, "%s\n", injectedNotice(ctx).c_str());
+  if (injected) std::fprintf(out, "%s\n", injectedNotice(injection).c_str());
   if (a.verbose) {
     std::string phases;
     for (const PhaseTime& p : result->phases) {

@@ -35,6 +35,7 @@
 #include "harness/report/report.h"
 #include "reference/core/files.h"
 #include "reference/core/process.h"
+#include "reference/core/text.h"
 #include "reference/host/host_copy.h"
 #include "reference/probe/probe.h"
 
@@ -190,6 +191,7 @@ int writeBundle(const std::string& dir, report::Run& run, const std::vector<repo
   jo.timestamp = run.timestamp;
   jo.time_s = wall_s;
   jo.disabled_rules = report::disabledRulesNote(run);
+  jo.injected = report::injectionNote(run);
   st = writeTextFile(dir + "/junit.xml", report::renderJunit(checks, jo));
   if (!st.isOk()) return failed(st);
   st = marker.done();
@@ -226,6 +228,13 @@ int printVerdict(const report::Run& run, const std::vector<report::Check>& check
   const report::CheckCounts counts = report::countChecks(checks);
   std::fputs(report::formatCheckLines(checks).c_str(), stdout);
   const std::string disabled = report::disabledRulesNote(run);
+  // Before the verdict line, which stays the last (the Slurm wrappers log it).
+  if (const std::string injected = report::injectionNote(run); !injected.empty()) {
+    std::printf(
+        "peerlab qualify: INJECTED: %s: these verdicts are not this machine's own (the history stores the run "
+        "as injected and counts it nowhere)\n",
+        printable(injected, 600).c_str());
+  }
   std::printf("peerlab qualify: %s: %s%s; bundle %s (report.html, summary.md, junit.xml, results.json)\n",
               report::verdictWord(counts), report::formatCounts(counts).c_str(),
               disabled.empty() ? "" : ("; " + disabled).c_str(), dir.c_str());
@@ -267,6 +276,11 @@ int runQualify(const QualifyArgs& a) {
     if (!b.isOk()) return fail(kCmd, kExitUsage, "--baseline " + b.status().message());
     if (b->results.empty()) {
       return fail(kCmd, kExitUsage, "--baseline " + a.baseline + ": holds no results: nothing to hold the run against");
+    }
+    if (const std::string injected = report::injectionNote(*b); !injected.empty()) {
+      return fail(kCmd, kExitUsage,
+                  "--baseline " + a.baseline + ": ran with stand-ins or injected faults (" + printable(injected, 300) +
+                      "): a baseline is a real machine's run");
     }
     baseline = std::move(*b);
   }
@@ -501,10 +515,15 @@ int runQualify(const QualifyArgs& a) {
     if (plan && !(storedPlan && a.config.empty())) run.extra["plan"] = qualify::toJson(*plan);
   } else {
     run = report::newRun();
-    run.fingerprint = report::collectFingerprint();
+    run.fingerprint = report::collectFingerprint({.probe = plan->options.probe, .nvml = !a.skip_health});
+    run.fingerprint.injected.topology = standin;
     qualify::Progress progress(stdout, ::isatty(STDOUT_FILENO) != 0);
     std::printf("peerlab qualify: %zu GPUs, %zu ordered pairs, bundle %s\n", topo->gpus.size(),
                 plan->options.pairs.size(), dir.c_str());
+    if (run.fingerprint.injected.any()) {
+      std::printf("peerlab qualify: INJECTED: %s: the verdicts of this run are not this machine's own\n",
+                  printable(run.fingerprint.injected.describe(), 600).c_str());
+    }
     std::optional<health::Stage> health;
     if (!a.skip_health) {
       // The watch ends by itself after every process's deadline has passed.
@@ -533,7 +552,6 @@ int runQualify(const QualifyArgs& a) {
       return fail(kCmd, kExitUsage, node.status().message());
     }
     run.node = *node;
-    if (!standin.empty()) run.extra["injected"]["topology"] = standin;
     run.extra["plan"] = qualify::toJson(*plan);
   }
   // The checks read the plan as the run file stores it: the same path `peerlab report` takes.

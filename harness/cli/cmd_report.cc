@@ -17,6 +17,7 @@
 #include "harness/report/render/summary.h"
 #include "harness/report/report.h"
 #include "reference/core/files.h"
+#include "reference/core/text.h"
 
 namespace peerlab::cli {
 namespace {
@@ -211,6 +212,10 @@ int runRender(const ReportArgs& a) {
   // What qualify prints, on stdout unless stdout carries the Markdown.
   std::FILE* console = summaryToStdout ? stderr : stdout;
   std::fputs(report::formatCheckLines(verdict.checks).c_str(), console);
+  if (const std::string injected = report::injectionNote(*run); !injected.empty()) {
+    std::fprintf(console, "peerlab report: INJECTED: %s: these verdicts are not this machine's own\n",
+                 printable(injected, 600).c_str());
+  }
   const std::string stored = verdict.stored_pass ? (*verdict.stored_pass ? "PASS" : "FAIL") : "none";
   const std::string disabled = report::disabledRulesNote(*run);
   const std::string line = std::string(report::verdictWord(verdict.counts)) + ": " +

@@ -86,20 +86,19 @@ std::string mdCell(const std::string& text) {
   return out;
 }
 
-// What the probe run file says about injected faults or a stand-in worker, "" when nothing was injected.
+// What the probe run file says about injected faults or stand-ins, "" when nothing was injected.
 std::string injectedBy(const report::Run& probe) {
-  auto it = probe.extra.find("injected");
-  if (it == probe.extra.end() || it->is_null()) return "";
+  const report::Injection& i = probe.fingerprint.injected;
+  if (!i.any()) return "";
   std::string what;
-  if (it->is_object()) {
-    if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
-      what = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>());
-    }
-    if (auto worker = it->find("worker"); worker != it->end() && worker->is_string()) {
-      what += (what.empty() ? "" : ", ") + std::string("worker ") + qualify::shellQuote(worker->get<std::string>());
-    }
-  }
-  return what.empty() ? std::string("faults injected") : printable(what, 300);
+  auto add = [&](const std::string& part) { what += (what.empty() ? "" : ", ") + part; };
+  if (!i.probe_inject.empty()) add(std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(i.probe_inject));
+  if (!i.probe_worker.empty()) add("worker " + qualify::shellQuote(i.probe_worker));
+  report::Injection rest = i;
+  rest.probe_inject.clear();
+  rest.probe_worker.clear();
+  if (rest.any()) add(rest.describe());
+  return printable(what, 300);
 }
 
 std::string osRelease() {
@@ -600,10 +599,8 @@ int runRepro(const ReproArgs& a) {
   const bool notDriver = !injected.empty() || injectedCells > 0;
   std::string command = reproCommand(cells, a, record);
   if (probe) {
-    if (auto it = probe->extra.find("injected"); it != probe->extra.end() && it->is_object()) {
-      if (auto spec = it->find("probe_inject"); spec != it->end() && spec->is_string()) {
-        command = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec->get<std::string>()) + " " + command;
-      }
+    if (const std::string& spec = probe->fingerprint.injected.probe_inject; !spec.empty()) {
+      command = std::string(probe::kInjectEnv) + "=" + qualify::shellQuote(spec) + " " + command;
     }
   }
 

@@ -235,9 +235,24 @@ using testing::readFile;
 TEST(Inject, CacheCorruptIsSeededAndChangesTheFile) {
   const std::string dir = ::testing::TempDir() + "faults-cache-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
-  std::string original(600, '\0');
-  for (size_t i = 0; i < original.size(); ++i)
-    original[i] = static_cast<char>('a' + i % 26);
+  // A probe cache (cache faults touch nothing else) of a few cells.
+  probe::CacheEntry entry;
+  entry.key.hostname = "host";
+  entry.key.driver = "580.159.04";
+  entry.key.cuda_visible_devices = "<unset>";
+  entry.key.cuda_device_order = "<unset>";
+  entry.created = "2026-11-21T00:00:00Z";
+  for (int c = 0; c < 4; ++c) {
+    probe::CellReport cell;
+    cell.spec.method = probe::Method::kCeWrite;
+    cell.spec.src = c % 2;
+    cell.spec.dst = 1 - c % 2;
+    cell.spec.bytes = 4096u << c;
+    cell.result.verdict = probe::Verdict::kOk;
+    entry.cells.push_back(cell);
+  }
+  const std::string original = probe::encodeCache(entry);
+  ASSERT_GT(original.size(), 600u);
   const char* modes[] = {"flip", "truncate", "empty", "garbage"};
   for (const char* mode : modes) {
     std::string results[2];

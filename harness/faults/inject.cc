@@ -8,6 +8,7 @@
 
 #include "harness/faults/cache_fault.h"
 #include "harness/layout/layout.h"
+#include "harness/watchdog/probe_cache.h"
 #include "reference/core/files.h"
 
 namespace peerlab::faults {
@@ -79,18 +80,27 @@ std::string cachePathFor(const FaultSpec& spec, const std::string& default_path)
 
 namespace {
 
-StatusOr<std::string> readAll(const std::string& path) {
+// The file a cache fault may damage: a probe cache of this user's (a plain file it owns that reads as one), never
+// any other file a path= names.
+StatusOr<std::string> readProbeCache(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     return PEERLAB_INVALID_ARGUMENT(path + ": no probe cache there (run peerlab probe once first, or give path=)");
   }
-  return readTextFile(path);
+  const std::string refused = "; cache_corrupt and cache_stale touch only probe caches, so it is left as it is";
+  if (Status owned = probe::checkCacheOwner(path); !owned.isOk())
+    return PEERLAB_INVALID_ARGUMENT(owned.message() + refused);
+  PEERLAB_ASSIGN_OR_RETURN(std::string bytes, readTextFile(path, probe::kMaxCacheBytes));
+  if (auto cache = probe::decodeCache(bytes); !cache.isOk()) {
+    return PEERLAB_INVALID_ARGUMENT(path + ": not a probe cache (" + cache.status().message() + ")" + refused);
+  }
+  return bytes;
 }
 
 }  // namespace
 
 StatusOr<std::string> applyCacheFault(const FaultSpec& spec, const std::string& path) {
-  PEERLAB_ASSIGN_OR_RETURN(std::string bytes, readAll(path));
+  PEERLAB_ASSIGN_OR_RETURN(std::string bytes, readProbeCache(path));
   uint64_t state = mix64(spec.seed ^ 0xcac4eULL);
   auto draw = [&] { return state = mix64(state); };
   std::string what;

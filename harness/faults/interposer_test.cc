@@ -28,12 +28,22 @@ ProcessResult runTarget(const std::vector<std::string>& args, const std::string&
   return testing::runUnderFault(PEERLAB_FAULT_TARGET_PATH, PEERLAB_FAULTS_LIB_PATH, args, fault, env);
 }
 
-TEST(Interposer, LoadsIntoProgramsWithoutCuda) {
+// The one line a process under the interposer prints on stderr when it is loaded.
+bool announcesOnce(const std::string& err, const std::string& what) {
+  const std::string line = "peerlab-faults: loaded " + what + " (pid ";
+  const size_t first = err.find(line);
+  return first == 0 && err.find(line, first + 1) == std::string::npos && err.find('\n') == err.size() - 1;
+}
+
+TEST(Interposer, LoadsIntoProgramsWithoutCudaAndSaysSoOnce) {
   auto r = runProcess({"/bin/sh", "-c", "echo hello; exit 3"},
                       {preloadWith(PEERLAB_FAULTS_LIB_PATH), "PEERLAB_FAULT=bitflip:seed=1"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(r.out, "hello\n");
-  EXPECT_EQ(r.err, "");
+  // Verbose or not, every process under the interposer says so once: nothing it prints passes for the machine's own.
+  EXPECT_TRUE(announcesOnce(r.err, "fault bitflip:seed=1")) << r.err;
+  auto none = runProcess({"/bin/sh", "-c", "true"}, {preloadWith(PEERLAB_FAULTS_LIB_PATH), "PEERLAB_FAULT"});
+  EXPECT_TRUE(announcesOnce(none.err, "without a fault (PEERLAB_FAULT unset)")) << none.err;
 }
 
 TEST(Interposer, WrapsCuGetProcAddressHandedOutByDlsym) {
@@ -295,7 +305,7 @@ TEST(Interposer, VerboseLogsEachActionOnStderr) {
   EXPECT_NE(r.err.find("offset 4096"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("copy 0->1 side write"), std::string::npos) << r.err;
   auto quiet = runTarget({"copy", "rt_peer_async", "write"}, "bitflip:offset=4096");
-  EXPECT_EQ(quiet.err, "");
+  EXPECT_TRUE(announcesOnce(quiet.err, "fault bitflip:offset=4096")) << quiet.err;
 }
 
 TEST(Interposer, StatsFileGetsOneLinePerAction) {

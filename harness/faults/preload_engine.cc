@@ -10,6 +10,10 @@
 
 #include "harness/faults/preload_internal.h"
 
+// What a peerlab process looks up to know it runs under the interposer, whatever the library's file is called
+// (report::detectInjection): its runs are then marked injected.
+extern "C" __attribute__((visibility("default"))) const char peerlab_faults_interposer[] = "peerlab fault interposer";
+
 namespace peerlab::faults::preload {
 
 namespace {
@@ -137,12 +141,14 @@ bool insideRuntimeCall() {
 
 namespace {
 
-// Loads the configuration when the library is loaded, so that every process under the fault says so once.
+// Loads the configuration when the library is loaded, so that every process under the interposer says so once on
+// stderr, verbose or not: nothing it prints may pass for the machine's own behaviour.
 __attribute__((constructor)) void announce() {
   const Config& cfg = config();
-  if (cfg.spec.kind == FaultKind::kNone && std::getenv(kEnvFault) == nullptr) return;
-  std::string detail = "fault " + cfg.spec.canonical() + (cfg.engaged ? "" : " (not engaged in this process)");
-  note("loaded", detail);
+  std::string detail = std::getenv(kEnvFault) == nullptr ? std::string("without a fault (PEERLAB_FAULT unset)")
+                                                         : "fault " + cfg.spec.canonical();
+  if (std::getenv(kEnvFault) != nullptr && !cfg.engaged) detail += " (not engaged in this process)";
+  announceLoaded(detail);
 }
 
 // Eligible calls counted against after= and count=.

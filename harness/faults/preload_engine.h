@@ -66,6 +66,8 @@ bool insideRuntimeCall();
 
 /// One line on stderr (PEERLAB_FAULTS_VERBOSE=1) and one JSON line in PEERLAB_FAULTS_STATS for an action taken.
 void note(const char* action, const std::string& detail);
+/// The line every process under the interposer prints once when it is loaded, verbose or not (and the stats line).
+void announceLoaded(const std::string& detail);
 
 /// Which API layer a hook belongs to (for messages).
 enum class Layer { kRuntime, kDriver };

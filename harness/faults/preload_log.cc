@@ -54,6 +54,11 @@ void writeStats(const char* action, const std::string& detail) {
 
 }  // namespace
 
+void announceLoaded(const std::string& detail) {
+  std::fprintf(stderr, "peerlab-faults: loaded %s (pid %d, rank %d)\n", detail.c_str(), getpid(), config().rank);
+  writeStats("loaded", detail);
+}
+
 void note(const char* action, const std::string& detail) {
   const Config& cfg = config();
   if (cfg.verbose) {

@@ -171,6 +171,7 @@ StatusOr<report::Fingerprint> nvmlFingerprint() {
   }
   fp.cuda_runtime = "not read (NVML only)";
   fp.nccl = "not read (NVML only)";
+  fp.injected = report::detectInjection({.probe = false, .nvml = true});
   unsigned count = 0;
   if (!lib->nvmlDeviceGetCount_v2 || !lib->nvmlDeviceGetHandleByIndex_v2 ||
       lib->nvmlDeviceGetCount_v2(&count) != nvml::kSuccess) {

@@ -46,6 +46,10 @@ StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options
   PEERLAB_ASSIGN_OR_RETURN(std::vector<RunInfo> all, store.runs());
   for (RunInfo& r : all) {
     if (!options.kind.empty() && !machineMatches(r, options.kind)) continue;
+    if (!r.injected.empty()) {
+      h.injected.push_back(std::move(r));
+      continue;
+    }
     h.run_index[r.id] = h.runs.size();
     h.runs.push_back(std::move(r));
   }
@@ -171,6 +175,7 @@ std::vector<Regression> findRegressions(const History& history, double threshold
     test.name = "e-divisive";
     test.significant = true;  // detectChangePoints kept only change points that passed it
     test.p_value = cp.p_value;
+    test.p_floor = cp.p_floor;
     const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, before, after, rule, &test);
     if (d.verdict != report::Verdict::kRegressed) continue;
     Regression r;
@@ -210,6 +215,7 @@ nlohmann::json toJson(const Regression& r) {
   j["change_pct"] = r.change.change_pct;
   j["worsening_pct"] = r.worsening_pct;
   j["p_value"] = r.change.p_value;
+  j["p_floor"] = r.change.p_floor;
   j["fingerprint_changes"] = r.fingerprint_changes;
   j["noise_rule"] = report::toJson(r.decision);
   return j;
@@ -343,12 +349,13 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     n.slurm_node = facts.at(fleetMember(n.node, n.host)).slurm_node;
     n.name = nodeLabel(n.slurm_node, n.latest ? n.latest->node : n.node, n.host);
   }
-  // States are keyed by Slurm NodeName (or a machine's identity), never by host name.
+  // States are keyed by Slurm NodeName (or a machine's identity), never by host name. Where several records name one
+  // node, the one recorded last is its state.
   std::set<std::string> joined;
   for (const NodeState& s : states) {
     for (auto& [key, n] : nodes) {
       if ((!n.slurm_node.empty() && n.slurm_node == s.node) || n.node == s.node) {
-        if (!n.state || n.state->recorded_at <= s.recorded_at) n.state = s;
+        if (!n.state || s.after(*n.state)) n.state = s;
         joined.insert(s.node);
       }
     }
@@ -367,7 +374,7 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
   std::vector<FleetNode> out;
   for (auto& [key, n] : nodes)
     out.push_back(std::move(n));
-  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : 2; };
+  auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : n.unchecked() ? 2 : 3; };
   std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
     return std::make_tuple(a.machine.empty(), a.machine, rank(a), a.name) <
            std::make_tuple(b.machine.empty(), b.machine, rank(b), b.name);
@@ -390,6 +397,19 @@ nlohmann::json toJson(const FleetNode& n) {
   j["checks"] = n.latest ? n.latest->checksJson() : nlohmann::json::object();
   j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
   return j;
+}
+
+nlohmann::json injectedRunJson(const RunInfo& r) {
+  return {{"run_id", r.id},
+          {"kind", r.machine()},
+          {"host", r.host},
+          {"node", r.nodeOrHost()},
+          {"slurm_node", r.slurm_node},
+          {"name", nodeLabel(r.slurm_node, r.node, r.host)},
+          {"time", r.time},
+          {"verdict", r.verdict},
+          {"checks", r.checksJson()},
+          {"injected", r.injected}};
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {

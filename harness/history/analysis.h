@@ -37,7 +37,8 @@ struct Series {
 };
 
 struct History {
-  std::vector<RunInfo> runs;                 ///< oldest first
+  std::vector<RunInfo> runs;                 ///< oldest first; only the runs that count (none injected)
+  std::vector<RunInfo> injected;             ///< runs with stand-ins or injected faults: listed, never counted
   std::map<std::int64_t, size_t> run_index;  ///< run id -> position in `runs`
   std::vector<Series> series;
   const RunInfo& run(std::int64_t id) const { return runs[run_index.at(id)]; }
@@ -52,7 +53,7 @@ struct HistoryOptions {
 bool machineMatches(const RunInfo& run, const std::string& kind);
 
 /// Reads every run and result; keeps performance results (report::seriesMetric) whose status is ok and whose value
-/// is positive.
+/// is positive. A run with stand-ins or injected faults (RunInfo::injected) goes to `injected` and into no series.
 StatusOr<History> loadHistory(HistoryStore& store, const HistoryOptions& options = {});
 
 /// Finds change points in every series, on `threads` threads (0: one per core).
@@ -122,17 +123,24 @@ struct FleetNode {
   int outliers = 0;
   bool outOfService() const { return state && state->outOfService(); }
   bool failed() const { return latest && latest->verdict == "FAIL"; }
+  /// Its latest run checked nothing (EMPTY): never a pass.
+  bool unchecked() const { return latest && latest->verdict == "EMPTY"; }
 };
 
-/// Every node of every kind in `history`: drained and down nodes first, then nodes whose latest run failed, then the
-/// others, by kind and name within each group. A recorded state joins the node whose runs name that Slurm NodeName,
-/// or whose identity it names (never a host name: hosts share names); a state that joins no node is listed last as a
-/// node of its own with machine "" (a node the sweep found out of service before it ever ran).
+/// Every node of every kind in `history` (its latest run that counts, whatever its verdict): drained and down nodes
+/// first, then nodes whose latest run failed, then those whose latest run checked nothing (EMPTY), then the others,
+/// by kind and name within each group. A recorded state joins the node whose runs name that Slurm NodeName, or whose
+/// identity it names (never a host name: hosts share names); a state that joins no node is listed last as a node of
+/// its own with machine "" (a node the sweep found out of service before it ever ran).
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers);
 /// {"kind","node","host","slurm_node","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
 /// "check_details","outliers","tool","git_sha"}.
 nlohmann::json toJson(const FleetNode& n);
+
+/// A run counted nowhere (stand-ins, injected faults), as lists and pages show it: {"run_id","kind","host","node",
+/// "slurm_node","name" (nodeLabel()),"time","verdict","checks","injected"}.
+nlohmann::json injectedRunJson(const RunInfo& r);
 
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.
 double worseningPct(const report::SeriesMetric& metric, double before, double after);

@@ -157,6 +157,21 @@ class SqliteRow : public SqlRow {
   sqlite3_stmt* st_;
 };
 
+// A statement that failed: invalid_argument where the data given was refused (a constraint, a value too large for a
+// column), unavailable where the database itself failed (its disk full, an I/O error, a lost server, a lock not
+// granted in time), so that a caller stops instead of blaming the next input.
+Status statementError(bool data, const std::string& dialect, std::string msg, const std::string& sql) {
+  if (msg.empty()) msg = "the database gave no message";
+  msg = dialect + ": " + msg + " (in: " + sql.substr(0, 80) + ")";
+  return data ? PEERLAB_INVALID_ARGUMENT(msg) : PEERLAB_UNAVAILABLE(msg);
+}
+
+bool sqliteDataError(int code) {
+  const int primary = code & 0xff;
+  return primary == SQLITE_CONSTRAINT || primary == SQLITE_MISMATCH || primary == SQLITE_TOOBIG ||
+         primary == SQLITE_RANGE;
+}
+
 class SqliteDatabase : public Database {
  public:
   /// `tidy`: a file whose -wal/-shm this read-only connection made (none were there): closing removes them.
@@ -171,10 +186,10 @@ class SqliteDatabase : public Database {
 
   Status exec(const std::string& sql) override {
     char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    if (const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err); rc != SQLITE_OK) {
       std::string msg = err ? err : sqlite3_errmsg(db_);
       sqlite3_free(err);
-      return PEERLAB_INVALID_ARGUMENT("sqlite: " + msg + " (in: " + sql.substr(0, 80) + ")");
+      return statementError(sqliteDataError(sqlite3_extended_errcode(db_)), "sqlite", msg, sql);
     }
     return Status::ok();
   }
@@ -191,8 +206,7 @@ class SqliteDatabase : public Database {
       for (size_t i = 0; i < s.size(); ++i)
         if (s[i] == '$' && i + 1 < s.size() && isdigit(static_cast<unsigned char>(s[i + 1]))) s[i] = '?';
       if (sqlite3_prepare_v2(db_, s.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-        return PEERLAB_INVALID_ARGUMENT(std::string("sqlite: ") + sqlite3_errmsg(db_) + " (in: " + sql.substr(0, 80) +
-                                        ")");
+        return statementError(false, "sqlite", sqlite3_errmsg(db_), sql);
       }
       cache_.emplace(sql, st);
     }
@@ -220,8 +234,9 @@ class SqliteDatabase : public Database {
       }
       if (rc == SQLITE_DONE) break;
       std::string msg = sqlite3_errmsg(db_);
+      const bool data = sqliteDataError(sqlite3_extended_errcode(db_));
       sqlite3_reset(st);
-      return PEERLAB_INVALID_ARGUMENT("sqlite: " + msg + " (in: " + sql.substr(0, 80) + ")");
+      return statementError(data, "sqlite", msg, sql);
     }
     sqlite3_reset(st);
     return Status::ok();
@@ -387,7 +402,11 @@ std::string formatReal(double v) {
 
 class PgDatabase : public Database {
  public:
-  explicit PgDatabase(PGconn* conn) : conn_(conn) {}
+  explicit PgDatabase(PGconn* conn) : conn_(conn) {
+    // libpq prints what the server sends beside a result on stderr by default; a server that ends the session says
+    // why that way ("FATAL: terminating connection due to administrator command"): kept for the one error line.
+    PQsetNoticeProcessor(conn_, &PgDatabase::onNotice, this);
+  }
   ~PgDatabase() override { PQfinish(conn_); }
   const char* dialect() const override { return "postgresql"; }
 
@@ -417,21 +436,15 @@ class PgDatabase : public Database {
       if (it == prepared_.end()) {
         const std::string name = "s" + std::to_string(prepared_.size());
         PGresult* prep = PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr);
-        const bool ok = PQresultStatus(prep) == PGRES_COMMAND_OK;
-        std::string msg = ok ? "" : PQresultErrorMessage(prep);
+        if (PQresultStatus(prep) != PGRES_COMMAND_OK) return failure(prep, sql);
         PQclear(prep);
-        if (!ok) return PEERLAB_INVALID_ARGUMENT("postgresql: " + trim(msg) + " (in: " + sql.substr(0, 80) + ")");
         it = prepared_.emplace(sql, name).first;
       }
       res = PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(params.size()), values.data(), nullptr, nullptr,
                            0);
     }
     const ExecStatusType rc = PQresultStatus(res);
-    if (rc != PGRES_COMMAND_OK && rc != PGRES_TUPLES_OK) {
-      std::string msg = PQresultErrorMessage(res);
-      PQclear(res);
-      return PEERLAB_INVALID_ARGUMENT("postgresql: " + trim(msg) + " (in: " + sql.substr(0, 80) + ")");
-    }
+    if (rc != PGRES_COMMAND_OK && rc != PGRES_TUPLES_OK) return failure(res, sql);
     if (onRow) {
       for (int r = 0; r < PQntuples(res); ++r)
         onRow(PgRow(res, r));
@@ -448,6 +461,36 @@ class PgDatabase : public Database {
   Status rollback() override { return exec("ROLLBACK"); }
 
  private:
+  // The failed statement's status (and `res` cleared): SQLSTATE class 22 (data exception) and 23 (integrity
+  // constraint) are the data's fault; everything else (a connection lost, 53 insufficient resources such as a full
+  // disk, 57 an administrator's shutdown) the database's. A lost connection leaves the result without a message:
+  // the connection's own says what happened.
+  Status failure(PGresult* res, const std::string& sql) {
+    std::string msg = res != nullptr ? PQresultErrorMessage(res) : "";
+    const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+    const std::string sqlstate = state != nullptr ? state : "";
+    PQclear(res);
+    if (trim(msg).empty()) msg = PQerrorMessage(conn_);
+    if (trim(msg).empty() && PQstatus(conn_) != CONNECTION_OK) msg = "the connection to the server is lost";
+    // The server's own reason for ending the session comes first.
+    if (!fatal_.empty() && msg.find(fatal_) == std::string::npos) msg = fatal_ + "; " + msg;
+    fatal_.clear();
+    const bool data = sqlstate.rfind("22", 0) == 0 || sqlstate.rfind("23", 0) == 0;
+    return statementError(data, "postgresql", trim(msg), sql);
+  }
+
+  static void onNotice(void* self, const char* message) {
+    std::string text = trim(message != nullptr ? message : "");
+    for (const char* severity : {"FATAL:", "PANIC:"}) {
+      if (text.rfind(severity, 0) == 0) {
+        text = text.substr(std::strlen(severity));
+        while (!text.empty() && text.front() == ' ')
+          text.erase(0, 1);
+        static_cast<PgDatabase*>(self)->fatal_ = text.substr(0, 500);
+      }
+    }
+  }
+
   static std::string trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
       s.pop_back();
@@ -457,6 +500,7 @@ class PgDatabase : public Database {
   }
   PGconn* conn_;
   std::map<std::string, std::string> prepared_;
+  std::string fatal_;  ///< what the server said when it ended the session, until an error line carries it
 };
 
 std::string oneLine(std::string msg) {

@@ -239,6 +239,7 @@ std::vector<ChangePoint> detectChangePoints(const std::vector<double>& series, c
     ChangePoint cp;
     cp.index = indices[i];
     cp.p_value = pValues[i];
+    cp.p_floor = 1.0 / (std::max(options.permutations, 0) + 1);
     cps.push_back(cp);
   }
   const int n = static_cast<int>(series.size());

@@ -28,7 +28,12 @@ struct ChangePoint {
   double before = 0;      ///< median of the segment before
   double after = 0;       ///< median of the segment after
   double change_pct = 0;  ///< (after - before) / before x 100
-  double p_value = 1;     ///< the larger of the permutation test's and Welch's t-test's between the adjacent segments
+  /// The larger of the permutation test's p (permutations whose statistic is at least the change point's, over
+  /// permutations + 1, as the reference computes it) and Welch's t-test's between the adjacent segments. With no
+  /// permutation as large the permutation p is 0 and Welch's alone is left, far smaller than the permutations can
+  /// tell: p_floor says so, and every output then shows "p < p_floor".
+  double p_value = 1;
+  double p_floor = 0.01;  ///< 1 / (permutations + 1): the smallest p the permutation test resolves
 };
 
 /// The E-Divisive statistic Q(tau) for every split tau in [0, n): X = x[0, tau), Y = x[tau, n), computed in

@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -667,6 +669,261 @@ TEST_P(HistoryCliTest, StoredCheckDetailsAndNodeStatesAreReadThroughBounds) {
   EXPECT_NE(readFile(dir_ + "/site/" + report::fleetPageName("kind-x")).find(">node-2<"), std::string::npos);
 }
 
+// "Now" plus `seconds`, as a run file's timestamp.
+std::string timestampIn(long seconds) {
+  const std::time_t t = std::time(nullptr) + seconds;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A node's PASS, then its run that checked nothing (no result) at a later time: every reader shows the EMPTY run as
+// stored and as the node's newest, never the older PASS, and no page colours it as a pass.
+TEST_P(HistoryCliTest, EmptyAfterPassIsTheNodesVerdict) {
+  std::mt19937_64 rng(41);
+  report::Run pass = testing::syntheticRun(rng, 0, "node-a", "kind-x");
+  report::Run empty = testing::syntheticRun(rng, 1, "node-a", "kind-x");
+  empty.results.clear();
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, writeRun(pass, "pass.json"), writeRun(empty, "empty.json")})
+                .exit_code,
+            0);
+  CliRun list = runPeerlab({"history", "list", "--db", url_, "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.err.find("left out"), std::string::npos) << list.err;
+  const nlohmann::json runs = nlohmann::json::parse(list.out)["runs"];
+  ASSERT_EQ(runs.size(), 2u) << list.out;
+  EXPECT_EQ(runs[0]["verdict"], "PASS");
+  EXPECT_EQ(runs[1]["verdict"], "EMPTY");
+  CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", dir_ + "/f.json"});
+  EXPECT_EQ(fleet.exit_code, 0) << fleet.err;
+  const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["verdict"], "EMPTY");
+  EXPECT_EQ(nodes[0]["run_id"], runs[1]["id"]);
+  EXPECT_NE(fleet.out.find("1 whose latest run checked nothing (EMPTY)"), std::string::npos) << fleet.out;
+  EXPECT_NE(fleet.out.find("  node-a               EMPTY"), std::string::npos) << fleet.out;
+  ASSERT_EQ(runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site"}).exit_code, 0);
+  const std::string page = readFile(dir_ + "/site/" + report::fleetPageName("kind-x"));
+  EXPECT_NE(page.find("title=\"the latest run checked nothing: not a pass\">EMPTY</td>"), std::string::npos) << page;
+  EXPECT_EQ(page.find(">PASS</td>"), std::string::npos) << page;
+  EXPECT_NE(page.find("1 whose latest run checked nothing (EMPTY)"), std::string::npos);
+  const std::string index = readFile(dir_ + "/site/index.html");
+  EXPECT_NE(index.find("cell-warn\">EMPTY: 0 checks"), std::string::npos) << index;
+}
+
+// A run dated more than a few minutes ahead is refused at ingest (a copy of a PASS dated ahead would stand as its
+// node's newest run over a real FAIL); a clock a minute fast is not.
+TEST_P(HistoryCliTest, FutureTimestampsAreRefused) {
+  std::mt19937_64 rng(42);
+  report::Run fail = testing::syntheticRun(rng, 0, "node-a", "kind-x");
+  fail.timestamp = timestampIn(-600);
+  fail.results.front().wrong = 3;
+  report::Run ahead = testing::syntheticRun(rng, 1, "node-a", "kind-x");
+  ahead.timestamp = timestampIn(50 * 60);
+  report::Run fast = testing::syntheticRun(rng, 2, "node-b", "kind-x");
+  fast.timestamp = timestampIn(60);
+  CliRun r = runPeerlab({"history", "ingest", "--db", url_, writeRun(fail, "fail.json"), writeRun(ahead, "ahead.json"),
+                         writeRun(fast, "fast.json")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("ahead.json: $.timestamp: \"" + ahead.timestamp + "\" lies in the future (more than 5 minutes"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  EXPECT_EQ(count("runs"), 2);
+  CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", "-"});
+  const nlohmann::json nodes = nlohmann::json::parse(fleet.out)["nodes"];
+  ASSERT_EQ(nodes.size(), 2u) << fleet.out;
+  EXPECT_EQ(nodes[0]["host"], "node-a");
+  EXPECT_EQ(nodes[0]["verdict"], "FAIL");
+}
+
+// A run file's own kind goes through the check --kind goes through: one that contradicts its hardware is refused
+// unless the run says it was overridden (qualify --kind-override) or ingest is told --kind-override.
+TEST_P(HistoryCliTest, AKindThatContradictsTheHardwareIsRefused) {
+  std::mt19937_64 rng(43);
+  report::Run forged = testing::syntheticRun(rng, 0, "node-a", "h100-x8-nvswitch", 1.0, 1.0, 0.01, 2);
+  forged.kind.overridden = false;  // the file does not say it was overridden
+  const std::string file = writeRun(forged, "forged.json");
+  CliRun r = runPeerlab({"history", "ingest", "--db", url_, file});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("forged.json: its kind h100-x8-nvswitch contradicts its hardware, h200-x2"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(count("runs"), 0);
+  CliRun option = runPeerlab({"history", "ingest", "--db", url_, "--kind", "h100-x8-nvswitch", file});
+  EXPECT_EQ(option.exit_code, 2) << option.err;
+  EXPECT_NE(option.err.find("--kind h100-x8-nvswitch contradicts the hardware"), std::string::npos) << option.err;
+  EXPECT_EQ(count("runs"), 0);
+  // An alias of the hardware's kind is filed under the canonical one; an override is kept, and says so.
+  report::Run alias = testing::syntheticRun(rng, 1, "node-a", "NVIDIA-H200-x2", 1.0, 1.0, 0.01, 2);
+  report::Run overridden = testing::syntheticRun(rng, 2, "node-b", "lab-rack-3", 1.0, 1.0, 0.01, 2);
+  ASSERT_TRUE(overridden.kind.overridden);
+  CliRun ok = runPeerlab(
+      {"history", "ingest", "--db", url_, writeRun(alias, "alias.json"), writeRun(overridden, "overridden.json")});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  CliRun forced = runPeerlab({"history", "ingest", "--db", url_, "--kind-override", file});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  const nlohmann::json runs =
+      nlohmann::json::parse(runPeerlab({"history", "list", "--db", url_, "--json"}).out)["runs"];
+  std::set<std::string> kinds;
+  for (const auto& run : runs)
+    kinds.insert(run["kind"]);
+  EXPECT_EQ(kinds, (std::set<std::string>{"h200-x2", "lab-rack-3", "h100-x8-nvswitch"}));
+}
+
+// One GPU listed twice (its UUID) is no machine: refused with the path of the second listing.
+TEST_P(HistoryCliTest, DuplicateGpuUuidsAreRefused) {
+  std::mt19937_64 rng(44);
+  report::Run run = testing::syntheticRun(rng, 0, "node-a", "kind-x");
+  run.fingerprint.gpus[2].uuid = run.fingerprint.gpus[0].uuid;
+  CliRun r = runPeerlab({"history", "ingest", "--db", url_, writeRun(run, "dup.json")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("dup.json: $.fingerprint.gpus[2].uuid: \"GPU-node-a-0\" is the UUID of GPU 0 too"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(count("runs"), 0);
+}
+
+// States recorded under a node's host name and under its identity apply in the order they were recorded, not in
+// the order of their names.
+TEST_P(HistoryCliTest, NodeStatesApplyInTheOrderRecorded) {
+  std::mt19937_64 rng(45);
+  report::Run run = testing::syntheticRun(rng, 0, "gpu07", "kind-x");
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, writeRun(run, "gpu07.json")}).exit_code, 0);
+  const std::string identity = run.node.id;
+  ASSERT_LT(std::string("gpu07"), identity);  // by name, the identity's record would come last
+  auto state = [&](const std::string& node, const std::string& st) {
+    return runPeerlab({"history", "node-state", "--db", url_, "--node", node, "--state", st}).exit_code;
+  };
+  ASSERT_EQ(state(identity, "drained"), 0);
+  ASSERT_EQ(state("gpu07", "in_service"), 0);
+  CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", "-"});
+  const nlohmann::json nodes = nlohmann::json::parse(fleet.out)["nodes"];
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["state"], "in_service") << nodes.dump();
+  ASSERT_EQ(state(identity, "down"), 0);
+  EXPECT_EQ(
+      nlohmann::json::parse(runPeerlab({"history", "fleet", "--db", url_, "--json", "-"}).out)["nodes"][0]["state"],
+      "down");
+}
+
+// A run made with stand-ins or injected faults is stored as injected: listed and marked, in no fleet view, series,
+// regression or latest verdict; baseline make refuses it, and ingest refuses a baseline file.
+TEST_P(HistoryCliTest, InjectedRunsAreStoredMarkedAndCountedNowhere) {
+  std::mt19937_64 rng(46);
+  std::vector<std::string> files;
+  // Steady real runs (no change point of their own), then the injected one: the node's newest, slow and failing.
+  for (int i = 0; i < 8; ++i) {
+    files.push_back(writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x", 1.0, 1.0, 1e-6),
+                             "real" + std::to_string(i) + ".json"));
+  }
+  report::Run injected = testing::syntheticRun(rng, 9, "node-a", "kind-x", 0.5, 1.0, 1e-6);
+  injected.results.front().wrong = 5;
+  injected.fingerprint.injected.fault = "copy_slow:percent=50";
+  injected.fingerprint.injected.interposer = "/opt/peerlab/lib/libpeerlab_faults.so";
+  injected.fingerprint.injected.nvml = "/opt/peerlab/lib/libpeerlab_fake_nvml.so";
+  const std::string injectedFile = writeRun(injected, "injected.json");
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  args.insert(args.end(), files.begin(), files.end());
+  args.push_back(injectedFile);
+  CliRun ingest = runPeerlab(args);
+  ASSERT_EQ(ingest.exit_code, 0) << ingest.err;
+  EXPECT_NE(ingest.out.find("injected.json: stored as run 9 (" + std::to_string(injected.results.size()) +
+                            " results) as INJECTED (counted nowhere)"),
+            std::string::npos)
+      << ingest.out;
+  CliRun list = runPeerlab({"history", "list", "--db", url_});
+  EXPECT_NE(list.out.find("INJECTED (not counted): fault copy_slow:percent=50 (interposer "
+                          "/opt/peerlab/lib/libpeerlab_faults.so), stand-in NVML"),
+            std::string::npos)
+      << list.out;
+  EXPECT_NE(list.out.find("9 runs (1 with stand-ins or injected faults, counted nowhere)"), std::string::npos);
+  const nlohmann::json runs =
+      nlohmann::json::parse(runPeerlab({"history", "list", "--db", url_, "--json"}).out)["runs"];
+  EXPECT_EQ(runs.back()["injected"].get<std::string>().rfind("fault copy_slow:percent=50", 0), 0u);
+  EXPECT_EQ(runs.front()["injected"], "");
+  // The fleet view: the node's newest real run (PASS), the injected one listed apart.
+  CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", dir_ + "/f.json"});
+  EXPECT_EQ(fleet.exit_code, 0) << fleet.err;
+  const nlohmann::json f = nlohmann::json::parse(readFile(dir_ + "/f.json"));
+  ASSERT_EQ(f["nodes"].size(), 1u);
+  EXPECT_EQ(f["nodes"][0]["verdict"], "PASS");
+  EXPECT_EQ(f["nodes"][0]["run_id"], 8);
+  ASSERT_EQ(f["injected"].size(), 1u);
+  EXPECT_EQ(f["injected"][0]["run_id"], 9);
+  EXPECT_EQ(f["injected"][0]["verdict"], "FAIL");
+  // No series holds the injected run's halved figures: no regression.
+  CliRun regs = runPeerlab({"history", "regressions", "--db", url_, "--json", dir_ + "/r.json"});
+  EXPECT_EQ(regs.exit_code, 0) << regs.out;
+  EXPECT_NE(regs.out.find("1 run with stand-ins or injected faults left out"), std::string::npos) << regs.out;
+  CliRun html = runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site", "--model", dir_ + "/m.json"});
+  ASSERT_EQ(html.exit_code, 0) << html.err;
+  const nlohmann::json model = nlohmann::json::parse(readFile(dir_ + "/m.json"));
+  for (const auto& k : model["kinds"]) {
+    EXPECT_EQ(k["latest_verdict"]["run_id"], 8);
+    for (const auto& s : k["series"])
+      for (const auto& p : s["points"])
+        EXPECT_NE(p["run_id"], 9);
+  }
+  for (const std::string& page : {report::fleetPageName("kind-x"), report::kindPageName("kind-x")}) {
+    const std::string text = readFile(dir_ + "/site/" + page);
+    EXPECT_NE(text.find("Runs counted nowhere: stand-ins or injected faults"), std::string::npos) << page;
+    EXPECT_NE(text.find("FAIL (injected)"), std::string::npos) << page;
+  }
+  EXPECT_NE(readFile(dir_ + "/site/index.html").find("+1 injected, not counted"), std::string::npos);
+  // baseline make refuses the injected run, and ingest refuses a baseline.
+  CliRun base = runPeerlab({"baseline", "make", "--from", files[0], injectedFile, "--out", dir_ + "/b.json"});
+  EXPECT_EQ(base.exit_code, 2) << base.err;
+  EXPECT_NE(base.err.find("injected.json ran with stand-ins or injected faults (fault copy_slow:percent=50"),
+            std::string::npos)
+      << base.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/b.json"));
+  ASSERT_EQ(runPeerlab({"baseline", "make", "--from", files[0], files[1], "--out", dir_ + "/b.json"}).exit_code, 0);
+  CliRun baseline = runPeerlab({"history", "ingest", "--db", url_, dir_ + "/b.json"});
+  EXPECT_EQ(baseline.exit_code, 2) << baseline.err;
+  EXPECT_NE(baseline.err.find("b.json: a baseline (made by peerlab baseline make from 2 runs), not a node's run"),
+            std::string::npos)
+      << baseline.err;
+  EXPECT_EQ(count("runs"), 9);
+}
+
+// A series shorter than the change-point test needs is said to be too short to test, never a green "no
+// regressions"; a regression's p-value is printed as the permutation count bounds it.
+TEST_P(HistoryCliTest, ShortSeriesAreNotTestedAndPValuesAreBounded) {
+  std::mt19937_64 rng(47);
+  std::vector<std::string> args = {"history", "ingest", "--db", url_};
+  for (int i = 0; i < 4; ++i)
+    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-a", "short-kind"), "s" + std::to_string(i) + ".json"));
+  for (int i = 0; i < 24; ++i) {
+    args.push_back(writeRun(testing::syntheticRun(rng, 10 + i, "node-b", "long-kind", i < 12 ? 1.0 : 0.8, 1.0, 0.002),
+                            "l" + std::to_string(i) + ".json"));
+  }
+  ASSERT_EQ(runPeerlab(args).exit_code, 0);
+  CliRun regs = runPeerlab({"history", "regressions", "--db", url_, "--json", dir_ + "/r.json"});
+  EXPECT_EQ(regs.exit_code, 1) << regs.out << regs.err;
+  EXPECT_NE(regs.out.find("series too few runs to test (a change point needs 3 runs on each side)"), std::string::npos)
+      << regs.out;
+  EXPECT_NE(regs.out.find("e-divisive p < 0.01 n="), std::string::npos) << regs.out;
+  EXPECT_EQ(regs.out.find("p=0 "), std::string::npos) << regs.out;
+  for (const auto& r : nlohmann::json::parse(readFile(dir_ + "/r.json"))["regressions"]) {
+    EXPECT_DOUBLE_EQ(r["p_floor"].get<double>(), 0.01);
+    EXPECT_EQ(r["noise_rule"]["p_floor"], 0.01);
+  }
+  ASSERT_EQ(runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site"}).exit_code, 0);
+  const std::string shortPage = readFile(dir_ + "/site/" + report::kindPageName("short-kind"));
+  EXPECT_NE(
+      shortPage.find("verdict-none\">regressions: too few runs to test: a change point needs 3 runs on each side"),
+      std::string::npos)
+      << shortPage;
+  EXPECT_EQ(shortPage.find("no regressions"), std::string::npos);
+  const std::string longPage = readFile(dir_ + "/site/" + report::kindPageName("long-kind"));
+  EXPECT_NE(longPage.find("<td>p &lt; 0.01</td>"), std::string::npos) << longPage.substr(0, 4000);
+  EXPECT_NE(longPage.find("cannot tell a p below 1/(N+1)"), std::string::npos);
+  const std::string index = readFile(dir_ + "/site/index.html");
+  EXPECT_NE(index.find(">too few runs to test</td>"), std::string::npos) << index;
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryCliTest, ::testing::Values("sqlite", "postgresql"),
                          [](const auto& info) { return info.param; });
 
@@ -1070,9 +1327,157 @@ TEST(HistoryCli, AnIngestThatCannotWriteLeavesNothingThatLooksLikeAHistory) {
   std::filesystem::remove_all(dir);
 }
 
+// Starts `argv` with stdout and stderr in files; returns its pid.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out, const std::string& err) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> cargv;
+    for (const std::string& a : argv)
+      cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+    s.pop_back();
+  return s;
+}
+
+// PostgreSQL stopped in the middle of an ingest: exit 4 with PostgreSQL's own message, the ingest stops there (no
+// later file is tried or blamed), and what was stored is whole (each file all or nothing).
+TEST(HistoryCli, APostgresLostMidIngestStopsItWithExitFour) {
+  const std::string dir = scratchDir("history-pg-lost");
+  const std::string state = dir + "/pg";
+  const std::string script = peerlab::testing::sourcePath("harness/history/testing/pg_cluster.sh");
+  CliRun started = peerlab::testing::runCommand({script, "start", state});
+  ASSERT_EQ(started.exit_code, 0) << started.out << started.err;
+  if (std::filesystem::exists(state + "/skip")) GTEST_SKIP() << readFile(state + "/skip");
+  const std::string url = trimmed(readFile(state + "/url"));
+  const std::string datadir = trimmed(readFile(state + "/datadir"));
+  const std::string port = url.substr(url.rfind(':') + 1, url.rfind('/') - url.rfind(':') - 1);
+  std::mt19937_64 rng(48);
+  std::vector<std::string> argv = {PEERLAB_BINARY, "history", "ingest", "--db", url};
+  for (int i = 0; i < 60; ++i) {
+    const std::string f = dir + "/r" + std::to_string(i) + ".json";
+    ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x", 1.0, 1.0, 0.01, 8), f).isOk());
+    argv.push_back(f);
+  }
+  const int perRun =
+      static_cast<int>(testing::syntheticRun(rng, 0, "node-a", "kind-x", 1.0, 1.0, 0.01, 8).results.size());
+  const pid_t pid = spawn(argv, dir + "/out", dir + "/err");
+  ASSERT_GT(pid, 0);
+  // Once a few runs are stored, the ingest is held still, the server stopped under it, and the ingest let go.
+  std::int64_t seen = 0;
+  for (int tries = 0; tries < 3000 && seen < 3; ++tries) {
+    ::usleep(10000);
+    if (auto store = HistoryStore::open(url, OpenMode::kReadOnly); store.isOk()) {
+      auto n = (*store)->count("runs");
+      seen = n.isOk() ? *n : 0;
+    }
+  }
+  ASSERT_GE(seen, 3) << readFile(dir + "/err");
+  ::kill(pid, SIGSTOP);
+  const std::string pgctl = "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/pg_ctl";
+  ASSERT_EQ(
+      std::system(
+          ("runuser -u postgres -- " + pgctl + " -D " + datadir + "/data -m fast -w -t 60 stop >/dev/null").c_str()),
+      0);
+  ::kill(pid, SIGCONT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string out = readFile(dir + "/out"), err = readFile(dir + "/err");
+  std::printf("%s", err.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 4) << out << err;
+  EXPECT_EQ(peerlab::testing::lineCount(err), 1) << err;
+  EXPECT_NE(err.find("ingest: the database failed while storing "), std::string::npos) << err;
+  EXPECT_NE(err.find("the files after it were not tried"), std::string::npos) << err;
+  // PostgreSQL's own words, never an empty message.
+  EXPECT_NE(err.find(": postgresql: "), std::string::npos) << err;
+  EXPECT_EQ(err.find("postgresql:  ("), std::string::npos) << err;
+  EXPECT_EQ(err.find("rejected"), std::string::npos) << err;
+  EXPECT_NE(out.find(", 0 rejected; stopped at "), std::string::npos) << out;
+  int storedLines = 0;
+  for (size_t at = 0; (at = out.find(": stored as run ", at)) != std::string::npos; ++at)
+    ++storedLines;
+  // Back up: what was stored is whole, and it is what the ingest said it stored.
+  ASSERT_EQ(std::system(("runuser -u postgres -- " + pgctl + " -D " + datadir + "/data -l " + datadir +
+                         "/server.log -w -t 60 -o '-p " + port + " -k " + datadir +
+                         " -c listen_addresses=127.0.0.1' start >/dev/null")
+                            .c_str()),
+            0);
+  auto store = HistoryStore::open(url, OpenMode::kReadOnly);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  auto runs = (*store)->count("runs");
+  auto results = (*store)->count("results");
+  ASSERT_TRUE(runs.isOk() && results.isOk());
+  EXPECT_EQ(*runs, storedLines) << out;
+  EXPECT_EQ(*results, static_cast<std::int64_t>(storedLines) * perRun);
+  store->reset();
+  peerlab::testing::runCommand({script, "stop", state});
+  std::filesystem::remove_all(dir);
+}
+
+// A full disk under a SQLite history: exit 4 with SQLite's own message, the ingest stops there, and the history keeps
+// every run it stored whole. A small tmpfs is the full disk (root); elsewhere a file size limit stands in for it.
+TEST(HistoryCli, AFullDiskStopsTheIngestWithExitFour) {
+  const std::string dir = scratchDir("history-disk-full");
+  const std::string disk = dir + "/disk";
+  std::filesystem::create_directories(disk);
+  const bool mounted = ::geteuid() == 0 && std::system(("mount -t tmpfs -o size=320k tmpfs " + disk).c_str()) == 0;
+  std::mt19937_64 rng(49);
+  std::vector<std::string> args = {"ingest", "--db", disk + "/h.sqlite"};
+  for (int i = 0; i < 20; ++i) {
+    const std::string f = dir + "/r" + std::to_string(i) + ".json";
+    ASSERT_TRUE(report::writeRun(testing::syntheticRun(rng, i, "node-a", "kind-x", 1.0, 1.0, 0.01, 8), f).isOk());
+    args.push_back(f);
+  }
+  CliRun r;
+  if (mounted) {
+    std::vector<std::string> all = {PEERLAB_BINARY, "history"};
+    all.insert(all.end(), args.begin(), args.end());
+    r = peerlab::testing::runCommand(all);
+  } else {
+    std::printf("not root or no tmpfs: a file size limit of 300 KiB stands in for the full disk\n");
+    std::string cmd = "trap '' XFSZ; ulimit -f 300; exec \"$0\" history";
+    for (size_t i = 0; i < args.size(); ++i)
+      cmd += " \"${" + std::to_string(i + 1) + "}\"";
+    std::vector<std::string> all = {"bash", "-c", cmd, PEERLAB_BINARY};
+    all.insert(all.end(), args.begin(), args.end());
+    r = peerlab::testing::runCommand(all);
+  }
+  std::printf("%s", r.err.c_str());
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(peerlab::testing::lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("the database failed while storing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(mounted ? "sqlite: database or disk is full" : ": sqlite: "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find(", 0 rejected; stopped at "), std::string::npos) << r.out;
+  int storedLines = 0;
+  for (size_t at = 0; (at = r.out.find(": stored as run ", at)) != std::string::npos; ++at)
+    ++storedLines;
+  EXPECT_GT(storedLines, 0) << r.out;
+  EXPECT_LT(storedLines, 20) << r.out;
+  CliRun list = runPeerlab({"history", "list", "--db", disk + "/h.sqlite", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(nlohmann::json::parse(list.out)["runs"].size(), static_cast<size_t>(storedLines));
+  if (mounted) {
+    EXPECT_EQ(std::system(("umount " + disk).c_str()), 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The committed run files are the first history: every command runs on them.
-// Every committed run file, bundle and baseline ingests under one kind per hardware (GPU model x count): the kinds
-// the store lists are the canonical ones, whatever spelling a file carried.
+// Every committed run file and bundle ingests under one kind per hardware (GPU model x count): the kinds the store
+// lists are the canonical ones, whatever spelling a file carried; none of them was made with stand-ins, and the
+// committed baselines are refused (references, not runs).
 TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
   const std::string dir = scratchDir("history-kinds");
   const std::string db = dir + "/history.sqlite";
@@ -1088,12 +1493,23 @@ TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
   }
   ASSERT_GE(args.size(), 4u + 11u);
   CliRun ingest = runPeerlab(args);
-  ASSERT_EQ(ingest.exit_code, 0) << ingest.out << ingest.err;
+  // The baselines are refused, each by name: a baseline is a reference, not a node's run. The rest are stored.
+  size_t baselines = 0;
+  for (const std::string& a : args)
+    baselines += a.find("/reports/baselines/") != std::string::npos;
+  ASSERT_GE(baselines, 5u);
+  EXPECT_EQ(ingest.exit_code, 2) << ingest.out << ingest.err;
+  EXPECT_EQ(peerlab::testing::lineCount(ingest.err), static_cast<int>(baselines)) << ingest.err;
+  for (const std::string& line :
+       {std::string("a baseline (made by peerlab baseline make from "), std::string("not a node's run")})
+    EXPECT_NE(ingest.err.find(line), std::string::npos) << ingest.err;
   CliRun list = runPeerlab({"history", "list", "--db", db, "--json"});
   ASSERT_EQ(list.exit_code, 0);
   std::map<std::string, std::set<std::string>> kindsOf;  // "2x NVIDIA H200" -> kinds
   const nlohmann::json listed = nlohmann::json::parse(list.out);
-  ASSERT_EQ(listed["runs"].size(), args.size() - 4);
+  ASSERT_EQ(listed["runs"].size(), args.size() - 4 - baselines);
+  for (const auto& r : listed["runs"])
+    EXPECT_EQ(r["injected"], "") << "a committed run made with stand-ins: " << r.dump();
   for (const auto& r : listed["runs"]) {
     std::map<std::string, int> models;
     for (const auto& g : r["gpus"])

@@ -146,10 +146,19 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     return k;
   };
 
+  // Runs with stand-ins or injected faults: listed on their kind's pages, counted nowhere.
+  for (const RunInfo& r : h.injected) {
+    nlohmann::json& k = kindOf(r.machine());
+    if (!k.contains("injected_runs")) k["injected_runs"] = nlohmann::json::array();
+    k["injected_runs"].push_back(injectedRunJson(r));
+  }
   // The latest run of each kind and the verdict the checks engine gave it at ingest (runs are oldest first).
   for (const RunInfo& r : h.runs) {
-    kindOf(r.machine())["latest_verdict"] = {
+    nlohmann::json& k = kindOf(r.machine());
+    k["latest_verdict"] = {
         {"run_id", r.id}, {"time", r.time}, {"git_sha", r.git_sha}, {"verdict", r.verdict}, {"checks", r.checksJson()}};
+    // Every run that counts, whether or not it has a figure to draw (an EMPTY run has none).
+    k["runs"] = (k.contains("runs") ? k["runs"].get<int>() : 0) + 1;
   }
 
   // Series in plot groups of at most kMaxSeriesPerPlot, ordered by size, pair and ranks within a group.
@@ -188,11 +197,25 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
                        {"before", cp.before},
                        {"after", cp.after},
                        {"change_pct", cp.change_pct},
-                       {"p_value", cp.p_value}});
+                       {"p_value", cp.p_value},
+                       {"p_floor", cp.p_floor}});
       }
       j["change_points"] = std::move(cps);
       kindOf(s.machine)["series"].push_back(std::move(j));
     }
+  }
+  // Whether a kind's series are long enough for the change-point test: min_segment runs on each side of a change.
+  const int minRuns = 2 * std::max(1, options.detect.min_segment);
+  std::map<std::string, std::pair<int, int>> testable;  // machine -> (series long enough, series too short)
+  for (const Series& s : h.series) {
+    auto& [enough, tooShort] = testable[s.machine];
+    (static_cast<int>(s.points.size()) >= minRuns ? enough : tooShort) += 1;
+  }
+  for (const auto& [machine, counts] : testable) {
+    nlohmann::json& k = kindOf(machine);
+    k["min_runs_to_test"] = minRuns;
+    k["series_testable"] = counts.first;
+    k["series_too_short"] = counts.second;
   }
   for (const Regression& r : regressions)
     kindOf(r.series->machine)["regressions"].push_back(toJson(r));

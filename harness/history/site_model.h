@@ -6,7 +6,10 @@
 ///   "change_points":[{"index","before","after","change_pct","p_value"}]}], "regressions":[...as `history
 ///   regressions --json`...], "fleet":[{"host","series_id","value","median","mad","z"}],
 ///   "heatmaps":[{"title","unit","gpus" (count),"cells":[{"src","dst","value","expected"}],"left_out" (cells not
-///   drawn, when any)}], "nodes":[...as `history fleet --json` "nodes", out of service and failing first...]}]}
+///   drawn, when any)}], "nodes":[...as `history fleet --json` "nodes", out of service and failing first...],
+///   "runs" (the runs that count), "latest_verdict":{"run_id","time","git_sha","verdict","checks"},
+///   "min_runs_to_test", "series_testable", "series_too_short" (series shorter than the change-point test needs:
+///   min_segment runs on each side), "injected_runs":[...injectedRunJson: runs counted nowhere...]}]}
 
 #include <nlohmann/json.hpp>
 

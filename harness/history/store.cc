@@ -276,6 +276,17 @@ std::string orderTime(const std::string& timestamp, const std::string& ingested_
   return norm ? *norm : std::string();
 }
 
+// What the injected column holds: the run's stand-ins and faults, and the cells a fault was injected into.
+std::string injectedText(const report::Run& run) {
+  std::string what = run.fingerprint.injected.describe();
+  size_t cells = 0;
+  for (const report::Result& r : run.results)
+    cells += r.extra.contains("injected") && r.extra["injected"].is_string();
+  if (cells > 0)
+    what += (what.empty() ? "" : ", ") + std::string("faults injected into ") + std::to_string(cells) + " cells";
+  return what;
+}
+
 bool isKey(const std::string& s, size_t len, const char* allowed) {
   return s.size() == len && s.find_first_not_of(allowed) == std::string::npos;
 }
@@ -405,7 +416,10 @@ const std::vector<std::string>& schemaMigrations() {
       "CREATE INDEX node_states_by_node ON node_states (node, id)",
       // 5: the node identity (GPU UUIDs, board serial or host name), what fleets and --by-host group by.
       "ALTER TABLE runs ADD COLUMN node TEXT NOT NULL DEFAULT ''",
-      // 6: the Slurm NodeName a run ran under (node states are keyed by it); the journal of what `peerlab slurm` did
+      // 6: what a run ran with that is not the machine's own (stand-ins, injected faults): such a run is listed, never
+      // counted.
+      "ALTER TABLE runs ADD COLUMN injected TEXT NOT NULL DEFAULT ''",
+      // 7: the Slurm NodeName a run ran under (node states are keyed by it); the journal of what `peerlab slurm` did
       // to nodes, written before it acts, and the claims that keep two sweeps off one node.
       "ALTER TABLE runs ADD COLUMN slurm_node TEXT NOT NULL DEFAULT '';"
       "CREATE TABLE slurm_journal ("
@@ -533,7 +547,7 @@ Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
     }
   }
   Status st = applyMigrations();
-  if (!st.isOk()) return PEERLAB_INVALID_ARGUMENT(name + ": schema migration failed: " + st.message());
+  if (!st.isOk()) return Status(st.code(), name + ": schema migration failed: " + st.message());
   return Status::ok();
 }
 
@@ -609,13 +623,13 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks, check_details, node, slurm_node)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        " source, ingested_at, expectations, verdict, checks, check_details, node, injected, slurm_node)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, run.node.slurm_node},
+         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run), run.node.slurm_node},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -658,10 +672,12 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   const std::string verdict = version_ >= 3 ? "verdict, checks" : "'', '{}'";
   const std::string details = version_ >= 4 ? "check_details" : "'{}'";
   const std::string node = version_ >= 5 ? "node" : "''";
-  const std::string slurmNode = version_ >= 6 ? "slurm_node" : "''";
+  const std::string injected = version_ >= 6 ? "injected" : "''";
+  const std::string slurmNode = version_ >= 7 ? "slurm_node" : "''";
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
-          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + slurmNode +
+          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected + ", " +
+          slurmNode +
           " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
@@ -684,15 +700,16 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
             sanitizeExpectations(row.json(13, "expectations", kMaxExpectationsBytes, report::kMaxJsonDepth));
         info.ingested_at = row.text(14, "ingested_at");
         info.verdict = row.text(15, "verdict", 8);
-        if (!info.verdict.empty() && info.verdict != "PASS" && info.verdict != "FAIL") {
-          row.fail("verdict \"" + printable(info.verdict, 16) + "\" is not PASS or FAIL");
+        if (!info.verdict.empty() && info.verdict != "PASS" && info.verdict != "FAIL" && info.verdict != "EMPTY") {
+          row.fail("verdict \"" + printable(info.verdict, 16) + "\" is not PASS, FAIL or EMPTY");
         }
         const nlohmann::json checks = row.json(16, "checks", kMaxChecksColumnBytes, 2);
         if (row.ok()) info.checks = readCheckCounts(checks, info.verdict, row);
         const nlohmann::json details = row.json(17, "check_details", kMaxCheckDetailsBytes, 4);
         if (row.ok()) info.check_details = readCheckDetails(details, row);
         info.node = row.text(18, "node", kMaxNodeNameBytes);
-        info.slurm_node = row.text(19, "slurm_node", kMaxNodeNameBytes);
+        info.injected = printable(row.text(19, "injected"), report::kMaxTextBytes);
+        info.slurm_node = row.text(20, "slurm_node", kMaxNodeNameBytes);
         if (!info.slurm_node.empty() && !report::isSlurmNodeName(info.slurm_node))
           row.fail("slurm_node \"" + printable(info.slurm_node, 64) + "\" is not a node name");
         if (!row.ok()) {
@@ -867,9 +884,9 @@ StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
       "SELECT id, node, state, reason, recorded_at, source FROM node_states ORDER BY id", {}, [&](const SqlRow& r) {
         RowReader row(r);
         const std::int64_t id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
-        NodeState s{row.text(1, "node", kMaxNodeNameBytes), row.text(2, "state", 16),
-                    row.text(3, "reason", kMaxNodeReasonBytes), row.text(4, "recorded_at", report::kMaxNameBytes),
-                    row.text(5, "source", report::kMaxNameBytes)};
+        NodeState s{row.text(1, "node", kMaxNodeNameBytes),       row.text(2, "state", 16),
+                    row.text(3, "reason", kMaxNodeReasonBytes),   row.text(4, "recorded_at", report::kMaxNameBytes),
+                    row.text(5, "source", report::kMaxNameBytes), id};
         if (row.ok() && s.node.empty()) row.fail("node is empty");
         if (!row.ok()) {
           warn("node_state:" + std::to_string(id),
@@ -880,7 +897,10 @@ StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
         if (std::find(kNodeStates.begin(), kNodeStates.end(), s.state) == kNodeStates.end()) s.state = "down";
         s.node = printable(s.node, kMaxNodeNameBytes);
         s.reason = printable(s.reason, kMaxNodeReasonBytes);
-        latest[s.node] = std::move(s);
+        // Ordered by when it was recorded (UTC, any spelling of it), not by the order of the rows.
+        s.recorded_at = normalizeTimestamp(s.recorded_at).value_or(s.recorded_at);
+        auto [it, fresh] = latest.emplace(s.node, s);
+        if (!fresh && s.after(it->second)) it->second = std::move(s);
       }));
   std::vector<NodeState> out;
   for (auto& [node, s] : latest)
@@ -907,7 +927,7 @@ StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
     return PEERLAB_INVALID_ARGUMENT("journal entry for node \"" + printable(e.node, 64) +
                                     "\": a field is empty, too long or holds control characters");
   }
-  if (version_ < 6) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the journal's");
+  if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the journal's");
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   std::int64_t id = 0;
   Status st = db_->query(
@@ -927,7 +947,7 @@ StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
 StatusOr<std::vector<JournalEntry>> HistoryStore::journal(const std::string& node, const std::string& sweep,
                                                           std::int64_t after) {
   std::vector<JournalEntry> out;
-  if (version_ < 6) return out;
+  if (version_ < 7) return out;
   std::string where = " WHERE id > $1";
   std::vector<SqlValue> params = {after};
   if (!node.empty()) {
@@ -975,7 +995,7 @@ Claim readClaim(const SqlRow& r) {
 
 StatusOr<std::vector<Claim>> HistoryStore::claims() {
   std::vector<Claim> out;
-  if (version_ < 6) return out;
+  if (version_ < 7) return out;
   PEERLAB_RETURN_IF_ERROR(
       db_->query("SELECT node, sweep, holder, claimed_at, heartbeat_at FROM slurm_claims ORDER BY node", {},
                  [&](const SqlRow& r) { out.push_back(readClaim(r)); }));
@@ -985,7 +1005,7 @@ StatusOr<std::vector<Claim>> HistoryStore::claims() {
 StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const std::string& holder,
                                                 const std::vector<std::string>& nodes,
                                                 const std::function<bool(const Claim&)>& stale) {
-  if (version_ < 6) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the claims'");
+  if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the claims'");
   ClaimOutcome out;
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   auto body = [&]() -> Status {
@@ -1027,7 +1047,7 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
 }
 
 Status HistoryStore::heartbeat(const std::string& sweep) {
-  if (version_ < 6) return Status::ok();
+  if (version_ < 7) return Status::ok();
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   Status st = db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
   if (!st.isOk()) {
@@ -1038,7 +1058,7 @@ Status HistoryStore::heartbeat(const std::string& sweep) {
 }
 
 Status HistoryStore::releaseClaims(const std::string& sweep, const std::vector<std::string>& nodes) {
-  if (version_ < 6) return Status::ok();
+  if (version_ < 7) return Status::ok();
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   Status st = Status::ok();
   if (nodes.empty()) {

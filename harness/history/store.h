@@ -27,6 +27,10 @@ struct RunInfo {
   std::string
       node;  ///< node identity ("gpus-3fa2b81c04d9", report::NodeIdentity); "" for runs stored before it was kept
   std::string slurm_node;  ///< the Slurm NodeName it ran under; "" when it named none (or was stored before)
+  /// What the run ran with that is not the machine's own (report::Injection::describe, and cells with injected
+  /// faults); "" for a run of the machine itself (and runs stored before it was kept). Such a run is listed and
+  /// marked, and never counted: not in a series, a fleet view, a node's latest run or a kind's latest verdict.
+  std::string injected;
   std::string git_sha;
   std::string timestamp;  ///< as the run file gave it (display only: it may be anything the file said)
   std::string time;       ///< what runs are ordered by: `timestamp` in UTC ("2026-11-21T19:45:53Z") when it is a valid
@@ -40,8 +44,8 @@ struct RunInfo {
   int results = 0;
   std::string source;                                     ///< the file it was ingested from
   nlohmann::json expectations = nlohmann::json::array();  ///< the qualify plan's expected figures, if the run had one
-  /// The checks engine's verdict at ingest ("PASS"/"FAIL") and its counts; "" and nullopt for runs stored before
-  /// verdicts were kept.
+  /// The checks engine's verdict at ingest ("PASS", "FAIL", or "EMPTY" when nothing was checked, never a pass) and its
+  /// counts; "" and nullopt for runs stored before verdicts were kept.
   std::string verdict;
   std::optional<report::CheckCounts> checks;
   /// What the fleet page's node x check matrix shows, from the same checks: {"categories": {category: counts as in
@@ -65,7 +69,12 @@ struct NodeState {
   std::string reason;       ///< the scheduler's reason ("peerlab: nvlink_state GPU0: reset GPU, reseat NVLink")
   std::string recorded_at;  ///< UTC, when it was recorded
   std::string source;       ///< what recorded it ("peerlab-slurm-sweep")
+  std::int64_t id = 0;      ///< the order of records made in the same second
   bool outOfService() const { return state != "in_service"; }
+  /// Recorded later than `other`: by recorded_at, then id.
+  bool after(const NodeState& other) const {
+    return recorded_at != other.recorded_at ? recorded_at > other.recorded_at : id > other.id;
+  }
 };
 
 /// The states a node can be recorded in: in service, drained (or draining) with a reason, down (not responding).
@@ -138,7 +147,7 @@ struct IngestOutcome {
 /// Largest GPU ordinal + 1 a stored result may name; results naming others are not drawn or analysed.
 inline constexpr int kMaxGpus = 1024;
 /// How far a run's timestamp may lie after its ingest time and still order it.
-inline constexpr long kClockSkewSeconds = 3600;
+inline constexpr long kClockSkewSeconds = report::kTimestampSkewS;
 
 /// "2026-11-21T19:45:53Z" for an ISO 8601 date-time (seconds, an optional fraction, and Z, +hh:mm, -hh:mm or no
 /// zone for UTC) between the years 1970 and 9999; nullopt for anything else.
@@ -192,7 +201,7 @@ class HistoryStore {
   /// Records a node's state (recorded_at is set to now). `invalid_argument` for a state outside kNodeStates, an empty
   /// or over-long node name or reason with control characters.
   Status recordNodeState(const NodeState& state);
-  /// The latest recorded state of every node, by node name.
+  /// The latest recorded state of every node (by when it was recorded), by node name.
   StatusOr<std::vector<NodeState>> nodeStates();
 
   /// Appends to the journal of `peerlab slurm` (recorded_at: now, unless the entry has one) in its own transaction;

@@ -271,11 +271,7 @@ StatusOr<std::string> readConfigText(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return PEERLAB_INVALID_ARGUMENT(path + ": is a directory, not a TOML file");
-  if (!std::filesystem::exists(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": no such file");
-  PEERLAB_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
-  if (text.size() > (size_t{1} << 20))
-    return PEERLAB_INVALID_ARGUMENT(path + ": larger than the 1 MiB a config may be");
-  return text;
+  return readTextFile(path, size_t{1} << 20);
 }
 
 StatusOr<QualifyConfig> loadConfig(const std::string& path) {

@@ -32,7 +32,13 @@ TEST(QualifyStandIn, NvlinkDownFailsWithItsActionInEveryOutput) {
   EXPECT_NE(r.out.find("\n  action: reset GPU, reseat NVLink: "), std::string::npos) << r.out;
   auto run = report::readRun(dir + "/b/results.json");
   ASSERT_TRUE(run.isOk()) << run.status().message();
-  EXPECT_EQ(run->extra["injected"]["topology"], sourcePath("fixtures/topologies/hwloc/power8gpudistances.xml"));
+  // Every stand-in it ran with is in its fingerprint, and the console says so.
+  const report::Injection& injected = run->fingerprint.injected;
+  EXPECT_EQ(injected.topology, sourcePath("fixtures/topologies/hwloc/power8gpudistances.xml"));
+  EXPECT_EQ(injected.nvml, PEERLAB_FAKE_NVML_PATH);
+  EXPECT_EQ(injected.probe_worker, PEERLAB_STANDIN_PATH);
+  EXPECT_TRUE(injected.fault.empty() && injected.interposer.empty());
+  EXPECT_NE(r.out.find("peerlab qualify: INJECTED: stand-in probe worker "), std::string::npos) << r.out;
   EXPECT_EQ(run->kind.name, "p100-x4-nvlink");  // the stand-in topology's hardware kind, typed
   int failed = 0;
   for (const auto& c : run->extra["qualify"]["checks"]) {

@@ -45,6 +45,16 @@ std::map<std::string, std::vector<const Result*>> rowsByKey(const Run& run) {
 
 }  // namespace
 
+bool isBaseline(const Run& run) {
+  return run.extra.is_object() && run.extra.contains("baseline") && run.extra["baseline"].is_object();
+}
+
+int baselineRunCount(const Run& run) {
+  if (!isBaseline(run)) return 0;
+  const auto& b = run.extra["baseline"];
+  return b.contains("runs") && b["runs"].is_number_integer() ? b["runs"].get<int>() : 0;
+}
+
 std::string runLevel(const Run& run) {
   const std::optional<RunPlan> plan = planOfRun(run);
   return plan ? plan->level : "";
@@ -62,6 +72,10 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
   }
   const Run& last = runs[newest].run;
   for (const NamedRun& n : runs) {
+    if (const std::string injected = injectionNote(n.run); !injected.empty()) {
+      return PEERLAB_INVALID_ARGUMENT(n.file + " ran with stand-ins or injected faults (" + injected +
+                                      "): a baseline is made from runs of real machines");
+    }
     const std::string other = hardwareMismatch(last.fingerprint, last.kind.name, n.run.fingerprint, n.run.kind.name);
     if (!other.empty()) {
       return PEERLAB_INVALID_ARGUMENT(n.file + ": different hardware from " + runs[newest].file + " (" + other +
@@ -96,6 +110,10 @@ StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* s
       }
       if (const RunVerdict v = verdictOf(n.run); !v.pass()) {
         sum.fleet_skipped.push_back(n.file + ": fails its own checks (" + formatCounts(v.counts) + ")");
+        return;
+      }
+      if (!injectionNote(n.run).empty()) {
+        sum.fleet_skipped.push_back(n.file + ": made with stand-ins or injected faults");
         return;
       }
     }

@@ -28,6 +28,10 @@ struct BaselineSummary {
   int fleet_rows = 0;                      ///< baseline results with the times of two boards or more
 };
 
+/// Whether a run file is a baseline (it holds "baseline": what peerlab baseline make records), and from how many runs.
+bool isBaseline(const Run& run);
+int baselineRunCount(const Run& run);
+
 /// The baseline of `runs` (all of one kind and one level): the newest run's fingerprint, kind, node and plan (so its
 /// level and pairs), and every result all runs measured (ctest rows excepted: they time the build's tests, not the
 /// machine), each the median of the runs' medians (time_us, algbw_gbps, busbw_gbps), with the median of their p10_us
@@ -36,8 +40,9 @@ struct BaselineSummary {
 /// median of that board's runs), where two boards or more did; the comparison's noise rule holds a new run to that
 /// board-to-board range (report::decideChange). Fleet runs of another kind or that fail their own checks are left out
 /// and listed in the summary. extra["baseline"] records the level, the pairs, the runs and the fleet.
-/// `invalid_argument` names the file when runs are of different hardware (report::hardwareMismatch) or levels, or one
-/// fails its own checks (report::verdictOf): a baseline is made from good runs.
+/// `invalid_argument` names the file when runs are of different hardware (report::hardwareMismatch) or levels, one
+/// fails its own checks (report::verdictOf: a baseline is made from good runs), or one ran with stand-ins or injected
+/// faults (report::injectionNote: a baseline is made from real machines; such fleet runs are left out and listed).
 StatusOr<Run> makeBaseline(const std::vector<NamedRun>& runs, BaselineSummary* summary = nullptr,
                            const std::vector<NamedRun>& fleet = {});
 

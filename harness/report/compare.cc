@@ -240,6 +240,7 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
     d.test = runs_test->name;
     d.significant = runs_test->significant;
     d.p_value = runs_test->p_value;
+    d.p_floor = runs_test->p_floor;
     d.z = runs_test->z;
   } else if (base.samples_us.size() >= rule.min_samples && fresh.samples_us.size() >= rule.min_samples) {
     d.test = "u-test";
@@ -353,6 +354,16 @@ std::string ChangeDecision::minEffectCell() const {
   return buf;
 }
 
+std::string formatPValue(double p, std::optional<double> floor) {
+  char buf[48];
+  if (floor && p < *floor) {
+    std::snprintf(buf, sizeof buf, "p < %.2g", *floor);
+  } else {
+    std::snprintf(buf, sizeof buf, "p=%.3g", p);
+  }
+  return buf;
+}
+
 std::string ChangeDecision::testCell() const {
   char buf[96];
   auto count = [](double n, int runs) {
@@ -370,7 +381,7 @@ std::string ChangeDecision::testCell() const {
   } else if (test == "p10/p90") {
     std::snprintf(buf, sizeof buf, "p10-p90 %s n=%s", significant ? "apart" : "overlap", n.c_str());
   } else if (test == "e-divisive" && p_value) {
-    std::snprintf(buf, sizeof buf, "e-divisive p=%.3g n=%s", *p_value, n.c_str());
+    std::snprintf(buf, sizeof buf, "e-divisive %s n=%s", formatPValue(*p_value, p_floor).c_str(), n.c_str());
   } else if (test == "mad-z" && z) {
     std::snprintf(buf, sizeof buf, "mad-z %+.1f n=%s", *z, n.c_str());
   } else {
@@ -402,6 +413,7 @@ nlohmann::json toJson(const ChangeDecision& d) {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   return {{"test", d.test},
           {"p_value", opt(d.p_value)},
+          {"p_floor", opt(d.p_floor)},
           {"z", opt(d.z)},
           {"significant", d.significant},
           {"noise_pct", d.noise_pct},

@@ -96,8 +96,14 @@ struct RunsTest {
   std::string name;  ///< "e-divisive", "mad-z"
   bool significant = false;
   std::optional<double> p_value;
+  /// The smallest p-value the test resolves (a permutation test's 1 / (permutations + 1)): a p_value below it is
+  /// shown as "p < floor", never as the smaller number another test beside it gave.
+  std::optional<double> p_floor;
   std::optional<double> z;
 };
+
+/// "p < 0.01" when `p` lies below `floor` (what the permutation count can tell), else "p=0.0123".
+std::string formatPValue(double p, std::optional<double> floor);
 
 /// What the rule decided, with everything it rested on.
 struct ChangeDecision {
@@ -106,6 +112,7 @@ struct ChangeDecision {
   double worsening_pct = 0;          ///< the same, signed so that positive is worse for the metric
   std::string test;                  ///< "u-test", "p10/p90", "threshold", or the RunsTest's name
   std::optional<double> p_value;
+  std::optional<double> p_floor;  ///< RunsTest::p_floor
   std::optional<double> z;
   bool significant = false;
   double noise_pct = 0;       ///< the larger within-run spread of the two sides
@@ -138,8 +145,8 @@ Side sideOf(const Result& r, double value);
 nlohmann::json toJson(const NoiseRule& rule);
 /// The rule in words, for the header of every compare.
 std::string describeNoiseRule(const NoiseRule& rule);
-/// A decision's fields as JSON: test, p_value, z, significant, noise_pct, jitter_pct, min_effect_pct, threshold_pct,
-/// base_samples, new_samples, base_runs, new_runs, rule.
+/// A decision's fields as JSON: test, p_value, p_floor, z, significant, noise_pct, jitter_pct, min_effect_pct,
+/// threshold_pct, base_samples, new_samples, base_runs, new_runs, rule.
 nlohmann::json toJson(const ChangeDecision& d);
 
 /// Runs of different hardware (GPU model or count, or a known interconnect) are not compared unless asked:

@@ -50,6 +50,31 @@ const CompareRow& rowFor(const CompareReport& rep, const std::string& impl) {
   return none;
 }
 
+// A p-value below what the permutation count can tell is printed as that bound, never as the smaller number Welch's
+// test beside it gave.
+TEST(Compare, PValuesArePrintedAsThePermutationsBoundThem) {
+  EXPECT_EQ(formatPValue(2.8e-76, 0.01), "p < 0.01");
+  EXPECT_EQ(formatPValue(0, 0.01), "p < 0.01");
+  EXPECT_EQ(formatPValue(0.01, 0.01), "p=0.01");
+  EXPECT_EQ(formatPValue(0.0123, std::nullopt), "p=0.0123");
+  EXPECT_EQ(formatPValue(1e-5, 1.0 / 1000), "p < 0.001");
+  RunsTest test;
+  test.name = "e-divisive";
+  test.significant = true;
+  test.p_value = 0;
+  test.p_floor = 0.01;
+  Side before, after;
+  before.value = 100;
+  before.runs = 10;
+  after.value = 80;
+  after.runs = 10;
+  NoiseRule rule;
+  rule.jitter_us = 0;
+  const ChangeDecision d = decideChange(true, before, after, rule, &test);
+  EXPECT_NE(d.rule.find("e-divisive p < 0.01 n=10 runs/10 runs"), std::string::npos) << d.rule;
+  EXPECT_EQ(toJson(d)["p_floor"], 0.01);
+}
+
 TEST(Compare, BandwidthHigherIsBetter) {
   report::Run base, fresh;
   base.results = {bw("peer_copy", "a", 0, 1, 1 << 28, 400), bw("peer_copy", "b", 0, 1, 1 << 28, 400),
@@ -328,7 +353,7 @@ Run noisyRun(uint32_t seed, double scale = 1.0, bool with_samples = true) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> noise(1.0, 0.02);
   Run run;
-  run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {}};
+  run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {}, {}};
   auto addSamples = [&](Result& r, double us) {
     std::vector<double> s;
     for (int i = 0; i < 10; ++i)

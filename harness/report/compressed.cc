@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #if PEERLAB_HAVE_ZLIB
 #include <zlib.h>
@@ -47,6 +48,7 @@ class Inflater {
 
 StatusOr<std::string> gunzip(std::string_view bytes, size_t max_bytes) {
   if (!isGzip(bytes)) return PEERLAB_INVALID_ARGUMENT("not gzip data");
+  const std::string allowed = std::to_string(max_bytes >> 20) + " MiB allowed";
   std::string out;
   size_t at = 0;  // offset of the current member in `bytes`
   while (at < bytes.size()) {
@@ -68,7 +70,7 @@ StatusOr<std::string> gunzip(std::string_view bytes, size_t max_bytes) {
       }
       const size_t got = sizeof(chunk) - z.avail_out;
       if (out.size() + got > max_bytes) {
-        return PEERLAB_INVALID_ARGUMENT("inflates past the " + std::to_string(max_bytes >> 20) + " MiB allowed");
+        return PEERLAB_INVALID_ARGUMENT("inflates past the " + allowed);
       }
       out.append(chunk, got);
       if (rc == Z_OK && got == 0 && z.avail_in == 0) return PEERLAB_INVALID_ARGUMENT("gzip data is truncated");

@@ -638,20 +638,7 @@ void baselineChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& 
 }  // namespace
 
 std::string injectionNote(const Run& run) {
-  std::string what;
-  if (run.extra.is_object() && run.extra.contains("injected") && run.extra["injected"].is_object()) {
-    const auto& i = run.extra["injected"];
-    if (i.contains("probe_inject") && i["probe_inject"].is_string()) {
-      what = "PEERLAB_PROBE_INJECT=" + i["probe_inject"].get<std::string>();
-    }
-    if (i.contains("worker") && i["worker"].is_string()) {
-      what += (what.empty() ? "" : ", ") + std::string("probe worker ") + i["worker"].get<std::string>();
-    }
-    if (i.contains("topology") && i["topology"].is_string()) {
-      what += (what.empty() ? "" : ", ") + std::string("stand-in machine (topology ") +
-              i["topology"].get<std::string>() + ", no CUDA)";
-    }
-  }
+  std::string what = run.fingerprint.injected.describe();
   std::map<std::string, int> cells;
   for (const Result& r : run.results) {
     if (r.extra.contains("injected") && r.extra["injected"].is_string())

@@ -34,14 +34,87 @@ int jsonTextDepth(std::string_view text, int stop_at) {
   return most;
 }
 
+JsonTextShape jsonTextShape(std::string_view text, const JsonLimits& limits) {
+  // Estimated costs of what nlohmann::json builds: a value's slot (16 bytes, twice that for a vector's spare
+  // capacity), a container's heap header, an object member's map node with its key, a string's heap buffer.
+  constexpr size_t kValue = 32, kContainer = 64, kMember = 80, kShortString = 15;
+  JsonTextShape shape;
+  int depth = 0;
+  bool inScalar = false;
+  size_t i = 0;
+  const size_t n = text.size();
+  auto over = [&] {
+    return shape.depth > limits.max_depth || shape.elements > limits.max_elements || shape.memory > limits.max_memory;
+  };
+  while (i < n) {
+    const char c = text[i];
+    if (c == '"') {
+      inScalar = false;
+      size_t j = i + 1;
+      while (j < n && text[j] != '"')
+        j += text[j] == '\\' ? 2 : 1;
+      const size_t len = j - i - 1;
+      // A key is a string followed by ':'.
+      size_t k = j + 1;
+      while (k < n && (text[k] == ' ' || text[k] == '\n' || text[k] == '\r' || text[k] == '\t'))
+        ++k;
+      if (k < n && text[k] == ':') {
+        shape.memory += kMember + (len > kShortString ? len + 1 : 0);
+      } else {
+        ++shape.elements;
+        shape.memory += kValue + (len > kShortString ? len + 1 : 0);
+      }
+      i = j + 1;
+      if (over()) return shape;
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      inScalar = false;
+      ++shape.elements;
+      shape.memory += kValue + kContainer;
+      shape.depth = std::max(shape.depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      inScalar = false;
+      --depth;
+    } else if (c == ',' || c == ':' || c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+      inScalar = false;
+    } else if (!inScalar) {
+      // A number, true, false or null.
+      inScalar = true;
+      ++shape.elements;
+      shape.memory += kValue;
+    }
+    ++i;
+    if (over()) return shape;
+  }
+  return shape;
+}
+
+Status checkJsonText(std::string_view text, const JsonLimits& limits) {
+  if (limits.max_bytes > 0 && text.size() > limits.max_bytes) {
+    return PEERLAB_INVALID_ARGUMENT(std::to_string(text.size()) + " bytes, more than the " +
+                                    std::to_string(limits.max_bytes) + " allowed");
+  }
+  const JsonTextShape shape = jsonTextShape(text, limits);
+  if (shape.depth > limits.max_depth) {
+    return PEERLAB_INVALID_ARGUMENT("nested deeper than the " + std::to_string(limits.max_depth) + " levels allowed");
+  }
+  if (shape.elements > limits.max_elements) {
+    return PEERLAB_INVALID_ARGUMENT("more than the " + std::to_string(limits.max_elements) +
+                                    " JSON values allowed (counted before parsing)");
+  }
+  if (shape.memory > limits.max_memory) {
+    return PEERLAB_INVALID_ARGUMENT("would take more than the " + std::to_string(limits.max_memory >> 20) +
+                                    " MiB allowed once parsed (estimated before parsing)");
+  }
+  return Status::ok();
+}
+
 StatusOr<json> parseJsonText(std::string_view text, size_t max_bytes, int max_depth) {
-  if (text.size() > max_bytes) {
-    return PEERLAB_INVALID_ARGUMENT(std::to_string(text.size()) + " bytes, more than the " + std::to_string(max_bytes) +
-                                    " allowed");
-  }
-  if (jsonTextDepth(text, max_depth) > max_depth) {
-    return PEERLAB_INVALID_ARGUMENT("nested deeper than the " + std::to_string(max_depth) + " levels allowed");
-  }
+  JsonLimits limits;
+  limits.max_bytes = max_bytes;
+  limits.max_depth = max_depth;
+  PEERLAB_RETURN_IF_ERROR(checkJsonText(text, limits));
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return PEERLAB_INVALID_ARGUMENT("malformed JSON");
   return doc;

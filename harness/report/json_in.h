@@ -30,8 +30,31 @@ struct BadJson {
 /// that text nested deeper than a reader allows is refused before a recursive copy or printer could overflow the stack.
 int jsonTextDepth(std::string_view text, int stop_at);
 
+/// Bounds of untrusted JSON text, held against the text before it is parsed, so that what parsing would build
+/// (nlohmann::json: 16 bytes a value, a heap node per object member, string and container) stays bounded.
+struct JsonLimits {
+  size_t max_bytes = 0;
+  int max_depth = 64;
+  size_t max_elements = 2'000'000;        ///< values: scalars, strings, arrays and objects (keys not counted)
+  size_t max_memory = size_t{128} << 20;  ///< the parsed document's size as estimated from the text
+};
+
+/// What parsing `text` would build, counted in one pass over the text without parsing it (strings skipped).
+struct JsonTextShape {
+  int depth = 0;
+  size_t elements = 0;
+  size_t memory = 0;  ///< estimated bytes of the parsed document
+};
+/// Stops as soon as one of `limits` is passed (the counts then exceed it).
+JsonTextShape jsonTextShape(std::string_view text, const JsonLimits& limits);
+
+/// Refuses text past one of `limits`, naming it: "2400000 values, more than the 2000000 allowed", "nested deeper
+/// than the 64 levels allowed", "would take about 300 MiB once parsed, more than the 128 MiB allowed".
+Status checkJsonText(std::string_view text, const JsonLimits& limits);
+
 /// Parses untrusted JSON text (a file, a stored column): refused when longer than `max_bytes`, nested deeper than
-/// `max_depth` or malformed; `invalid_argument` says which ("nested deeper than the 64 levels allowed").
+/// `max_depth`, past the default element and memory bounds of JsonLimits, or malformed; `invalid_argument` says which
+/// ("nested deeper than the 64 levels allowed").
 StatusOr<nlohmann::json> parseJsonText(std::string_view text, size_t max_bytes, int max_depth);
 
 /// "12", "\"abc\"", "[...]" (at most ~40 characters) for messages.

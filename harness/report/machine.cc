@@ -362,6 +362,7 @@ RunKind kindOfRunFile(const std::string& stated, const std::string& stated_sourc
   if (!hw) {
     out.name = p ? p->canonical() : stated;
     out.overridden = overridden;
+    out.override_recorded = overridden;
   } else if (p && compatible(*p, *hw)) {
     out.name = merged(*p, *hw);
     // A file that does not say where its kind came from: the canonical name is the hardware's.
@@ -369,6 +370,7 @@ RunKind kindOfRunFile(const std::string& stated, const std::string& stated_sourc
   } else {
     out.name = stated;
     out.overridden = true;
+    out.override_recorded = overridden;
     // "Derived from the hardware" cannot be true of a kind the hardware contradicts.
     if (out.source == KindSource::kHardware) out.source = KindSource::kRunFile;
   }

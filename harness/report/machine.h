@@ -72,6 +72,9 @@ struct RunKind {
   std::string hardware;     ///< the kind the hardware gives; "" when unknown
   std::string given;        ///< the spelling given (--kind, environment, file) when it was an alias
   bool overridden = false;  ///< given kind contradicts the hardware and --kind-override accepted it
+  /// A run file's kind: the file itself says it was overridden (kind_overridden), rather than the reader finding
+  /// that it contradicts the hardware.
+  bool override_recorded = false;
   bool empty() const { return name.empty(); }
 };
 

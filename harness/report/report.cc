@@ -1,5 +1,6 @@
 #include "harness/report/report.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -40,9 +42,10 @@ Status bad(const std::string& path, const std::string& why) {
   return PEERLAB_INVALID_ARGUMENT(path + ": " + why);
 }
 
+// Top-level keys read into typed fields ("injected": where files of earlier versions kept a probe's stand-ins).
 const char* kRunKeys[] = {
     "schema_version", "tool",       "git_sha",       "timestamp",  "fingerprint",     "results", "kind",
-    "kind_source",    "kind_basis", "hardware_kind", "kind_given", "kind_overridden", "node"};
+    "kind_source",    "kind_basis", "hardware_kind", "kind_given", "kind_overridden", "node",    "injected"};
 
 bool isKnown(const char* const* keys, size_t n, const std::string& k) {
   for (size_t i = 0; i < n; ++i)
@@ -52,16 +55,45 @@ bool isKnown(const char* const* keys, size_t n, const std::string& k) {
 
 }  // namespace
 
+std::string Injection::describe() const {
+  std::string what;
+  auto add = [&](const std::string& part) { what += (what.empty() ? "" : ", ") + part; };
+  if (!fault.empty() || !interposer.empty()) {
+    add("fault " + (fault.empty() ? std::string("(none named)") : fault) +
+        (interposer.empty() ? "" : " (interposer " + interposer + ")"));
+  }
+  if (!probe_inject.empty()) add("PEERLAB_PROBE_INJECT=" + probe_inject);
+  if (!probe_worker.empty()) add("stand-in probe worker " + probe_worker);
+  if (!nvml.empty()) add("stand-in NVML " + nvml);
+  if (!topology.empty()) add("stand-in machine (topology " + topology + ", no CUDA)");
+  return what;
+}
+
+json toJson(const Injection& i) {
+  json j = json::object();
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"fault", &i.fault},
+                                   {"interposer", &i.interposer},
+                                   {"probe_inject", &i.probe_inject},
+                                   {"probe_worker", &i.probe_worker},
+                                   {"nvml", &i.nvml},
+                                   {"topology", &i.topology}}) {
+    if (!value->empty()) j[key] = *value;
+  }
+  return j;
+}
+
 json toJson(const Fingerprint& fp) {
   json gpus = json::array();
   for (const auto& g : fp.gpus) {
     gpus.push_back({{"ordinal", g.ordinal}, {"uuid", g.uuid}, {"bus_id", g.bus_id}, {"name", g.name}});
   }
-  return {{"hostname", fp.hostname},
-          {"driver", fp.driver},
-          {"cuda_runtime", fp.cuda_runtime},
-          {"nccl", fp.nccl},
-          {"gpus", gpus}};
+  json j = {{"hostname", fp.hostname},
+            {"driver", fp.driver},
+            {"cuda_runtime", fp.cuda_runtime},
+            {"nccl", fp.nccl},
+            {"gpus", gpus}};
+  if (fp.injected.any()) j["injected"] = toJson(fp.injected);
+  return j;
 }
 
 json toJson(const Result& r) {
@@ -264,14 +296,21 @@ void readRunExtra(const In& doc, Run& run) {
     }
   }
   if (auto h = doc.opt("health")) h->requireObject();
+  // Where earlier versions kept a probe's (and a stand-in qualify's) stand-ins: read into the fingerprint's.
   if (auto i = doc.opt("injected")) {
     i->requireObject();
-    i->str("probe_inject", "");
-    i->str("worker", "");
+    Injection& into = run.fingerprint.injected;
+    if (std::string v = i->str("probe_inject", ""); !v.empty()) into.probe_inject = v;
+    if (std::string v = i->str("worker", ""); !v.empty()) into.probe_worker = v;
+    if (std::string v = i->str("topology", ""); !v.empty()) into.topology = v;
     i->str("note", "");
     i->num("faults", 0, 1e9);
   }
   if (auto p = doc.opt("probe")) p->requireObject();
+  if (auto b = doc.opt("baseline")) {
+    b->requireObject();
+    b->integer("runs", 0, 1 << 20);
+  }
   if (auto s = doc.opt("sources")) readStrings(*s, 10000);
 }
 
@@ -327,7 +366,8 @@ Run readRunDocument(const json& j, bool keep = true) {
   const auto when = parseIsoTimestamp(run.timestamp);
   if (!when) ts.fail("\"" + run.timestamp + "\" is not an ISO 8601 time (2026-11-21T08:12:33Z)");
   if (*when > static_cast<long long>(std::time(nullptr)) + kTimestampSkewS) {
-    ts.fail("\"" + run.timestamp + "\" lies in the future");
+    ts.fail("\"" + run.timestamp + "\" lies in the future (more than " + std::to_string(kTimestampSkewS / 60) +
+            " minutes ahead of this machine's clock)");
   }
   const In fp = doc.at("fingerprint");
   fp.requireObject();
@@ -345,6 +385,29 @@ Run readRunDocument(const json& j, bool keep = true) {
     g.requireObject();
     run.fingerprint.gpus.push_back({g.at("ordinal").integer(0, kMaxGpus - 1), g.at("uuid").str(kMaxNameBytes),
                                     g.at("bus_id").str(kMaxNameBytes), g.at("name").str(kMaxNameBytes)});
+    // One GPU listed twice (its UUID, or its ordinal) is no machine: the node identity is made from the UUIDs.
+    for (size_t k = 0; k < i; ++k) {
+      const GpuFingerprint& a = run.fingerprint.gpus[k];
+      const GpuFingerprint& b = run.fingerprint.gpus[i];
+      if (!b.uuid.empty() && a.uuid == b.uuid) {
+        g.at("uuid").fail("\"" + b.uuid + "\" is the UUID of GPU " + std::to_string(a.ordinal) +
+                          " too ($.fingerprint.gpus[" + std::to_string(k) + "]): each GPU has its own");
+      }
+      if (a.ordinal == b.ordinal) {
+        g.at("ordinal").fail(std::to_string(b.ordinal) + " is listed twice ($.fingerprint.gpus[" + std::to_string(k) +
+                             "])");
+      }
+    }
+  }
+  if (auto inj = fp.opt("injected")) {
+    inj->requireObject();
+    Injection& i = run.fingerprint.injected;
+    i.fault = inj->str("fault", "", kMaxTextBytes);
+    i.interposer = inj->str("interposer", "", kMaxTextBytes);
+    i.probe_inject = inj->str("probe_inject", "", kMaxTextBytes);
+    i.probe_worker = inj->str("probe_worker", "", kMaxTextBytes);
+    i.nvml = inj->str("nvml", "", kMaxTextBytes);
+    i.topology = inj->str("topology", "", kMaxTextBytes);
   }
   readRunExtra(doc, run);
   readMachine(doc, run);
@@ -573,9 +636,13 @@ StatusOr<Run> fromJson(json doc) {
 
 StatusOr<Run> runFromText(const std::string& text) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return PEERLAB_INVALID_ARGUMENT("empty file");
-  if (jsonTextDepth(text, kMaxJsonDepth) > kMaxJsonDepth) {
-    return PEERLAB_INVALID_ARGUMENT("JSON nested deeper than the " + std::to_string(kMaxJsonDepth) +
-                                    " levels a run file may have");
+  JsonLimits limits;
+  limits.max_bytes = kMaxRunFileBytes;
+  limits.max_depth = kMaxJsonDepth;
+  limits.max_elements = kMaxRunJsonValues;
+  limits.max_memory = kMaxRunJsonMemory;
+  if (Status st = checkJsonText(text, limits); !st.isOk()) {
+    return PEERLAB_INVALID_ARGUMENT("JSON " + st.message() + " (a run file's limits)");
   }
   ParsedJson parsed = parseJson(text);
   json& doc = parsed.doc;
@@ -620,18 +687,8 @@ std::string bundleResults(const std::string& dir) {
 
 StatusOr<std::string> readRunText(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return bad(path, "no such file");
   if (std::filesystem::is_directory(path, ec)) return bad(path, "is a directory, not a run file");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec && size > kMaxRunFileBytes) {
-    return bad(path, std::to_string(size) + " bytes, larger than the " + std::to_string(kMaxRunFileBytes >> 20) +
-                         " MiB a run file may have");
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return bad(path, std::string("cannot read: ") + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+  PEERLAB_ASSIGN_OR_RETURN(std::string text, readTextFile(path, kMaxRunFileBytes));
   // A gzip-compressed run file (`.json.gz`, reports/README.md) reads as its content, bounded like a plain one.
   if (isGzip(text)) {
     auto inflated = gunzip(text, kMaxRunFileBytes);
@@ -699,8 +756,66 @@ Run newRun() {
   return run;
 }
 
-Fingerprint collectFingerprint() {
+namespace {
+
+std::string envText(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+// The entries of LD_PRELOAD (separated by ':' or spaces) that name the fault interposer.
+std::string preloadedInterposer() {
+  std::string entry, found;
+  for (const char c : envText("LD_PRELOAD") + ":") {
+    if (c != ':' && c != ' ') {
+      entry += c;
+      continue;
+    }
+    if (entry.find("peerlab_faults") != std::string::npos) found = entry;
+    entry.clear();
+  }
+  return found;
+}
+
+// The interposer exports this marker; found in this process, it is loaded whatever its file is called.
+std::string loadedInterposer() {
+  void* marker = ::dlsym(RTLD_DEFAULT, "peerlab_faults_interposer");
+  if (marker == nullptr) return "";
+  Dl_info info{};
+  if (::dladdr(marker, &info) != 0 && info.dli_fname != nullptr && *info.dli_fname != '\0') return info.dli_fname;
+  return "libpeerlab_faults.so";
+}
+
+// $PEERLAB_NVML_LIBRARY when it names peerlab's stand-in (which exports a marker), "" for a real NVML.
+std::string standinNvml() {
+  const std::string path = envText("PEERLAB_NVML_LIBRARY");
+  if (path.empty()) return "";
+  void* lib = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib == nullptr) lib = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (lib == nullptr) return "";  // not loadable: NVML is then unavailable, and health says so
+  const bool standin = ::dlsym(lib, "peerlab_standin_nvml") != nullptr;
+  ::dlclose(lib);
+  return standin ? path : "";
+}
+
+}  // namespace
+
+Injection detectInjection(const InjectionUses& uses) {
+  Injection i;
+  i.fault = envText("PEERLAB_FAULT");
+  i.interposer = loadedInterposer();
+  if (i.interposer.empty()) i.interposer = preloadedInterposer();
+  if (uses.probe) {
+    i.probe_inject = envText("PEERLAB_PROBE_INJECT");
+    i.probe_worker = envText("PEERLAB_PROBE_WORKER");
+  }
+  if (uses.nvml) i.nvml = standinNvml();
+  return i;
+}
+
+Fingerprint collectFingerprint(const InjectionUses& uses) {
   Fingerprint fp;
+  fp.injected = detectInjection(uses);
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) fp.hostname = host;
   DriverVersions v = driverVersions();

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "harness/report/compressed.h"
+#include "harness/report/json_in.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
@@ -319,6 +320,89 @@ TEST(RunReader, DeepNestingIsRefusedBeforeParsing) {
     deep = json::array({deep});
   doc["results"][0]["anything"] = deep;
   EXPECT_FALSE(validate(doc).isOk());
+}
+
+// Values in a parsed document, counted the way jsonTextShape counts them on the text (keys are not values).
+size_t countValues(const json& j) {
+  size_t n = 1;
+  if (j.is_structured())
+    for (const json& v : j)
+      n += countValues(v);
+  return n;
+}
+
+// The values and the memory a document would take are counted on its text, before it is parsed, exactly for values:
+// a document past either bound is refused naming it, one within them parses.
+TEST(RunReader, ValuesAndMemoryAreBoundedBeforeParsing) {
+  const json sample = loadSample();
+  for (const std::string& text :
+       {sample.dump(), sample.dump(2), std::string("[1, \"a\\\"]\", {\"k\": [true, null]}]")}) {
+    const JsonTextShape shape = jsonTextShape(text, {});
+    EXPECT_EQ(shape.elements, countValues(json::parse(text))) << text.substr(0, 80);
+    EXPECT_GT(shape.memory, text.size() / 4);
+  }
+  JsonLimits tight;
+  tight.max_elements = 10;
+  PEERLAB_EXPECT_OK(checkJsonText("[1,2,3,4,5,6,7,8,9]", tight));
+  const Status many = checkJsonText("[1,2,3,4,5,6,7,8,9,10]", tight);
+  ASSERT_FALSE(many.isOk());
+  EXPECT_NE(many.message().find("more than the 10 JSON values allowed"), std::string::npos) << many.message();
+  JsonLimits small;
+  small.max_memory = 64 << 10;
+  const Status big = checkJsonText("[\"" + std::string(70 << 10, 'x') + "\"]", small);
+  ASSERT_FALSE(big.isOk());
+  EXPECT_NE(big.message().find("MiB allowed once parsed"), std::string::npos) << big.message();
+  // A run file of 2.1 million small values is refused by its count, whatever it would have held.
+  std::string text = sample.dump();
+  text.pop_back();
+  text += ",\"padding\":[0";
+  for (int i = 0; i < 2'100'000; ++i)
+    text += ",0";
+  text += "]}";
+  auto run = runFromText(text);
+  ASSERT_FALSE(run.isOk());
+  EXPECT_NE(run.status().message().find("more than the 2000000 JSON values allowed"), std::string::npos)
+      << run.status().message();
+}
+
+// A fingerprint lists each GPU once: a UUID or an ordinal given twice is refused with the path of the second.
+TEST(RunReader, EachGpuIsListedOnce) {
+  json doc = loadSample();
+  ASSERT_GE(doc["fingerprint"]["gpus"].size(), 2u);
+  doc["fingerprint"]["gpus"][1]["uuid"] = doc["fingerprint"]["gpus"][0]["uuid"];
+  auto dup = fromJson(doc);
+  ASSERT_FALSE(dup.isOk());
+  EXPECT_NE(dup.status().message().find("$.fingerprint.gpus[1].uuid: "), std::string::npos) << dup.status().message();
+  json ord = loadSample();
+  ord["fingerprint"]["gpus"][1]["ordinal"] = ord["fingerprint"]["gpus"][0]["ordinal"];
+  auto twice = fromJson(ord);
+  ASSERT_FALSE(twice.isOk());
+  EXPECT_NE(twice.status().message().find("$.fingerprint.gpus[1].ordinal: "), std::string::npos)
+      << twice.status().message();
+}
+
+// Stand-ins and injected faults are one typed record in the fingerprint, written only when there are any; the top
+// level "injected" of earlier probe files reads into it.
+TEST(RunReader, InjectionIsTypedAndReadFromEarlierFilesToo) {
+  json doc = loadSample();
+  doc["fingerprint"]["injected"] = {{"fault", "copy_slow:percent=50"}, {"nvml", "/x/libpeerlab_fake_nvml.so"}};
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run run, fromJson(doc));
+  EXPECT_EQ(run.fingerprint.injected.fault, "copy_slow:percent=50");
+  EXPECT_EQ(run.fingerprint.injected.describe(),
+            "fault copy_slow:percent=50, stand-in NVML /x/libpeerlab_fake_nvml.so");
+  EXPECT_EQ(toJson(run)["fingerprint"]["injected"], doc["fingerprint"]["injected"]);
+  json old = loadSample();
+  old["injected"] = {{"probe_inject", "corrupt:ce_write:0:1"}, {"faults", 1}, {"worker", "/x/standin"}, {"note", "n"}};
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run legacy, fromJson(old));
+  EXPECT_EQ(legacy.fingerprint.injected.probe_inject, "corrupt:ce_write:0:1");
+  EXPECT_EQ(legacy.fingerprint.injected.probe_worker, "/x/standin");
+  EXPECT_FALSE(toJson(legacy).contains("injected")) << "one home: the fingerprint's";
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::Run plain, fromJson(loadSample()));
+  EXPECT_FALSE(plain.fingerprint.injected.any());
+  EXPECT_FALSE(toJson(plain)["fingerprint"].contains("injected"));
+  json wrong = loadSample();
+  wrong["fingerprint"]["injected"] = {{"fault", 7}};
+  EXPECT_FALSE(fromJson(wrong).isOk());
 }
 
 TEST(RunReader, ControlCharactersAreRemoved) {

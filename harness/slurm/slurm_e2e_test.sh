@@ -422,23 +422,39 @@ ok "history down: refused up front; lost mid-sweep, the bundle spooled and inges
 out="$(pl history node-state --db "$db" --node vm --state drained 2>&1)" && fail "node-state took a name that matches nothing"
 [[ "$out" == *"matches nothing"* || "$out" == *"no run names"* ]] || fail "node-state: $out"
 pl history node-state --db "$db" --node rack2-gpu08 --state in_service >/dev/null || fail "node-state by NodeName"
-pl history fleet --db "$db" >"$work/fleet.txt" 2>&1
-grep -qE "^  node1 +FAIL drained \(peerlab: nvlink_state GPU0" "$work/fleet.txt" || fail "history fleet: $(cat "$work/fleet.txt")"
-grep -qE "^  node5 .*drained \(peerlab: do not touch - RMA pending\)" "$work/fleet.txt" ||
-  fail "history fleet does not show node5's admin reason: $(cat "$work/fleet.txt")"
-grep -qE "^  rack2-gpu08 +PASS in_service" "$work/fleet.txt" || fail "history fleet does not name rack2-gpu08: $(cat "$work/fleet.txt")"
+pl history fleet --db "$db" --json "$work/fleet.json" >"$work/fleet.txt" 2>&1
+grep -q "^no counted run in the history: [0-9]* nodes with a recorded state" "$work/fleet.txt" ||
+  fail "history fleet does not list the nodes without a counted run: $(cat "$work/fleet.txt")"
+python3 - "$work/fleet.json" <<'EOF' || fail "history fleet --json: $(cat "$work/fleet.json")"
+import json, sys
+f = json.load(open(sys.argv[1]))
+counted = {n["name"]: n for n in f["nodes"] if n["kind"]}
+alone = {n["name"]: n for n in f["nodes"] if not n["kind"]}
+# Five cloud VMs that all call themselves "vm": five nodes, each by its NodeName.
+assert sorted(counted) == ["node2", "node3", "node4", "node6", "node7"], sorted(counted)
+assert all(n["host"] == "vm" and n["slurm_node"] == name for name, n in counted.items()), counted
+# Nodes whose runs are all stand-in runs, and node5 that never ran: listed by their states.
+assert alone["node1"]["state"] == "drained" and alone["node1"]["reason"].startswith("peerlab: nvlink_state GPU0"), alone
+assert alone["node5"]["reason"] == "peerlab: do not touch - RMA pending", alone
+assert alone["rack2-gpu08"]["state"] == "in_service", alone
+# The stand-in runs apart, named by NodeName with their host.
+named = [(r["name"], r["host"]) for r in f["injected"]]
+assert ("rack2-gpu08", "node8") in named, named
+EOF
 pl history html --db "$db" --out "$work/site" >/dev/null 2>&1 || fail "history html"
-page="$(grep -l '>node1<' "$work/site"/fleet-*.html | head -n 1)"
-python3 - "$page" <<'EOF' || fail "fleet page $page"
+page="$(grep -l '>node7<' "$work/site"/fleet-*.html | head -n 1)"
+standin="$(grep -l 'Runs counted nowhere' "$work/site"/fleet-*.html | head -n 1)"
+python3 - "$page" "$standin" "$work/site/index.html" <<'EOF' || fail "fleet pages $page $standin"
 import re, sys
 html = open(sys.argv[1]).read()
 rows = re.findall(r"<tr><td class=\"l\">([^<]*)</td><td class=\"l( cell-warn)?\">([^<]*)</td>", html)
 names = [r[0] for r in rows]
-assert rows and rows[0][0] == "node1" and rows[0][2].startswith("drained: peerlab: nvlink_state GPU0"), rows
-assert "rack2-gpu08" in names and "node8" not in names, names
-assert "<td class=\"l\">node8</td>" in html, "host column"
-index = open(sys.argv[1].rsplit("/", 1)[0] + "/index.html").read()
-assert "Nodes without a run" in index and "node5" in index and "do not touch - RMA pending" in index, "node5"
+assert sorted(names) == ["node2", "node3", "node4", "node6", "node7"], names
+assert html.count('<td class="l">vm</td>') == 5, "the host column"
+standin = open(sys.argv[2]).read()
+assert re.search(r"<td class=\"l\">rack2-gpu08</td>.*?<td class=\"l\">node8</td>", standin), "stand-in run by NodeName"
+index = open(sys.argv[3]).read()
+assert "Nodes without a counted run" in index and "do not touch - RMA pending" in index, "node5"
 EOF
-ok "node states keyed by NodeName; history fleet and the fleet page name rack2-gpu08 (host node8), node1 first"
+ok "node states keyed by NodeName; five VMs named vm are five nodes; stand-in runs apart by NodeName (rack2-gpu08 on node8)"
 echo "PASS ($((SECONDS - started)) s)"

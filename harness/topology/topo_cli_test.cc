@@ -101,7 +101,7 @@ TEST(TopoCli, MissingFileIsAUsageError) {
   std::string path = tmp.path() + "/nope.xml";
   CliRun r = runTopo({"--fixture", path});
   EXPECT_EQ(r.exit_code, kExitUsage);
-  expectOneErrorLine(r, path, "No such file or directory");
+  expectOneErrorLine(r, path, "no such file");
   EXPECT_EQ(r.out, "");
 }
 

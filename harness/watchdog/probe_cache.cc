@@ -1,5 +1,7 @@
 #include "harness/watchdog/probe_cache.h"
 
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -233,20 +236,24 @@ StatusOr<CacheEntry> decodeCache(std::string_view text) {
 
 CacheLookup lookupCache(const std::string& path, const CacheKey& key, const std::vector<CellSpec>& wanted) {
   CacheLookup out;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
     out.state = CacheState::kMissing;
     return out;
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
+  // Another user's file (or one others may write) could hold any verdict, forged or hiding a real corruption.
+  if (Status trusted = checkCacheOwner(path); !trusted.isOk()) {
     out.state = CacheState::kInvalid;
-    out.why = std::string("cannot read: ") + std::strerror(errno);
+    out.why = trusted.message() + "; ignored";
     return out;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto entry = decodeCache(ss.str());
+  auto text = readTextFile(path, kMaxCacheBytes);
+  if (!text.isOk()) {
+    out.state = CacheState::kInvalid;
+    out.why = text.status().message();
+    return out;
+  }
+  auto entry = decodeCache(*text);
   if (!entry.isOk()) {
     out.state = CacheState::kInvalid;
     out.why = entry.status().message();
@@ -287,18 +294,80 @@ Status writeCache(const std::string& path, const CacheEntry& entry) {
   return writeTextFile(path, encodeCache(entry));
 }
 
-std::string defaultCachePath() {
+std::string defaultCacheDir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg == '/') return std::string(xdg) + "/peerlab/probe.json";
+  if (xdg && *xdg == '/') return std::string(xdg) + "/peerlab";
   const char* home = std::getenv("HOME");
-  if (home && *home) return std::string(home) + "/.cache/peerlab/probe.json";
-  return "/tmp/peerlab-probe-" + std::to_string(::getuid()) + ".json";
+  if (home && *home == '/') return std::string(home) + "/.cache/peerlab";
+  // Without HOME (slurmd's health checks and prologs run so): root's system cache, else the account's home.
+  if (::geteuid() == 0) return "/var/cache/peerlab";
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr && found->pw_dir &&
+      found->pw_dir[0] == '/') {
+    return std::string(found->pw_dir) + "/.cache/peerlab";
+  }
+  return "";
+}
+
+std::string defaultCachePath() {
+  const std::string dir = defaultCacheDir();
+  return dir.empty() ? std::string() : dir + "/probe.json";
+}
+
+Status checkCacheOwner(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return PEERLAB_INVALID_ARGUMENT(path + ": " + std::strerror(errno));
+  if (S_ISLNK(st.st_mode)) return PEERLAB_INVALID_ARGUMENT(path + ": a symlink, not a cache file of this user");
+  if (st.st_uid != ::geteuid()) {
+    return PEERLAB_INVALID_ARGUMENT(path + ": owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+                                    std::to_string(::geteuid()) + ")");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PEERLAB_INVALID_ARGUMENT(path + ": writable by other users (mode " + mode + ")");
+  }
+  return Status::ok();
+}
+
+Status makePrivateCacheDir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path parent = fs::path(dir).parent_path();
+  if (!parent.empty() && !fs::exists(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec) return PEERLAB_INVALID_ARGUMENT("cannot create directory " + parent.string() + ": " + ec.message());
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return PEERLAB_INVALID_ARGUMENT("cannot create directory " + dir + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return PEERLAB_INVALID_ARGUMENT(dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return PEERLAB_INVALID_ARGUMENT(dir + ": not a directory (a cache directory is one)");
+  if (st.st_uid != ::geteuid()) {
+    return PEERLAB_INVALID_ARGUMENT(dir + ": owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+                                    std::to_string(::geteuid()) + "): the probe cache lives in a directory of its own");
+  }
+  // Ours: nobody else may see or put files in it.
+  if ((st.st_mode & 0777) != 0700 && ::chmod(dir.c_str(), 0700) != 0) {
+    return PEERLAB_INVALID_ARGUMENT(dir + ": cannot make it private (chmod 0700): " + std::strerror(errno));
+  }
+  return Status::ok();
 }
 
 Status checkCachePath(const std::string& path, bool create_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (path.empty()) return PEERLAB_INVALID_ARGUMENT("--cache: empty path");
+  if (path.empty()) {
+    return PEERLAB_INVALID_ARGUMENT(
+        "no cache directory ($XDG_CACHE_HOME and $HOME are not set and the account has no home directory)");
+  }
+  // The default place is a private directory of this user's; a --cache file elsewhere is held to its owner alone.
+  if (fs::path(path).parent_path() == fs::path(defaultCacheDir()) && create_dir) {
+    PEERLAB_RETURN_IF_ERROR(makePrivateCacheDir(defaultCacheDir()));
+  }
   if (fs::is_directory(path, ec)) return PEERLAB_INVALID_ARGUMENT(path + ": is a directory, not a cache file");
   if (fs::exists(path, ec) && ::access(path.c_str(), R_OK | W_OK) != 0) {
     return PEERLAB_INVALID_ARGUMENT(path + ": cannot read and write: " + std::strerror(errno));

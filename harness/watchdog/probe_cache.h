@@ -67,16 +67,31 @@ struct CacheLookup {
 };
 
 /// Looks up `wanted` cells (matched by method, source, destination and size; ids and seeds come from `wanted`'s
-/// order and the cached run) in the cache file at `path`.
+/// order and the cached run) in the cache file at `path`. A file checkCacheOwner() does not trust is kInvalid (and
+/// never read), whatever it holds.
 CacheLookup lookupCache(const std::string& path, const CacheKey& key, const std::vector<CellSpec>& wanted);
 
 /// Writes the cache atomically (temporary file + rename), creating its directory when missing.
 Status writeCache(const std::string& path, const CacheEntry& entry);
 
-/// $XDG_CACHE_HOME/peerlab/probe.json, else $HOME/.cache/peerlab/probe.json, else /tmp/peerlab-probe-<uid>.json.
+/// Largest cache file read (a 16-GPU machine's full matrix is a few hundred KiB).
+inline constexpr size_t kMaxCacheBytes = size_t{16} << 20;
+
+/// The directory of this user's probe cache: $XDG_CACHE_HOME/peerlab, else $HOME/.cache/peerlab, else (no HOME, as
+/// under slurmd) /var/cache/peerlab for root and the account's home directory's .cache/peerlab for others; "" when
+/// none is known. Never a directory other users share.
+std::string defaultCacheDir();
+/// defaultCacheDir()/probe.json, "" when there is no such directory.
 std::string defaultCachePath();
+/// Creates `dir` with mode 0700 (its parents as needed) and holds it to being this user's: a directory owned by
+/// another user is refused, one of this user's that others may enter is made 0700.
+Status makePrivateCacheDir(const std::string& dir);
+/// A cache file is trusted only when it is a plain file (not a symlink) owned by the effective user and not writable
+/// by group or others; `invalid_argument` says why not ("owned by uid 65534, not by this user (uid 0)").
+Status checkCacheOwner(const std::string& path);
 /// Checks that the cache can live at `path`: not a directory, readable and writable when it exists, and its directory
-/// exists (or can be created when `create_dir`) and is writable.
+/// exists (or can be created when `create_dir`) and is writable; the default directory is made private
+/// (makePrivateCacheDir).
 Status checkCachePath(const std::string& path, bool create_dir);
 
 /// 64-bit FNV-1a.

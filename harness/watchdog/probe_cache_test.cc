@@ -240,5 +240,70 @@ TEST_F(Cache, PathChecks) {
   EXPECT_EQ(defaultCachePath(), "/home/someone/.cache/peerlab/probe.json");
 }
 
+// Without HOME (slurmd runs health checks and prologs so) the cache is never a file in /tmp another user can plant:
+// root's lives in /var/cache/peerlab, another account's under its home directory.
+TEST_F(Cache, WithoutHomeTheCacheIsNeverShared) {
+  const char* home = std::getenv("HOME");
+  const std::string saved = home ? home : "";
+  ::unsetenv("XDG_CACHE_HOME");
+  ::unsetenv("HOME");
+  const std::string path = defaultCachePath();
+  if (::geteuid() == 0) {
+    EXPECT_EQ(path, "/var/cache/peerlab/probe.json");
+  } else {
+    EXPECT_EQ(path.rfind("/tmp", 0), std::string::npos) << path;
+    EXPECT_NE(path.find("/.cache/peerlab/probe.json"), std::string::npos) << path;
+  }
+  ::setenv("HOME", "relative/dir", 1);  // not a path to trust either
+  EXPECT_EQ(defaultCachePath().rfind("relative", 0), std::string::npos) << defaultCachePath();
+  if (!saved.empty()) ::setenv("HOME", saved.c_str(), 1);
+}
+
+// The default directory is made the user's own: created 0700, an existing one of the user's made 0700, one another
+// user owns refused (the cache is then off, with the reason).
+TEST_F(Cache, TheCacheDirectoryIsPrivate) {
+  ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
+  const std::string cacheDir = dir_ + "/peerlab";
+  PEERLAB_EXPECT_OK(checkCachePath(defaultCachePath(), true));
+  struct stat st {};
+  ASSERT_EQ(::stat(cacheDir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::chmod(cacheDir.c_str(), 0777), 0);
+  PEERLAB_EXPECT_OK(checkCachePath(defaultCachePath(), true));
+  ASSERT_EQ(::stat(cacheDir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(cacheDir.c_str(), 65534, 65534), 0);
+    const Status st2 = checkCachePath(defaultCachePath(), true);
+    EXPECT_FALSE(st2.isOk());
+    EXPECT_NE(st2.message().find("owned by uid 65534, not by this user"), std::string::npos) << st2.message();
+  }
+  ::unsetenv("XDG_CACHE_HOME");
+}
+
+// A cache file is believed only when it is this user's and only this user may write it: another user's file (its
+// checksum recomputed over a forged verdict), one anyone may write, or a symlink is ignored with the reason, and never
+// read (a forged "corrupt" is not reported, a real one not hidden).
+TEST_F(Cache, OnlyTheUsersOwnCacheFileIsBelieved) {
+  write(encodeCache(entry()));
+  EXPECT_EQ(lookupCache(path_, key(), wanted()).state, CacheState::kHit);
+  ASSERT_EQ(::chmod(path_.c_str(), 0666), 0);
+  CacheLookup open = lookupCache(path_, key(), wanted());
+  EXPECT_EQ(open.state, CacheState::kInvalid);
+  EXPECT_NE(open.why.find("writable by other users (mode 0666); ignored"), std::string::npos) << open.why;
+  EXPECT_TRUE(open.cells.empty());
+  ASSERT_EQ(::chmod(path_.c_str(), 0644), 0);
+  const std::string link = dir_ + "/link.json";
+  std::filesystem::create_symlink(path_, link);
+  EXPECT_EQ(lookupCache(link, key(), wanted()).state, CacheState::kInvalid);
+  if (::geteuid() != 0) GTEST_SKIP() << "another user's file needs root to make";
+  ASSERT_EQ(::chown(path_.c_str(), 65534, 65534), 0);
+  CacheLookup foreign = lookupCache(path_, key(), wanted());
+  EXPECT_EQ(foreign.state, CacheState::kInvalid);
+  EXPECT_NE(foreign.why.find("owned by uid 65534, not by this user (uid 0); ignored"), std::string::npos)
+      << foreign.why;
+  EXPECT_TRUE(foreign.cells.empty());
+}
+
 }  // namespace
 }  // namespace peerlab::probe

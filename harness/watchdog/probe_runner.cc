@@ -1019,6 +1019,10 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   fp.nccl = nccl::loadedVersionString();
   for (const GpuInfo& g : inventory.gpus)
     fp.gpus.push_back({g.ordinal, g.uuid, g.bus_id, g.name});
+  // The fault interposer, as every command detects it; the probe's own stand-ins as this probe used them.
+  fp.injected = report::detectInjection({});
+  fp.injected.probe_inject = context.inject_spec;
+  fp.injected.probe_worker = context.worker;
 
   int failed_claims = 0;
   for (const CellReport& c : cells) {
@@ -1077,13 +1081,6 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
   // A malformed $SLURMD_NODENAME is left out, never a reason to lose the run.
   auto local = report::localNodeIdentity(run.fingerprint);
   run.node = local.isOk() ? *local : report::nodeIdentity(run.fingerprint, report::readBoardSerial());
-  if (!context.inject_spec.empty() || !context.worker.empty()) {
-    run.extra["injected"] = {
-        {"probe_inject", context.inject_spec.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.inject_spec)},
-        {"faults", context.inject.faults().size()},
-        {"worker", context.worker.empty() ? nlohmann::json(nullptr) : nlohmann::json(context.worker)},
-        {"note", "verdicts come from injected faults or a stand-in worker, not from this machine's driver"}};
-  }
   return run;
 }
 

@@ -124,8 +124,8 @@ struct ReportContext {
 /// The run file: one result per cell (suite "probe", impl "peerlab.probe", name "<method>/<bytes>", status the
 /// verdict, extra claimed / lie / path / first_bad / error) plus "matrix_wall"; the fingerprint comes from the
 /// worker's inventory, never from CUDA in this process; "probe" holds the seed and every argument (methods, sizes,
-/// pairs, timeouts) that reproduces the run. A probe with injected faults or another worker says so:
-/// top-level "injected": {"probe_inject": spec or null, "faults": count, "worker": path or null, "note"}, and each
+/// pairs, timeouts) that reproduces the run. A probe with injected faults or another worker says so in its
+/// fingerprint ("injected": {"probe_inject", "probe_worker", and the fault interposer where one is loaded}), and each
 /// cell a fault matches carries "injected": "<fault kind>".
 report::Run buildRunReport(const Inventory& inventory, const std::vector<CellReport>& cells,
                            const ReportContext& context);

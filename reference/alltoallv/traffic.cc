@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "reference/core/files.h"
+
 namespace peerlab::alltoallv {
 
 namespace {
@@ -111,11 +113,9 @@ TrafficParams TrafficSpec::params(int ranks, uint64_t elements) const {
 }
 
 StatusOr<TrafficSpec> loadTrafficSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return PEERLAB_INVALID_ARGUMENT("traffic fixture " + path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = readTextFile(path, size_t{1} << 20);
+  if (!text.isOk()) return PEERLAB_INVALID_ARGUMENT("traffic fixture " + text.status().message());
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return PEERLAB_INVALID_ARGUMENT("traffic fixture " + path + ": not a JSON object");
   auto bad = [&](const std::string& what) { return PEERLAB_INVALID_ARGUMENT("traffic fixture " + path + ": " + what); };

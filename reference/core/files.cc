@@ -78,12 +78,59 @@ void TempDir::remove() noexcept {
   path_.clear();
 }
 
-StatusOr<std::string> readTextFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return PEERLAB_INVALID_ARGUMENT(path + ": cannot read: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+namespace {
+
+const char* fileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+std::string mebibytes(size_t bytes) {
+  return bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+                                                                      : std::to_string(bytes) + " bytes";
+}
+
+}  // namespace
+
+StatusOr<std::string> readTextFile(const std::string& path, size_t max_bytes) {
+  // A symlink is resolved first: what is judged is what a read would reach ("x.json" -> /dev/zero is a device).
+  std::string target;
+  struct stat link {};
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    std::error_code ec;
+    const auto resolved = std::filesystem::canonical(path, ec);
+    if (!ec) target = " (a symlink to " + resolved.string() + ")";
+  }
+  auto bad = [&](const std::string& why) { return PEERLAB_INVALID_ARGUMENT(path + target + ": " + why); };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return bad(errno == ENOENT ? "no such file" : std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return bad(std::string(fileTypeName(st.st_mode)) + ", not a regular file");
+  // O_NONBLOCK: should the file have been swapped for a FIFO meanwhile, open() does not wait for a writer.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!static_cast<bool>(fd)) return bad(std::string("cannot read: ") + std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return bad(std::string(fileTypeName(st.st_mode)) + ", not a regular file");
+  }
+  auto tooLarge = [&](const std::string& size) {
+    return bad(size + ", larger than the " + mebibytes(max_bytes) + " allowed");
+  };
+  if (static_cast<size_t>(st.st_size) > max_bytes) return tooLarge(std::to_string(st.st_size) + " bytes");
+  std::string text;
+  text.reserve(static_cast<size_t>(st.st_size));
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return bad(std::string("cannot read: ") + std::strerror(errno));
+    if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > max_bytes) return tooLarge("grew while read");
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
 }
 
 Status writeTextFile(const std::string& path, const std::string& text) {

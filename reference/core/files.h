@@ -32,8 +32,13 @@ class TempDir {
   std::string path_;
 };
 
-/// Whole file as a string; `invalid_argument` names the file when it cannot be read.
-StatusOr<std::string> readTextFile(const std::string& path);
+/// Largest file readTextFile() reads unless told otherwise.
+inline constexpr size_t kMaxInputFileBytes = size_t{64} << 20;
+/// The one reader of whole input files (run files, configs, fixtures, caches, what other programs wrote): a symlink
+/// is resolved first, and only a regular file is read; a FIFO, a device, a socket or a directory is refused at once
+/// naming what it is ("/dev/zero: a character device, not a regular file"), as is a file larger than `max_bytes`
+/// (checked before reading and while reading, for a file that grows). `invalid_argument` names the file.
+StatusOr<std::string> readTextFile(const std::string& path, size_t max_bytes = kMaxInputFileBytes);
 /// Writes a file so that a reader never sees it half written and nothing outside it is touched: the text goes into a
 /// new temporary in the target's directory (created O_CREAT | O_EXCL | O_NOFOLLOW, so no symlink is followed), which
 /// is then renamed over `path` (a symlink at `path` is replaced, not followed). Missing parent directories are created.

@@ -26,7 +26,8 @@ peerlab::report::Run baseline(int index, const std::string& kind) {
   run.tool = "peerlab 0.1.0";
   run.git_sha = std::string(40, static_cast<char>('a' + index));
   run.timestamp = "2026-01-0" + std::to_string(1 + index) + "T00:00:00Z";
-  run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {{0, "GPU-0", "", "H200"}, {1, "GPU-1", "", "H200"}}};
+  run.fingerprint = {"node-a", "580.159.04", "13.0", "2.28.3", {{0, "GPU-0", "", "H200"}, {1, "GPU-1", "", "H200"}},
+                     {}};
   run.kind.name = kind;
   run.kind.source = report::KindSource::kOption;
   for (int s = 0; s < 2; ++s) {

@@ -247,6 +247,10 @@ double elapsedS() {
 
 extern "C" {
 
+// What peerlab looks up to know the NVML it loaded is this stand-in (report::detectInjection): its runs are marked.
+__attribute__((visibility("default"))) extern const char peerlab_standin_nvml[];
+const char peerlab_standin_nvml[] = "peerlab stand-in NVML";
+
 Return nvmlInit_v2(void) {
   Scenario s = load();
   if (s.wrap) {

@@ -41,6 +41,8 @@ inline report::Run syntheticRun(std::mt19937_64& rng, int index, const std::stri
   if (!kind.empty()) {
     run.kind.name = kind;
     run.kind.source = report::KindSource::kOption;
+    // A test kind that names no hardware ("kind-x") is filed as qualify --kind-override files it.
+    run.kind.overridden = !report::sameHardware(kind, report::deriveKind(run.fingerprint.gpus).kind);
   }
   run.node = report::nodeIdentity(run.fingerprint, "");
   for (int s = 0; s < gpus; ++s) {

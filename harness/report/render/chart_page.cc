@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "harness/layout/layout.h"
+#include "reference/core/files.h"
 
 #ifndef PEERLAB_CHARTJS_PATH
 #define PEERLAB_CHARTJS_PATH ""
@@ -53,7 +54,8 @@ td.cell-self { background: #e6e6e6; color: #888; }
 .tile { max-width: 440px; }
 #nochartjs { display: none; padding: 8px; border: 1px solid #e0b000; background: #fff8e0; }
 .verdict-pass { color: var(--ok); font-weight: 700; } .verdict-fail { color: var(--bad); font-weight: 700; }
-.verdict-warn { color: #7a4a00; font-weight: 700; }
+.verdict-warn { color: #7a4a00; font-weight: 700; } .verdict-none { color: var(--muted); font-weight: 700; }
+p.injected { background: #fff3cd; border: 1px solid #d39e00; padding: 6px 10px; }
 )css";
 
 // Draws every .plchart block with Chart.js and reports on <html> what it did.
@@ -208,39 +210,16 @@ const ChartJsFile& chartJs() {
     cached.problem = fromEnv ? "$PEERLAB_CHARTJS is empty" : "Chart.js (Debian package libjs-chart.js) was not found";
     return cached;
   }
-  // O_NONBLOCK: a FIFO opens at once instead of waiting for a writer, and is then refused as not a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    cached.problem = name + ": " + std::strerror(errno);
+  auto read = readTextFile(path, kMaxChartJsBytes);
+  if (!read.isOk()) {
+    // The reader names the path; the pages name the variable too.
+    cached.problem = (fromEnv ? std::string("$PEERLAB_CHARTJS ") : std::string()) + read.status().message();
     return cached;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    cached.problem = name + ": not a regular file";
-    return cached;
-  }
-  if (static_cast<size_t>(st.st_size) > kMaxChartJsBytes) {
-    ::close(fd);
-    cached.problem = name + ": " + std::to_string(st.st_size) + " bytes, more than the " +
-                     std::to_string(kMaxChartJsBytes >> 20) + " MiB a Chart.js build may have";
-    return cached;
-  }
-  std::string text;
-  char buf[65536];
-  while (text.size() <= kMaxChartJsBytes) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (text.size() > kMaxChartJsBytes) {
-    cached.problem = name + ": grew beyond " + std::to_string(kMaxChartJsBytes >> 20) + " MiB while read";
-  } else if (text.empty()) {
+  if (read->empty()) {
     cached.problem = name + ": empty";
   } else {
-    cached.source = std::move(text);
+    cached.source = std::move(*read);
   }
   return cached;
 }

@@ -62,10 +62,49 @@ std::string categoryCell(const json& checks, const std::string& category) {
     return "<td class=\"cell-fail\" title=\"" + htmlEscape(tip) + "\">" + std::to_string(failed) + " failed</td>";
   }
   if (warnings > 0) return "<td class=\"cell-warn\">" + std::to_string(warnings) + " warn</td>";
-  return "<td class=\"cell-ok\">" + std::to_string(count(c, "passed")) + "/" + std::to_string(total) + "</td>";
+  // Coloured by what the checks said: green only where one passed; checks that were all unsupported or skipped
+  // checked nothing.
+  const long long passed = count(c, "passed");
+  const std::string cell = std::to_string(passed) + "/" + std::to_string(total);
+  if (passed == 0) {
+    return "<td class=\"cell-skip\" title=\"" + std::to_string(total) +
+           " checks, none passed: unsupported or skipped (not checked)\">" + cell + "</td>";
+  }
+  const std::string rest =
+      passed < total ? " title=\"" + std::to_string(total - passed) + " unsupported or skipped (not checked)\"" : "";
+  return "<td class=\"cell-ok\"" + rest + ">" + cell + "</td>";
 }
 
 }  // namespace
+
+// Runs counted nowhere (stand-ins, injected faults), listed so that nothing of them is hidden.
+std::string injectedRunsSection(const json& kind) {
+  if (!kind.is_object() || !kind.contains("injected_runs") || !kind["injected_runs"].is_array() ||
+      kind["injected_runs"].empty()) {
+    return "";
+  }
+  const json& runs = kind["injected_runs"];
+  std::ostringstream out;
+  out << "<h2>Runs counted nowhere: stand-ins or injected faults</h2>\n<p class=\"injected\">" << runs.size()
+      << (runs.size() == 1 ? " run" : " runs")
+      << " of this kind ran with stand-ins (NVML, topology, probe worker) or injected faults: not this machine's own "
+         "verdicts, so not in the fleet view, trends, regressions or baselines.</p>\n"
+      << "<div class=\"tablebox\"><table class=\"injected-runs\"><tr><th>run</th><th class=\"l\">node</th>"
+         "<th>verdict</th><th>time</th><th class=\"l\">host</th><th class=\"l\">what was not real</th></tr>\n";
+  for (const json& r : runs) {
+    const std::string id = r.is_object() && r.contains("run_id") && r["run_id"].is_number_integer()
+                               ? std::to_string(r["run_id"].get<long long>())
+                               : "-";
+    // The node by the one name nodes are listed under (NodeName, else identity and host).
+    const std::string name = text(r, "name").empty() ? text(r, "host") : text(r, "name");
+    out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(name) << "</td><td class=\"muted\">"
+        << htmlEscape(text(r, "verdict").empty() ? "-" : text(r, "verdict") + " (injected)") << "</td><td>"
+        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host")) << "</td><td class=\"l\">"
+        << htmlEscape(text(r, "injected")) << "</td></tr>\n";
+  }
+  out << "</table></div>\n";
+  return out.str();
+}
 
 std::string fleetPageName(const std::string& kind) {
   return "fleet-" + kindPageName(kind).substr(5);
@@ -75,11 +114,12 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
   const std::string name = text(kind, "kind");
   static const json kEmpty = json::array();
   const json& nodes = kind.is_object() && kind.contains("nodes") && kind["nodes"].is_array() ? kind["nodes"] : kEmpty;
-  int outOfService = 0, failing = 0;
+  int outOfService = 0, failing = 0, unchecked = 0;
   for (const json& n : nodes) {
     const std::string state = text(n, "state");
     outOfService += !state.empty() && state != "in_service";
     failing += text(n, "verdict") == "FAIL";
+    unchecked += text(n, "verdict") == "EMPTY";
   }
   std::ostringstream out;
   out << pageBegin("peerlab fleet: " + name);
@@ -88,11 +128,11 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << htmlEscape(generated) << "</p>\n";
   // Red only for a failed check: a node out of service (drained, down, reserved) is amber, not a verdict.
   out << "<p class=\""
-      << (failing        ? "verdict-fail"
-          : outOfService ? "verdict-warn"
-                         : "verdict-pass")
+      << (failing                     ? "verdict-fail"
+          : outOfService || unchecked ? "verdict-warn"
+                                      : "verdict-pass")
       << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
-      << " failing their latest run</p>\n";
+      << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as peerlab recorded it (keyed by Slurm NodeName). A node is named by "
          "its NodeName, else by its board identity and host; age is how old its latest run is. \"below fleet\" counts "
@@ -115,10 +155,12 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
         << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
         << "</td>";
+    // Every verdict as stored; EMPTY (nothing checked) is never a pass.
     out << "<td class=\""
-        << (verdict == "PASS"   ? "cell-ok"
-            : verdict == "FAIL" ? "cell-fail"
-                                : "muted")
+        << (verdict == "PASS"    ? "cell-ok"
+            : verdict == "FAIL"  ? "cell-fail"
+            : verdict == "EMPTY" ? "cell-warn\" title=\"the latest run checked nothing: not a pass"
+                                 : "muted")
         << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(text(n, "time"))
         << "</td><td>" << htmlEscape(age.empty() ? "-" : age) << "</td><td class=\"l\">" << htmlEscape(text(n, "host"))
         << "</td><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l\">"
@@ -134,7 +176,8 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
         << (below ? "cell-warn" : "cell-ok") << "\">" << below << "</td></tr>\n";
   }
   out << "</table></div>\n";
-  if (nodes.empty()) out << "<p class=\"muted\">No node of this kind has a run in the history.</p>\n";
+  if (nodes.empty()) out << "<p class=\"muted\">No node of this kind has a run in the history that counts.</p>\n";
+  out << injectedRunsSection(kind);
   out << pageEnd(ChartJsUse::kNone);
   return out.str();
 }

@@ -14,6 +14,10 @@ namespace peerlab::report {
 /// page.
 std::string renderFleetPage(const nlohmann::json& kind, const std::string& generated);
 
+/// The runs of a kind counted nowhere (its "injected_runs": stand-ins or injected faults) as a marked table, "" when
+/// there are none; the fleet and the trend page both show it.
+std::string injectedRunsSection(const nlohmann::json& kind);
+
 /// "fleet-" + the same stem and hash as kindPageName.
 std::string fleetPageName(const std::string& kind);
 

@@ -100,8 +100,8 @@ std::string probeMatrix(const ProbeGrid& g) {
         cls += " p-err";
         text = "E";
       }
-      // Red, brown and orange are failed checks: a cell the driver does not claim is expected not to work, so its
-      // failure is grey.
+      // Any failure of a claimed cell is red (corrupt, a darker red for a hang, a lighter one for an error, each with
+      // its letter): a cell the driver does not claim is expected not to work, so its failure is grey.
       if (!v.empty() && v != "ok" && statusRank(v) != 1 && !claimed.value_or(false)) {
         cls = "pcell p-unclaimed";
       }
@@ -180,7 +180,8 @@ h2{font-size:18px;margin:28px 0 10px;padding-top:6px;border-top:1px solid var(--
 h3{font-size:15px;margin:16px 0 6px}
 .meta{color:var(--muted)}
 .badge{display:inline-block;padding:3px 12px;border-radius:4px;font-weight:700;color:#fff;letter-spacing:.04em}
-.badge.pass{background:var(--ok)}.badge.fail{background:var(--bad)}
+.badge.pass{background:var(--ok)}.badge.fail{background:var(--bad)}.badge.empty{background:#8a8f98}
+.badge.injected{background:#b26b00}
 nav{margin:10px 0 0;color:var(--muted)}nav a{color:#2b5fad;margin-right:14px;text-decoration:none}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}
 th,td{border:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
@@ -209,7 +210,7 @@ p.injected{background:#fff3cd;border:1px solid #d39e00;padding:6px 10px}
 .tile{display:inline-block;vertical-align:top;max-width:440px}
 table.probe td.pcell{width:30px;text-align:center;font-weight:700;color:#fff}
 td.p-ok{background:#59a14f}td.p-skip{background:#d9d9d9;color:#444!important}td.p-bad{background:#d62728}
-td.p-hang{background:#8c2d04}td.p-err{background:#f28e2b}td.p-unclaimed{background:#8a8f98}
+td.p-hang{background:#8b1a1a}td.p-err{background:#e8503a}td.p-unclaimed{background:#8a8f98}
 td.claimed-failed{outline:3px solid #000;outline-offset:-3px}td.unclaimed-ok{outline:2px dashed #1f5fa8;outline-offset:-3px}
 table.heatmap td{text-align:right;min-width:52px}
 )CSS";
@@ -537,8 +538,8 @@ Section probeSection(const Run& run, const std::vector<Check>& checks) {
          << ps.claimed_but_failed.size() << " claimed by the driver but not verified, " << ps.works_unclaimed.size()
          << " verified but not claimed." << wall << "</p>";
     body << "<p class=\"key\"><span style=\"background:#59a14f\"></span>ok<span style=\"background:#d9d9d9\">"
-            "</span>unsupported<span style=\"background:#d62728\"></span>C corrupt<span style=\"background:#8c2d04\">"
-            "</span>H hang<span style=\"background:#f28e2b\"></span>E error<span "
+            "</span>unsupported<span style=\"background:#d62728\"></span>C corrupt<span style=\"background:#8b1a1a\">"
+            "</span>H hang<span style=\"background:#e8503a\"></span>E error<span "
             "style=\"background:#8a8f98\"></span>C, "
             "H, E where the driver claims nothing (no check fails) &nbsp; &#9698; claimed by "
             "cudaDeviceCanAccessPeer / the driver &nbsp; thick black border: claimed but failed &nbsp; dashed blue "
@@ -915,8 +916,13 @@ Section resultsSection(const Run& run) {
 std::string pageHeader(const Run& run, const std::string& title, const CheckCounts& counts, const std::string& nav) {
   const int gpus = gpuCount(run);
   std::string html = "<main>\n<header><h1>" + htmlEscape(title) + "</h1>";
-  html +=
-      std::string("<span class=\"badge ") + (counts.failed ? "fail" : "pass") + "\">" + verdictWord(counts) + "</span>";
+  // EMPTY (nothing checked) is never shown as a pass; a run with stand-ins or injected faults says so beside it.
+  html += std::string("<span class=\"badge ") +
+          (counts.failed    ? "fail"
+           : counts.empty() ? "empty"
+                            : "pass") +
+          "\">" + verdictWord(counts) + "</span>";
+  if (!injectionNote(run).empty()) html += " <span class=\"badge injected\">INJECTED</span>";
   std::ostringstream meta;
   meta << "<span class=\"meta\">" << htmlEscape(run.timestamp) << " &middot; " << gpus << " GPU"
        << (gpus == 1 ? "" : "s");
@@ -927,9 +933,9 @@ std::string pageHeader(const Run& run, const std::string& title, const CheckCoun
   if (!run.node.empty() && run.node.basis != "hostname") meta << " &middot; node " << htmlEscape(run.node.id);
   meta << "</span></header>\n<nav>" << nav << "</nav>\n";
   if (const std::string injected = injectionNote(run); !injected.empty()) {
-    meta << "<p class=\"injected\"><strong>Fault injection:</strong> " << htmlEscape(injected)
-         << ". The verdicts of these cells come from injected faults or a stand-in worker, not from this machine's "
-            "driver.</p>\n";
+    meta << "<p class=\"injected\"><strong>INJECTED: stand-ins or injected faults:</strong> " << htmlEscape(injected)
+         << ". This run's verdicts are not this machine's own: the history stores it as injected and no fleet view, "
+            "trend, regression or baseline counts it.</p>\n";
   }
   // Suites the plan ran that left no rows.
   const std::vector<std::string> suites = suitesIn(run);

@@ -115,7 +115,8 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   // A comment may not hold "--".
   std::string comment = std::string(verdictWord(all)) + ": " + formatCounts(all) +
-                        (options.disabled_rules.empty() ? "" : "; " + options.disabled_rules);
+                        (options.disabled_rules.empty() ? "" : "; " + options.disabled_rules) +
+                        (options.injected.empty() ? "" : "; INJECTED: " + options.injected);
   for (size_t p; (p = comment.find("--")) != std::string::npos;)
     comment.replace(p, 2, "- -");
   x << "<!-- " << xmlEscape(comment) << " -->\n";
@@ -130,9 +131,13 @@ std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& op
     if (!options.timestamp.empty()) x << " timestamp=\"" << xmlEscape(options.timestamp) << "\"";
     if (!options.hostname.empty()) x << " hostname=\"" << xmlEscape(options.hostname) << "\"";
     x << ">\n";
-    if (!options.disabled_rules.empty()) {
-      x << "    <properties>\n      <property name=\"disabled_rules\" value=\"" << xmlEscape(options.disabled_rules)
-        << "\"/>\n    </properties>\n";
+    if (!options.disabled_rules.empty() || !options.injected.empty()) {
+      x << "    <properties>\n";
+      if (!options.disabled_rules.empty())
+        x << "      <property name=\"disabled_rules\" value=\"" << xmlEscape(options.disabled_rules) << "\"/>\n";
+      if (!options.injected.empty())
+        x << "      <property name=\"injected\" value=\"" << xmlEscape(options.injected) << "\"/>\n";
+      x << "    </properties>\n";
     }
     for (const Check* c : list) {
       x << "    <testcase classname=\"" << xmlEscape(suite) << "\" name=\"" << xmlEscape(c->name) << "\" time=\"0\">\n";

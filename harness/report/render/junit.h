@@ -15,6 +15,7 @@ struct JunitOptions {
   std::string timestamp;       ///< ISO 8601
   double time_s = 0;           ///< the whole run's wall time
   std::string disabled_rules;  ///< disabledRulesNote() of the run: in the header comment and each suite's properties
+  std::string injected;        ///< injectionNote() of the run: the same places, as "INJECTED: ..."
 };
 
 /// The JUnit XML document: UTF-8 and valid XML 1.0 whatever the checks' strings hold (see xmlEscape).

@@ -55,11 +55,11 @@ std::string fmtPct(const std::optional<double>& v) {
   return buf;
 }
 
-std::string fmtP(const std::optional<double>& v) {
-  if (!v) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), *v < 0.001 ? "%.1e" : "%.3f", *v);
-  return buf;
+/// A change point's p-value as the permutation count bounds it: "p < 0.01", "p=0.0123" (report::formatPValue).
+std::string fmtP(const json& cp) {
+  const auto p = num(cp, "p_value");
+  if (!p) return "-";
+  return formatPValue(*p, num(cp, "p_floor"));
 }
 
 std::string metricAxis(const std::string& metric, const std::string& unit) {
@@ -331,12 +331,11 @@ std::string renderTrends(const json& series, int* charts) {
           const auto v = num(pt, "value");
           const auto label = axis.label_of.find(runKey(pt));
           if (!v || label == axis.label_of.end()) continue;
-          changes.points.push_back(
-              {{"x", label->second},
-               {"y", *v},
-               {"note", cs.label + ": " + fmtNum(num(cp, "before")) + " -> " + fmtNum(num(cp, "after")) + " (" +
-                            fmtPct(num(cp, "change_pct")) + ", p=" + fmtP(num(cp, "p_value")) + "), commit " +
-                            shortSha(str(pt, "git_sha"))}});
+          changes.points.push_back({{"x", label->second},
+                                    {"y", *v},
+                                    {"note", cs.label + ": " + fmtNum(num(cp, "before")) + " -> " +
+                                                 fmtNum(num(cp, "after")) + " (" + fmtPct(num(cp, "change_pct")) +
+                                                 ", " + fmtP(cp) + "), commit " + shortSha(str(pt, "git_sha"))}});
         }
         chart.series.push_back(std::move(cs));
       }
@@ -358,13 +357,47 @@ std::string renderTrends(const json& series, int* charts) {
   return out.str();
 }
 
-std::string renderRegressions(const json& regressions) {
+/// How many of a kind's series are long enough for the change-point test, and how long that is.
+struct Testable {
+  bool known = false;  ///< the model says (a model without the counts says nothing either way)
+  long long testable = 0, too_short = 0, min_runs = 0;
+  bool none() const { return known && testable == 0; }
+};
+
+Testable testableOf(const json& kind) {
+  Testable t;
+  t.known = num(kind, "series_testable").has_value();
+  auto n = [&](const char* key) { return num(kind, key).value_or(0); };
+  t.testable = static_cast<long long>(n("series_testable"));
+  t.too_short = static_cast<long long>(n("series_too_short"));
+  t.min_runs = static_cast<long long>(n("min_runs_to_test"));
+  return t;
+}
+
+std::string tooFewText(const Testable& t) {
+  return "too few runs to test: a change point needs " + std::to_string(t.min_runs / 2) + " runs on each side (" +
+         std::to_string(t.min_runs) + " in a series)";
+}
+
+std::string renderRegressions(const json& regressions, const Testable& t) {
   std::ostringstream out;
   out << "<h2>Regressions</h2>\n";
   if (regressions.empty()) {
-    out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold.</p>\n";
+    if (t.none()) {
+      out << "<p class=\"muted\">Not tested: " << htmlEscape(tooFewText(t)) << "; no series has that many yet.</p>\n";
+    } else {
+      out << "<p class=\"ok\">No series' latest change point is a worsening beyond the threshold";
+      if (t.known) out << " (" << t.testable << " series tested";
+      if (t.known && t.too_short > 0) out << "; " << t.too_short << " too short to test, " << htmlEscape(tooFewText(t));
+      out << (t.known ? ")." : ".") << "</p>\n";
+    }
     return out.str();
   }
+  out << "<p class=\"muted\">p: the larger of E-Divisive's permutation test (the share of shuffled series whose "
+         "statistic is at least the change point's; with N permutations it cannot tell a p below 1/(N+1), shown as "
+         "p &lt; that bound) and Welch's t-test between the segments either side.";
+  if (t.too_short > 0) out << " " << t.too_short << " series too short to test (" << htmlEscape(tooFewText(t)) << ").";
+  out << "</p>\n";
   out << "<div class=\"tablebox\"><table class=\"regressions\"><tr><th class=\"l\">series</th><th "
          "class=\"l\">host</th><th "
          "class=\"l\">metric</th><th>before</th><th>after</th><th>change</th><th>p</th><th class=\"l\">first run "
@@ -376,7 +409,7 @@ std::string renderRegressions(const json& regressions) {
     out << "<tr><td class=\"l\">" << htmlEscape(describe(r)) << "</td><td class=\"l\">" << htmlEscape(str(r, "host"))
         << "</td><td class=\"l\">" << htmlEscape(str(r, "metric")) << "</td><td>" << fmtNum(num(r, "before"))
         << "</td><td>" << fmtNum(num(r, "after")) << "</td><td class=\"cell-fail\">" << fmtPct(num(r, "change_pct"))
-        << "</td><td>" << fmtP(num(r, "p_value")) << "</td><td class=\"l\">" << htmlEscape(shortSha(str(r, "git_sha")))
+        << "</td><td>" << htmlEscape(fmtP(r)) << "</td><td class=\"l\">" << htmlEscape(shortSha(str(r, "git_sha")))
         << " " << htmlEscape(shortTime(str(r, "timestamp"))) << "</td><td class=\"l\">"
         << htmlEscape(changes.empty() ? "none" : changes) << "</td></tr>\n";
   }
@@ -450,12 +483,17 @@ std::string renderKindPage(const json& kind, const std::string& generated, int* 
   out << "<h1>peerlab history: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all "
       << "machine kinds</a> &middot; <a href=\"" << htmlEscape(fleetPageName(name)) << "\">fleet: nodes x checks</a>"
       << " &middot; generated " << htmlEscape(generated) << " &middot; " << series.size() << " series</p>\n";
-  out << "<p class=\"" << (regressions.empty() ? "verdict-pass\">no regressions" : "verdict-fail\">")
-      << (regressions.empty()
-              ? ""
-              : std::to_string(regressions.size()) + " regression" + (regressions.size() == 1 ? "" : "s"))
-      << "</p>\n";
-  out << renderRegressions(regressions);
+  const Testable testable = testableOf(kind);
+  if (!regressions.empty()) {
+    out << "<p class=\"verdict-fail\">" << regressions.size() << " regression" << (regressions.size() == 1 ? "" : "s")
+        << "</p>\n";
+  } else if (testable.none()) {
+    out << "<p class=\"verdict-none\">regressions: " << htmlEscape(tooFewText(testable)) << "</p>\n";
+  } else {
+    out << "<p class=\"verdict-pass\">no regressions</p>\n";
+  }
+  out << injectedRunsSection(kind);
+  out << renderRegressions(regressions, testable);
   out << renderFleet(fleet, series);
   out << "<h2>Pair heatmaps (latest run)</h2>\n";
   if (heatmaps.empty()) out << "<p class=\"muted\">No pair results in the latest run.</p>\n";
@@ -501,6 +539,12 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
         latest = std::max(latest, str(p, "timestamp"));
       }
     }
+    // The kind's newest run that counts and how many there are, whether or not they left points to draw.
+    size_t runCount = runs.size();
+    if (const auto counted = num(kind, "runs"); counted && *counted > static_cast<double>(runCount))
+      runCount = static_cast<size_t>(*counted);
+    if (kind.contains("latest_verdict") && kind["latest_verdict"].is_object())
+      latest = std::max(latest, str(kind["latest_verdict"], "time"));
     const size_t regressions = arrayAt(kind, "regressions").size();
     const size_t fleet = arrayAt(kind, "fleet").size();
     // The latest run's verdict and counts, as stored at ingest.
@@ -510,7 +554,8 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
       const std::string word = str(v, "verdict");
       if (!word.empty()) {
         verdict = word;
-        verdictClass = word == "PASS" ? "cell-ok" : "cell-fail";
+        // Every verdict as stored; EMPTY checked nothing and is never a pass.
+        verdictClass = word == "PASS" ? "cell-ok" : word == "EMPTY" ? "cell-warn" : "cell-fail";
         if (v.contains("checks") && v["checks"].is_object()) {
           const json& c = v["checks"];
           auto n = [&](const char* key) {
@@ -522,18 +567,28 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
         }
       }
     }
+    const size_t injected = arrayAt(kind, "injected_runs").size();
+    const Testable testable = testableOf(kind);
+    std::string regressionCell = "<td class=\"" + std::string(regressions ? "cell-fail" : "cell-ok") + "\">" +
+                                 std::to_string(regressions) + "</td>";
+    if (!regressions && testable.none()) {
+      regressionCell =
+          "<td class=\"cell-skip\" title=\"" + htmlEscape(tooFewText(testable)) + "\">too few runs to test</td>";
+    }
     out << "<tr><td class=\"l\"><a href=\"" << htmlEscape(pages[k]) << "\">" << htmlEscape(name) << "</a> (<a href=\""
-        << htmlEscape(fleetPageName(name)) << "\">fleet</a>)</td><td>" << series.size() << "</td><td>" << runs.size()
+        << htmlEscape(fleetPageName(name)) << "\">fleet</a>)</td><td>" << series.size() << "</td><td>" << runCount
+        << (injected ? " <span class=\"warn\">+" + std::to_string(injected) + " injected, not counted</span>" : "")
         << "</td><td>" << htmlEscape(shortTime(latest)) << "</td><td class=\"l " << verdictClass << "\">"
-        << htmlEscape(verdict) << "</td><td class=\"" << (regressions ? "cell-fail" : "cell-ok") << "\">" << regressions
-        << "</td><td class=\"" << (fleet ? "cell-warn" : "cell-ok") << "\">" << fleet << "</td></tr>\n";
+        << htmlEscape(verdict) << "</td>" << regressionCell << "<td class=\"" << (fleet ? "cell-warn" : "cell-ok")
+        << "\">" << fleet << "</td></tr>\n";
   }
   out << "</table>\n";
   if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
-  // Nodes the scheduler's records name that have no run yet (found out of service before they were ever qualified).
+  // Nodes the scheduler's records name that have no counted run (found out of service before they were ever
+  // qualified, or qualified only with stand-ins).
   const json& unrun = arrayAt(model, "unrun_nodes");
   if (!unrun.empty()) {
-    out << "<h2>Nodes without a run</h2>\n<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th "
+    out << "<h2>Nodes without a counted run</h2>\n<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th "
            "class=\"l\">node</th><th class=\"l\">state</th><th>recorded</th></tr>\n";
     for (const json& n : unrun) {
       const std::string state = str(n, "state"), reason = str(n, "reason");

@@ -239,8 +239,8 @@ TEST_F(SiteTest, ChartJsFromTheEnvironmentIsReadWithLimits) {
   const std::vector<Case> cases = {{"/dev/zero", "not a regular file"},
                                    {fifo, "not a regular file"},
                                    {dir_.string(), "not a regular file"},
-                                   {big, "more than the 4 MiB"},
-                                   {(dir_ / "missing.js").string(), "No such file"}};
+                                   {big, "larger than the 4 MiB allowed"},
+                                   {(dir_ / "missing.js").string(), "no such file"}};
   for (const Case& c : cases) {
     ::setenv("PEERLAB_CHARTJS", c.path.c_str(), 1);
     const auto t0 = std::chrono::steady_clock::now();

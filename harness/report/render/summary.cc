@@ -75,8 +75,8 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
      << run.results.size() << " results\n";
   if (!options.command.empty()) md << "- command: " << codeSpan(options.command) << "\n";
   if (const std::string injected = injectionNote(run); !injected.empty()) {
-    md << "- **fault injection**: " << cell(injected)
-       << " (these verdicts come from injected faults or a stand-in worker, not from this machine's driver)\n";
+    md << "- **INJECTED: stand-ins or injected faults**: " << cell(injected)
+       << " (this run's verdicts are not this machine's own; the history counts it nowhere)\n";
   }
   if (const std::string disabled = disabledRulesNote(run); !disabled.empty()) md << "- " << cell(disabled) << "\n";
   for (const std::string& n : options.notes)
