@@ -27,6 +27,8 @@ struct HealthArgs {
   std::string config;
   std::string json;
   std::string watch = "1";
+  std::string node;
+  bool nvml_only = false;
 };
 
 int runHealth(const HealthArgs& a) {
@@ -46,9 +48,19 @@ int runHealth(const HealthArgs& a) {
 
   report::Run run = report::newRun();
   const auto t0 = std::chrono::steady_clock::now();
-  run.fingerprint = report::collectFingerprint({.probe = false, .nvml = true});
+  if (a.nvml_only) {
+    // Nothing of CUDA is touched: no driver context on GPUs users' jobs hold.
+    auto fp = health::nvmlFingerprint();
+    if (!fp.isOk()) return fail(kCmd, kExitNoGpu, fp.status().message());
+    run.fingerprint = *fp;
+  } else {
+    run.fingerprint = report::collectFingerprint({.probe = false, .nvml = true});
+  }
+  auto node = report::localNodeIdentity(run.fingerprint, a.node);
+  if (!node.isOk()) return fail(kCmd, kExitUsage, node.status().message());
+  run.node = *node;
   const double fingerprint_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  health::Stage stage = health::Stage::begin(*t, run.fingerprint, watch_s + 60, out);
+  health::Stage stage = health::Stage::begin(*t, run.fingerprint, watch_s + 60, out, !a.nvml_only);
   if (!stage.unavailable().empty()) return fail(kCmd, kExitNoGpu, stage.unavailable());
   std::vector<health::CheckResult> checks = stage.end(run, watch_s, process::interruptRequested);
   if (checks.empty()) return fail(kCmd, kExitNoGpu, "NVML shows no GPU");
@@ -99,6 +111,11 @@ std::function<int()> setup(CLI::App& sub) {
                  "Seconds to watch for XID events and clock event reasons, 0 to 86400 (default 1: the whole check in a "
                  "few seconds, as a scheduler's health program needs)");
   sub.add_option("--json", a->json, "Write the results as a run file (\"-\": stdout, the check lines to stderr)");
+  sub.add_option("--node", a->node,
+                 "The Slurm NodeName the run is for (default $SLURMD_NODENAME): the history keys node states by it");
+  sub.add_flag("--nvml-only", a->nvml_only,
+               "Read NVML alone: no CUDA (no driver context), no copies to wake the PCIe links (read as they are). "
+               "For nodes running users' jobs; GPUs are numbered as NVML numbers them");
   return [a] { return runHealth(*a); };
 }
 

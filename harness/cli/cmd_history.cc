@@ -46,6 +46,7 @@ struct HistoryArgs {
   std::string z = "3.5";
   std::string min_hosts = "4";
   history::NodeState node_state;
+  bool new_node = false;
 };
 
 struct Numbers {
@@ -237,6 +238,7 @@ int runList(const HistoryArgs& a) {
                      {"host", r.host},
                      {"kind", r.kind},
                      {"node", r.node},
+                     {"slurm_node", r.slurm_node},
                      {"git_sha", r.git_sha},
                      {"timestamp", r.timestamp},
                      {"time", r.time},
@@ -377,10 +379,14 @@ int runFleet(const HistoryArgs& a) {
         failing += m.failed();
         unchecked += m.unchecked();
       }
-      std::fprintf(out,
-                   "%s: %d nodes, %d out of service, %d failing their latest run, %d whose latest run checked "
-                   "nothing (EMPTY)\n",
-                   printable(kind, 80).c_str(), count, outOfService, failing, unchecked);
+      if (kind.empty()) {
+        std::fprintf(out, "no counted run in the history: %d nodes with a recorded state\n", count);
+      } else {
+        std::fprintf(out,
+                     "%s: %d nodes, %d out of service, %d failing their latest run, %d whose latest run checked "
+                     "nothing (EMPTY)\n",
+                     printable(kind, 80).c_str(), count, outOfService, failing, unchecked);
+      }
     }
     std::string failures;
     if (n.latest && n.latest->check_details.contains("failures") && n.latest->check_details["failures"].is_array()) {
@@ -414,7 +420,8 @@ int runFleet(const HistoryArgs& a) {
                  h->injected.size() == 1 ? "run" : "runs");
     for (const history::RunInfo& r : h->injected) {
       std::fprintf(out, "  run %lld %s %s %s at %s: %s\n", static_cast<long long>(r.id),
-                   printable(r.machine(), 80).c_str(), printable(r.host, 64).c_str(),
+                   printable(r.machine(), 80).c_str(),
+                   printable(history::nodeLabel(r.slurm_node, r.node, r.host), 120).c_str(),
                    r.verdict.empty() ? "-" : r.verdict.c_str(), r.time.c_str(), printable(r.injected, 300).c_str());
     }
   }
@@ -423,7 +430,7 @@ int runFleet(const HistoryArgs& a) {
                "fleets of %d or more hosts)\n",
                h->series.size(), found.size(), fo.z_threshold, fo.min_change_pct, fo.min_hosts);
   for (const history::FleetOutlier& f : found) {
-    std::fprintf(out, "  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g); rule: %s\n", printable(f.host, 64).c_str(),
+    std::fprintf(out, "  %s  %s: %.4g %s, fleet median %.4g (MAD %.3g); rule: %s\n", printable(f.label, 80).c_str(),
                  printable(f.series->id, 200).c_str(), f.value, f.series->metric.unit.c_str(), f.median, f.mad,
                  f.decision.rule.c_str());
   }
@@ -443,15 +450,66 @@ int runFleet(const HistoryArgs& a) {
   return found.empty() ? kExitOk : kExitCheckFailed;
 }
 
+// The name a node's state is recorded under: a Slurm NodeName its runs (or earlier states) name, or a machine's
+// identity (the NodeName of that machine's newest run that names one, else the identity itself). A host name is no
+// key (cloud VMs share them); a name that matches nothing is refused with what is known.
+StatusOr<std::string> nodeStateKey(history::HistoryStore& store, const std::string& name) {
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<history::RunInfo> runs, store.runs());
+  PEERLAB_ASSIGN_OR_RETURN(std::vector<history::NodeState> states, store.nodeStates());
+  std::string key;
+  std::set<std::string> names, ids, hostMachines;
+  for (const history::RunInfo& r : runs) {
+    if (!r.slurm_node.empty()) names.insert(r.slurm_node);
+    if (!r.node.empty()) ids.insert(r.node);
+    if (r.host == name) hostMachines.insert(r.nodeOrHost());
+    if (r.slurm_node == name) key = name;
+    if (key.empty() && r.node == name) key = r.slurm_node.empty() ? name : r.slurm_node;
+  }
+  for (const history::NodeState& s : states) {
+    names.insert(s.node);
+    if (key.empty() && s.node == name) key = name;
+  }
+  if (!key.empty()) return key;
+  std::string known;
+  for (const auto* set : {&names, &ids}) {
+    for (const std::string& k : *set) {
+      if (known.size() > 300) break;
+      known += (known.empty() ? "" : ", ") + printable(k, 64);
+    }
+  }
+  std::string hint;
+  if (!hostMachines.empty()) {
+    hint = "; \"" + printable(name, 64) + "\" is the host name of " + std::to_string(hostMachines.size()) + " machine" +
+           (hostMachines.size() == 1 ? "" : "s") + " (" + printable(*hostMachines.begin(), 64) +
+           (hostMachines.size() > 1 ? ", ..." : "") + "): name the machine's identity or its Slurm NodeName";
+  }
+  return PEERLAB_INVALID_ARGUMENT("--node " + printable(name, 64) +
+                                  ": no run names that Slurm NodeName or machine identity, and no state was recorded "
+                                  "for it (known: " +
+                                  (known.empty() ? std::string("none") : known) + ")" + hint +
+                                  "; --new-node records a NodeName Slurm knows that has no run yet");
+}
+
 int runNodeState(const HistoryArgs& a) {
   auto store = openStore(a, history::OpenMode::kExisting);
   if (!store.isOk()) return fail(kCmd, exitCodeOf(store.status()), store.status().message());
-  Status st = (*store)->recordNodeState(a.node_state);
+  history::NodeState state = a.node_state;
+  if (!a.new_node) {
+    auto key = nodeStateKey(**store, state.node);
+    if (!key.isOk()) {
+      return fail(kCmd, key.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime,
+                  "node-state: " + key.status().message());
+    }
+    state.node = *key;
+  } else if (!report::isSlurmNodeName(state.node)) {
+    return fail(kCmd, kExitUsage, "node-state: --node " + printable(state.node, 64) + ": not a Slurm NodeName");
+  }
+  Status st = (*store)->recordNodeState(state);
   if (!st.isOk()) {
     return fail(kCmd, st.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitRuntime,
                 "node-state: " + st.message());
   }
-  std::printf("node %s: %s%s\n", printable(a.node_state.node, 80).c_str(), a.node_state.state.c_str(),
+  std::printf("node %s: %s%s\n", printable(state.node, 80).c_str(), a.node_state.state.c_str(),
               a.node_state.reason.empty() ? "" : (" (" + printable(a.node_state.reason, 200) + ")").c_str());
   return kExitOk;
 }
@@ -552,7 +610,11 @@ std::function<int()> setup(CLI::App& sub) {
   CLI::App* nodeState = sub.add_subcommand(
       "node-state", "Record a node's scheduler state (the Slurm sweep records every node it looks at)");
   addDb(nodeState, *a, true);
-  nodeState->add_option("--node", a->node_state.node, "Node name, as its runs name their host")->required();
+  nodeState
+      ->add_option("--node", a->node_state.node,
+                   "The node: its Slurm NodeName (as its runs record it) or its machine identity (gpus-...)")
+      ->required();
+  nodeState->add_flag("--new-node", a->new_node, "--node is a Slurm NodeName that has no run in the history yet");
   nodeState->add_option("--state", a->node_state.state, "in_service, drained or down")->required();
   nodeState->add_option("--reason", a->node_state.reason, "The scheduler's reason (a drain reason)");
   nodeState->add_option("--source", a->node_state.source, "What records it (default peerlab)")->default_str("peerlab");

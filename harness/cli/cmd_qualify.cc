@@ -354,6 +354,8 @@ std::function<int()> setup(CLI::App& sub) {
   sub.add_flag("--kind-override", a->in.kind_override,
                "File the run under --kind (or $PEERLAB_KIND) even where it contradicts the hardware; the run file "
                "records that it was overridden");
+  sub.add_option("--node", a->in.node,
+                 "The Slurm NodeName this run is for (default $SLURMD_NODENAME): the history keys node states by it");
   sub.add_option("--history", a->in.history,
                  "Past runs for the time estimate: a run file, or a directory of run files or bundles (reports/runs, "
                  "reports/qualify); processes that ran on this kind are estimated from their measured wall times, and "

@@ -40,12 +40,12 @@ if(CHARTJS)
   expect_file("${WORK_DIR}/prefix/share/peerlab/chart.min.js")
 endif()
 
-# The Slurm wrappers: the scripts executable, the shared library and the examples beside them.
-foreach(name peerlab-healthcheck peerlab-gate peerlab-sweep)
+# What Slurm starts: the shims executable, the examples beside them.
+foreach(name peerlab-healthcheck peerlab-gate)
   expect_file("${WORK_DIR}/prefix/share/peerlab/slurm/${name}")
   run("share/peerlab/slurm/${name} is executable" test -x "${WORK_DIR}/prefix/share/peerlab/slurm/${name}")
 endforeach()
-foreach(name peerlab-slurm.sh slurm.conf.example peerlab-slurm.conf.example)
+foreach(name slurm.conf.example slurm.toml.example)
   expect_file("${WORK_DIR}/prefix/share/peerlab/slurm/${name}")
 endforeach()
 
@@ -87,11 +87,12 @@ string(FIND "${out}" "preload=${moved}/${LIBDIR}/libpeerlab_faults.so" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "peerlab inject did not preload the moved tree's interposer:\n${out}")
 endif()
-# The wrappers of the moved tree run the moved tree's peerlab (no settings file: PEERLAB unset).
-run("the Slurm wrappers' peerlab" env -u PEERLAB PEERLAB_SLURM_CONFIG=/dev/null /bin/bash -c
-    "source '${moved}/share/peerlab/slurm/peerlab-slurm.sh' && pl_init test && echo \"peerlab=$PEERLAB\"")
-string(FIND "${out}" "peerlab=${moved}/bin/peerlab" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "the installed Slurm wrappers do not find the tree's peerlab:\n${out}")
-endif()
+# The shims of the moved tree run the moved tree's peerlab.
+foreach(name peerlab-healthcheck peerlab-gate)
+  run("the ${name} shim" "${moved}/share/peerlab/slurm/${name}" --help)
+  string(FIND "${out}" "--settings" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the installed ${name} does not run the tree's peerlab slurm:\n${out}")
+  endif()
+endforeach()
 message(STATUS "installed, moved to ${moved}: ${jobs} processes resolved there, interposer from ${LIBDIR}/")

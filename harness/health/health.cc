@@ -1,5 +1,7 @@
 #include "harness/health/health.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -156,6 +158,78 @@ std::string Monitor::why(Return r) const {
   if (r == nvml::kErrorNotSupported) return "not supported";
   if (r == nvml::kErrorFunctionNotFound) return "function not found in the driver";
   return lib_->errorString(r);
+}
+
+StatusOr<report::Fingerprint> nvmlFingerprint() {
+  PEERLAB_ASSIGN_OR_RETURN(std::shared_ptr<nvml::Library> lib, nvml::Library::open());
+  report::Fingerprint fp;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) fp.hostname = host;
+  char version[96] = {};
+  if (lib->nvmlSystemGetDriverVersion && lib->nvmlSystemGetDriverVersion(version, sizeof version) == nvml::kSuccess) {
+    fp.driver = version;
+  }
+  fp.cuda_runtime = "not read (NVML only)";
+  fp.nccl = "not read (NVML only)";
+  fp.injected = report::detectInjection({.probe = false, .nvml = true});
+  unsigned count = 0;
+  if (!lib->nvmlDeviceGetCount_v2 || !lib->nvmlDeviceGetHandleByIndex_v2 ||
+      lib->nvmlDeviceGetCount_v2(&count) != nvml::kSuccess) {
+    return fp;
+  }
+  for (unsigned k = 0; k < count; ++k) {
+    nvml::Device dev{};
+    if (lib->nvmlDeviceGetHandleByIndex_v2(k, &dev) != nvml::kSuccess) continue;
+    report::GpuFingerprint g;
+    g.ordinal = static_cast<int>(k);
+    nvml::PciInfo pci{};
+    if (lib->nvmlDeviceGetPciInfo_v3 && lib->nvmlDeviceGetPciInfo_v3(dev, &pci) == nvml::kSuccess) {
+      g.bus_id = nvml::busIdOf(pci);
+    }
+    char text[96] = {};
+    if (lib->nvmlDeviceGetUUID && lib->nvmlDeviceGetUUID(dev, text, sizeof text) == nvml::kSuccess) g.uuid = text;
+    char name[96] = {};
+    if (lib->nvmlDeviceGetName && lib->nvmlDeviceGetName(dev, name, sizeof name) == nvml::kSuccess) g.name = name;
+    fp.gpus.push_back(std::move(g));
+  }
+  return fp;
+}
+
+StatusOr<std::vector<std::string>> uuidsOfMinors(const std::vector<unsigned>& minors, size_t* total) {
+  PEERLAB_ASSIGN_OR_RETURN(std::shared_ptr<nvml::Library> lib, nvml::Library::open());
+  unsigned count = 0;
+  if (!lib->nvmlDeviceGetCount_v2 || !lib->nvmlDeviceGetHandleByIndex_v2 || !lib->nvmlDeviceGetMinorNumber ||
+      !lib->nvmlDeviceGetUUID || lib->nvmlDeviceGetCount_v2(&count) != nvml::kSuccess) {
+    return PEERLAB_UNAVAILABLE("NVML: " + lib->path() + " cannot list the GPUs' minor numbers and UUIDs");
+  }
+  std::vector<std::pair<std::string, std::string>> found;  // bus id, uuid
+  std::set<unsigned> seen;
+  for (unsigned k = 0; k < count; ++k) {
+    nvml::Device dev{};
+    unsigned minor = 0;
+    if (lib->nvmlDeviceGetHandleByIndex_v2(k, &dev) != nvml::kSuccess ||
+        lib->nvmlDeviceGetMinorNumber(dev, &minor) != nvml::kSuccess) {
+      continue;
+    }
+    if (std::find(minors.begin(), minors.end(), minor) == minors.end()) continue;
+    char uuid[96] = {};
+    if (lib->nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != nvml::kSuccess) continue;
+    nvml::PciInfo pci{};
+    std::string bus;
+    if (lib->nvmlDeviceGetPciInfo_v3 && lib->nvmlDeviceGetPciInfo_v3(dev, &pci) == nvml::kSuccess)
+      bus = nvml::busIdOf(pci);
+    found.push_back({bus, uuid});
+    seen.insert(minor);
+  }
+  for (unsigned m : minors) {
+    if (!seen.count(m)) return PEERLAB_INVALID_ARGUMENT("no GPU has device minor number " + std::to_string(m));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (const auto& [bus, uuid] : found)
+    out.push_back(uuid);
+  if (total) *total = count;
+  return out;
 }
 
 StatusOr<std::unique_ptr<Monitor>> Monitor::open(const std::vector<std::pair<int, std::string>>& gpus) {

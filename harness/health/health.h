@@ -118,6 +118,16 @@ struct WatchLog {
   std::vector<int> gpus;
 };
 
+/// The machine as NVML alone shows it, without CUDA (no driver context, nothing the GPUs run): host name, driver
+/// version, and every NVML GPU by NVML index with its UUID, bus id and name; CUDA's versions are left "not read".
+/// `unavailable` when NVML cannot be loaded.
+StatusOr<report::Fingerprint> nvmlFingerprint();
+
+/// The UUIDs of the GPUs whose device minor numbers (/dev/nvidia<minor>) are `minors`, in PCI bus order; how many
+/// NVML GPUs the machine has in `*total`. `invalid_argument` names a minor number no GPU has; `unavailable` without
+/// NVML.
+StatusOr<std::vector<std::string>> uuidsOfMinors(const std::vector<unsigned>& minors, size_t* total);
+
 /// Runs traffic on a GPU around `read` so that the PCIe link is at its trained speed when read.
 using TrafficHook = std::function<void(int gpu, const std::function<void()>& read)>;
 

@@ -211,6 +211,7 @@ static_assert(sizeof(EccSramErrorStatus) == 104);
   X(nvmlDeviceGetPciInfo_v3, (Device device, PciInfo * pci))                                                          \
   X(nvmlDeviceGetName, (Device device, char* name, unsigned int length))                                              \
   X(nvmlDeviceGetUUID, (Device device, char* uuid, unsigned int length))                                              \
+  X(nvmlDeviceGetMinorNumber, (Device device, unsigned int* minor))                                                   \
   X(nvmlDeviceGetFieldValues, (Device device, int count, FieldValue* values))                                         \
   X(nvmlDeviceGetCurrPcieLinkGeneration, (Device device, unsigned int* gen))                                          \
   X(nvmlDeviceGetCurrPcieLinkWidth, (Device device, unsigned int* width))                                             \

@@ -21,9 +21,15 @@ bool linkAtMax(const GpuSample& s) {
 
 }  // namespace
 
-Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double max_s, std::FILE* out) {
+Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double max_s, std::FILE* out, bool traffic) {
   Stage s;
   s.t_ = t;
+  s.traffic_ = traffic;
+  if (!traffic) {
+    // A link read at idle on purpose may have dropped its speed to save power: only its width (lanes lost) is judged.
+    s.t_.pcie_min_gen = 1;
+    if (s.t_.pcie_gen_below_max == "fail") s.t_.pcie_gen_below_max = "warn";
+  }
   const double t0 = nowS();
   s.started_s_ = t0;
   std::vector<std::pair<int, std::string>> gpus;
@@ -41,9 +47,9 @@ Stage Stage::begin(const Thresholds& t, const report::Fingerprint& fp, double ma
   const double opened = nowS();
   s.open_s_ = opened - t0;
   // The watch starts first and covers the first sample's copies: the minimum watch runs from here, alongside them.
-  if (Status st = s.monitor_->startWatch(t, max_s); !st.isOk()) s.wake_error_ += st.message();
+  if (Status st = s.monitor_->startWatch(s.t_, max_s); !st.isOk()) s.wake_error_ += st.message();
   s.started_s_ = opened;
-  s.before_ = s.monitor_->sample(copyTraffic(&s.wake_error_), t.wake_ms);
+  s.before_ = s.monitor_->sample(traffic ? copyTraffic(&s.wake_error_) : TrafficHook(), s.t_.wake_ms);
   s.before_s_ = nowS() - opened;
   if (out) {
     std::fprintf(out, "health: %zu GPUs read through NVML (%s); watching XID events and clock event reasons\n",
@@ -72,7 +78,7 @@ std::vector<CheckResult> Stage::end(report::Run& run, double min_watch_s, const 
     // A second read under traffic only where the first did not show the link at its best.
     std::vector<int> again;
     for (const GpuSample& s : before_)
-      if (!linkAtMax(s)) again.push_back(s.gpu);
+      if (traffic_ && !linkAtMax(s)) again.push_back(s.gpu);
     TrafficHook wake;
     if (!again.empty()) {
       TrafficHook all = copyTraffic(&wake_error_);
@@ -90,6 +96,7 @@ std::vector<CheckResult> Stage::end(report::Run& run, double min_watch_s, const 
                        {"after_s", nowS() - watched},
                        {"after_under_traffic", again.size()}};
     extra["nvml_library"] = monitor_->library().path();
+    extra["traffic"] = traffic_;
     if (!wake_error_.empty()) extra["wake_error"] = wake_error_;
     for (const auto& [gpu, reasons] : throttledGpus(watch, t_)) {
       for (report::Result& r : run.results) {

@@ -17,8 +17,10 @@ class Stage {
  public:
   /// Opens NVML for the GPUs of `fp` (every NVML GPU when it lists none, or when no bus id matches), samples them
   /// and starts the watch, which ends by itself after max_s. Prints one line to `out`. Without NVML every check will
-  /// be unsupported, with the reason.
-  static Stage begin(const Thresholds& t, const report::Fingerprint& fp, double max_s, std::FILE* out);
+  /// be unsupported, with the reason. `traffic` false: no copies wake the PCIe links (no CUDA at all: what a node
+  /// running users' jobs gets), the links are read as they are.
+  static Stage begin(const Thresholds& t, const report::Fingerprint& fp, double max_s, std::FILE* out,
+                     bool traffic = true);
 
   /// Ends the watch (not before min_watch_s since begin, unless `interrupted` says so), samples again, appends the
   /// health results to `run`, marks the results of throttled GPUs ("throttled": [reasons]) and sets
@@ -38,6 +40,7 @@ class Stage {
   std::string unavailable_;
   std::string wake_error_;
   double started_s_ = 0;
+  bool traffic_ = true;
   // Seconds spent opening NVML and in the first sample (its copy traffic included).
   double open_s_ = 0, before_s_ = 0;
 };

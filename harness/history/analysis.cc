@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -229,8 +231,51 @@ std::string fleetMember(const std::string& node, const std::string& host) {
 
 }  // namespace
 
+std::string nodeLabel(const std::string& slurm_node, const std::string& identity, const std::string& host) {
+  if (!slurm_node.empty()) return slurm_node;
+  if (!identity.empty() && identity != host && identity != "host-" + host) {
+    return host.empty() ? identity : identity + " (host " + host + ")";
+  }
+  return host.empty() ? identity : host;
+}
+
+std::optional<long long> ageSeconds(const std::string& time, const std::string& now) {
+  const auto a = report::parseIsoTimestamp(time), b = report::parseIsoTimestamp(now);
+  if (!a || !b) return std::nullopt;
+  return *b - *a;
+}
+
+std::string ageText(long long s) {
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + " s";
+  if (s < 2 * 3600) return std::to_string(s / 60) + " min";
+  if (s < 2 * 86400) return std::to_string(s / 3600) + " h";
+  return std::to_string(s / 86400) + " d";
+}
+
+namespace {
+
+// Per fleet member (identity and host): its newest run of any kind, and the Slurm NodeName its newest run that names
+// one ran under.
+struct MemberFacts {
+  std::string newest_time;
+  std::string slurm_node;
+};
+std::map<std::string, MemberFacts> memberFacts(const History& history) {
+  std::map<std::string, MemberFacts> out;
+  for (const RunInfo& r : history.runs) {  // oldest first
+    MemberFacts& f = out[fleetMember(r.nodeOrHost(), r.host)];
+    f.newest_time = r.time;
+    if (!r.slurm_node.empty()) f.slurm_node = r.slurm_node;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptions& options) {
   std::vector<FleetOutlier> out;
+  const std::map<std::string, MemberFacts> facts = memberFacts(history);
   for (const Series& s : history.series) {
     // The latest figure of each host (points are oldest first).
     std::map<std::string, const SeriesPoint*> latest;
@@ -264,7 +309,22 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
       const report::ChangeDecision d = report::decideChange(s.metric.higher_is_better, fleet, own, rule, &test);
       if (d.verdict == report::Verdict::kRegressed) {
         const RunInfo& run = history.run(p->run_id);
-        out.push_back({s.machine, run.host, run.nodeOrHost(), &s, p->run_id, p->value, med, mad, z, d});
+        const MemberFacts& f = facts.at(fleetMember(run.nodeOrHost(), run.host));
+        FleetOutlier o;
+        o.machine = s.machine;
+        o.host = run.host;
+        o.node = run.nodeOrHost();
+        o.slurm_node = f.slurm_node;
+        o.label = nodeLabel(f.slurm_node, run.node, run.host);
+        o.newest_time = f.newest_time;
+        o.series = &s;
+        o.run_id = p->run_id;
+        o.value = p->value;
+        o.median = med;
+        o.mad = mad;
+        o.z = z;
+        o.decision = d;
+        out.push_back(std::move(o));
       }
     }
   }
@@ -275,7 +335,8 @@ std::vector<FleetOutlier> fleetOutliers(const History& history, const FleetOptio
 
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers) {
-  // Nodes by identity and host name (cloud VMs all call themselves "vm"), each shown by its host name.
+  // Nodes by identity and host name (cloud VMs all call themselves "vm").
+  const std::map<std::string, MemberFacts> facts = memberFacts(history);
   std::map<std::pair<std::string, std::string>, FleetNode> nodes;
   for (const RunInfo& r : history.runs) {  // oldest first: the last one seen is the latest
     FleetNode& n = nodes[{r.machine(), fleetMember(r.nodeOrHost(), r.host)}];
@@ -284,20 +345,27 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     n.host = r.host;
     n.latest = &r;
   }
-  std::map<std::pair<std::string, std::string>, int> hostsOfKind;  // (kind, host) -> nodes
-  for (auto& [key, n] : nodes)
-    ++hostsOfKind[{n.machine, n.host}];
   for (auto& [key, n] : nodes) {
-    n.name = n.host.empty() ? n.node : n.host;
-    if (!n.host.empty() && n.node != n.host && hostsOfKind[{n.machine, n.host}] > 1) n.name += " (" + n.node + ")";
+    n.slurm_node = facts.at(fleetMember(n.node, n.host)).slurm_node;
+    n.name = nodeLabel(n.slurm_node, n.latest ? n.latest->node : n.node, n.host);
   }
-  // A scheduler names a node by its short host name; a run may carry the full one ("gpu07.cluster"). A state may also
-  // name the node's identity. Where several records name one node, the one recorded last is its state.
+  // States are keyed by Slurm NodeName (or a machine's identity), never by host name. Where several records name one
+  // node, the one recorded last is its state.
+  std::set<std::string> joined;
   for (const NodeState& s : states) {
     for (auto& [key, n] : nodes) {
-      const bool names = n.host == s.node || n.host.rfind(s.node + ".", 0) == 0 || n.node == s.node;
-      if (names && (!n.state || s.after(*n.state))) n.state = s;
+      if ((!n.slurm_node.empty() && n.slurm_node == s.node) || n.node == s.node) {
+        if (!n.state || s.after(*n.state)) n.state = s;
+        joined.insert(s.node);
+      }
     }
+  }
+  for (const NodeState& s : states) {
+    if (joined.count(s.node)) continue;
+    FleetNode& n = nodes[{"", s.node}];
+    n.slurm_node = s.node;
+    n.name = s.node;
+    n.state = s;
   }
   for (const FleetOutlier& f : outliers) {
     auto it = nodes.find({f.machine, fleetMember(f.node, f.host)});
@@ -308,7 +376,8 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
     out.push_back(std::move(n));
   auto rank = [](const FleetNode& n) { return n.outOfService() ? 0 : n.failed() ? 1 : n.unchecked() ? 2 : 3; };
   std::stable_sort(out.begin(), out.end(), [&](const FleetNode& a, const FleetNode& b) {
-    return std::make_tuple(a.machine, rank(a), a.name) < std::make_tuple(b.machine, rank(b), b.name);
+    return std::make_tuple(a.machine.empty(), a.machine, rank(a), a.name) <
+           std::make_tuple(b.machine.empty(), b.machine, rank(b), b.name);
   });
   return out;
 }
@@ -316,6 +385,9 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
 nlohmann::json toJson(const FleetNode& n) {
   nlohmann::json j = {
       {"kind", n.machine}, {"node", n.node}, {"host", n.host}, {"name", n.name}, {"outliers", n.outliers}};
+  j["slurm_node"] = n.slurm_node;
+  j["tool"] = n.latest ? n.latest->tool : "";
+  j["git_sha"] = n.latest ? n.latest->git_sha : "";
   j["state"] = n.state ? n.state->state : "";
   j["reason"] = n.state ? n.state->reason : "";
   j["state_recorded_at"] = n.state ? n.state->recorded_at : "";
@@ -328,8 +400,16 @@ nlohmann::json toJson(const FleetNode& n) {
 }
 
 nlohmann::json injectedRunJson(const RunInfo& r) {
-  return {{"run_id", r.id}, {"kind", r.machine()},  {"host", r.host},           {"node", r.nodeOrHost()},
-          {"time", r.time}, {"verdict", r.verdict}, {"checks", r.checksJson()}, {"injected", r.injected}};
+  return {{"run_id", r.id},
+          {"kind", r.machine()},
+          {"host", r.host},
+          {"node", r.nodeOrHost()},
+          {"slurm_node", r.slurm_node},
+          {"name", nodeLabel(r.slurm_node, r.node, r.host)},
+          {"time", r.time},
+          {"verdict", r.verdict},
+          {"checks", r.checksJson()},
+          {"injected", r.injected}};
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {
@@ -337,6 +417,9 @@ nlohmann::json toJson(const FleetOutlier& f) {
   j["kind"] = f.machine;
   j["host"] = f.host;
   j["node"] = f.node;
+  j["slurm_node"] = f.slurm_node;
+  j["label"] = f.label;
+  j["newest_time"] = f.newest_time;
   j["series_id"] = f.series->id;
   j["run_id"] = f.run_id;
   j["value"] = f.value;

@@ -82,10 +82,22 @@ struct FleetOptions {
   int min_hosts = 4;            ///< fewer hosts of a kind are not a fleet
 };
 
+/// How a node is named wherever peerlab lists nodes (fleet page, trend page outliers, `history fleet`): its Slurm
+/// NodeName where its runs record one, else its identity with the host name ("gpus-3fa2b81c04d9 (host vm)": cloud VMs
+/// share host names), else the host name.
+std::string nodeLabel(const std::string& slurm_node, const std::string& identity, const std::string& host);
+/// Whole seconds from `time` to `now` (both ISO 8601); nullopt when either does not read.
+std::optional<long long> ageSeconds(const std::string& time, const std::string& now);
+/// An age as pages print it: "40 s", "12 min", "5 h", "7 d".
+std::string ageText(long long seconds);
+
 struct FleetOutlier {
-  std::string machine;  ///< the kind
-  std::string host;     ///< the host name of the node's latest run
-  std::string node;     ///< the node (its identity; the host name for runs stored before identities were kept)
+  std::string machine;      ///< the kind
+  std::string host;         ///< the host name of the node's latest run
+  std::string node;         ///< the node (its identity; the host name for runs stored before identities were kept)
+  std::string slurm_node;   ///< its Slurm NodeName, where its runs record one
+  std::string label;        ///< nodeLabel()
+  std::string newest_time;  ///< the time of the node's newest run of any kind
   const Series* series = nullptr;
   std::int64_t run_id = 0;
   double value = 0, median = 0, mad = 0;
@@ -101,10 +113,11 @@ nlohmann::json toJson(const FleetOutlier& f);
 /// One node of a kind's fleet: its latest run of that kind, its recorded scheduler state, and how many of its series
 /// sit outside the fleet (reported, never a reason to drain by themselves).
 struct FleetNode {
-  std::string machine;  ///< the kind
-  std::string node;     ///< the node's identity (RunInfo::nodeOrHost)
-  std::string host;     ///< the host name of its latest run
-  std::string name;     ///< how it is shown: the host name, with the identity beside it where hosts share the name
+  std::string machine;     ///< the kind; "" for a node with a recorded state and no run in the history
+  std::string node;        ///< the node's identity (RunInfo::nodeOrHost)
+  std::string host;        ///< the host name of its latest run
+  std::string slurm_node;  ///< the Slurm NodeName its newest run that names one ran under
+  std::string name;        ///< how it is shown: nodeLabel()
   const RunInfo* latest = nullptr;
   std::optional<NodeState> state;
   int outliers = 0;
@@ -116,15 +129,17 @@ struct FleetNode {
 
 /// Every node of every kind in `history` (its latest run that counts, whatever its verdict): drained and down nodes
 /// first, then nodes whose latest run failed, then those whose latest run checked nothing (EMPTY), then the others,
-/// by kind and name within each group.
+/// by kind and name within each group. A recorded state joins the node whose runs name that Slurm NodeName, or whose
+/// identity it names (never a host name: hosts share names); a state that joins no node is listed last as a node of
+/// its own with machine "" (a node the sweep found out of service before it ever ran).
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers);
-/// {"kind","node","host","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
-/// "check_details","outliers"}.
+/// {"kind","node","host","slurm_node","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
+/// "check_details","outliers","tool","git_sha"}.
 nlohmann::json toJson(const FleetNode& n);
 
 /// A run counted nowhere (stand-ins, injected faults), as lists and pages show it: {"run_id","kind","host","node",
-/// "time","verdict","checks","injected"}.
+/// "slurm_node","name" (nodeLabel()),"time","verdict","checks","injected"}.
 nlohmann::json injectedRunJson(const RunInfo& r);
 
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.

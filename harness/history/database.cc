@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -560,6 +561,28 @@ StatusOr<std::unique_ptr<Database>> openPostgres(const std::string& url, OpenMod
 #endif
 
 }  // namespace
+
+std::string withPassword(const std::string& url, const std::string& password) {
+  if (hasPostgresScheme(url)) {
+    std::string enc;
+    for (unsigned char c : password) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        enc += static_cast<char>(c);
+      } else {
+        char b[4];
+        std::snprintf(b, sizeof b, "%%%02X", c);
+        enc += b;
+      }
+    }
+    return url + (url.find('?') == std::string::npos ? "?" : "&") + "password=" + enc;
+  }
+  std::string quoted;
+  for (char c : password) {
+    if (c == '\\' || c == '\'') quoted += '\\';
+    quoted += c;
+  }
+  return url + " password='" + quoted + "'";
+}
 
 bool isPostgresUrl(const std::string& url) {
   return hasPostgresScheme(url) || looksLikeKeywordValue(url);

@@ -80,6 +80,11 @@ StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url, OpenMod
 /// True for a PostgreSQL URL (its scheme in any case) or keyword/value connection string.
 bool isPostgresUrl(const std::string& url);
 
+/// `url` (PostgreSQL, without a password) with `password` added as libpq reads it: a password= query parameter of a
+/// URL (percent-encoded), a quoted password keyword of a keyword/value string. For this process's own connections:
+/// the result is never printed (messages go through redactUrl) and never put on a command line.
+std::string withPassword(const std::string& url, const std::string& password);
+
 /// The URL as messages show it: a password in it replaced by "***" (reference/core/text.h redactSecrets).
 std::string redactUrl(const std::string& url);
 

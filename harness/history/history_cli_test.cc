@@ -239,9 +239,10 @@ TEST_P(HistoryCliTest, ByHostNeverJoinsTwoKinds) {
   EXPECT_EQ(machines.size(), 2u);
 }
 
-// The fleet view: every node of the kind with its latest verdict and recorded scheduler state, out of service first,
-// then failing, then the rest; a node below its fleet but passing its own checks is reported as such; the site's fleet
-// page shows the same order, the failed checks with their actions, and escapes what it was given.
+// The fleet view: every node of the kind with its latest verdict and recorded scheduler state (keyed by its Slurm
+// NodeName), out of service first, then failing, then the rest; a node below its fleet but passing its own checks is
+// reported as such; the site's fleet page shows the same order, the failed checks with their actions, and escapes what
+// it was given.
 TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   std::mt19937_64 rng(7);
   std::vector<std::string> args = {"history", "ingest", "--db", url_};
@@ -249,6 +250,7 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
     // node-4's runs carry its full host name; the scheduler names it node-4.
     const std::string name = "node-" + std::to_string(host) + (host == 4 ? ".example" : "");
     report::Run run = testing::syntheticRun(rng, host, name, "kind-x", 1.0, host == 5 ? 1.25 : 1.0);
+    run.node.slurm_node = "node-" + std::to_string(host);
     // node-3's copies ran but their data did not verify: its run fails.
     if (host == 3) run.results.front().wrong = 7;
     args.push_back(writeRun(run, "h" + std::to_string(host) + ".json"));
@@ -262,9 +264,14 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   // The latest state counts.
   EXPECT_EQ(state("node-4", "in_service", "").exit_code, 0);
   EXPECT_EQ(state("node-0", "down", "Not responding").exit_code, 0);
-  // Bad states and names are one line, exit 2, nothing stored.
-  for (const auto& [node, st] : std::vector<std::pair<std::string, std::string>>{
-           {"node-2", "broken"}, {"", "drained"}, {"node\x1b[2J", "drained"}, {std::string(300, 'n'), "drained"}}) {
+  // Bad states and names are one line, exit 2, nothing stored: a name that matches no NodeName or identity, a host
+  // name (node-4.example is node-4's host, not its NodeName).
+  for (const auto& [node, st] : std::vector<std::pair<std::string, std::string>>{{"node-2", "broken"},
+                                                                                 {"", "drained"},
+                                                                                 {"node\x1b[2J", "drained"},
+                                                                                 {std::string(300, 'n'), "drained"},
+                                                                                 {"vm", "drained"},
+                                                                                 {"node-4.example", "drained"}}) {
     CliRun bad = state(node, st, "");
     EXPECT_EQ(bad.exit_code, 2) << node << " " << st << ": " << bad.err;
     EXPECT_EQ(peerlab::testing::lineCount(bad.err), 1) << bad.err;
@@ -277,11 +284,12 @@ TEST_P(HistoryCliTest, FleetListsNodesWithTheirStatesDrainedFirst) {
   std::vector<std::string> order;
   for (const auto& n : nodes) {
     order.push_back(n["name"]);
-    // Named by the host, identified by the GPUs (a host name identifies nothing on cloud VMs).
-    EXPECT_EQ(n["name"], n["host"]);
+    // Named by the Slurm NodeName, identified by the GPUs (a host name identifies nothing on cloud VMs).
+    EXPECT_EQ(n["name"], n["slurm_node"]);
     EXPECT_EQ(n["node"].get<std::string>().rfind("gpus-", 0), 0u) << n.dump();
   }
-  EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4.example", "node-5"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"node-0", "node-1", "node-3", "node-2", "node-4", "node-5"}));
+  EXPECT_EQ(nodes[4]["host"], "node-4.example");
   EXPECT_EQ(nodes[1]["state"], "drained");
   EXPECT_EQ(nodes[1]["reason"], "peerlab: nvlink_state GPU0: reset GPU, reseat NVLink");
   EXPECT_EQ(nodes[2]["verdict"], "FAIL");
@@ -618,8 +626,9 @@ TEST_P(HistoryCliTest, StoredCheckDetailsAndNodeStatesAreReadThroughBounds) {
   std::mt19937_64 rng(23);
   std::vector<std::string> args = {"history", "ingest", "--db", url_};
   for (int i = 0; i < 3; ++i) {
-    args.push_back(writeRun(testing::syntheticRun(rng, i, "node-" + std::to_string(i), "kind-x"),
-                            "run" + std::to_string(i) + ".json"));
+    report::Run run = testing::syntheticRun(rng, i, "node-" + std::to_string(i), "kind-x");
+    run.node.slurm_node = "node-" + std::to_string(i);
+    args.push_back(writeRun(run, "run" + std::to_string(i) + ".json"));
   }
   ASSERT_EQ(runPeerlab(args).exit_code, 0);
   ASSERT_EQ(runPeerlab({"history", "node-state", "--db", url_, "--node", "node-2", "--state", "drained", "--reason",
@@ -650,7 +659,7 @@ TEST_P(HistoryCliTest, StoredCheckDetailsAndNodeStatesAreReadThroughBounds) {
   EXPECT_LT(fleet.err.size(), 2000u) << fleet.err.substr(0, 300);
   const nlohmann::json nodes = nlohmann::json::parse(readFile(dir_ + "/f.json"))["nodes"];
   ASSERT_EQ(nodes.size(), 1u) << nodes.dump(1);
-  EXPECT_EQ(nodes[0]["name"], "node-2");  // by its host name; "node" is its identity
+  EXPECT_EQ(nodes[0]["name"], "node-2");  // by its NodeName; "node" is its identity
   // The state recorded before the bad row still counts.
   EXPECT_EQ(nodes[0]["state"], "drained");
   EXPECT_EQ(nodes[0]["reason"], "peerlab: reset GPU");

@@ -121,6 +121,12 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     }
   }
   PEERLAB_ASSIGN_OR_RETURN(History h, loadHistory(store));
+  const std::string generated = options.generated.empty() ? nowUtc() : options.generated;
+  // How old a node's newest run is, beside its name wherever nodes are listed.
+  auto age = [&](const std::string& time) -> nlohmann::json {
+    const auto s = ageSeconds(time, generated);
+    return s ? nlohmann::json(ageText(*s)) : nlohmann::json("");
+  };
   detectChangePoints(h, options.detect);
   const std::vector<Regression> regressions = findRegressions(h, options.threshold_pct);
   const std::vector<FleetOutlier> fleet = fleetOutliers(h, options.fleet);
@@ -215,6 +221,10 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     kindOf(r.series->machine)["regressions"].push_back(toJson(r));
   for (const FleetOutlier& f : fleet) {
     kindOf(f.machine)["fleet"].push_back({{"host", f.host},
+                                          {"label", f.label},
+                                          {"slurm_node", f.slurm_node},
+                                          {"newest_time", f.newest_time},
+                                          {"age", age(f.newest_time)},
                                           {"series_id", f.series->id},
                                           {"value", f.value},
                                           {"median", f.median},
@@ -223,8 +233,16 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
   }
   // The fleet page: every node with its latest verdict and scheduler state, out of service first.
   PEERLAB_ASSIGN_OR_RETURN(std::vector<NodeState> states, store.nodeStates());
-  for (const FleetNode& n : fleetNodes(h, states, fleet))
-    kindOf(n.machine)["nodes"].push_back(toJson(n));
+  nlohmann::json unrun = nlohmann::json::array();
+  for (const FleetNode& n : fleetNodes(h, states, fleet)) {
+    nlohmann::json j = toJson(n);
+    j["age"] = n.latest ? age(n.latest->time) : nlohmann::json("");
+    if (n.machine.empty()) {
+      unrun.push_back(std::move(j));
+    } else {
+      kindOf(n.machine)["nodes"].push_back(std::move(j));
+    }
+  }
   // Heatmaps from the latest run of each kind that measured GPU pairs (a later run of one suite alone, MoE rows say,
   // has none to draw); newest first, so most kinds read one run.
   std::set<std::string> drawn;
@@ -238,8 +256,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     kindOf(r->machine())["heatmaps_run"] = {{"run_id", r->id}, {"time", r->time}, {"git_sha", r->git_sha}};
     drawn.insert(r->machine());
   }
-  nlohmann::json model = {{"generated", options.generated.empty() ? nowUtc() : options.generated},
-                          {"kinds", nlohmann::json::array()}};
+  nlohmann::json model = {{"generated", generated}, {"kinds", nlohmann::json::array()}, {"unrun_nodes", unrun}};
   for (auto& [machine, k] : kinds)
     model["kinds"].push_back(std::move(k));
   return model;

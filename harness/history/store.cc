@@ -419,6 +419,17 @@ const std::vector<std::string>& schemaMigrations() {
       // 6: what a run ran with that is not the machine's own (stand-ins, injected faults): such a run is listed, never
       // counted.
       "ALTER TABLE runs ADD COLUMN injected TEXT NOT NULL DEFAULT ''",
+      // 7: the Slurm NodeName a run ran under (node states are keyed by it); the journal of what `peerlab slurm` did
+      // to nodes, written before it acts, and the claims that keep two sweeps off one node.
+      "ALTER TABLE runs ADD COLUMN slurm_node TEXT NOT NULL DEFAULT '';"
+      "CREATE TABLE slurm_journal ("
+      " id %ID%, sweep TEXT NOT NULL, node TEXT NOT NULL, step TEXT NOT NULL, job TEXT NOT NULL, reason TEXT NOT NULL,"
+      " detail TEXT NOT NULL, recorded_at TEXT NOT NULL, source TEXT NOT NULL);"
+      "CREATE INDEX slurm_journal_by_node ON slurm_journal (node, id);"
+      "CREATE INDEX slurm_journal_by_sweep ON slurm_journal (sweep, id);"
+      "CREATE TABLE slurm_claims ("
+      " node TEXT NOT NULL PRIMARY KEY, sweep TEXT NOT NULL, holder TEXT NOT NULL, claimed_at TEXT NOT NULL,"
+      " heartbeat_at TEXT NOT NULL)",
   };
   return steps;
 }
@@ -612,13 +623,13 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
         "INSERT INTO runs (content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results,"
-        " source, ingested_at, expectations, verdict, checks, check_details, node, injected)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        " source, ingested_at, expectations, verdict, checks, check_details, node, injected, slurm_node)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
         {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
          run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
          options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run)},
+         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run), run.node.slurm_node},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -662,9 +673,11 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   const std::string details = version_ >= 4 ? "check_details" : "'{}'";
   const std::string node = version_ >= 5 ? "node" : "''";
   const std::string injected = version_ >= 6 ? "injected" : "''";
+  const std::string slurmNode = version_ >= 7 ? "slurm_node" : "''";
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
-          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected +
+          expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected + ", " +
+          slurmNode +
           " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
@@ -696,6 +709,9 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
         if (row.ok()) info.check_details = readCheckDetails(details, row);
         info.node = row.text(18, "node", kMaxNodeNameBytes);
         info.injected = printable(row.text(19, "injected"), report::kMaxTextBytes);
+        info.slurm_node = row.text(20, "slurm_node", kMaxNodeNameBytes);
+        if (!info.slurm_node.empty() && !report::isSlurmNodeName(info.slurm_node))
+          row.fail("slurm_node \"" + printable(info.slurm_node, 64) + "\" is not a node name");
         if (!row.ok()) {
           const std::string which = info.id > 0 ? "run " + std::to_string(info.id) : std::string("a run without an id");
           const std::string hash =
@@ -890,6 +906,174 @@ StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
   for (auto& [node, s] : latest)
     out.push_back(std::move(s));
   return out;
+}
+
+namespace {
+
+bool plainText(const std::string& text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+}
+
+}  // namespace
+
+StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
+  if (std::find(kJournalSteps.begin(), kJournalSteps.end(), e.step) == kJournalSteps.end()) {
+    return PEERLAB_INVALID_ARGUMENT("journal step \"" + printable(e.step, 40) + "\" is not one peerlab writes");
+  }
+  if (e.node.empty() || e.node.size() > kMaxNodeNameBytes || !plainText(e.node) || e.sweep.size() > 128 ||
+      !plainText(e.sweep) || e.job.size() > 64 || !plainText(e.job) || e.reason.size() > kMaxNodeReasonBytes ||
+      !plainText(e.reason) || e.detail.size() > 65536 || e.source.size() > 64 || !plainText(e.source)) {
+    return PEERLAB_INVALID_ARGUMENT("journal entry for node \"" + printable(e.node, 64) +
+                                    "\": a field is empty, too long or holds control characters");
+  }
+  if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the journal's");
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  std::int64_t id = 0;
+  Status st = db_->query(
+      "INSERT INTO slurm_journal (sweep, node, step, job, reason, detail, recorded_at, source)"
+      " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+      {e.sweep, e.node, e.step, e.job, e.reason, e.detail.empty() ? std::string("{}") : e.detail,
+       e.recorded_at.empty() ? nowUtc() : e.recorded_at, e.source},
+      [&](const SqlRow& r) { id = r.integer(0); });
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  return id;
+}
+
+StatusOr<std::vector<JournalEntry>> HistoryStore::journal(const std::string& node, const std::string& sweep,
+                                                          std::int64_t after) {
+  std::vector<JournalEntry> out;
+  if (version_ < 7) return out;
+  std::string where = " WHERE id > $1";
+  std::vector<SqlValue> params = {after};
+  if (!node.empty()) {
+    params.push_back(node);
+    where += " AND node = $" + std::to_string(params.size());
+  }
+  if (!sweep.empty()) {
+    params.push_back(sweep);
+    where += " AND sweep = $" + std::to_string(params.size());
+  }
+  PEERLAB_RETURN_IF_ERROR(
+      db_->query("SELECT id, sweep, node, step, job, reason, detail, recorded_at, source FROM slurm_journal" + where +
+                     " ORDER BY id",
+                 params, [&](const SqlRow& r) {
+                   RowReader row(r);
+                   JournalEntry e;
+                   e.id = row.integer(0, "id", 1, std::numeric_limits<std::int64_t>::max()).value_or(0);
+                   e.sweep = row.text(1, "sweep", 128);
+                   e.node = row.text(2, "node", kMaxNodeNameBytes);
+                   e.step = row.text(3, "step", 32);
+                   e.job = row.text(4, "job", 64);
+                   e.reason = row.text(5, "reason", kMaxNodeReasonBytes);
+                   e.detail = row.text(6, "detail", 65536);
+                   e.recorded_at = row.text(7, "recorded_at", 64);
+                   e.source = row.text(8, "source", 64);
+                   if (row.ok() && std::find(kJournalSteps.begin(), kJournalSteps.end(), e.step) == kJournalSteps.end())
+                     row.fail("step \"" + printable(e.step, 32) + "\" is not one peerlab writes");
+                   if (!row.ok()) {
+                     warn("journal:" + std::to_string(e.id),
+                          "journal entry " + std::to_string(e.id) + " left out: " + printable(row.why(), 200));
+                     return;
+                   }
+                   out.push_back(std::move(e));
+                 }));
+  return out;
+}
+
+namespace {
+
+Claim readClaim(const SqlRow& r) {
+  return {r.text(0), r.text(1), r.text(2), r.text(3), r.text(4)};
+}
+
+}  // namespace
+
+StatusOr<std::vector<Claim>> HistoryStore::claims() {
+  std::vector<Claim> out;
+  if (version_ < 7) return out;
+  PEERLAB_RETURN_IF_ERROR(
+      db_->query("SELECT node, sweep, holder, claimed_at, heartbeat_at FROM slurm_claims ORDER BY node", {},
+                 [&](const SqlRow& r) { out.push_back(readClaim(r)); }));
+  return out;
+}
+
+StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const std::string& holder,
+                                                const std::vector<std::string>& nodes,
+                                                const std::function<bool(const Claim&)>& stale) {
+  if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the claims'");
+  ClaimOutcome out;
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  auto body = [&]() -> Status {
+    std::map<std::string, Claim> held;
+    PEERLAB_RETURN_IF_ERROR(
+        db_->query("SELECT node, sweep, holder, claimed_at, heartbeat_at FROM slurm_claims", {}, [&](const SqlRow& r) {
+          Claim c = readClaim(r);
+          held[c.node] = c;
+        }));
+    for (const std::string& n : nodes) {
+      auto it = held.find(n);
+      if (it == held.end() || it->second.sweep == sweep) continue;
+      if (stale && stale(it->second)) {
+        out.taken_over.push_back(it->second);
+      } else {
+        out.conflicts.push_back(it->second);
+      }
+    }
+    if (!out.conflicts.empty()) return Status::ok();
+    const std::string now = nowUtc();
+    for (const std::string& n : nodes) {
+      PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM slurm_claims WHERE node = $1", {n}));
+      PEERLAB_RETURN_IF_ERROR(db_->query(
+          "INSERT INTO slurm_claims (node, sweep, holder, claimed_at, heartbeat_at) VALUES ($1, $2, $3, $4, $5)",
+          {n, sweep, holder, now, now}));
+    }
+    out.granted = true;
+    return Status::ok();
+  };
+  Status st = body();
+  if (!st.isOk() || !out.granted) {
+    db_->rollback().ignore();
+    if (!st.isOk()) return st;
+    out.taken_over.clear();
+    return out;
+  }
+  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  return out;
+}
+
+Status HistoryStore::heartbeat(const std::string& sweep) {
+  if (version_ < 7) return Status::ok();
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  Status st = db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  return db_->commit();
+}
+
+Status HistoryStore::releaseClaims(const std::string& sweep, const std::vector<std::string>& nodes) {
+  if (version_ < 7) return Status::ok();
+  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
+  Status st = Status::ok();
+  if (nodes.empty()) {
+    st = db_->query("DELETE FROM slurm_claims WHERE sweep = $1", {sweep});
+  } else {
+    for (const std::string& n : nodes) {
+      st = db_->query("DELETE FROM slurm_claims WHERE sweep = $1 AND node = $2", {sweep, n});
+      if (!st.isOk()) break;
+    }
+  }
+  if (!st.isOk()) {
+    db_->rollback().ignore();
+    return st;
+  }
+  return db_->commit();
 }
 
 StatusOr<std::int64_t> HistoryStore::count(const std::string& table) {

@@ -26,6 +26,7 @@ struct RunInfo {
   std::string kind;  ///< machine kind ("h200-x4-nvswitch"): the run file's `kind`, or --kind at ingest; may be empty
   std::string
       node;  ///< node identity ("gpus-3fa2b81c04d9", report::NodeIdentity); "" for runs stored before it was kept
+  std::string slurm_node;  ///< the Slurm NodeName it ran under; "" when it named none (or was stored before)
   /// What the run ran with that is not the machine's own (report::Injection::describe, and cells with injected
   /// faults); "" for a run of the machine itself (and runs stored before it was kept). Such a run is listed and
   /// marked, and never counted: not in a series, a fleet view, a node's latest run or a kind's latest verdict.
@@ -63,7 +64,7 @@ struct RunInfo {
 /// A node's state in the scheduler, as `history node-state` recorded it (the Slurm sweep records every node it looks
 /// at): fleet pages list drained nodes first, with the reason.
 struct NodeState {
-  std::string node;
+  std::string node;         ///< the Slurm NodeName (or, for a machine whose runs name none, its identity)
   std::string state;        ///< one of kNodeStates
   std::string reason;       ///< the scheduler's reason ("peerlab: nvlink_state GPU0: reset GPU, reseat NVLink")
   std::string recorded_at;  ///< UTC, when it was recorded
@@ -78,6 +79,39 @@ struct NodeState {
 
 /// The states a node can be recorded in: in service, drained (or draining) with a reason, down (not responding).
 inline const std::vector<std::string> kNodeStates = {"in_service", "drained", "down"};
+/// One record of what `peerlab slurm` did or is about to do to a node, written before it acts (an intent) and after
+/// (a fact), so that a sweep killed at any point can be finished or undone (harness/slurm/journal.h reads them).
+struct JournalEntry {
+  std::int64_t id = 0;
+  std::string sweep;   ///< the sweep's id; "" for a health check's or a gate's own drain
+  std::string node;    ///< Slurm NodeName
+  std::string step;    ///< one of kJournalSteps
+  std::string job;     ///< Slurm job id, where one belongs to the step
+  std::string reason;  ///< the drain reason the step sets or restores
+  std::string detail;  ///< more, as JSON text (outcome, exit code, bundle)
+  std::string recorded_at;
+  std::string source;  ///< "sweep", "healthcheck", "gate", "recover"
+};
+/// The steps a journal entry may name.
+inline const std::vector<std::string> kJournalSteps = {
+    "claimed",   "reserve",  "reserved", "resume_for_job", "resumed_for_job", "submit",
+    "submitted", "verdict",  "drain",    "drained",        "resume",          "resumed",
+    "release",   "released", "done",     "recovered",      "spooled",         "ingested"};
+
+/// A sweep's hold on a node (one sweep at a time per node). `holder` is "host pid start poll" of the sweep's process.
+struct Claim {
+  std::string node;
+  std::string sweep;
+  std::string holder;
+  std::string claimed_at;
+  std::string heartbeat_at;
+};
+struct ClaimOutcome {
+  bool granted = false;
+  std::vector<Claim> conflicts;   ///< held by a live sweep: nothing was claimed
+  std::vector<Claim> taken_over;  ///< held by a sweep judged gone: now this sweep's (its journal is to be recovered)
+};
+
 /// Most failed checks a run's check_details names (the bundle has them all).
 inline constexpr size_t kMaxStoredFailures = 20;
 /// Longest node name and reason stored.
@@ -169,6 +203,24 @@ class HistoryStore {
   Status recordNodeState(const NodeState& state);
   /// The latest recorded state of every node (by when it was recorded), by node name.
   StatusOr<std::vector<NodeState>> nodeStates();
+
+  /// Appends to the journal of `peerlab slurm` (recorded_at: now, unless the entry has one) in its own transaction;
+  /// returns its id.
+  StatusOr<std::int64_t> appendJournal(const JournalEntry& entry);
+  /// The journal, oldest first: every entry, or those of one node and/or one sweep ("" for any), after id `after`.
+  StatusOr<std::vector<JournalEntry>> journal(const std::string& node = "", const std::string& sweep = "",
+                                              std::int64_t after = 0);
+  /// Claims `nodes` for `sweep` in one transaction: all of them, or none when a live sweep holds one (`stale` says
+  /// whether a holder is gone; a gone holder's claim is taken over and listed).
+  StatusOr<ClaimOutcome> claimNodes(const std::string& sweep, const std::string& holder,
+                                    const std::vector<std::string>& nodes,
+                                    const std::function<bool(const Claim&)>& stale);
+  /// Every claim.
+  StatusOr<std::vector<Claim>> claims();
+  /// Marks `sweep` alive now (its claims' heartbeat).
+  Status heartbeat(const std::string& sweep);
+  /// Releases `sweep`'s claims on `nodes` (every node it holds when empty).
+  Status releaseClaims(const std::string& sweep, const std::vector<std::string>& nodes = {});
 
  private:
   explicit HistoryStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}

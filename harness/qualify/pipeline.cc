@@ -100,6 +100,11 @@ Status Pipeline::readInputs() {
     options_.probe_methods = splitList({in_.probe_methods});
   }
   PEERLAB_ASSIGN_OR_RETURN(options_.level, report::chooseLevel(in_.level));
+  // qualify's node name (--node, else $SLURMD_NODENAME) is checked before anything runs; bench leaves a malformed
+  // $SLURMD_NODENAME out of its run file, never a reason to lose the run.
+  if (in_.command == "qualify" && !stored_) {
+    if (auto node = report::localNodeIdentity(report::Fingerprint{}, in_.node); !node.isOk()) return node.status();
+  }
   options_.concurrent = !in_.serial;
   options_.probe = in_.probe;
   for (const std::string& s : splitList(in_.suites)) {
@@ -281,7 +286,8 @@ report::Run Pipeline::run(const std::string& dir, const std::string& probe_base)
   }
   if (health) health->end(run, in_.health_watch_s, process::interruptRequested);
   run.kind = *kind_;
-  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+  auto node = report::localNodeIdentity(run.fingerprint, in_.node);
+  run.node = node.isOk() ? *node : report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   run.extra["plan"] = toJson(*plan_);
   return run;
 }

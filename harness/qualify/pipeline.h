@@ -34,6 +34,7 @@ struct PipelineInputs {
   std::string results;              ///< check this run file instead of measuring
   std::string history;              ///< past runs for the estimate: a run file or a directory of them
   std::string kind;
+  std::string node;  ///< the Slurm NodeName the run is for ("" $SLURMD_NODENAME)
   bool kind_override = false;
   bool allow_other_hardware = false;
   report::LevelFlags level;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "harness/report/report.h"
+#include "reference/core/text.h"
 
 namespace peerlab::report {
 
@@ -411,6 +412,27 @@ NodeIdentity nodeIdentity(const Fingerprint& fp, const std::string& board_serial
   return n;
 }
 
+bool isSlurmNodeName(const std::string& name) {
+  if (name.empty() || name.size() > 255) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.';
+  });
+}
+
+StatusOr<NodeIdentity> localNodeIdentity(const Fingerprint& fp, const std::string& node_option) {
+  NodeIdentity n = nodeIdentity(fp, readBoardSerial());
+  std::string name = node_option;
+  const char* env = std::getenv("SLURMD_NODENAME");
+  if (name.empty() && env != nullptr) name = env;
+  if (!name.empty() && !isSlurmNodeName(name)) {
+    return PEERLAB_INVALID_ARGUMENT(std::string(node_option.empty() ? "$SLURMD_NODENAME" : "--node") + " \"" +
+                                    printable(name, 60) + "\": not a node name (letters, digits, '-', '_', '.')");
+  }
+  n.slurm_node = name;
+  return n;
+}
+
 std::string readBoardSerial(const std::string& path) {
   std::ifstream f(path);
   std::string s;
@@ -466,6 +488,7 @@ nlohmann::json toJson(const NodeIdentity& node) {
   nlohmann::json j = {{"id", node.id}, {"basis", node.basis}, {"gpu_uuids", node.gpu_uuids}};
   if (!node.board_serial.empty()) j["board_serial"] = node.board_serial;
   if (!node.hostname.empty()) j["hostname"] = node.hostname;
+  if (!node.slurm_node.empty()) j["slurm_node"] = node.slurm_node;
   return j;
 }
 

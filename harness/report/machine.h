@@ -118,10 +118,19 @@ struct NodeIdentity {
   std::string board_serial;
   std::vector<std::string> gpu_uuids;  ///< sorted
   std::string hostname;
+  /// The scheduler's name of the node (Slurm's NodeName) the run ran under: `--node`, else $SLURMD_NODENAME; "" when
+  /// neither says. A node's states in the history are keyed by it.
+  std::string slurm_node;
   bool empty() const { return id.empty(); }
 };
 /// The identity from a fingerprint and a board serial ("" when unreadable).
 NodeIdentity nodeIdentity(const Fingerprint& fp, const std::string& board_serial);
+/// This machine's identity for a run made now: nodeIdentity with the board serial, and the Slurm NodeName from
+/// `node_option` when given, else $SLURMD_NODENAME. `invalid_argument` when the name is not a node name (letters,
+/// digits, '-', '_', '.'; at most 255 bytes).
+StatusOr<NodeIdentity> localNodeIdentity(const Fingerprint& fp, const std::string& node_option = "");
+/// Whether `name` can be a Slurm NodeName: 1 to 255 bytes of letters, digits, '-', '_' and '.'.
+bool isSlurmNodeName(const std::string& name);
 /// This machine's board serial: /sys/class/dmi/id/board_serial (root only on most systems), "" when unreadable or a
 /// placeholder ("None", "Not Specified", "To be filled by O.E.M.", "Default string", "0").
 std::string readBoardSerial(const std::string& path = "/sys/class/dmi/id/board_serial");

@@ -336,12 +336,19 @@ void readMachine(const In& doc, Run& run) {
     node.basis = n->str("basis", "", kMaxNameBytes);
     node.board_serial = n->str("board_serial", "", kMaxNameBytes);
     node.hostname = n->str("hostname", "", kMaxNameBytes);
+    node.slurm_node = n->str("slurm_node", "", 255);
+    if (!node.slurm_node.empty() && !isSlurmNodeName(node.slurm_node))
+      n->at("slurm_node").fail("\"" + node.slurm_node + "\" is not a node name (letters, digits, '-', '_', '.')");
     if (auto u = n->opt("gpu_uuids")) node.gpu_uuids = readStrings(*u, kMaxGpus, kMaxNameBytes);
     if (node.basis != "" && node.basis != "gpu_uuids" && node.basis != "board_serial" && node.basis != "hostname")
       n->at("basis").fail("\"" + node.basis + "\" is not gpu_uuids, board_serial or hostname");
     run.node = std::move(node);
   }
-  if (run.node.empty()) run.node = nodeIdentity(run.fingerprint, "");
+  if (run.node.empty()) {
+    const std::string slurm = run.node.slurm_node;
+    run.node = nodeIdentity(run.fingerprint, "");
+    run.node.slurm_node = slurm;
+  }
 }
 
 // `keep`: build the run (its extra keys copied); validate() only checks.

@@ -104,6 +104,7 @@ void addNvmlLinks(Draft& draft) {
     for (size_t i = 0; i < draft.n(); ++i) {
       if (draft.gpus[i].bus_id == bus) at = i;
     }
+    if (at == draft.n() && draft.closed) continue;  // a GPU outside CUDA_VISIBLE_DEVICES
     if (at == draft.n()) {
       // Neither hwloc nor CUDA (CUDA_VISIBLE_DEVICES) shows this GPU; list it all the same.
       Gpu gpu;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,27 @@ void Draft::addGpu(Gpu gpu) {
   gpus.push_back(std::move(gpu));
   pci = std::move(pci_new);
   links = std::move(links_new);
+}
+
+void Draft::keepGpus(const std::function<bool(const Gpu&)>& keep) {
+  std::vector<size_t> kept;
+  for (size_t i = 0; i < n(); ++i)
+    if (keep(gpus[i])) kept.push_back(i);
+  const size_t m = kept.size();
+  std::vector<PciPath> pci_new(m * m, PciPath::kUnknown);
+  std::vector<LinkView> links_new(m * m);
+  std::vector<Gpu> gpus_new;
+  for (size_t a = 0; a < m; ++a) {
+    gpus_new.push_back(gpus[kept[a]]);
+    for (size_t b = 0; b < m; ++b) {
+      pci_new[a * m + b] = pci[kept[a] * n() + kept[b]];
+      links_new[a * m + b] = links[kept[a] * n() + kept[b]];
+    }
+  }
+  gpus = std::move(gpus_new);
+  pci = std::move(pci_new);
+  links = std::move(links_new);
+  closed = true;
 }
 
 std::string busOrderKey(const std::string& bus_id) {
@@ -669,6 +691,16 @@ StatusOr<Topology> loadLive(const LiveOptions& options) {
                              describePcieLink(*g.pcie) + ")");
   }
   bool cuda = options.cuda && detail::addCudaDevices(draft);
+  // CUDA_VISIBLE_DEVICES names the GPUs this run is for (a job's allocation): the topology is theirs alone.
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (cuda && visible != nullptr && *visible != '\0') {
+    const size_t all = draft.n();
+    draft.keepGpus([](const Gpu& g) { return g.cuda_ordinal >= 0; });
+    if (draft.n() < all) {
+      draft.warnings.push_back("CUDA_VISIBLE_DEVICES=" + std::string(visible) + ": " + std::to_string(draft.n()) +
+                               " of the machine's " + std::to_string(all) + " GPUs");
+    }
+  }
   if (options.nvml) detail::addNvmlLinks(draft);
   std::shared_ptr<detail::Data> data = detail::finish(std::move(draft));
   if (cuda) detail::addCudaP2p(*data);

@@ -3,6 +3,7 @@
 /// one finishing step that orders the GPUs and builds the pairs. Not part of the public API.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,9 @@ struct Draft {
   LinkView& linkAt(size_t i, size_t j) { return links[i * n() + j]; }
   /// Appends a GPU with unknown relations to every other GPU.
   void addGpu(Gpu gpu);
+  /// Keeps the GPUs `keep` says, with their relations; the draft is then closed to GPUs not listed yet (NVML's).
+  void keepGpus(const std::function<bool(const Gpu&)>& keep);
+  bool closed = false;
 };
 
 struct Data {

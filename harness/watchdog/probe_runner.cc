@@ -1079,7 +1079,9 @@ report::Run buildRunReport(const Inventory& inventory, const std::vector<CellRep
                         {"cached_created", context.cached_created},
                         {"claims_hold", failed_claims == 0},
                         {"parent_loaded_cuda", context.parent_loaded_cuda}};
-  run.node = report::nodeIdentity(run.fingerprint, report::readBoardSerial());
+  // A malformed $SLURMD_NODENAME is left out, never a reason to lose the run.
+  auto local = report::localNodeIdentity(run.fingerprint);
+  run.node = local.isOk() ? *local : report::nodeIdentity(run.fingerprint, report::readBoardSerial());
   return run;
 }
 

@@ -92,8 +92,9 @@ void killAllHandler(int sig) {
   ::raise(sig);
 }
 
-// This process's environment with `changes` applied ("KEY=VALUE" adds or replaces, "KEY" removes), in order.
-std::vector<std::string> childEnvironment(const std::vector<std::string>& changes) {
+// This process's environment (none with `clear`) with `changes` applied ("KEY=VALUE" adds or replaces, "KEY"
+// removes), in order.
+std::vector<std::string> childEnvironment(const std::vector<std::string>& changes, bool clear) {
   std::vector<std::string> order;
   std::map<std::string, std::optional<std::string>> env;
   auto apply = [&](const std::string& kv) {
@@ -102,7 +103,7 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& change
     if (!env.count(key)) order.push_back(key);
     env[key] = eq == std::string::npos ? std::nullopt : std::optional<std::string>(kv);
   };
-  for (char** e = environ; e && *e; ++e)
+  for (char** e = clear ? nullptr : environ; e && *e; ++e)
     if (std::strchr(*e, '=') != nullptr) apply(*e);
   for (const auto& kv : changes)
     apply(kv);
@@ -189,7 +190,7 @@ StatusOr<Child> Child::spawn(const SpawnOptions& options) {
     PEERLAB_ASSIGN_OR_RETURN(err, openOutput(options.stderr_path));
   }
 
-  std::vector<std::string> env = childEnvironment(options.env);
+  std::vector<std::string> env = childEnvironment(options.env, options.clear_env);
   std::vector<std::string> args = options.argv;
   auto envp = cStrings(env);
   auto argv = cStrings(args);
@@ -377,6 +378,7 @@ StatusOr<ProcessResult> runProcess(const ProcessOptions& options) {
   so.argv[0] = findInPath(options.argv[0]);
   if (so.argv[0].empty()) return PEERLAB_UNAVAILABLE(options.argv[0] + ": not found or not executable");
   so.env = options.env;
+  so.clear_env = options.clear_env;
   so.cwd = options.cwd;
   so.stdout_path = options.stdout_path;
   so.stderr_path = options.stderr_path;

@@ -44,6 +44,8 @@ struct SpawnOptions {
   std::vector<std::string> argv;  ///< argv[0] is the program: a path, or a name looked up in PATH
   /// Changes to this process's environment: "KEY=VALUE" adds or replaces, a bare "KEY" removes.
   std::vector<std::string> env;
+  /// The child starts from an empty environment: only the "KEY=VALUE" entries of `env`, nothing of this process's.
+  bool clear_env = false;
   std::string cwd;          ///< "" keeps this process's
   std::string stdout_path;  ///< "" inherits stdout; the file is created or truncated
   std::string stderr_path;  ///< "" inherits stderr; equal to stdout_path: both into one file
@@ -123,6 +125,7 @@ bool interruptRequested();
 struct ProcessOptions {
   std::vector<std::string> argv;  ///< argv[0] is a path, or a name looked up in PATH
   std::vector<std::string> env;   ///< as SpawnOptions::env
+  bool clear_env = false;         ///< as SpawnOptions::clear_env
   std::string stdout_path;        ///< "" inherits stdout
   std::string stderr_path;        ///< "" inherits stderr; may equal stdout_path (both into one file)
   std::string cwd;                ///< "" keeps this process's

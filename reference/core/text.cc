@@ -1,5 +1,6 @@
 #include "reference/core/text.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
@@ -111,12 +112,17 @@ std::string redactSecrets(std::string_view text) {
     while (v < out.size() && out[v] == ' ')
       ++v;
     size_t end = v;
+    // libpq takes a backslash before any character of a value (an escaped quote, an escaped space): what follows a
+    // backslash is part of the password, never its end.
     if (end < out.size() && out[end] == '\'') {
-      end = out.find('\'', end + 1);
-      end = end == std::string::npos ? out.size() : end + 1;
+      ++end;
+      while (end < out.size() && out[end] != '\'')
+        end += out[end] == '\\' ? 2 : 1;
+      end = std::min(out.size(), end + 1);
     } else {
       while (end < out.size() && out[end] != '&' && out[end] != ' ' && out[end] != '#' && out[end] != '"')
-        ++end;
+        end += out[end] == '\\' ? 2 : 1;
+      end = std::min(end, out.size());
     }
     out.replace(v, end - v, "***");
     i = v + 3;

@@ -375,6 +375,13 @@ Return nvmlDeviceGetUUID(Device device, char* uuid, unsigned int length) {
   return kSuccess;
 }
 
+Return nvmlDeviceGetMinorNumber(Device device, unsigned int* minor) {
+  PEERLAB_FAKE_PROLOGUE(nvmlDeviceGetMinorNumber)
+  PEERLAB_FAKE_FORWARD(nvmlDeviceGetMinorNumber, device, minor)
+  if (!s.wrap) *minor = static_cast<unsigned>(indexOf(s, device));
+  return kSuccess;
+}
+
 Return nvmlDeviceGetFieldValues(Device device, int count, FieldValue* values) {
   PEERLAB_FAKE_PROLOGUE(nvmlDeviceGetFieldValues)
   PEERLAB_FAKE_FORWARD(nvmlDeviceGetFieldValues, device, count, values)

@@ -89,15 +89,18 @@ std::string injectedRunsSection(const json& kind) {
       << (runs.size() == 1 ? " run" : " runs")
       << " of this kind ran with stand-ins (NVML, topology, probe worker) or injected faults: not this machine's own "
          "verdicts, so not in the fleet view, trends, regressions or baselines.</p>\n"
-      << "<div class=\"tablebox\"><table class=\"injected-runs\"><tr><th>run</th><th class=\"l\">host</th>"
-         "<th>verdict</th><th>time</th><th class=\"l\">what was not real</th></tr>\n";
+      << "<div class=\"tablebox\"><table class=\"injected-runs\"><tr><th>run</th><th class=\"l\">node</th>"
+         "<th>verdict</th><th>time</th><th class=\"l\">host</th><th class=\"l\">what was not real</th></tr>\n";
   for (const json& r : runs) {
     const std::string id = r.is_object() && r.contains("run_id") && r["run_id"].is_number_integer()
                                ? std::to_string(r["run_id"].get<long long>())
                                : "-";
-    out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(text(r, "host")) << "</td><td class=\"muted\">"
+    // The node by the one name nodes are listed under (NodeName, else identity and host).
+    const std::string name = text(r, "name").empty() ? text(r, "host") : text(r, "name");
+    out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(name) << "</td><td class=\"muted\">"
         << htmlEscape(text(r, "verdict").empty() ? "-" : text(r, "verdict") + " (injected)") << "</td><td>"
-        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "injected")) << "</td></tr>\n";
+        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host")) << "</td><td class=\"l\">"
+        << htmlEscape(text(r, "injected")) << "</td></tr>\n";
   }
   out << "</table></div>\n";
   return out.str();
@@ -131,10 +134,12 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
       << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
-         "check it); the state is the scheduler's as the Slurm sweep recorded it. \"below fleet\" counts series where "
-         "the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
+         "check it); the state is the scheduler's as peerlab recorded it (keyed by Slurm NodeName). A node is named by "
+         "its NodeName, else by its board identity and host; age is how old its latest run is. \"below fleet\" counts "
+         "series where the node sits outside its fleet: reported, not drained, unless the sweep is told to.</p>\n";
   out << "<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th class=\"l\">node</th>"
-         "<th class=\"l\">state</th><th>verdict</th><th>latest run</th>";
+         "<th class=\"l\">state</th><th>verdict</th><th>latest run</th><th>age</th><th class=\"l\">host</th>"
+         "<th class=\"l\">board</th><th class=\"l\">peerlab</th>";
   for (const std::string& c : kCategories)
     out << "<th>" << c << "</th>";
   out << "<th class=\"l\">failed checks: action</th><th>below fleet</th></tr>\n";
@@ -144,8 +149,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
     const std::string verdict = text(n, "verdict");
     const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
     const bool out_of_service = !state.empty() && state != "in_service";
-    // The node by the name the fleet gives it (its host name; its identity beside it where hosts share a name).
+    // The node by the one name nodes are listed under: its Slurm NodeName, else its identity and host.
     const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
+    const std::string age = text(n, "age");
     out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
         << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
         << "</td>";
@@ -156,6 +162,9 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
             : verdict == "EMPTY" ? "cell-warn\" title=\"the latest run checked nothing: not a pass"
                                  : "muted")
         << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(text(n, "time"))
+        << "</td><td>" << htmlEscape(age.empty() ? "-" : age) << "</td><td class=\"l\">" << htmlEscape(text(n, "host"))
+        << "</td><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l\">"
+        << htmlEscape(text(n, "tool") + (text(n, "git_sha").empty() ? "" : " " + text(n, "git_sha").substr(0, 7)))
         << "</td>";
     for (const std::string& c : kCategories)
       out << categoryCell(checks, c);

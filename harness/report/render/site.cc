@@ -117,7 +117,7 @@ Status validateRoot(const json& model) {
   if (!model.contains("kinds") || !model["kinds"].is_array()) {
     return PEERLAB_INVALID_ARGUMENT("history site model: needs a \"kinds\" array");
   }
-  return Status();
+  return checkArray(model, "unrun_nodes", "history site model");
 }
 
 // One kind's part of the model; `where` is "kinds[k]".
@@ -427,15 +427,20 @@ std::string renderFleet(const json& fleet, const json& series) {
     out << "<p class=\"ok\">No host's latest figure sits outside the fleet.</p>\n";
     return out.str();
   }
-  out << "<div class=\"tablebox\"><table class=\"fleet\"><tr><th class=\"l\">host</th><th "
+  out << "<div class=\"tablebox\"><table class=\"fleet\"><tr><th class=\"l\">node</th><th>newest run</th><th "
          "class=\"l\">series</th><th>value</th><th>fleet "
          "median</th><th>MAD</th><th>robust z</th></tr>\n";
   for (const json& f : fleet) {
     const std::string id = str(f, "series_id");
     const std::string what = described.count(id) ? described[id] : id;
-    out << "<tr><td class=\"l\">" << htmlEscape(str(f, "host")) << "</td><td class=\"l\">" << htmlEscape(what)
-        << "</td><td>" << fmtNum(num(f, "value")) << "</td><td>" << fmtNum(num(f, "median")) << "</td><td>"
-        << fmtNum(num(f, "mad")) << "</td><td class=\"cell-warn\">" << fmtNum(num(f, "z")) << "</td></tr>\n";
+    // The node by the one name nodes are listed under (NodeName, else identity and host), and how old its newest run
+    // is: a figure from a week ago is no statement about today.
+    const std::string label = str(f, "label").empty() ? str(f, "host") : str(f, "label");
+    const std::string age = str(f, "age");
+    out << "<tr><td class=\"l\">" << htmlEscape(label) << "</td><td>" << htmlEscape(age.empty() ? "-" : age + " ago")
+        << "</td><td class=\"l\">" << htmlEscape(what) << "</td><td>" << fmtNum(num(f, "value")) << "</td><td>"
+        << fmtNum(num(f, "median")) << "</td><td>" << fmtNum(num(f, "mad")) << "</td><td class=\"cell-warn\">"
+        << fmtNum(num(f, "z")) << "</td></tr>\n";
   }
   out << "</table></div>\n";
   return out.str();
@@ -579,6 +584,21 @@ std::string renderIndex(const json& model, const std::vector<std::string>& pages
   }
   out << "</table>\n";
   if (kinds.empty()) out << "<p class=\"muted\">No runs in the history yet.</p>\n";
+  // Nodes the scheduler's records name that have no counted run (found out of service before they were ever
+  // qualified, or qualified only with stand-ins).
+  const json& unrun = arrayAt(model, "unrun_nodes");
+  if (!unrun.empty()) {
+    out << "<h2>Nodes without a counted run</h2>\n<div class=\"tablebox\"><table class=\"fleet-nodes\"><tr><th "
+           "class=\"l\">node</th><th class=\"l\">state</th><th>recorded</th></tr>\n";
+    for (const json& n : unrun) {
+      const std::string state = str(n, "state"), reason = str(n, "reason");
+      out << "<tr><td class=\"l\">" << htmlEscape(str(n, "name")) << "</td><td class=\"l"
+          << (state != "in_service" ? " cell-warn" : "") << "\">"
+          << htmlEscape(state + (reason.empty() ? "" : ": " + reason)) << "</td><td>"
+          << htmlEscape(shortTime(str(n, "state_recorded_at"))) << "</td></tr>\n";
+    }
+    out << "</table></div>\n";
+  }
   out << pageEnd(ChartJsUse::kNone);
   return out.str();
 }

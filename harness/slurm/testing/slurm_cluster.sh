@@ -9,8 +9,11 @@
 #          $SLURM_CLUSTER_PROLOG_TIMEOUT (300). Writes STATE_DIR/env
 #          (export SLURM_CONF=...) once every node has registered. Where the cluster cannot start (not root, no Slurm
 #          or munge, no namespaces) it writes STATE_DIR/skip with the reason and exits 0, so the test skips and says why.
+#          SLURM_CLUSTER_NET=10.a.b chooses the bridge's network (default: a random one; the host is 10.a.b.1).
+#          SLURM_CLUSTER_NODENAMES="8=rack2-gpu08 ..." gives node<i> (its host name) that Slurm NodeName instead.
 #          With SLURM_CLUSTER_LOCAL=1 the cluster is this machine alone: one node named after the host, at 127.0.0.1, no
-#          namespaces (a GPU machine: ci/slurm_gpu.sh).
+#          namespaces (a GPU machine: ci/slurm_gpu.sh); SLURM_CLUSTER_GPUS=N then gives it N GPUs as gres
+#          (/dev/nvidia0 ... /dev/nvidia<N-1>), so that jobs can ask for some of them (--gres=gpu:1).
 #   stop:  ends every process it started (by pid: the daemons and whatever runs in the nodes' namespaces), removes the
 #          namespaces, the bridge and STATE_DIR's cluster files. Safe to call more than once, and after a failed start.
 set -u
@@ -86,9 +89,17 @@ tools=(munged slurmctld slurmd scontrol sinfo timeout)
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || skip "$tool not found (apt-get install slurm-wlm munge iproute2)"
 done
+# The Slurm NodeName of node<i>: node<i>, or what SLURM_CLUSTER_NODENAMES gives it.
+nodename() {
+  local pair
+  for pair in ${SLURM_CLUSTER_NODENAMES:-}; do
+    [ "${pair%%=*}" = "$1" ] && { echo "${pair#*=}"; return; }
+  done
+  echo "node$1"
+}
 id="$(printf '%04x' $((RANDOM % 65536)))"
 NS_PREFIX="pls${id}n" BRIDGE="plsbr$id" NODES="$count"
-net="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
+net="${SLURM_CLUSTER_NET:-10.$((200 + RANDOM % 50)).$((RANDOM % 250))}"
 [ "$LOCAL" = 1 ] && NODES=1
 cat >"$state/cluster" <<EOF
 NS_PREFIX=$NS_PREFIX
@@ -186,16 +197,26 @@ conf="$state/slurm.conf"
   fi
   [ -n "${SLURM_CLUSTER_PROLOG:-}" ] && echo "Prolog=$SLURM_CLUSTER_PROLOG"
   [ -n "${SLURM_CLUSTER_EPILOG:-}" ] && echo "Epilog=$SLURM_CLUSTER_EPILOG"
+  [ "$LOCAL" = 1 ] && [ "${SLURM_CLUSTER_GPUS:-0}" -gt 0 ] && echo "GresTypes=gpu"
   echo "PrologFlags=Alloc"
   echo "PrologEpilogTimeout=${SLURM_CLUSTER_PROLOG_TIMEOUT:-300}"
   if [ "$LOCAL" = 1 ]; then
-    echo "NodeName=$(hostname -s) NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 Features=peerlab_gate State=UNKNOWN"
+    gres=""
+    if [ "${SLURM_CLUSTER_GPUS:-0}" -gt 0 ]; then
+      gres=" Gres=gpu:$SLURM_CLUSTER_GPUS"
+      echo "Name=gpu File=/dev/nvidia[0-$((SLURM_CLUSTER_GPUS - 1))]" >"$state/gres.conf"
+    fi
+    echo "NodeName=$(hostname -s) NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=100 Features=peerlab_gate$gres" \
+      "State=UNKNOWN"
     echo "PartitionName=gpu Nodes=$(hostname -s) Default=YES MaxTime=INFINITE State=UP"
   else
+    names=""
     for i in $(seq "$NODES"); do
-      echo "NodeName=node$i NodeAddr=$net.1$i CPUs=1 RealMemory=100 Features=peerlab_gate Weight=$i State=UNKNOWN"
+      echo "NodeName=$(nodename "$i") NodeHostname=node$i NodeAddr=$net.1$i CPUs=1 RealMemory=100" \
+        "Features=peerlab_gate Weight=$i State=UNKNOWN"
+      names="${names:+$names,}$(nodename "$i")"
     done
-    echo "PartitionName=gpu Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=gpu Nodes=$names Default=YES MaxTime=INFINITE State=UP"
   fi
 } >"$conf"
 echo "export SLURM_CONF=$conf" >"$state/env.pending"
@@ -220,7 +241,8 @@ else
 fi
 for i in $(seq "$NODES"); do
   [ "$LOCAL" = 1 ] && break
-  nsenter --net="/run/netns/${NS_PREFIX}$i" unshare --uts sh -c "hostname node$i && exec slurmd -f '$conf'" ||
+  nsenter --net="/run/netns/${NS_PREFIX}$i" unshare --uts sh -c \
+    "hostname node$i && exec slurmd -f '$conf' -N '$(nodename "$i")'" ||
     failed "slurmd of node$i did not start"
 done
 # Every node registered (its state known and responding), within 60 s; a daemon that exits ends the wait at once.
