@@ -104,6 +104,11 @@ SuiteInfo describe() {
   s.min_gpus = 2;
   s.order = 30;
   s.result_suites = {"alltoallv", "moe"};
+  s.result_facts = {{.suite = "alltoallv",
+                     .bytes_convention = "the size is the bytes one rank sends to all peers together; algbw = size / "
+                                         "time, busbw = algbw x (n-1)/n (nccl-tests' alltoall definition)",
+                     .collective = true,
+                     .compared_on_busbw = true}};
   s.rules = {"alltoallv_busbw", "alltoallv_graph_small"};
   s.deadline_s[0] = 75;
   s.deadline_s[1] = 150;

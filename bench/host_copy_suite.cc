@@ -38,6 +38,11 @@ SuiteInfo describe() {
   s.min_gpus = 1;
   s.order = 40;
   s.result_suites = {"host_copy"};
+  s.result_facts = {
+      {.suite = "host_copy",
+       .kind = RowKind::kHostCopies,
+       .section = "Host copies",
+       .bytes_convention = "the bytes copied between the host and the GPU; bidir: both directions added"}};
   s.rules = {"host_copy_ce_h2d", "host_copy_ce_d2h",       "host_copy_ce_bidir",
              "host_copy_sm",     "host_copy_device_local", "host_copy_latency"};
   s.levels = {Level::kQuick, Level::kStandard, Level::kFull};

@@ -27,6 +27,13 @@ SuiteInfo describe() {
   s.description = "MoE dispatch/combine over the alltoallv (part of the alltoallv suite's process)";
   s.in_all = false;
   s.rides_with = "alltoallv";
+  // Its rows come from the alltoallv process (that suite's result_suites carry them).
+  s.result_facts = {{.suite = "moe",
+                     .bytes_convention =
+                         "one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert), the local rank included, "
+                         "as DeepEP and pplx-kernels count them; algbw = those bytes / time, busbw = algbw x (n-1)/n; "
+                         "compared on algbw",
+                     .collective = true}};
   return s;
 }
 

@@ -89,6 +89,10 @@ SuiteInfo describe() {
   s.min_gpus = 2;
   s.order = 10;
   s.result_suites = {"peer_enable", "peer_copy", "peer_latency"};
+  s.result_facts = {
+      {.suite = "peer_copy",
+       .bytes_convention = "the bytes copied from the source GPU to the destination; bidir: both directions added",
+       .latency_at_smallest = true}};
   s.rules = {"peer_copy_ce_uni", "peer_copy_ce_bidir", "peer_copy_sm_uni", "peer_copy_sm_bidir", "peer_latency"};
   s.levels = {Level::kQuick, Level::kStandard, Level::kFull};
   s.deadline_s[0] = 60;

@@ -23,6 +23,7 @@ SuiteInfo describe() {
   s.min_gpus = 2;
   s.order = 0;
   s.result_suites = {"probe"};
+  s.result_facts = {{.suite = "probe", .kind = RowKind::kVerdicts, .section = "Probe: claimed against verified"}};
   s.levels = {};
   // One matrix, whatever the pairs: the probe's own deadlines bound each cell.
   s.deadline_s[0] = 60;

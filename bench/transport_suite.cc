@@ -35,6 +35,7 @@ SuiteInfo describe() {
   s.min_gpus = 2;
   s.order = 50;
   s.result_suites = {"transport"};
+  s.result_facts = {{.suite = "transport", .bytes_convention = "the bytes written or read through the transport"}};
   s.rules = {"transport_nixl_write", "transport_ucx_put", "transport_nixl_read", "transport_ucx_get",
              "transport_small"};
   s.deadline_s[0] = 45;

@@ -31,6 +31,8 @@ SuiteInfo describe() {
   s.min_gpus = 2;
   s.order = 20;
   s.result_suites = {"zcopy"};
+  s.result_facts = {
+      {.suite = "zcopy", .bytes_convention = "the message bytes moved from one process's GPU to the other's"}};
   s.rules = {"zcopy_get", "zcopy_put", "zcopy_sm_signal_kernel", "zcopy_graph", "zcopy_eager"};
   // Per round (a round takes what one pair takes alone).
   s.deadline_s[0] = 20;

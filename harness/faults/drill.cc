@@ -51,6 +51,11 @@ using Clock = std::chrono::steady_clock;
 // CUDA initialization of every rank (contexts, allocations) before the timed part.
 constexpr int64_t kInitMs = 60'000;
 
+// The drill's targets: primitives of reference/ by their command-line names.
+const std::string kZcopyTarget = "zcopy";          // reference/zcopy (not a suite)
+const std::string kAlltoallvTarget = "alltoallv";  // reference/alltoallv (not a suite)
+const std::string kMoeLlTarget = "moe_ll";
+
 struct Args {
   std::string target;
   std::string protocol = "get";
@@ -363,7 +368,7 @@ int usage(const std::string& why) {
 int parse(int argc, char** argv, Args* a) {
   if (argc < 2) return usage("usage: fault_drill zcopy|alltoallv|moe_ll [options]");
   a->target = argv[1];
-  if (a->target != "zcopy" && a->target != "alltoallv" && a->target != "moe_ll") {
+  if (a->target != kZcopyTarget && a->target != kAlltoallvTarget && a->target != kMoeLlTarget) {
     return usage("unknown target '" + a->target + "'");
   }
   for (int i = 2; i < argc; ++i) {
@@ -401,10 +406,10 @@ int parse(int argc, char** argv, Args* a) {
       return usage("bad option " + key + " " + value);
     }
   }
-  if (a->target == "zcopy") a->ranks = 2;
+  if (a->target == kZcopyTarget) a->ranks = 2;
   if ((a->withhold != "none") != (a->fault_rank >= 0)) return usage("--withhold and --fault-rank go together");
   if (a->fault_rank >= a->ranks || a->die_rank >= a->ranks) return usage("the fault rank must be one of the ranks");
-  if (a->target != "moe_ll" && (a->withhold != "none" || a->die_rank >= 0)) {
+  if (a->target != kMoeLlTarget && (a->withhold != "none" || a->die_rank >= 0)) {
     return usage("--withhold and --die-rank are moe_ll options");
   }
   return 0;
@@ -419,9 +424,9 @@ int rankMain(const Args& a) {
     print(a, -1, fromStatus(boot.status(), 0));
     return 1;
   }
-  const Outcome o = a.target == "zcopy"       ? zcopyRank(a, **boot)
-                    : a.target == "alltoallv" ? alltoallvRank(a, **boot)
-                                              : moeLlRank(a, **boot);
+  const Outcome o = a.target == kZcopyTarget       ? zcopyRank(a, **boot)
+                    : a.target == kAlltoallvTarget ? alltoallvRank(a, **boot)
+                                                   : moeLlRank(a, **boot);
   print(a, (*boot)->rank(), o);
   if (o.verdict != "ok") (*boot)->abort(a.target + " rank " + std::to_string((*boot)->rank()) + ": " + o.verdict);
   return o.verdict == "ok" ? 0 : 1;

@@ -57,6 +57,26 @@ struct SuiteRow {
   int round = -1;  ///< the pair round it runs in (-1: not a row of rounds)
 };
 
+/// What the checks and the pages make of the rows of a run-file suite.
+enum class RowKind {
+  kMeasured,    ///< bandwidth or time: size plots, pair matrices, latency tables, the noise rule
+  kHostCopies,  ///< host <-> GPU copies: a section of their own per GPU and NUMA node, no pair matrices
+  kVerdicts,    ///< claimed-against-verified cells (the verified probe): their own section and checks, no metric
+};
+
+/// The facts of one run-file suite a suite's rows carry, for the checks engine and the pages (harness/report reads
+/// them through resultFacts() in suites.h and names no suite).
+struct ResultFacts {
+  std::string suite{};  ///< the run-file suite
+  RowKind kind = RowKind::kMeasured;
+  std::string section{};  ///< the title of its own page section (kHostCopies, kVerdicts)
+  /// How it counts the bytes behind its bandwidth (GB/s is 10^9 bytes per second everywhere); "": no bandwidth shown.
+  std::string bytes_convention{};
+  bool collective = false;           ///< a collective over ranks (its rows carry a rank count)
+  bool compared_on_busbw = false;    ///< the noise rule and the history compare its bus bandwidth, not algbw
+  bool latency_at_smallest = false;  ///< a bandwidth sweep: only its smallest size says something about latency
+};
+
 /// A suite's fixed facts.
 struct SuiteInfo {
   std::string name;    ///< the plan's suite name (and the run-file suite of most of its rows)
@@ -65,6 +85,8 @@ struct SuiteInfo {
   int order = 100;  ///< where its rows sit on the pages (smaller first)
   /// The run-file suites its rows carry, in page order (peer_copy_bench: peer_enable, peer_copy, peer_latency).
   std::vector<std::string> result_suites;
+  /// The facts of the run-file suites its rows carry, where they differ from measured rows' defaults.
+  std::vector<ResultFacts> result_facts;
   /// The rules of reports/qualify.toml ([expect.*] and [latency.*] ids) its rows feed.
   std::vector<std::string> rules;
   /// The levels qualify runs it at when no suite is named (bench runs every in_all suite at any level).

@@ -127,11 +127,11 @@ TEST(SuiteSpec, LevelsNestAndQuickNeedsNoLibrary) {
 namespace peerlab::qualify {
 namespace {
 
-// A suite is named in its spec (bench/<suite>_suite.cc) and nowhere else: the harness reads the specs. A quoted suite
-// name (or a run-file suite its rows carry) in a harness source outside report/ is a rule living twice. A line may
-// carry one where the word means something else, and says so on it or the line above: a command's name, or a run-file
-// field ("(not a suite)"). harness/report/ (pages and their views) and harness/faults/ (the drill's targets are
-// primitives) are not held to it yet: their suite knowledge moves into the specs next.
+// A suite is named in its spec (bench/<suite>_suite.cc) and nowhere else: the harness, the checks engine and the pages
+// included, read the specs (SuiteInfo, ResultFacts through suites.h). A quoted suite name (or a run-file suite its rows
+// carry) in a harness source is a rule living twice. A line may carry one where the word means something else, and
+// says so on it or the line above: a command's name, a run-file field, a check category or a primitive ("(not a
+// suite)"). Test sources and test-only headers (*_test.*, */testing/*, *_testing.h, fuzz/) may name suites.
 TEST(SuiteSpec, NoSuiteIsNamedOutsideTheRegistry) {
   std::set<std::string> names;
   for (const auto& s : suites()) {
@@ -140,34 +140,61 @@ TEST(SuiteSpec, NoSuiteIsNamedOutsideTheRegistry) {
   }
   ASSERT_GE(names.size(), 9u);
   int files = 0;
-  for (const char* dir : {"cli", "qualify", "launch", "layout", "process", "topology", "health", "history", "watchdog",
-                          "slurm", "testing"}) {
-    const fs::path root = testing::sourcePath(std::string("harness/") + dir);
-    for (const auto& e : fs::recursive_directory_iterator(root)) {
-      const std::string path = e.path().string();
-      if (!e.is_regular_file() || (e.path().extension() != ".cc" && e.path().extension() != ".h")) continue;
-      if (path.find("_test.") != std::string::npos || path.find("/testing/") != std::string::npos ||
-          path.find("/fuzz/") != std::string::npos) {
+  std::set<std::string> dirs;
+  for (const auto& e : fs::recursive_directory_iterator(testing::sourcePath("harness"))) {
+    const std::string path = e.path().string();
+    if (!e.is_regular_file() || (e.path().extension() != ".cc" && e.path().extension() != ".h")) continue;
+    if (path.find("_test.") != std::string::npos || path.find("/testing/") != std::string::npos ||
+        path.find("_testing.h") != std::string::npos || path.find("/fuzz/") != std::string::npos) {
+      continue;
+    }
+    ++files;
+    dirs.insert(fs::relative(e.path(), testing::sourcePath("harness")).begin()->string());
+    std::istringstream lines(testing::readFile(path));
+    int n = 0;
+    std::string previous;
+    for (std::string line; std::getline(lines, line); previous = line) {
+      ++n;
+      const std::string code = line.substr(0, line.find("//"));
+      if (line.find("(not a suite)") != std::string::npos || previous.find("(not a suite)") != std::string::npos ||
+          code.find("PEERLAB_REGISTER_COMMAND") != std::string::npos || code.find("kCommand =") != std::string::npos ||
+          code.find("kCmd =") != std::string::npos) {
         continue;
       }
-      ++files;
-      std::istringstream lines(testing::readFile(path));
-      int n = 0;
-      std::string previous;
-      for (std::string line; std::getline(lines, line); previous = line) {
-        ++n;
-        const std::string code = line.substr(0, line.find("//"));
-        if (line.find("(not a suite)") != std::string::npos || previous.find("(not a suite)") != std::string::npos ||
-            code.find("PEERLAB_REGISTER_COMMAND") != std::string::npos ||
-            code.find("kCommand =") != std::string::npos || code.find("kCmd =") != std::string::npos) {
-          continue;
-        }
-        for (const std::string& name : names)
-          EXPECT_EQ(code.find("\"" + name + "\""), std::string::npos) << path << ":" << n << " names suite " << name;
+      for (const std::string& name : names)
+        EXPECT_EQ(code.find("\"" + name + "\""), std::string::npos) << path << ":" << n << " names suite " << name;
+    }
+  }
+  EXPECT_GT(files, 100);
+  // Every part of the harness is read, the report and the faults drill among them.
+  for (const char* dir : {"cli", "qualify", "report", "history", "faults", "health", "slurm", "watchdog"})
+    EXPECT_TRUE(dirs.count(dir)) << dir;
+}
+
+// The facts the checks and the pages read: each belongs to a run-file suite some spec's rows carry, once; a suite with
+// a section of its own titles it; the verified probe's verdicts and the host copies each have their suite.
+TEST(SuiteSpec, ResultFactsBelongToCarriedSuites) {
+  std::set<std::string> carried;
+  for (const auto& s : suites())
+    carried.insert(s->info().result_suites.begin(), s->info().result_suites.end());
+  std::set<std::string> seen;
+  for (const auto& s : suites()) {
+    for (const ResultFacts& f : s->info().result_facts) {
+      EXPECT_TRUE(carried.count(f.suite)) << s->name() << ": facts of " << f.suite << ", which no spec's rows carry";
+      EXPECT_TRUE(seen.insert(f.suite).second) << f.suite << " has facts in two specs";
+      EXPECT_EQ(f.kind != RowKind::kMeasured, !f.section.empty()) << f.suite;
+      EXPECT_NE(&resultFacts(f.suite), &resultFacts("no such suite")) << f.suite;
+      EXPECT_EQ(resultFacts(f.suite).suite, f.suite);
+      if (f.compared_on_busbw) {
+        EXPECT_TRUE(f.collective) << f.suite << ": busbw is a collective's figure";
       }
     }
   }
-  EXPECT_GT(files, 60);
+  EXPECT_EQ(resultSuitesOf(RowKind::kVerdicts).size(), 1u);
+  EXPECT_EQ(resultSuitesOf(RowKind::kHostCopies).size(), 1u);
+  // A suite of an older run file, or one the harness writes itself, is measured rows with no facts.
+  EXPECT_EQ(resultFacts("health").kind, RowKind::kMeasured);
+  EXPECT_TRUE(resultFacts("health").bytes_convention.empty());
 }
 
 }  // namespace

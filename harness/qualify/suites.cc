@@ -46,6 +46,30 @@ const Suite* suiteOfResults(const std::string& result_suite) {
   return nullptr;
 }
 
+const ResultFacts& resultFacts(const std::string& result_suite) {
+  static const std::map<std::string, ResultFacts> kFacts = [] {
+    std::map<std::string, ResultFacts> out;
+    for (const auto& s : suites()) {
+      for (const ResultFacts& f : s->info().result_facts)
+        out.emplace(f.suite, f);
+    }
+    return out;
+  }();
+  static const ResultFacts kMeasured;
+  auto it = kFacts.find(result_suite);
+  return it == kFacts.end() ? kMeasured : it->second;
+}
+
+std::vector<std::string> resultSuitesOf(RowKind kind) {
+  std::vector<std::string> out;
+  for (const auto& s : suites()) {
+    for (const ResultFacts& f : s->info().result_facts) {
+      if (f.kind == kind) out.push_back(f.suite);
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> qualifyDefaultSuites(Level level) {
   std::vector<std::string> out;
   for (const auto& s : suites()) {

@@ -18,6 +18,11 @@ namespace peerlab::qualify {
 const Suite* findSuite(const std::string& name);
 /// The suite whose rows carry run-file suite `result_suite` (peer_latency: peer_copy's), nullptr when none.
 const Suite* suiteOfResults(const std::string& result_suite);
+/// The facts of run-file suite `result_suite` (SuiteInfo::result_facts of the spec that holds them); the defaults of
+/// measured rows for a suite without facts or unknown (health, test, or a suite of an older run file).
+const ResultFacts& resultFacts(const std::string& result_suite);
+/// The run-file suites whose rows are of `kind`, in page order.
+std::vector<std::string> resultSuitesOf(RowKind kind);
 /// "peer_copy, zcopy, alltoallv, moe, probe, ..."
 std::string suiteNames();
 /// The suites qualify runs at `level` when none is named, in page order.

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "harness/qualify/suites.h"
 #include "harness/report/compare.h"
 
 namespace peerlab::report {
@@ -83,11 +84,15 @@ std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool tim
 }  // namespace
 
 bool isCollectiveSuite(const std::string& suite) {
-  return suite == "alltoallv" || suite == "moe";
+  return qualify::resultFacts(suite).collective;
 }
 
 bool comparedOnBusbw(const std::string& suite) {
-  return suite == "alltoallv";
+  return qualify::resultFacts(suite).compared_on_busbw;
+}
+
+bool isVerdictSuite(const std::string& suite) {
+  return qualify::resultFacts(suite).kind == qualify::RowKind::kVerdicts;
 }
 
 bool isBaselineImpl(const std::string& impl) {
@@ -145,17 +150,20 @@ std::vector<LatencyRow> latencyRows(const Run& run, double max_bytes) {
   using Key = std::tuple<std::string, std::string, std::string, double, bool, int>;
   std::map<Key, std::vector<double>> groups;
   std::vector<Key> order;
-  // Peer copies are bandwidth figures: only their smallest size says something about latency.
-  std::map<std::pair<std::string, std::string>, double> smallestCopy;
+  // Bandwidth sweeps (peer copies): only their smallest size says something about latency.
+  std::map<std::tuple<std::string, std::string, std::string>, double> smallestCopy;
   for (const Result& r : run.results) {
-    if (r.suite != "peer_copy" || !isOk(r) || !r.bytes) continue;
-    auto key = std::make_pair(r.impl, r.name);
+    if (!qualify::resultFacts(r.suite).latency_at_smallest || !isOk(r) || !r.bytes) continue;
+    auto key = std::make_tuple(r.suite, r.impl, r.name);
     if (!smallestCopy.count(key) || *r.bytes < smallestCopy[key]) smallestCopy[key] = *r.bytes;
   }
   for (const Result& r : run.results) {
-    if (r.suite == "probe" || !isOk(r) || !r.time_us || *r.time_us <= 0) continue;
+    if (isVerdictSuite(r.suite) || !isOk(r) || !r.time_us || *r.time_us <= 0) continue;
     if (r.bytes && *r.bytes > max_bytes) continue;
-    if (r.suite == "peer_copy" && r.bytes && *r.bytes != smallestCopy[std::make_pair(r.impl, r.name)]) continue;
+    if (qualify::resultFacts(r.suite).latency_at_smallest && r.bytes &&
+        *r.bytes != smallestCopy[std::make_tuple(r.suite, r.impl, r.name)]) {
+      continue;
+    }
     Key key{r.suite, r.impl, r.name, r.bytes.value_or(0), r.bytes.has_value(), r.ranks};
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(*r.time_us);
@@ -187,7 +195,7 @@ std::vector<PairGrid> pairGrids(const Run& run, size_t max_cells, int* omitted) 
   std::map<Key, std::vector<const Result*>> members;
   std::vector<Key> order;
   for (const Result& r : run.results) {
-    if (r.suite == "probe" || !pairResult(r) || *r.src < 0 || *r.dst < 0 || *r.src >= n || *r.dst >= n) continue;
+    if (isVerdictSuite(r.suite) || !pairResult(r) || *r.src < 0 || *r.dst < 0 || *r.src >= n || *r.dst >= n) continue;
     Key key{r.suite, r.impl, r.name, r.ranks};
     auto [it, inserted] = members.try_emplace(key);
     if (inserted) order.push_back(key);
@@ -238,7 +246,7 @@ std::vector<ProbeCell> probeCells(const Run& run) {
   std::vector<ProbeCell> out;
   std::map<std::tuple<std::string, int, int>, size_t> index;
   for (const Result& r : run.results) {
-    if (r.suite != "probe" || !pairResult(r)) continue;
+    if (!isVerdictSuite(r.suite) || !pairResult(r)) continue;
     const std::string method = r.name.substr(0, r.name.find('/'));
     const auto key = std::make_tuple(method, *r.src, *r.dst);
     auto it = index.find(key);

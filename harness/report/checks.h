@@ -23,6 +23,9 @@ const char* checkStatusName(CheckStatus s);
 std::string checkStatusLabel(CheckStatus s);
 std::optional<CheckStatus> checkStatusFromName(const std::string& name);
 
+/// The category of the verified probe's checks: a check family (not a suite).
+inline constexpr const char* kProbeCategory = "probe";
+
 struct Check {
   std::string category;  ///< topology, health, probe, data, bandwidth, latency, coverage, baseline
   std::string name;      ///< "peer_copy peerlab.ce uni 0->1"

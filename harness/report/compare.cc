@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "harness/qualify/suites.h"
 #include "harness/report/machine.h"
 #include "harness/report/metric.h"
 #include "harness/report/stats.h"
@@ -171,7 +172,7 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
     return row;
   }
   // A probe cell is a verdict, not a performance figure: its time is the time the check took.
-  if (base.suite == "probe") {
+  if (qualify::resultFacts(base.suite).kind == qualify::RowKind::kVerdicts) {
     row.metric = "status";
     row.verdict = Verdict::kSame;
     row.note = "ok -> ok";

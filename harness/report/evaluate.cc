@@ -238,17 +238,17 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
   const std::vector<ProbeCell> cells = probeCells(run);
   std::string processError;
   for (const Result& r : run.results) {
-    if (r.suite == "probe" && isProcessRecord(r)) processError = r.status;
+    if (isVerdictSuite(r.suite) && isProcessRecord(r)) processError = r.status;
   }
   if (cells.empty()) {
     if (plan && !plan->probe) {
-      out.push_back(make("probe", "verified probe", CheckStatus::kSkipped, "not run", "a verdict per method and pair",
-                         "the plan's \"probe\": false",
+      out.push_back(make(kProbeCategory, "verified probe", CheckStatus::kSkipped, "not run",
+                         "a verdict per method and pair", "the plan's \"probe\": false",
                          plan->pairs.empty() ? "not run: the topology has no GPU pair"
                                              : "not run: the plan did not run the probe (--skip-probe)"));
     } else if ((plan && plan->probe) || !processError.empty()) {
       out.push_back(
-          act(make("probe", "verified probe", CheckStatus::kFail, "no cells", "a verdict per method and pair",
+          act(make(kProbeCategory, "verified probe", CheckStatus::kFail, "no cells", "a verdict per method and pair",
                    "the plan's \"probe\": true",
                    processError.empty() ? "the plan ran the probe but the run holds no probe cell" : processError, 0.0,
                    std::nullopt),
@@ -257,7 +257,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
     return;
   }
   if (!processError.empty()) {
-    out.push_back(act(make("probe", "probe process completed", CheckStatus::kFail, processError, "exit 0 or 1",
+    out.push_back(act(make(kProbeCategory, "probe process completed", CheckStatus::kFail, processError, "exit 0 or 1",
                            "peerlab probe", processError),
                       "probe.process"));
   }
@@ -302,7 +302,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
     }
     const std::string injected = injectionNote(run);
     if (!injected.empty()) reason += " (fault injection in this run: " + injected + "; not the driver's verdict)";
-    Check check = make("probe", "probe " + method + ": claimed cells verify", passOrFail(pass),
+    Check check = make(kProbeCategory, "probe " + method + ": claimed cells verify", passOrFail(pass),
                        std::to_string(verified) + " of " + std::to_string(claimed) + " claimed cells verified (" +
                            std::to_string(n) + (n == 1 ? " cell" : " cells") + ")",
                        std::to_string(claimed) + " of " + std::to_string(claimed),
@@ -315,7 +315,7 @@ void probeChecks(const Run& run, const RunPlan* plan, std::vector<Check>& out) {
 
 void dataChecks(const Run& run, const std::set<std::string>& planned, std::vector<Check>& out) {
   for (const std::string& suite : suitesIn(run)) {
-    if (suite == "probe" || suite == "health") continue;
+    if (suite == "health" || isVerdictSuite(suite)) continue;
     int ok = 0, skipped = 0;
     bool ownSkipped = false;  // a peerlab implementation (not a baseline) did not run
     bool wrongData = false;   // a result ran and its data did not verify

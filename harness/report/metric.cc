@@ -2,12 +2,15 @@
 
 #include <cmath>
 
+#include "harness/qualify/suites.h"
 #include "harness/report/aggregate.h"
 
 namespace peerlab::report {
 
 std::optional<SeriesMetric> seriesMetric(const Result& r) {
-  if (r.suite == "test" || r.suite == "probe" || r.suite == "health") return std::nullopt;
+  if (r.suite == "test" || r.suite == "health" || qualify::resultFacts(r.suite).kind == qualify::RowKind::kVerdicts) {
+    return std::nullopt;
+  }
   if (!r.bytes || *r.bytes < kLatencyMaxBytes) return SeriesMetric{"time_us", "us", false};
   if (comparedOnBusbw(r.suite)) return SeriesMetric{"busbw_gbps", "GB/s", true};
   return SeriesMetric{"algbw_gbps", "GB/s", true};

@@ -301,7 +301,7 @@ StatusOr<RunPlan> runPlanFromJson(const json& doc, const std::string& where) {
         plan.pairs.emplace_back(pr.item(0).integer(0, gpus - 1), pr.item(1).integer(0, gpus - 1));
       }
     }
-    plan.probe = p.boolean("probe", false);
+    plan.probe = p.boolean("probe", false);  // the plan ran the verified probe (not a suite)
     if (auto m = p.opt("probe_methods")) plan.probe_methods = strings(*m, 64, kMaxNameBytes);
     if (auto jobs = p.opt("jobs")) {
       limitItems(*jobs, 100000);

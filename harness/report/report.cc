@@ -311,7 +311,7 @@ void readRunExtra(const In& doc, Run& run) {
     i->str("note", "");
     i->num("faults", 0, 1e9);
   }
-  if (auto p = doc.opt("probe")) p->requireObject();
+  if (auto p = doc.opt("probe")) p->requireObject();  // the probe's record (not a suite)
   if (auto b = doc.opt("baseline")) {
     b->requireObject();
     b->integer("runs", 0, 1 << 20);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "harness/layout/layout.h"
+#include "harness/qualify/suites.h"
 #include "reference/core/files.h"
 
 #ifndef PEERLAB_CHARTJS_PATH
@@ -170,20 +171,7 @@ std::string ImplColours::of(const std::string& impl) const {
 }
 
 std::string bytesConvention(const std::string& suite) {
-  static const std::map<std::string, std::string> kConventions = {
-      {"peer_copy", "the bytes copied from the source GPU to the destination; bidir: both directions added"},
-      {"host_copy", "the bytes copied between the host and the GPU; bidir: both directions added"},
-      {"zcopy", "the message bytes moved from one process's GPU to the other's"},
-      {"transport", "the bytes written or read through the transport"},
-      {"alltoallv",
-       "the size is the bytes one rank sends to all peers together; algbw = size / time, busbw = algbw x "
-       "(n-1)/n (nccl-tests' alltoall definition)"},
-      {"moe",
-       "one bf16 row (hidden 7168 x 2 bytes) per (token, selected expert), the local rank included, as DeepEP "
-       "and pplx-kernels count them; algbw = those bytes / time, busbw = algbw x (n-1)/n; compared on algbw"},
-  };
-  auto it = kConventions.find(suite);
-  return it == kConventions.end() ? std::string() : it->second;
+  return qualify::resultFacts(suite).bytes_convention;
 }
 
 std::string chartJsPath() {

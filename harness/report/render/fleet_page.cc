@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-// The check categories of the checks engine, in its order (harness/report/evaluate.h).
+// The check categories of the checks engine, in its order (harness/report/evaluate.h): check families (not a suite).
 const std::vector<std::string> kCategories = {"topology",  "health",  "probe",    "data",
                                               "bandwidth", "latency", "coverage", "baseline"};
 
@@ -99,8 +99,8 @@ std::string injectedRunsSection(const json& kind) {
     const std::string name = text(r, "name").empty() ? text(r, "host") : text(r, "name");
     out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(name) << "</td><td class=\"muted\">"
         << htmlEscape(text(r, "verdict").empty() ? "-" : text(r, "verdict") + " (injected)") << "</td><td>"
-        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host")) << "</td><td class=\"l\">"
-        << htmlEscape(text(r, "injected")) << "</td></tr>\n";
+        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host"))
+        << "</td><td class=\"l\">" << htmlEscape(text(r, "injected")) << "</td></tr>\n";
   }
   out << "</table></div>\n";
   return out.str();

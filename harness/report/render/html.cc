@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "harness/qualify/suites.h"
 #include "harness/report/aggregate.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
@@ -407,7 +408,7 @@ Section sizePlotsSection(const Run& run, PlotContext& ctx) {
   std::ostringstream bw;
   bool anyPlot = false;
   for (const std::string& suite : suitesIn(run)) {
-    if (suite == "probe" || suite == "test" || suite == "health") continue;
+    if (isVerdictSuite(suite) || suite == "test" || suite == "health") continue;
     auto bandwidth = bandwidthSeries(run, suite);
     // Bandwidth means nothing where latency dominates: series measured only there are shown in time.
     std::erase_if(bandwidth, [](const Series& sr) {
@@ -491,11 +492,14 @@ Section pairsSection(const Run& run, const std::optional<RunPlan>& plan) {
   // Each grid's results, found once.
   std::map<std::tuple<std::string, std::string, std::string, int>, std::vector<const Result*>> gridMembers;
   for (const Result& r : run.results) {
-    if (r.suite != "probe" && r.src && r.dst) gridMembers[{r.suite, r.impl, r.name, r.ranks}].push_back(&r);
+    if (!isVerdictSuite(r.suite) && r.src && r.dst) gridMembers[{r.suite, r.impl, r.name, r.ranks}].push_back(&r);
   }
   std::string pairs;
   for (const PairGrid& g : grids) {
-    if (g.suite == "host_copy" || g.suite == "health" || g.suite == "test") continue;
+    if (qualify::resultFacts(g.suite).kind == qualify::RowKind::kHostCopies || g.suite == "health" ||
+        g.suite == "test") {
+      continue;
+    }
     pairs += pairTile(g, gridMembers[{g.suite, g.impl, g.name, g.ranks}], plan ? &*plan : nullptr);
   }
   if (pairs.empty()) return {};
@@ -515,21 +519,22 @@ Section pairsSection(const Run& run, const std::optional<RunPlan>& plan) {
 // Probe: verified verdicts against the driver's claims.
 Section probeSection(const Run& run, const std::vector<Check>& checks) {
   auto probes = probeGrids(run);
-  bool probeRows = false;
-  for (const Result& r : run.results)
-    probeRows |= r.suite == "probe";
-  if (probes.empty() && !probeRows) return {};
+  std::string suite;  // the run-file suite of the verdicts (the probe's)
+  for (const Result& r : run.results) {
+    if (suite.empty() && isVerdictSuite(r.suite)) suite = r.suite;
+  }
+  if (suite.empty()) return {};
   std::ostringstream body;
   ProbeSummary ps = summarizeProbe(run);
   std::string wall;
   for (const Result& r : run.results) {
-    if (r.suite == "probe" && r.name == "matrix_wall" && r.time_us)
+    if (r.suite == suite && r.name == "matrix_wall" && r.time_us)
       wall = " Whole matrix: " + figure(*r.time_us / 1e6) + " s.";
   }
   if (ps.cells == 0) {
     std::string why = "the run holds no probe cell";
     for (const Check& c : checks) {
-      if (c.category == "probe") why = c.reason;
+      if (c.category == kProbeCategory) why = c.reason;
     }
     body << "<p>Not run: " << htmlEscape(why) << "." << wall << "</p>";
   } else {
@@ -562,7 +567,7 @@ Section probeSection(const Run& run, const std::vector<Check>& checks) {
     }
     body << "</p>";
   }
-  return {"probe", "Probe: claimed against verified", body.str()};
+  return {suite, qualify::resultFacts(suite).section, body.str()};
 }
 
 // Latency tables: results of 64 KiB and less, and results without a size.
@@ -600,12 +605,14 @@ struct HostCopies {
   std::map<int, std::string> numa;
   std::map<int, std::vector<std::string>> failures;
   std::map<int, std::map<std::string, std::string>> skipped;  // gpu -> column -> why it did not run
+  std::string suite;                                          // the run-file suite of the host copies
 };
 
 HostCopies hostCopies(const Run& run) {
   HostCopies h;
   for (const Result& r : run.results) {
-    if (r.suite != "host_copy") continue;
+    if (qualify::resultFacts(r.suite).kind != qualify::RowKind::kHostCopies) continue;
+    if (h.suite.empty()) h.suite = r.suite;
     const int gpu = r.src.value_or(r.dst.value_or(-1));
     // Memory on another NUMA node than the GPU's is another measurement: its own column.
     const bool remote =
@@ -658,7 +665,7 @@ Section hostCopySection(const Run& run) {
           "came from. Each column is coloured amber to green against its best GPU: a slow link or a far NUMA node "
           "stands out (only a failed check is red); hatched: the case does not apply here (n/a, hover for why). "
           "Bytes: "
-       << htmlEscape(bytesConvention("host_copy"))
+       << htmlEscape(bytesConvention(h.suite))
        << ".</p><div class=\"tablebox\"><table class=\"host-copy\"><tr><th>GPU</th><th>NUMA node</th>";
   for (const std::string& c : h.columns)
     body << "<th>" << breakable(c) << "</th>";
@@ -694,7 +701,7 @@ Section hostCopySection(const Run& run) {
     body << "<td>" << htmlEscape(h.failures.count(g) ? h.failures[g].front() : "") << "</td></tr>";
   }
   body << "</table></div>";
-  return {"host_copy", "Host copies", body.str()};
+  return {h.suite, qualify::resultFacts(h.suite).section, body.str()};
 }
 
 // Cells of the health table, counted by state.
@@ -878,7 +885,7 @@ Section processesSection(const Run& run) {
 Section problemsSection(const Run& run) {
   std::vector<const Result*> problems;
   for (const Result& r : run.results) {
-    if (r.status != "ok" && !(r.suite == "probe" && statusRank(r.status) == 1)) problems.push_back(&r);
+    if (r.status != "ok" && !(isVerdictSuite(r.suite) && statusRank(r.status) == 1)) problems.push_back(&r);
   }
   if (problems.empty()) return {};
   std::stable_sort(problems.begin(), problems.end(),
@@ -964,7 +971,7 @@ std::string pageHeader(const Run& run, const std::string& title, const CheckCoun
 ImplColours pageColours(const Run& run) {
   std::vector<std::pair<std::string, std::string>> drawn;
   for (const Result& r : run.results) {
-    if (r.suite != "probe" && r.suite != "test" && r.suite != "health") drawn.emplace_back(r.suite, r.impl);
+    if (!isVerdictSuite(r.suite) && r.suite != "test" && r.suite != "health") drawn.emplace_back(r.suite, r.impl);
   }
   return ImplColours(drawn);
 }

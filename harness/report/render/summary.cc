@@ -122,7 +122,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   std::ostringstream bw;
   int bwRows = 0;
   for (const std::string& suite : suitesIn(run)) {
-    if (suite == "probe") continue;
+    if (isVerdictSuite(suite)) continue;
     for (const Series& s : bandwidthSeries(run, suite)) {
       const SeriesPoint* best = nullptr;
       for (const SeriesPoint& p : s.points) {
