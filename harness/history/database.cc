@@ -693,4 +693,17 @@ StatusOr<std::unique_ptr<Database>> openDatabase(const std::string& url, OpenMod
   return openSqlite(url, mode);
 }
 
+Status writeTransaction(Database& db, const std::function<Status(bool& keep)>& body) {
+  Status st = db.beginWrite();
+  bool keep = true;
+  if (st.isOk()) st = body(keep);
+  if (st.isOk() && keep) st = db.commit();
+  if (!st.isOk() || !keep) db.rollback().ignore();
+  return st;
+}
+
+Status writeTransaction(Database& db, const std::function<Status()>& body) {
+  return writeTransaction(db, [&](bool&) { return body(); });
+}
+
 }  // namespace peerlab::history

@@ -51,6 +51,13 @@ class Database {
   virtual Status rollback() = 0;
 };
 
+/// Runs `body` in one write transaction (Database::beginWrite), all or nothing: committed when the body returns ok,
+/// rolled back when it returns an error (returned), when it clears `keep` (ok returned, nothing written), or when the
+/// start or the commit fails.
+Status writeTransaction(Database& db, const std::function<Status(bool& keep)>& body);
+/// As above, for a body that keeps what it wrote whenever it succeeds.
+Status writeTransaction(Database& db, const std::function<Status()>& body);
+
 /// Whether opening may create a database, and whether it may write.
 enum class OpenMode {
   kCreate,    ///< a missing SQLite file is created (an empty file is taken as a new database)

@@ -214,6 +214,37 @@ TEST_P(HistoryStoreTest, MigratesToTheLatestVersionOnce) {
   EXPECT_EQ(rows, static_cast<int>(schemaMigrations().size()));
 }
 
+// A write transaction is all or nothing: a body that fails part way or clears `keep` leaves no row behind, and the
+// error is the body's; a body that succeeds is committed, and the connection takes the next transaction.
+TEST_P(HistoryStoreTest, WriteTransactionsAreAllOrNothing) {
+  auto db = openDatabase(url_);
+  ASSERT_TRUE(db.isOk()) << db.status().toString();
+  Database& d = **db;
+  PEERLAB_ASSERT_OK(d.exec("CREATE TABLE tx_probe (v INTEGER NOT NULL)"));
+  auto rows = [&] {
+    std::int64_t n = -1;
+    EXPECT_TRUE(d.query("SELECT COUNT(*) FROM tx_probe", {}, [&](const SqlRow& r) { n = r.integer(0); }).isOk());
+    return n;
+  };
+  const Status failed = writeTransaction(d, [&]() -> Status {
+    PEERLAB_RETURN_IF_ERROR(d.query("INSERT INTO tx_probe (v) VALUES ($1)", {std::int64_t{1}}));
+    return d.query("INSERT INTO tx_probe (v) VALUES (NULL)", {});  // NOT NULL: refused
+  });
+  EXPECT_FALSE(failed.isOk());
+  EXPECT_EQ(rows(), 0);
+  PEERLAB_ASSERT_OK(writeTransaction(d, [&](bool& keep) -> Status {
+    PEERLAB_RETURN_IF_ERROR(d.query("INSERT INTO tx_probe (v) VALUES ($1)", {std::int64_t{2}}));
+    keep = false;
+    return Status::ok();
+  }));
+  EXPECT_EQ(rows(), 0);
+  PEERLAB_ASSERT_OK(writeTransaction(d, [&]() -> Status {
+    PEERLAB_RETURN_IF_ERROR(d.query("INSERT INTO tx_probe (v) VALUES ($1)", {std::int64_t{3}}));
+    return d.query("INSERT INTO tx_probe (v) VALUES ($1)", {std::int64_t{4}});
+  }));
+  EXPECT_EQ(rows(), 2);
+}
+
 TEST_P(HistoryStoreTest, IngestIsIdempotentAndKeepsSpreadFingerprintAndSha) {
   auto s = open();
   ASSERT_TRUE(s);

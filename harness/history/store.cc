@@ -552,7 +552,6 @@ Status HistoryStore::migrate(OpenMode mode, const std::string& url) {
 }
 
 Status HistoryStore::applyMigrations() {
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
     int current = 0;
@@ -586,12 +585,7 @@ Status HistoryStore::applyMigrations() {
     version_ = static_cast<int>(steps.size());
     return Status::ok();
   };
-  Status st = body();
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  return db_->commit();
+  return writeTransaction(*db_, body);
 }
 
 StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const IngestOptions& options) {
@@ -618,7 +612,6 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
   const report::RunVerdict verdict = report::verdictOf(run);
   const nlohmann::json details = checkDetails(verdict);
 
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   IngestOutcome out;
   auto body = [&]() -> Status {
     PEERLAB_RETURN_IF_ERROR(db_->query(
@@ -626,10 +619,26 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
         " source, ingested_at, expectations, verdict, checks, check_details, node, injected, slurm_node)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
-        {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
-         run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
-         options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run), run.node.slurm_node},
+        {hash,
+         run.fingerprint.hostname,
+         kind,
+         run.git_sha,
+         run.timestamp,
+         run.tool,
+         run.fingerprint.driver,
+         run.fingerprint.cuda_runtime,
+         run.fingerprint.nccl,
+         gpus.dump(),
+         static_cast<std::int64_t>(run.results.size()),
+         options.source,
+         nowUtc(),
+         expectations.dump(),
+         std::string(report::verdictWord(verdict.counts)),
+         report::toJson(verdict.counts).dump(),
+         details.dump(),
+         run.node.id,
+         injectedText(run),
+         run.node.slurm_node},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -656,12 +665,7 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
     }
     return Status::ok();
   };
-  Status st = body();
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  PEERLAB_RETURN_IF_ERROR(writeTransaction(*db_, body));
   return out;
 }
 
@@ -677,8 +681,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
           expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected + ", " +
-          slurmNode +
-          " FROM runs ORDER BY id",
+          slurmNode + " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
         RunInfo info;
@@ -762,7 +765,6 @@ StatusOr<std::vector<RunInfo>> HistoryStore::remove(const std::vector<std::strin
       dup = dup || c.id == found->id;
     if (!dup) chosen.push_back(*found);
   }
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   auto body = [&]() -> Status {
     for (const RunInfo& r : chosen) {
       // Results first: a store opened without foreign keys enforced keeps no orphans either.
@@ -774,12 +776,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::remove(const std::vector<std::strin
     }
     return Status::ok();
   };
-  Status st = body();
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  PEERLAB_RETURN_IF_ERROR(writeTransaction(*db_, body));
   return chosen;
 }
 
@@ -865,15 +862,10 @@ Status HistoryStore::recordNodeState(const NodeState& s) {
     return PEERLAB_INVALID_ARGUMENT("reason \"" + printable(s.reason, 64) + "\": at most " +
                                     std::to_string(kMaxNodeReasonBytes) + " bytes without control characters");
   }
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
-  Status st =
-      db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
-                 {s.node, s.state, s.reason, nowUtc(), s.source});
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  return db_->commit();
+  return writeTransaction(*db_, [&] {
+    return db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
+                      {s.node, s.state, s.reason, nowUtc(), s.source});
+  });
 }
 
 StatusOr<std::vector<NodeState>> HistoryStore::nodeStates() {
@@ -928,19 +920,15 @@ StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
                                     "\": a field is empty, too long or holds control characters");
   }
   if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the journal's");
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   std::int64_t id = 0;
-  Status st = db_->query(
-      "INSERT INTO slurm_journal (sweep, node, step, job, reason, detail, recorded_at, source)"
-      " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-      {e.sweep, e.node, e.step, e.job, e.reason, e.detail.empty() ? std::string("{}") : e.detail,
-       e.recorded_at.empty() ? nowUtc() : e.recorded_at, e.source},
-      [&](const SqlRow& r) { id = r.integer(0); });
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  PEERLAB_RETURN_IF_ERROR(writeTransaction(*db_, [&] {
+    return db_->query(
+        "INSERT INTO slurm_journal (sweep, node, step, job, reason, detail, recorded_at, source)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+        {e.sweep, e.node, e.step, e.job, e.reason, e.detail.empty() ? std::string("{}") : e.detail,
+         e.recorded_at.empty() ? nowUtc() : e.recorded_at, e.source},
+        [&](const SqlRow& r) { id = r.integer(0); });
+  }));
   return id;
 }
 
@@ -1007,8 +995,8 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
                                                 const std::function<bool(const Claim&)>& stale) {
   if (version_ < 7) return PEERLAB_INVALID_ARGUMENT("the history's schema is older than the claims'");
   ClaimOutcome out;
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
-  auto body = [&]() -> Status {
+  // Nothing is written where another sweep holds one of the nodes.
+  auto body = [&](bool& keep) -> Status {
     std::map<std::string, Claim> held;
     PEERLAB_RETURN_IF_ERROR(
         db_->query("SELECT node, sweep, holder, claimed_at, heartbeat_at FROM slurm_claims", {}, [&](const SqlRow& r) {
@@ -1024,7 +1012,10 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
         out.conflicts.push_back(it->second);
       }
     }
-    if (!out.conflicts.empty()) return Status::ok();
+    if (!out.conflicts.empty()) {
+      keep = false;
+      return Status::ok();
+    }
     const std::string now = nowUtc();
     for (const std::string& n : nodes) {
       PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM slurm_claims WHERE node = $1", {n}));
@@ -1035,45 +1026,26 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
     out.granted = true;
     return Status::ok();
   };
-  Status st = body();
-  if (!st.isOk() || !out.granted) {
-    db_->rollback().ignore();
-    if (!st.isOk()) return st;
-    out.taken_over.clear();
-    return out;
-  }
-  PEERLAB_RETURN_IF_ERROR(db_->commit());
+  PEERLAB_RETURN_IF_ERROR(writeTransaction(*db_, body));
+  if (!out.granted) out.taken_over.clear();
   return out;
 }
 
 Status HistoryStore::heartbeat(const std::string& sweep) {
   if (version_ < 7) return Status::ok();
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
-  Status st = db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  return db_->commit();
+  return writeTransaction(*db_, [&] {
+    return db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
+  });
 }
 
 Status HistoryStore::releaseClaims(const std::string& sweep, const std::vector<std::string>& nodes) {
   if (version_ < 7) return Status::ok();
-  PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
-  Status st = Status::ok();
-  if (nodes.empty()) {
-    st = db_->query("DELETE FROM slurm_claims WHERE sweep = $1", {sweep});
-  } else {
-    for (const std::string& n : nodes) {
-      st = db_->query("DELETE FROM slurm_claims WHERE sweep = $1 AND node = $2", {sweep, n});
-      if (!st.isOk()) break;
-    }
-  }
-  if (!st.isOk()) {
-    db_->rollback().ignore();
-    return st;
-  }
-  return db_->commit();
+  return writeTransaction(*db_, [&]() -> Status {
+    if (nodes.empty()) return db_->query("DELETE FROM slurm_claims WHERE sweep = $1", {sweep});
+    for (const std::string& n : nodes)
+      PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM slurm_claims WHERE sweep = $1 AND node = $2", {sweep, n}));
+    return Status::ok();
+  });
 }
 
 StatusOr<std::int64_t> HistoryStore::count(const std::string& table) {
