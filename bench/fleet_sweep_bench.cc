@@ -6,7 +6,7 @@
 //   max_out       the most nodes out of service at once (= the batch)
 //   wall_s        the sweep's simulated wall time; ideal_s = ceil(500 / batch) x the mean node time; ratio = wall/ideal
 //   ingest_s      real seconds the 500 bundles took to ingest into the history (in the sweep), ms_per_bundle
-// PEERLAB_FLEET_NODES changes the node count (500).
+// --knob nodes=N changes the node count (500).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/plan.h"
 #include "harness/history/store.h"
 #include "harness/report/report.h"
 #include "harness/slurm/sweep.h"
@@ -26,9 +27,12 @@
 namespace peerlab::slurm {
 namespace {
 
+PEERLAB_BENCH_KNOB(nodes, "nodes", kCount, "simulated nodes swept (500)");
+
+// The node count, 500 when unset or 0 (read after bench_main took the command line).
 int nodeCount() {
-  const char* v = std::getenv("PEERLAB_FLEET_NODES");
-  return v && std::atoi(v) > 0 ? std::atoi(v) : 500;
+  const uint64_t v = bench::knobCount("nodes", 0);
+  return v > 0 && v <= 100'000 ? static_cast<int>(v) : 500;
 }
 
 // A committed bundle: its run and its wall time.

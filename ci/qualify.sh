@@ -21,6 +21,12 @@ usage() {
 src_dir="$(cd "$(dirname "$0")/.." && pwd)"
 mapfile -t qualify_options < <(sed -n 's/.*sub\.add_\(option\|flag\)("\(--[a-z-]*\)".*/\2/p' "$src_dir/harness/cli/cmd_qualify.cc")
 mapfile -t qualify_flags < <(sed -n 's/.*sub\.add_flag("\(--[a-z-]*\)".*/\1/p' "$src_dir/harness/cli/cmd_qualify.cc")
+# The level options every command shares (addLevelOptions in harness/cli/main.cc).
+if grep -q 'addLevelOptions(' "$src_dir/harness/cli/cmd_qualify.cc"; then
+  level_src="$(sed -n '/^void addLevelOptions(/,/^}/p' "$src_dir/harness/cli/main.cc")"
+  mapfile -t -O "${#qualify_options[@]}" qualify_options < <(sed -n 's/.*sub\.add_\(option\|flag\)("\(--[a-z-]*\)".*/\2/p' <<<"$level_src")
+  mapfile -t -O "${#qualify_flags[@]}" qualify_flags < <(sed -n 's/.*sub\.add_flag("\(--[a-z-]*\)".*/\1/p' <<<"$level_src")
+fi
 value_next=""
 for arg in "$@"; do
   case "$arg" in

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,33 @@ TEST(CliInput, UnknownCommandListsTheCommands) {
   CliRun esc = runPeerlab({"bo\x1b[2Jgus"});
   EXPECT_EQ(esc.exit_code, 2);
   EXPECT_EQ(esc.err.find('\x1b'), std::string::npos) << esc.err;
+}
+
+// ci/qualify.sh checks its arguments against peerlab qualify's options before it installs or builds anything: the
+// options it reads from the sources are the binary's own, every one (a drift refuses a real option, as --level once).
+TEST(CliInput, QualifyScriptKnowsEveryOptionOfQualify) {
+  auto options = [](const std::string& text, const std::regex& re) {
+    std::set<std::string> out;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+      out.insert((*it)[1]);
+    return out;
+  };
+  CliRun help = runPeerlab({"qualify", "--help"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  std::set<std::string> binary = options(help.out, std::regex(R"(\n +(?:-h,)?(--[a-z][a-z-]*))"));
+  binary.erase("--help");
+  CliRun script = runCommand({"bash", sourcePath("ci/qualify.sh"), "--help"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  const std::string marker = "peerlab qualify's options: ";
+  const size_t at = script.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << script.out;
+  const std::string list = script.out.substr(at + marker.size(), script.out.find('\n', at) - at - marker.size());
+  const std::set<std::string> known = options(" " + list, std::regex(R"( (--[a-z][a-z-]*))"));
+  ASSERT_GT(binary.size(), 10u) << help.out;
+  EXPECT_EQ(known, binary) << "ci/qualify.sh --help: " << list;
+  CliRun level = runCommand({"bash", sourcePath("ci/qualify.sh"), "--level", "quick", "--no-such-option"});
+  EXPECT_EQ(level.exit_code, 2);
+  EXPECT_NE(level.err.find("has no option --no-such-option"), std::string::npos) << level.err;
 }
 
 // Option values get messages a person can read: no 309-digit bounds, whatever checks the value.

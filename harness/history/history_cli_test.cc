@@ -703,7 +703,9 @@ TEST_P(HistoryCliTest, EmptyAfterPassIsTheNodesVerdict) {
   EXPECT_EQ(nodes[0]["verdict"], "EMPTY");
   EXPECT_EQ(nodes[0]["run_id"], runs[1]["id"]);
   EXPECT_NE(fleet.out.find("1 whose latest run checked nothing (EMPTY)"), std::string::npos) << fleet.out;
-  EXPECT_NE(fleet.out.find("  node-a               EMPTY"), std::string::npos) << fleet.out;
+  // A run without a Slurm NodeName is named by its machine identity and host.
+  EXPECT_NE(fleet.out.find(runs[1]["node"].get<std::string>() + " (host node-a) EMPTY"), std::string::npos)
+      << fleet.out;
   ASSERT_EQ(runPeerlab({"history", "html", "--db", url_, "--out", dir_ + "/site"}).exit_code, 0);
   const std::string page = readFile(dir_ + "/site/" + report::fleetPageName("kind-x"));
   EXPECT_NE(page.find("title=\"the latest run checked nothing: not a pass\">EMPTY</td>"), std::string::npos) << page;
@@ -785,22 +787,27 @@ TEST_P(HistoryCliTest, DuplicateGpuUuidsAreRefused) {
   EXPECT_EQ(count("runs"), 0);
 }
 
-// States recorded under a node's host name and under its identity apply in the order they were recorded, not in
-// the order of their names.
+// States recorded under a machine's identity (before any run named its Slurm NodeName) and under its NodeName apply
+// in the order they were recorded, not in the order of their names.
 TEST_P(HistoryCliTest, NodeStatesApplyInTheOrderRecorded) {
   std::mt19937_64 rng(45);
-  report::Run run = testing::syntheticRun(rng, 0, "gpu07", "kind-x");
-  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, writeRun(run, "gpu07.json")}).exit_code, 0);
-  const std::string identity = run.node.id;
+  report::Run before = testing::syntheticRun(rng, 0, "gpu07", "kind-x");
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, writeRun(before, "before.json")}).exit_code, 0);
+  const std::string identity = before.node.id;
   ASSERT_LT(std::string("gpu07"), identity);  // by name, the identity's record would come last
   auto state = [&](const std::string& node, const std::string& st) {
     return runPeerlab({"history", "node-state", "--db", url_, "--node", node, "--state", st}).exit_code;
   };
   ASSERT_EQ(state(identity, "drained"), 0);
+  // The same machine's later run, under Slurm as gpu07.
+  report::Run after = before;
+  after.timestamp = "2026-10-02T00:00:00Z";
+  after.node.slurm_node = "gpu07";
+  ASSERT_EQ(runPeerlab({"history", "ingest", "--db", url_, writeRun(after, "after.json")}).exit_code, 0);
   ASSERT_EQ(state("gpu07", "in_service"), 0);
   CliRun fleet = runPeerlab({"history", "fleet", "--db", url_, "--json", "-"});
   const nlohmann::json nodes = nlohmann::json::parse(fleet.out)["nodes"];
-  ASSERT_EQ(nodes.size(), 1u);
+  ASSERT_EQ(nodes.size(), 1u) << nodes.dump();
   EXPECT_EQ(nodes[0]["state"], "in_service") << nodes.dump();
   ASSERT_EQ(state(identity, "down"), 0);
   EXPECT_EQ(
