@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "harness/qualify/suites.h"
-#include "harness/report/compare.h"
+#include "harness/report/metric.h"
 
 namespace peerlab::report {
 
@@ -39,19 +39,16 @@ using SeriesKey = std::tuple<std::string, std::string, int>;  // impl, name, ran
 std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool time) {
   std::map<SeriesKey, std::map<double, std::vector<double>>> groups;
   std::vector<SeriesKey> order;
-  std::string metric = time ? "time_us" : "algbw_gbps";
-  if (!time && comparedOnBusbw(suite)) {
-    // Collectives are compared on bus bandwidth (nccl-tests' definition) when the suite reports it.
-    bool haveBus = false;
-    for (const Result& r : run.results) {
-      if (r.suite == suite && isOk(r) && r.busbw_gbps && *r.busbw_gbps > 0) haveBus = true;
-    }
-    if (haveBus) metric = "busbw_gbps";
+  // The metric rule's (metric.h); a run whose rows of the suite carry no busbw is drawn on algbw.
+  bool busRecorded = false;
+  for (const Result& r : run.results) {
+    if (r.suite == suite && isOk(r) && r.busbw_gbps && *r.busbw_gbps > 0) busRecorded = true;
   }
+  const SeriesMetric metric = time ? timeMetric() : bandwidthMetric(suite, busRecorded);
   for (const Result& r : run.results) {
     if (r.suite != suite || !isOk(r) || !r.bytes || *r.bytes <= 0) continue;
-    std::optional<double> v = metric == "time_us" ? r.time_us : metric == "busbw_gbps" ? r.busbw_gbps : r.algbw_gbps;
-    if (!v || *v <= 0) continue;
+    const std::optional<double> v = metricValue(r, metric);
+    if (!v) continue;
     SeriesKey key{r.impl, r.name, r.ranks};
     if (!groups.count(key)) order.push_back(key);
     groups[key][*r.bytes].push_back(*v);
@@ -63,7 +60,7 @@ std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool tim
     s.impl = std::get<0>(key);
     s.name = std::get<1>(key);
     s.ranks = std::get<2>(key);
-    s.metric = metric;
+    s.metric = metric.field;
     for (auto& [bytes, values] : groups[key]) {
       SeriesPoint p;
       p.bytes = bytes;
@@ -85,10 +82,6 @@ std::vector<Series> seriesFor(const Run& run, const std::string& suite, bool tim
 
 bool isCollectiveSuite(const std::string& suite) {
   return qualify::resultFacts(suite).collective;
-}
-
-bool comparedOnBusbw(const std::string& suite) {
-  return qualify::resultFacts(suite).compared_on_busbw;
 }
 
 bool isVerdictSuite(const std::string& suite) {

@@ -13,9 +13,6 @@ namespace peerlab::report {
 /// Suites whose rows are collectives over all ranks (busbw is their figure) rather than pair transfers (their specs'
 /// facts: harness/qualify/suite_spec.h ResultFacts).
 bool isCollectiveSuite(const std::string& suite);
-/// Suites whose bandwidth is compared and drawn as bus bandwidth (nccl-tests' busbw): alltoallv. MoE dispatch and
-/// combine are compared on algbw (logical bytes per selection over time), a figure whose definition never changed.
-bool comparedOnBusbw(const std::string& suite);
 /// Suites whose rows are claimed-against-verified verdicts (the verified probe's), not measurements.
 bool isVerdictSuite(const std::string& suite);
 /// Implementations that are baselines drawn beside peerlab's own (nccl.*, torch.*, nvshmem.*, cuda.*).

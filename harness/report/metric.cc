@@ -3,17 +3,28 @@
 #include <cmath>
 
 #include "harness/qualify/suites.h"
-#include "harness/report/aggregate.h"
 
 namespace peerlab::report {
+
+bool comparedOnBusbw(const std::string& suite) {
+  return qualify::resultFacts(suite).compared_on_busbw;
+}
+
+SeriesMetric timeMetric() {
+  return {"time_us", "us", false};
+}
+
+SeriesMetric bandwidthMetric(const std::string& suite, bool bus_recorded) {
+  if (bus_recorded && comparedOnBusbw(suite)) return {"busbw_gbps", "GB/s", true};
+  return {"algbw_gbps", "GB/s", true};
+}
 
 std::optional<SeriesMetric> seriesMetric(const Result& r) {
   if (r.suite == "test" || r.suite == "health" || qualify::resultFacts(r.suite).kind == qualify::RowKind::kVerdicts) {
     return std::nullopt;
   }
-  if (!r.bytes || *r.bytes < kLatencyMaxBytes) return SeriesMetric{"time_us", "us", false};
-  if (comparedOnBusbw(r.suite)) return SeriesMetric{"busbw_gbps", "GB/s", true};
-  return SeriesMetric{"algbw_gbps", "GB/s", true};
+  if (!r.bytes || *r.bytes < kLatencyMaxBytes) return timeMetric();
+  return bandwidthMetric(r.suite);
 }
 
 std::optional<double> metricValue(const Result& r, const SeriesMetric& metric) {

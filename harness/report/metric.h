@@ -18,6 +18,18 @@ struct SeriesMetric {
   bool higher_is_better = false;  ///< true for bandwidth
 };
 
+/// Whether a suite's bandwidth is compared and drawn as bus bandwidth (nccl-tests' busbw): its spec says so
+/// (ResultFacts::compared_on_busbw: alltoallv). MoE dispatch and combine are compared on algbw (logical bytes per
+/// selection over time), a figure whose definition never changed.
+bool comparedOnBusbw(const std::string& suite);
+
+/// The time metric: `time_us`, lower is better.
+SeriesMetric timeMetric();
+/// The bandwidth metric of a suite's rows, higher is better: `busbw_gbps` where comparedOnBusbw, else `algbw_gbps`.
+/// `bus_recorded` false (the run's rows of the suite carry no busbw, as runs of early versions): `algbw_gbps`, so that
+/// such a run's plots still show its bandwidth.
+SeriesMetric bandwidthMetric(const std::string& suite, bool bus_recorded = true);
+
 /// The metric of a result, decided by its identity only (suite, impl, name, bytes), never by which numbers it
 /// happens to carry, so every run of one series uses the same metric:
 /// - suites `test` (ctest wall times), `probe` and `health` (verdicts): none;
