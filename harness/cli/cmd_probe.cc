@@ -22,7 +22,7 @@
 
 #include "harness/cli/command.h"
 #include "harness/qualify/pipeline.h"
-#include "harness/report/aggregate.h"
+#include "harness/report/run_rows.h"
 #include "harness/report/report.h"
 #include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"

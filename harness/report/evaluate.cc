@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "harness/report/actions.h"
-#include "harness/report/aggregate.h"
+#include "harness/report/run_rows.h"
 #include "harness/report/compare.h"
 
 namespace peerlab::report {

@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include "harness/qualify/suites.h"
-#include "harness/report/aggregate.h"
+#include "harness/report/render/views.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/metric.h"

@@ -8,7 +8,7 @@
 #include <regex>
 #include <string>
 
-#include "harness/report/aggregate.h"
+#include "harness/report/render/views.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/render/chart_page.h"
 #include "harness/report/render/console.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "harness/report/actions.h"
-#include "harness/report/aggregate.h"
+#include "harness/report/render/views.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/render/chart_page.h"

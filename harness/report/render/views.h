@@ -1,28 +1,14 @@
 #pragma once
-/// Views of a run shared by the HTML report and summary.md: bandwidth and time against size (median over pairs),
-/// latency tables, pair matrices per method, the probe matrix.
+/// Views of a run the pages draw (the HTML report and summary.md): bandwidth and time against size (median over
+/// pairs), latency tables, pair matrices per method, the probe matrix and its counts.
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "harness/report/report.h"
+#include "harness/report/run_rows.h"
 
 namespace peerlab::report {
-
-/// Suites whose rows are collectives over all ranks (busbw is their figure) rather than pair transfers (their specs'
-/// facts: harness/qualify/suite_spec.h ResultFacts).
-bool isCollectiveSuite(const std::string& suite);
-/// Suites whose rows are claimed-against-verified verdicts (the verified probe's), not measurements.
-bool isVerdictSuite(const std::string& suite);
-/// Implementations that are baselines drawn beside peerlab's own (nccl.*, torch.*, nvshmem.*, cuda.*).
-bool isBaselineImpl(const std::string& impl);
-
-/// Number of GPUs the run covers: the fingerprint's, or one past the highest ordinal in its results.
-int gpuCount(const Run& run);
-/// Suites present in the run, in a fixed order (probe, peer_copy, peer_latency, peer_enable, zcopy, alltoallv, moe,
-/// then others).
-std::vector<std::string> suitesIn(const Run& run);
 
 struct SeriesPoint {
   double bytes = 0;
@@ -81,22 +67,6 @@ inline constexpr size_t kMaxGridCells = size_t{1} << 18;
 /// Pair grids in first-seen order, at most `max_cells` cells in all; `omitted` counts the grids left out.
 std::vector<PairGrid> pairGrids(const Run& run, size_t max_cells = kMaxGridCells, int* omitted = nullptr);
 
-/// One probe cell: an ordered pair and a method, the worst verdict over the sizes probed. Probe cells are counted this
-/// way (ordered pair x method) by every output.
-struct ProbeCell {
-  std::string method;  ///< "ce_write" from "ce_write/4096"
-  int src = 0;
-  int dst = 0;
-  std::string verdict;
-  std::optional<bool> claimed;  ///< what the driver claimed, when the run says
-  std::string detail;           ///< sizes and times
-};
-/// Cells in first-seen order of method, then pair.
-std::vector<ProbeCell> probeCells(const Run& run);
-/// Severity of a probe verdict, to pick the worst over sizes: -1 none, 0 ok, 1 unsupported/skipped, 2 error, 3 hang,
-/// 4 corrupt.
-int probeSeverity(const std::string& verdict);
-
 /// The probe matrix of one method: the worst verdict over sizes per ordered pair, and what the driver claimed.
 struct ProbeGrid {
   std::string method;  ///< "ce_write" from "ce_write/4096"
@@ -120,8 +90,5 @@ struct ProbeSummary {
   std::vector<std::string> works_unclaimed;     ///< "sm_store 2->3"
 };
 ProbeSummary summarizeProbe(const Run& run);
-
-/// Median of values (empty: 0).
-double medianOf(std::vector<double> values);
 
 }  // namespace peerlab::report
