@@ -1,5 +1,6 @@
 #include "harness/qualify/plan.h"
 #include "harness/report/evaluate.h"
+#include "harness/testing/runs.h"
 
 #include <gtest/gtest.h>
 
@@ -28,36 +29,15 @@ PlanTopology box(int n) {
 }
 
 Result copy(int s, int d, double bytes, double gbps, const std::string& impl = "peerlab.ce") {
-  Result r;
-  r.suite = "peer_copy";
-  r.name = "uni";
-  r.impl = impl;
-  r.src = s;
-  r.dst = d;
-  r.bytes = bytes;
-  r.algbw_gbps = gbps;
-  r.time_us = bytes / gbps / 1e3;
-  r.wrong = 0;
-  return r;
+  return peerlab::testing::bandwidthRow("peer_copy", impl, s, d, bytes, gbps);
 }
 
 Result probeCell(int s, int d, const std::string& verdict, bool claimed) {
-  Result r;
-  r.suite = "probe";
-  r.name = "ce_write/4096";
-  r.impl = "peerlab.probe";
-  r.src = s;
-  r.dst = d;
-  r.status = verdict;
-  r.extra["claimed"] = claimed;
-  return r;
+  return peerlab::testing::probeCellRow("probe", s, d, verdict, claimed);
 }
 
 const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  for (const Check& c : checks) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
+  return peerlab::testing::checkNamed(checks, name);
 }
 
 struct Fixture {

@@ -13,6 +13,7 @@
 #include "harness/report/render/console.h"
 #include "harness/report/render/junit.h"
 #include "harness/report/render/summary.h"
+#include "harness/testing/runs.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
@@ -25,9 +26,7 @@ Run committed(const std::string& name) {
 }
 
 const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  for (const Check& c : checks)
-    if (c.name == name) return &c;
-  return nullptr;
+  return peerlab::testing::checkNamed(checks, name);
 }
 
 // A one-GPU run with its health rows turned to `status` where `names` says.

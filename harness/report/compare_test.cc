@@ -8,23 +8,14 @@
 
 #include "harness/report/metric.h"
 #include "harness/report/stats.h"
+#include "harness/testing/runs.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {
 
 Result bw(const std::string& suite, const std::string& impl, int src, int dst, double bytes, double gbps) {
-  Result r;
-  r.suite = suite;
-  r.name = "uni";
-  r.impl = impl;
-  r.src = src;
-  r.dst = dst;
-  r.bytes = bytes;
-  r.algbw_gbps = gbps;
-  r.time_us = bytes / gbps / 1e3;
-  r.wrong = 0;
-  return r;
+  return peerlab::testing::bandwidthRow(suite, impl, src, dst, bytes, gbps);
 }
 
 Result lat(const std::string& impl, double us) {

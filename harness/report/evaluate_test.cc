@@ -1,6 +1,7 @@
 // The checks engine on committed run files and on runs edited from them: the verdict comes from the results and the
 // stored plan, every expectation scope counts, a plan's "not run" is shown as skipped, reasons carry the numbers.
 #include "harness/report/evaluate.h"
+#include "harness/testing/runs.h"
 
 #include <gtest/gtest.h>
 
@@ -33,10 +34,7 @@ report::Run h100() {
 }
 
 const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  for (const Check& c : checks) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
+  return peerlab::testing::checkNamed(checks, name);
 }
 
 // A one-GPU qualify: pair suites are notes, not jobs; the probe did not run and says so.
