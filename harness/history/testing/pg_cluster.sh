@@ -17,6 +17,13 @@ if [ -z "$cmd" ] || [ -z "$state" ]; then
 fi
 mkdir -p "$state"
 
+# The server outlives this script: it must hold no descriptor its caller passed down, such as the lock file of a
+# `flock FILE ctest ...` (the lock would stay held for as long as a server left running runs).
+for fd in "/proc/$$/fd"/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-"; fi
+done
+
 # The newest installed PostgreSQL's bin/ ("" when none).
 pg_bin() {
   find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1
