@@ -448,9 +448,7 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
       std::string tip = std::to_string(s) + "->" + std::to_string(d) + ": " + shortNumber(v) + " " + unit;
       if (pctOfExpected && c->expected && *c->expected > 0) {
         fraction = v / *c->expected;
-        char pct[32];
-        std::snprintf(pct, sizeof(pct), "%.1f%%", fraction * 100);
-        text = pct;
+        text = formatted("%.1f%%", fraction * 100);
         tip += " of " + shortNumber(*c->expected) + " " + unit + " expected";
       } else {
         text = shortNumber(v);
@@ -465,24 +463,6 @@ std::string heatmapTable(const std::string& title, const std::string& unit, int 
   }
   out += "</table></div>\n";
   return out;
-}
-
-std::string shortNumber(double v) {
-  if (!std::isfinite(v)) return "-";
-  char buf[48];
-  const double a = std::fabs(v);
-  if (a >= 1000) {
-    std::snprintf(buf, sizeof(buf), "%.0f", v);
-  } else if (a >= 100) {
-    std::snprintf(buf, sizeof(buf), "%.1f", v);
-  } else if (a >= 1) {
-    std::snprintf(buf, sizeof(buf), "%.2f", v);
-  } else if (a >= 0.01) {
-    std::snprintf(buf, sizeof(buf), "%.3f", v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.3g", v);
-  }
-  return buf;
 }
 
 }  // namespace peerlab::report

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/report/render/format.h"
+
 namespace peerlab::report {
 
 /// A plot holds at most this many measured series; bigger groups are split over several plots.
@@ -141,8 +143,5 @@ struct HeatCell {
 /// is missed (fractionColour); skipped cells are hatched, pairs without a result "n/a", the diagonal grey.
 std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,
                          const std::vector<HeatCell>& cells);
-
-/// Short human number: 3 significant digits, no exponent for the usual ranges.
-std::string shortNumber(double v);
 
 }  // namespace peerlab::report

@@ -12,4 +12,28 @@ std::string figure(double v) {
   return buf;
 }
 
+std::string shortNumber(double v) {
+  if (!std::isfinite(v)) return "-";
+  char buf[48];
+  const double a = std::fabs(v);
+  if (a >= 1000) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+  } else if (a >= 100) {
+    std::snprintf(buf, sizeof(buf), "%.1f", v);
+  } else if (a >= 1) {
+    std::snprintf(buf, sizeof(buf), "%.2f", v);
+  } else if (a >= 0.01) {
+    std::snprintf(buf, sizeof(buf), "%.3f", v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.3g", v);
+  }
+  return buf;
+}
+
+std::string formatted(const char* spec, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), spec, v);
+  return buf;
+}
+
 }  // namespace peerlab::report

@@ -12,11 +12,11 @@
 #include <tuple>
 
 #include "harness/qualify/suites.h"
-#include "harness/report/render/views.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/metric.h"
 #include "harness/report/render/format.h"
+#include "harness/report/render/views.h"
 
 namespace peerlab::report {
 
@@ -52,12 +52,6 @@ bool naturalLess(const std::string& a, const std::string& b) {
     ++j;
   }
   return a.size() - i < b.size() - j;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
 }
 
 std::string metricLabel(const std::string& metric) {
@@ -783,8 +777,8 @@ Section testsSection(const Run& run) {
   body << "<table><tr><th>test</th><th>status</th><th>wall s</th></tr>";
   for (const Result* r : tests) {
     body << "<tr class=\"" << statusClass(r->status) << "\"><td>" << htmlEscape(r->name) << "</td><td>"
-         << htmlEscape(r->status) << "</td><td class=\"num\">" << (r->time_us ? fmt("%.1f", *r->time_us / 1e6) : "")
-         << "</td></tr>";
+         << htmlEscape(r->status) << "</td><td class=\"num\">"
+         << (r->time_us ? formatted("%.1f", *r->time_us / 1e6) : "") << "</td></tr>";
   }
   body << "</table>";
   return {"tests", "Tests", body.str()};
@@ -912,7 +906,7 @@ Section resultsSection(const Run& run) {
          << htmlEscape(r.name) << "</td><td>" << htmlEscape(r.impl) << "</td><td>" << pairText(r)
          << "</td><td class=\"num\">" << (r.bytes ? formatBytes(*r.bytes) : "") << "</td><td class=\"num\">" << r.ranks
          << "</td><td class=\"num\">"
-         << (r.suite == "test" && r.time_us ? fmt("%.1f s", *r.time_us / 1e6) : optFigure(r.time_us))
+         << (r.suite == "test" && r.time_us ? formatted("%.1f s", *r.time_us / 1e6) : optFigure(r.time_us))
          << "</td><td class=\"num\">" << optFigure(r.algbw_gbps) << "</td><td class=\"num\">" << optFigure(r.busbw_gbps)
          << "</td><td class=\"num\">" << optFigure(r.wrong) << "</td><td class=\"long\">" << htmlEscape(r.status)
          << "</td></tr>";

@@ -49,10 +49,7 @@ std::string fmtNum(const std::optional<double>& v) {
 }
 
 std::string fmtPct(const std::optional<double>& v) {
-  if (!v) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%+.1f%%", *v);
-  return buf;
+  return v ? formatted("%+.1f%%", *v) : "-";
 }
 
 /// A change point's p-value as the permutation count bounds it: "p < 0.01", "p=0.0123" (report::formatPValue).

@@ -7,11 +7,11 @@
 #include <sstream>
 
 #include "harness/report/actions.h"
-#include "harness/report/render/views.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/render/chart_page.h"
 #include "harness/report/render/format.h"
+#include "harness/report/render/views.h"
 
 namespace peerlab::report {
 
