@@ -99,8 +99,8 @@ std::string injectedRunsSection(const json& kind) {
     const std::string name = text(r, "name").empty() ? text(r, "host") : text(r, "name");
     out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(name) << "</td><td class=\"muted\">"
         << htmlEscape(text(r, "verdict").empty() ? "-" : text(r, "verdict") + " (injected)") << "</td><td>"
-        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host")) << "</td><td class=\"l\">"
-        << htmlEscape(text(r, "injected")) << "</td></tr>\n";
+        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host"))
+        << "</td><td class=\"l\">" << htmlEscape(text(r, "injected")) << "</td></tr>\n";
   }
   out << "</table></div>\n";
   return out.str();
@@ -131,8 +131,8 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << (failing                     ? "verdict-fail"
           : outOfService || unchecked ? "verdict-warn"
                                       : "verdict-pass")
-      << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
-      << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
+      << "\">" << nodes.size() << (nodes.size() == 1 ? " node: " : " nodes: ") << outOfService << " out of service, "
+      << failing << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as peerlab recorded it (keyed by Slurm NodeName). A node is named by "
          "its NodeName, else by its board identity and host; age is how old its latest run is. \"below fleet\" counts "
