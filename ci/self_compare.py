@@ -114,7 +114,7 @@ def main():
             measured = [r for r in rows if r.get("metric") not in ("status", None) and "min_effect_pct" in r]
             regressed = [r for r in rows if r["verdict"] in ("REGRESSED", "STATUS REGRESSED")]
             known_here = [(r, why) for r in regressed for k, res, why in known
-                          if k == kind and r["result"].startswith(res)]
+                          if kind.split(" ")[0] == k and r["result"].startswith(res)]
             regressed = [r for r in regressed if all(r is not kr for kr, _ in known_here)]
             known_seen += len(known_here)
             improved = sum(r["verdict"] == "improved" for r in rows)
