@@ -2,6 +2,7 @@
 
 #include "harness/report/evaluate.h"
 #include "harness/report/json_in.h"
+#include "harness/report/report.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,15 +32,6 @@ std::optional<double> numberIn(const nlohmann::json& extra, const char* key) {
   auto it = extra.find(key);
   if (it == extra.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
-}
-
-std::string nowUtc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // Larger figures are not measurements (1e15 GB/s, 31 years in us).
@@ -626,10 +618,26 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
         " source, ingested_at, expectations, verdict, checks, check_details, node, injected, slurm_node)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         " ON CONFLICT (content_hash) DO NOTHING RETURNING id",
-        {hash, run.fingerprint.hostname, kind, run.git_sha, run.timestamp, run.tool, run.fingerprint.driver,
-         run.fingerprint.cuda_runtime, run.fingerprint.nccl, gpus.dump(), static_cast<std::int64_t>(run.results.size()),
-         options.source, nowUtc(), expectations.dump(), std::string(report::verdictWord(verdict.counts)),
-         report::toJson(verdict.counts).dump(), details.dump(), run.node.id, injectedText(run), run.node.slurm_node},
+        {hash,
+         run.fingerprint.hostname,
+         kind,
+         run.git_sha,
+         run.timestamp,
+         run.tool,
+         run.fingerprint.driver,
+         run.fingerprint.cuda_runtime,
+         run.fingerprint.nccl,
+         gpus.dump(),
+         static_cast<std::int64_t>(run.results.size()),
+         options.source,
+         report::utcTimestamp(),
+         expectations.dump(),
+         std::string(report::verdictWord(verdict.counts)),
+         report::toJson(verdict.counts).dump(),
+         details.dump(),
+         run.node.id,
+         injectedText(run),
+         run.node.slurm_node},
         [&](const SqlRow& r) {
           out.run_id = r.integer(0);
           out.inserted = true;
@@ -677,8 +685,7 @@ StatusOr<std::vector<RunInfo>> HistoryStore::runs() {
   PEERLAB_RETURN_IF_ERROR(db_->query(
       "SELECT id, content_hash, host, kind, git_sha, timestamp, tool, driver, cuda, nccl, gpus, results, source, " +
           expectations + ", ingested_at, " + verdict + ", " + details + ", " + node + ", " + injected + ", " +
-          slurmNode +
-          " FROM runs ORDER BY id",
+          slurmNode + " FROM runs ORDER BY id",
       {}, [&](const SqlRow& r) {
         RowReader row(r);
         RunInfo info;
@@ -868,7 +875,7 @@ Status HistoryStore::recordNodeState(const NodeState& s) {
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
   Status st =
       db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
-                 {s.node, s.state, s.reason, nowUtc(), s.source});
+                 {s.node, s.state, s.reason, report::utcTimestamp(), s.source});
   if (!st.isOk()) {
     db_->rollback().ignore();
     return st;
@@ -934,7 +941,7 @@ StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
       "INSERT INTO slurm_journal (sweep, node, step, job, reason, detail, recorded_at, source)"
       " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
       {e.sweep, e.node, e.step, e.job, e.reason, e.detail.empty() ? std::string("{}") : e.detail,
-       e.recorded_at.empty() ? nowUtc() : e.recorded_at, e.source},
+       e.recorded_at.empty() ? report::utcTimestamp() : e.recorded_at, e.source},
       [&](const SqlRow& r) { id = r.integer(0); });
   if (!st.isOk()) {
     db_->rollback().ignore();
@@ -1025,7 +1032,7 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
       }
     }
     if (!out.conflicts.empty()) return Status::ok();
-    const std::string now = nowUtc();
+    const std::string now = report::utcTimestamp();
     for (const std::string& n : nodes) {
       PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM slurm_claims WHERE node = $1", {n}));
       PEERLAB_RETURN_IF_ERROR(db_->query(
@@ -1049,7 +1056,7 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
 Status HistoryStore::heartbeat(const std::string& sweep) {
   if (version_ < 7) return Status::ok();
   PEERLAB_RETURN_IF_ERROR(db_->beginWrite());
-  Status st = db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
+  Status st = db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {report::utcTimestamp(), sweep});
   if (!st.isOk()) {
     db_->rollback().ignore();
     return st;

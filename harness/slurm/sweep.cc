@@ -572,8 +572,8 @@ SweepResult Sweep::run() {
       if (*replayed > 0) log_.line("ingested " + std::to_string(*replayed) + " spooled bundles");
     }
     const std::string holder = holderId(o_.poll_s);
-    auto claimed =
-        store_.claimNodes(id_, holder, o_.nodes, [](const history::Claim& c) { return holderGone(c, utcNow()); });
+    auto claimed = store_.claimNodes(id_, holder, o_.nodes,
+                                     [](const history::Claim& c) { return holderGone(c, report::utcTimestamp()); });
     if (!claimed.isOk())
       return fail(4, "setup error: cannot claim the nodes in the history: " + claimed.status().message());
     if (!claimed->granted) {
