@@ -2,7 +2,8 @@
 """The noise rule on repeated runs of one machine kind: does a healthy machine pass against itself?
 
     ci/self_compare.py [--peerlab PATH] [--all-pairs] [--same-day] [--same-node] [--min-pairs N]
-                       [--threshold PCT] [--spread-factor X] [--jitter US] RUN|BUNDLE ...
+                       [--threshold PCT] [--spread-factor X] [--jitter US] [--known KIND:RESULT:WHY ...]
+                       RUN|BUNDLE ...
 
 Groups the runs by kind (what `peerlab report --compare` reads: the canonical kind of each run file), orders each
 kind's runs by time and compares each with the next (every pair with --all-pairs; only runs of the same UTC day
@@ -12,7 +13,9 @@ and improved, the regressions (each with the rule that decided it), the results 
 would need to pass the pair: the minimum effect above the largest regressed change, and, for times, the jitter above
 the largest regressed step in microseconds. Without --same-node, runs of one kind on different nodes are compared too
 (a fleet's machines are one kind). Exit 0 when no pair regressed, 1 when one did, 2 for bad input (or fewer pairs than
---min-pairs).
+--min-pairs). --known names a regression the committed runs are known to show (KIND, the start of the result's name,
+and why): it is printed as KNOWN with its reason and counted apart, never as a pass; a pair with any other regression
+still fails.
 """
 import argparse
 import gzip
@@ -55,6 +58,9 @@ def main():
                     help="bad input (exit 2) when fewer pairs than this are compared")
     ap.add_argument("--spread-factor", help="times either run's own p10-p90 spread (default: peerlab's)")
     ap.add_argument("--jitter", help="timing jitter in microseconds (default: peerlab's)")
+    ap.add_argument("--known", action="append", default=[],
+                    help="KIND:RESULT:WHY: a regression of RESULT (the start of its name) on KIND the runs are known "
+                         "to show, reported apart with WHY")
     args = ap.parse_args()
     if not os.access(args.peerlab, os.X_OK):
         fail(f"--peerlab {args.peerlab}: not an executable (build peerlab, or pass its path)")
@@ -82,7 +88,13 @@ def main():
         extra += ["--spread-factor", args.spread_factor]
     if args.jitter:
         extra += ["--jitter", args.jitter]
-    pairs = failed = 0
+    pairs = failed = known_pairs = known_seen = 0
+    known = []
+    for k in args.known:
+        parts = k.split(":", 2)
+        if len(parts) != 3 or not all(parts):
+            fail(f"--known {k}: expected KIND:RESULT:WHY")
+        known.append(tuple(parts))
     for kind, runs in sorted(kinds.items()):
         runs.sort(key=lambda r: r[0])
         if len(runs) < 2:
@@ -101,6 +113,10 @@ def main():
             rows = cmp["rows"]
             measured = [r for r in rows if r.get("metric") not in ("status", None) and "min_effect_pct" in r]
             regressed = [r for r in rows if r["verdict"] in ("REGRESSED", "STATUS REGRESSED")]
+            known_here = [(r, why) for r in regressed for k, res, why in known
+                          if kind.split(" ")[0] == k and r["result"].startswith(res)]
+            regressed = [r for r in regressed if all(r is not kr for kr, _ in known_here)]
+            known_seen += len(known_here)
             improved = sum(r["verdict"] == "improved" for r in rows)
             only_base = sum(r["verdict"] == "only in base" for r in rows)
             only_new = sum(r["verdict"] == "only in new" for r in rows)
@@ -124,12 +140,16 @@ def main():
                         factor_passes = False
                 else:
                     factor_passes = False
+            for r, why in known_here:
+                print(f"  KNOWN {r['result']}: {r.get('rule') or r.get('note', '')} ({why})")
             if regressed:
                 print(f"  to pass: a minimum effect above {need_pct:.1f}%"
                       + (f", or a jitter above {need_us:.2f} us for the time rows" if need_us else "")
                       + (f", or a spread factor above {need_factor:.2f}" if factor_passes and need_factor else ""))
-            print(f"  {'FAIL' if regressed else 'PASS'}")
-    print(f"self-comparison: {pairs} pairs, {pairs - failed} pass, {failed} regressed "
+            print(f"  {'FAIL' if regressed else 'KNOWN' if known_here else 'PASS'}")
+            known_pairs += bool(known_here) and not regressed
+    print(f"self-comparison: {pairs} pairs, {pairs - failed - known_pairs} pass, {known_pairs} with known "
+          f"regressions only ({known_seen} rows), {failed} regressed "
           f"(noise rule: peerlab's{' with ' + ' '.join(extra) if extra else ''})")
     if pairs < args.min_pairs:
         fail(f"{pairs} pairs compared, fewer than --min-pairs {args.min_pairs}")

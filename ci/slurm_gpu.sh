@@ -89,8 +89,8 @@ mkdir -p "$OUT"
 summary="$OUT/summary.txt"
 : >"$summary"
 rc=0
-step() {  # step PASS|FAIL text
-  echo "$1 $2" | tee -a "$summary"
+step() {  # step PASS|FAIL text...
+  echo "$*" | tee -a "$summary"
   [ "$1" = PASS ] || rc=1
 }
 [ "$(id -u)" -eq 0 ] || { log "run as root: slurmctld, slurmd and the drains need it"; exit 4; }
@@ -314,7 +314,8 @@ if [ "${gpus:-0}" -ge 2 ]; then
 fi
 
 # 6. The sweep of this node, into the SQLite history.
-[ "$(state)" = idle ] || scontrol update nodename="$node" state=resume
+# The epilog of the last job may still be qualifying: wait for it; resume only a node left drained.
+wait_idle || [[ "$(state)" != drain* ]] || scontrol update nodename="$node" state=resume
 src_rc=0
 "$peerlab" slurm sweep --settings "$OUT/etc/slurm.toml" --nodes "$node" --level standard --timeout 1800 --wait 120 \
   >"$OUT/sweep.out" 2>&1 || src_rc=$?

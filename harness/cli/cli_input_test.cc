@@ -73,6 +73,21 @@ TEST(CliInput, QualifyScriptKnowsEveryOptionOfQualify) {
   EXPECT_NE(level.err.find("has no option --no-such-option"), std::string::npos) << level.err;
 }
 
+// A baseline's --fleet over every committed run: the runs of other kinds are one counted line, not one line each.
+TEST(CliInput, BaselineFleetCountsOtherKindsOnOneLine) {
+  const std::string dir = scratchDir("baseline-fleet");
+  CliRun r = runPeerlab({"baseline", "make", "--from",
+                         sourcePath("reports/qualify/2026-12-02-h200-x1-75de70d-standard/results.json.gz"), "--fleet",
+                         sourcePath("reports/runs"), sourcePath("reports/qualify"), "--out", dir + "/b.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("another kind"), std::string::npos) << r.err;
+  const std::regex counted("peerlab baseline: --fleet: left out ([0-9]+) runs of other kinds\n");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, counted)) << r.err;
+  EXPECT_GT(std::stoi(m[1]), 10) << r.err;
+  EXPECT_LE(lineCount(r.err), 5) << r.err;
+}
+
 // Option values get messages a person can read: no 309-digit bounds, whatever checks the value.
 TEST(CliInput, OptionRangeMessagesAreReadable) {
   CliRun bench = runPeerlab({"bench", "--dry-run", "--timeout", "0"});

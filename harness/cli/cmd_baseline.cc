@@ -101,8 +101,20 @@ int runMake(const BaselineArgs& a) {
                printable(sum.level.empty() ? "unknown" : sum.level).c_str(), sum.fleet_boards,
                sum.fleet_boards == 1 ? "" : "s", sum.fleet_runs, sum.fleet_runs == 1 ? "" : "s", sum.fleet_rows,
                sum.fleet_boards < 2 ? " (one board: new runs are held to its own noise)" : "");
-  for (const std::string& why : sum.fleet_skipped)
+  // Runs of other kinds are what a directory of every kind's runs holds: counted on one line; every other reason a
+  // run was left out (its checks failed, stand-ins) is named with its file.
+  int otherKinds = 0;
+  for (const std::string& why : sum.fleet_skipped) {
+    if (why.find(": another kind (") != std::string::npos) {
+      ++otherKinds;
+      continue;
+    }
     std::fprintf(stderr, "peerlab baseline: --fleet: left out %s\n", printable(why).c_str());
+  }
+  if (otherKinds > 0) {
+    std::fprintf(stderr, "peerlab baseline: --fleet: left out %d run%s of other kinds\n", otherKinds,
+                 otherKinds == 1 ? "" : "s");
+  }
   if (baselinesSkipped > 0)
     std::fprintf(stderr, "peerlab baseline: --fleet: left out %d baseline file%s (made of runs, not runs)\n",
                  baselinesSkipped, baselinesSkipped == 1 ? "" : "s");

@@ -383,9 +383,9 @@ int runFleet(const HistoryArgs& a) {
         std::fprintf(out, "no counted run in the history: %d nodes with a recorded state\n", count);
       } else {
         std::fprintf(out,
-                     "%s: %d nodes, %d out of service, %d failing their latest run, %d whose latest run checked "
+                     "%s: %d node%s, %d out of service, %d failing their latest run, %d whose latest run checked "
                      "nothing (EMPTY)\n",
-                     printable(kind, 80).c_str(), count, outOfService, failing, unchecked);
+                     printable(kind, 80).c_str(), count, count == 1 ? "" : "s", outOfService, failing, unchecked);
       }
     }
     std::string failures;

@@ -1532,8 +1532,8 @@ TEST(HistoryCli, CommittedFilesIngestIntoOneKindPerHardware) {
     EXPECT_EQ(k.size(), 1u) << hw << ": " << nlohmann::json(k).dump();
     kinds.insert(k.begin(), k.end());
   }
-  EXPECT_EQ(kinds, (std::set<std::string>{"h100-x1", "h100-x2-nvswitch", "h100-x4-nvswitch", "h200-x2-nvswitch",
-                                          "h200-x4-nvswitch"}));
+  EXPECT_EQ(kinds, (std::set<std::string>{"h100-x1", "h100-x2-nvswitch", "h100-x4-nvswitch", "h200-x1",
+                                          "h200-x2-nvswitch", "h200-x4-nvswitch"}));
   // An alias given at ingest is filed under the canonical kind; a kind that contradicts the runs' hardware is refused.
   const std::string x1 = peerlab::testing::sourcePath("reports/runs/2026-11-25-h100-x1-a99f8ae.json.gz");
   CliRun alias = runPeerlab({"history", "ingest", "--db", dir + "/b.sqlite", "--kind", "nvidia-h100-x1", x1});

@@ -10,18 +10,10 @@
 #include <tuple>
 
 #include "harness/report/evaluate.h"
+#include "harness/report/report.h"
 
 namespace peerlab::history {
 namespace {
-
-std::string nowUtc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string bytesLabel(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -121,7 +113,7 @@ StatusOr<nlohmann::json> buildSiteModel(HistoryStore& store, const SiteOptions& 
     }
   }
   PEERLAB_ASSIGN_OR_RETURN(History h, loadHistory(store));
-  const std::string generated = options.generated.empty() ? nowUtc() : options.generated;
+  const std::string generated = options.generated.empty() ? report::utcTimestamp() : options.generated;
   // How old a node's newest run is, beside its name wherever nodes are listed.
   auto age = [&](const std::string& time) -> nlohmann::json {
     const auto s = ageSeconds(time, generated);

@@ -2,6 +2,7 @@
 
 #include "harness/report/evaluate.h"
 #include "harness/report/json_in.h"
+#include "harness/report/report.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,15 +32,6 @@ std::optional<double> numberIn(const nlohmann::json& extra, const char* key) {
   auto it = extra.find(key);
   if (it == extra.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
-}
-
-std::string nowUtc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // Larger figures are not measurements (1e15 GB/s, 31 years in us).
@@ -631,7 +623,7 @@ StatusOr<IngestOutcome> HistoryStore::ingest(const report::Run& run, const Inges
          gpus.dump(),
          static_cast<std::int64_t>(run.results.size()),
          options.source,
-         nowUtc(),
+         report::utcTimestamp(),
          expectations.dump(),
          std::string(report::verdictWord(verdict.counts)),
          report::toJson(verdict.counts).dump(),
@@ -864,7 +856,7 @@ Status HistoryStore::recordNodeState(const NodeState& s) {
   }
   return writeTransaction(*db_, [&] {
     return db_->query("INSERT INTO node_states (node, state, reason, recorded_at, source) VALUES ($1, $2, $3, $4, $5)",
-                      {s.node, s.state, s.reason, nowUtc(), s.source});
+                      {s.node, s.state, s.reason, report::utcTimestamp(), s.source});
   });
 }
 
@@ -926,7 +918,7 @@ StatusOr<std::int64_t> HistoryStore::appendJournal(const JournalEntry& e) {
         "INSERT INTO slurm_journal (sweep, node, step, job, reason, detail, recorded_at, source)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
         {e.sweep, e.node, e.step, e.job, e.reason, e.detail.empty() ? std::string("{}") : e.detail,
-         e.recorded_at.empty() ? nowUtc() : e.recorded_at, e.source},
+         e.recorded_at.empty() ? report::utcTimestamp() : e.recorded_at, e.source},
         [&](const SqlRow& r) { id = r.integer(0); });
   }));
   return id;
@@ -1016,7 +1008,7 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
       keep = false;
       return Status::ok();
     }
-    const std::string now = nowUtc();
+    const std::string now = report::utcTimestamp();
     for (const std::string& n : nodes) {
       PEERLAB_RETURN_IF_ERROR(db_->query("DELETE FROM slurm_claims WHERE node = $1", {n}));
       PEERLAB_RETURN_IF_ERROR(db_->query(
@@ -1034,7 +1026,7 @@ StatusOr<ClaimOutcome> HistoryStore::claimNodes(const std::string& sweep, const 
 Status HistoryStore::heartbeat(const std::string& sweep) {
   if (version_ < 7) return Status::ok();
   return writeTransaction(*db_, [&] {
-    return db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {nowUtc(), sweep});
+    return db_->query("UPDATE slurm_claims SET heartbeat_at = $1 WHERE sweep = $2", {report::utcTimestamp(), sweep});
   });
 }
 

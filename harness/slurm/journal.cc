@@ -64,15 +64,6 @@ std::string str(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-std::string utcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 bool ownsDrain(const std::vector<history::JournalEntry>& journal, const std::string& slurm_reason) {
   for (auto it = journal.rbegin(); it != journal.rend(); ++it) {
     if (!isDrainFact(it->step)) continue;
@@ -146,7 +137,7 @@ Status Recorder::spool(const nlohmann::json& record) {
 
 Status Recorder::record(history::JournalEntry e) {
   if (e.source.empty()) e.source = source_;
-  if (e.recorded_at.empty()) e.recorded_at = utcNow();
+  if (e.recorded_at.empty()) e.recorded_at = report::utcTimestamp();
   if (!lost_) {
     auto id = store_->appendJournal(e);
     if (id.isOk()) return Status::ok();

@@ -24,10 +24,9 @@ bool ownsDrain(const std::vector<history::JournalEntry>& node_journal, const std
 /// This process as a claim holder: "<host> <pid> <start ticks> <poll seconds>".
 std::string holderId(double poll_s);
 /// Whether a claim's holder is gone: on this host, its process is not running (or is another process by now); on
-/// another host, its heartbeat is older than three of its polls plus a minute. `now_utc` as the store writes times.
+/// another host, its heartbeat is older than three of its polls plus a minute. `now_utc` as the store writes times
+/// (report::utcTimestamp()).
 bool holderGone(const history::Claim& claim, const std::string& now_utc);
-/// Now as the store writes times.
-std::string utcNow();
 
 /// Writes journal entries and ingests bundles: into the history while it answers, else into the spool. Once a write
 /// to the history fails, every later one goes to the spool (historyLost()).

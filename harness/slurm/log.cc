@@ -6,6 +6,7 @@
 
 #include <ctime>
 
+#include "harness/report/report.h"
 #include "reference/core/text.h"
 
 namespace peerlab::slurm {
@@ -15,13 +16,9 @@ Log::Log(std::string who, std::string file, bool syslog)
 
 void Log::line(const std::string& node, const std::string& message) {
   const std::string text = printable(redactSecrets(message), 2000);
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const std::string stamp = report::utcTimestamp();
   const std::string where = node.empty() ? "" : " [" + printable(node, 64) + "]";
-  const std::string line = std::string(stamp) + " peerlab-slurm " + who_ + where + " " + text + "\n";
+  const std::string line = stamp + " peerlab-slurm " + who_ + where + " " + text + "\n";
   if (stderr_) {
     std::fputs(line.c_str(), stderr);
     std::fflush(stderr);

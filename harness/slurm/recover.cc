@@ -214,7 +214,7 @@ RecoverResult recoverLeftovers(Client& slurm, Recorder& rec, history::HistorySto
     out.lines.push_back("cannot read the claims: " + claims.status().message());
     return out;
   }
-  const std::string now = utcNow();
+  const std::string now = report::utcTimestamp();
   std::vector<history::Claim> gone;
   for (const history::Claim& c : *claims) {
     if (!options.sweep.empty() && c.sweep != options.sweep) continue;

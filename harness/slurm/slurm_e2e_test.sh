@@ -363,7 +363,7 @@ rc=0
 wait "$stopped" || rc=$?
 [ "$rc" -eq 0 ] || fail "the sweep through a stopped slurmctld exited $rc: $(tail -n 5 "$work/stopped.out")"
 grep -q "squeue failed" "$work/stopped.out" || fail "the sweep never met the stopped controller: $(cat "$work/stopped.out")"
-grep -q "1 nodes: 1 passed" "$work/stopped.out" || fail "node4 was not judged PASS: $(tail -n 1 "$work/stopped.out")"
+grep -q "1 node: 1 passed" "$work/stopped.out" || fail "node4 was not judged PASS: $(tail -n 1 "$work/stopped.out")"
 wait_for 30 ready node4 || fail "node4 after the stopped controller: $(state node4) $(reason node4)"
 [ "$(peerlab_reservations)" -eq 0 ] || fail "a reservation is left after the stopped controller"
 ok "slurmctld stopped for 12 s: the jobs' states unknown, asked again; node4 judged PASS once it answered"

@@ -8,6 +8,7 @@
 
 #include "harness/health/health.h"
 #include "harness/history/store.h"
+#include "harness/report/report.h"
 #include "harness/slurm/client.h"
 #include "harness/slurm/hostlist.h"
 #include "harness/slurm/journal.h"
@@ -286,15 +287,15 @@ TEST(Journal, AHolderOnThisHostIsGoneWhenItsProcessIs) {
   history::Claim c;
   c.holder = holderId(30);
   c.heartbeat_at = "2000-01-01T00:00:00Z";
-  EXPECT_FALSE(holderGone(c, utcNow()));  // this process: alive, whatever its heartbeat
+  EXPECT_FALSE(holderGone(c, report::utcTimestamp()));  // this process: alive, whatever its heartbeat
   c.holder = c.holder.substr(0, c.holder.find(' ')) + " 999999999 1 30";
-  EXPECT_TRUE(holderGone(c, utcNow()));
+  EXPECT_TRUE(holderGone(c, report::utcTimestamp()));
   // Another host: by its heartbeat (three polls and a minute).
   c.holder = "elsewhere 12 34 30";
-  c.heartbeat_at = utcNow();
-  EXPECT_FALSE(holderGone(c, utcNow()));
+  c.heartbeat_at = report::utcTimestamp();
+  EXPECT_FALSE(holderGone(c, report::utcTimestamp()));
   c.heartbeat_at = "2000-01-01T00:00:00Z";
-  EXPECT_TRUE(holderGone(c, utcNow()));
+  EXPECT_TRUE(holderGone(c, report::utcTimestamp()));
 }
 
 TEST(Journal, SpooledRecordsReachTheHistoryLater) {

@@ -559,8 +559,8 @@ SweepResult Sweep::run() {
     runs.push_back(std::move(r));
   }
   counts_.nodes = static_cast<int>(runs.size());
-  log_.line(id_ + ": " + std::to_string(runs.size()) + " nodes (" + o_.what + ") at level " +
-            std::string(qualify::levelName(o_.level)) + ", at most " + std::to_string(o_.batch) +
+  log_.line(id_ + ": " + std::to_string(runs.size()) + (runs.size() == 1 ? " node (" : " nodes (") + o_.what +
+            ") at level " + std::string(qualify::levelName(o_.level)) + ", at most " + std::to_string(o_.batch) +
             " out of service at once; history " + redactSecrets(store_.dialect()));
 
   if (!o_.dry_run) {
@@ -572,8 +572,8 @@ SweepResult Sweep::run() {
       if (*replayed > 0) log_.line("ingested " + std::to_string(*replayed) + " spooled bundles");
     }
     const std::string holder = holderId(o_.poll_s);
-    auto claimed =
-        store_.claimNodes(id_, holder, o_.nodes, [](const history::Claim& c) { return holderGone(c, utcNow()); });
+    auto claimed = store_.claimNodes(id_, holder, o_.nodes,
+                                     [](const history::Claim& c) { return holderGone(c, report::utcTimestamp()); });
     if (!claimed.isOk())
       return fail(4, "setup error: cannot claim the nodes in the history: " + claimed.status().message());
     if (!claimed->granted) {
@@ -736,12 +736,13 @@ SweepResult Sweep::run() {
   out.slurm_calls = slurm_.calls() - calls0;
   char rate[64];
   std::snprintf(rate, sizeof rate, "%.2f", out.wall_s > 0 ? out.slurm_calls / out.wall_s : 0.0);
-  std::string summary = id_ + " done: " + std::to_string(counts_.nodes) + " nodes: " + std::to_string(counts_.passed) +
-                        " passed, " + std::to_string(counts_.failed) + " failed (drained), " +
-                        std::to_string(counts_.unknown) + " unknown (drained), " + std::to_string(counts_.setup) +
-                        " setup errors (put back), " + std::to_string(counts_.busy) + " busy (not qualified), " +
-                        std::to_string(counts_.left_alone) + " left alone, " + std::to_string(counts_.not_started) +
-                        " not started; at most " + std::to_string(counts_.max_out) + " out of service at once; " +
+  std::string summary = id_ + " done: " + std::to_string(counts_.nodes) +
+                        (counts_.nodes == 1 ? " node: " : " nodes: ") + std::to_string(counts_.passed) + " passed, " +
+                        std::to_string(counts_.failed) + " failed (drained), " + std::to_string(counts_.unknown) +
+                        " unknown (drained), " + std::to_string(counts_.setup) + " setup errors (put back), " +
+                        std::to_string(counts_.busy) + " busy (not qualified), " + std::to_string(counts_.left_alone) +
+                        " left alone, " + std::to_string(counts_.not_started) + " not started; at most " +
+                        std::to_string(counts_.max_out) + " out of service at once; " +
                         std::to_string(out.slurm_calls) + " Slurm calls (" + rate + "/s)";
   if (counts_.outliers_drained) summary += "; " + std::to_string(counts_.outliers_drained) + " fleet outliers drained";
   if (rec_->historyLost()) {

@@ -131,8 +131,8 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
       << (failing                     ? "verdict-fail"
           : outOfService || unchecked ? "verdict-warn"
                                       : "verdict-pass")
-      << "\">" << nodes.size() << " nodes: " << outOfService << " out of service, " << failing
-      << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
+      << "\">" << nodes.size() << (nodes.size() == 1 ? " node: " : " nodes: ") << outOfService << " out of service, "
+      << failing << " failing their latest run, " << unchecked << " whose latest run checked nothing (EMPTY)</p>\n";
   out << "<p class=\"muted\">Each node's latest run, checked at ingest by the checks engine (as qualify and report "
          "check it); the state is the scheduler's as peerlab recorded it (keyed by Slurm NodeName). A node is named by "
          "its NodeName, else by its board identity and host; age is how old its latest run is. \"below fleet\" counts "
