@@ -18,12 +18,12 @@ struct NamedRun {
 
 struct BaselineSummary {
   int runs = 0;
-  int results = 0;   ///< results in the baseline
-  int left_out = 0;  ///< results not measured by every run (left out: a baseline holds what every run measured)
-  int not_ok = 0;    ///< results whose status was not ok in some run (kept as the newest run gave them)
-  std::string level;                       ///< the level the runs were made at (their plan's)
-  int fleet_boards = 0;                    ///< boards (nodes) of the kind behind the fleet's noise
-  int fleet_runs = 0;                      ///< runs of the fleet used
+  int results = 0;       ///< results in the baseline
+  int left_out = 0;      ///< results not measured by every run (left out: a baseline holds what every run measured)
+  int not_ok = 0;        ///< results whose status was not ok in some run (kept as the newest run gave them)
+  std::string level;     ///< the level the runs were made at (their plan's)
+  int fleet_boards = 0;  ///< boards (nodes) of the kind behind the fleet's noise
+  int fleet_runs = 0;    ///< runs of the fleet used
   std::vector<std::string> fleet_skipped;  ///< fleet files not used, each with why ("other kind", "fails its checks")
   int fleet_rows = 0;                      ///< baseline results with the times of two boards or more
 };
