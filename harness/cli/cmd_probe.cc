@@ -22,8 +22,8 @@
 
 #include "harness/cli/command.h"
 #include "harness/qualify/pipeline.h"
-#include "harness/report/run_rows.h"
 #include "harness/report/report.h"
+#include "harness/report/run_rows.h"
 #include "harness/watchdog/probe_cache.h"
 #include "harness/watchdog/probe_runner.h"
 #include "harness/watchdog/watchdog.h"
@@ -42,12 +42,7 @@ constexpr const char* kCommand = "probe";
 constexpr const char* kWorkerEnv = "PEERLAB_PROBE_WORKER";
 
 struct ProbeArgs {
-  std::string methods = "all";
-  std::string pairs;
-  std::string bytes = "64M";
-  std::string sizes;
-  std::string timeout = "5s";
-  std::string setup_timeout = "60s";
+  qualify::ProbeOptionsText probe;  // methods, pairs, sizes and deadlines, with their defaults
   std::string json;
   std::string cache;
   bool refresh = false;
@@ -251,7 +246,7 @@ std::string injectedNotice(const report::Injection& injection) {
 
 int runProbe(const ProbeArgs& a) {
   // Everything the user typed is checked before any process starts (the options qualify and repro read alike).
-  auto options = qualify::readProbeOptions({a.methods, a.pairs, a.bytes, a.sizes, a.timeout, a.setup_timeout});
+  auto options = qualify::readProbeOptions(a.probe);
   if (!options.isOk()) return fail(kCommand, kExitUsage, options.status().message());
   const std::vector<Method>* methods = &options->methods;
   auto inject = injectFromEnvironment();
@@ -316,7 +311,7 @@ int runProbe(const ProbeArgs& a) {
   for (Method m : opt.methods)
     ctx.methods.push_back(std::string(methodName(m)));
   ctx.sizes = opt.sizes;
-  ctx.pairs = a.pairs;
+  ctx.pairs = a.probe.pairs;
   if (const char* spec = std::getenv(kInjectEnv); spec && *spec) ctx.inject_spec = spec;
   ctx.inject = *inject;
   if (const char* w = std::getenv(kWorkerEnv); w && *w) ctx.worker = w;
@@ -400,17 +395,19 @@ PEERLAB_REGISTER_COMMAND(
     probe, kCommand, "verify P2P between every ordered pair of GPUs, method by method",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<ProbeArgs>();
-      sub.add_option("--methods", args->methods,
+      sub.add_option("--methods", args->probe.methods,
                      "comma-separated: ce_write, ce_read, sm_store, sm_load, atomic, ipc_legacy, ipc_vmm, "
                      "nixl_write, nixl_read, ucx_put, ucx_get; all (the CUDA mechanisms), transport (NIXL and UCX, "
                      "found through PEERLAB_NIXL_DIR / PEERLAB_UCX_DIR)")
           ->capture_default_str();
-      sub.add_option("--pairs", args->pairs, "only these ordered pairs, e.g. 0-1,2-3");
-      auto* bytes = sub.add_option("--bytes", args->bytes, "the large cell size (the small one is 4 KiB), e.g. 64M")
-                        ->capture_default_str();
-      sub.add_option("--sizes", args->sizes, "all cell sizes, e.g. 4K,1M,64M")->excludes(bytes);
-      sub.add_option("--timeout", args->timeout, "deadline per cell answer, e.g. 5s or 500ms")->capture_default_str();
-      sub.add_option("--setup-timeout", args->setup_timeout, "deadline for a worker's CUDA setup")
+      sub.add_option("--pairs", args->probe.pairs, "only these ordered pairs, e.g. 0-1,2-3");
+      auto* bytes =
+          sub.add_option("--bytes", args->probe.bytes, "the large cell size (the small one is 4 KiB), e.g. 64M")
+              ->capture_default_str();
+      sub.add_option("--sizes", args->probe.sizes, "all cell sizes, e.g. 4K,1M,64M")->excludes(bytes);
+      sub.add_option("--timeout", args->probe.timeout, "deadline per cell answer, e.g. 5s or 500ms")
+          ->capture_default_str();
+      sub.add_option("--setup-timeout", args->probe.setup_timeout, "deadline for a worker's CUDA setup")
           ->capture_default_str();
       sub.add_option("--json", args->json,
                      "write the run file (reports/schema) here (\"-\": stdout, the rest to stderr)");
