@@ -185,8 +185,9 @@ std::string moreDrastic(const std::string& a, const std::string& b) {
 }
 
 std::string actionLine(const Check& c) {
+  if (c.action.empty()) return "";
   const std::optional<Action> a = actionById(c.action);
-  return a ? a->short_text + ": " + a->text : "";
+  return a ? a->short_text + ": " + a->text : "unknown action \"" + c.action + "\" (not in this peerlab's table)";
 }
 
 const Check* checkToActOn(const std::vector<Check>& checks) {

@@ -40,7 +40,8 @@ std::string actionFor(const std::string& key);
 /// The most drastic of two action ids (actionTable() order); an empty id loses.
 std::string moreDrastic(const std::string& a, const std::string& b);
 
-/// "<short>: <text>" of a failed check's recommended action, "" when it has none.
+/// "<short>: <text>" of a failed check's recommended action, "" when it has none; an id the table lacks is shown as
+/// an unknown action with the id.
 std::string actionLine(const Check& c);
 /// The action that outranks the others among the failed checks, and the check it came from; nullopt when none failed.
 const Check* checkToActOn(const std::vector<Check>& checks);

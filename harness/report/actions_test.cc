@@ -202,5 +202,31 @@ TEST(Actions, EveryOutputCarriesTheAction) {
   EXPECT_NE(xml.find("\naction: reset GPU, reseat NVLink: "), std::string::npos) << xml;
 }
 
+TEST(Actions, AnUnknownIdIsKeptByTheRecordDroppedByTheEngineAndShownAsUnknown) {
+  nlohmann::json stored = toJson(std::vector<Check>{Check{}});
+  stored[0]["status"] = "fail";
+  stored[0]["action"] = {{"id", "format_disk"}};
+  // The run file's record keeps the id as written (a bounded name); the engine keeps only ids of its table.
+  auto record = checkRecordsFromJson(stored);
+  ASSERT_TRUE(record.isOk()) << record.status().message();
+  EXPECT_EQ(record->at(0).action, "format_disk");
+  auto engine = checksFromJson(stored);
+  ASSERT_TRUE(engine.isOk()) << engine.status().message();
+  EXPECT_EQ(engine->at(0).action, "");
+  stored[0]["action"]["id"] = std::string(300, 'x');
+  EXPECT_FALSE(checkRecordsFromJson(stored).isOk());
+  // A check that carries an id the table lacks shows it as unknown wherever its action is shown.
+  Check c;
+  c.category = "bandwidth";
+  c.name = "peer_copy peerlab.ce uni 0->1";
+  c.status = CheckStatus::kFail;
+  c.action = "format_disk";
+  const std::string line = "unknown action \"format_disk\" (not in this peerlab's table)";
+  EXPECT_EQ(actionLine(c), line);
+  EXPECT_NE(formatCheckLines({c}).find("  action: " + line), std::string::npos);
+  EXPECT_NE(renderJunit({c}).find("format_disk"), std::string::npos);
+  EXPECT_EQ(drainReason({c}), "peer_copy peerlab.ce uni 0->1: see the bundle");
+}
+
 }  // namespace
 }  // namespace peerlab::report

@@ -1,45 +1,17 @@
 #pragma once
-/// A check: one measured figure (or verdict) against what the plan, the config or a baseline expects, with a status,
-/// and the one way checks are counted. Every output (console, summary.md, report.html, junit.xml, results.json,
+/// Checks as the engine makes and counts them: the one way checks are counted and a run's verdict folded, and their
+/// JSON with the recommended action resolved. Every output (console, summary.md, report.html, junit.xml, results.json,
 /// `peerlab report`, the history) prints counts made by countChecks() and a status made by checkStatusName().
 
 #include <nlohmann/json.hpp>
 
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/report/check_record.h"
 #include "reference/core/status.h"
 
 namespace peerlab::report {
-
-/// pass and warn do not fail a run; unsupported (the driver or GPU cannot say) and skipped (not run, and why) are
-/// never counted as passed; fail fails the run.
-enum class CheckStatus { kPass, kWarn, kUnsupported, kSkipped, kFail };
-
-/// "pass", "warn", "unsupported", "skipped", "fail".
-const char* checkStatusName(CheckStatus s);
-/// "PASS", "WARN", "UNSUPPORTED", "SKIPPED", "FAIL".
-std::string checkStatusLabel(CheckStatus s);
-std::optional<CheckStatus> checkStatusFromName(const std::string& name);
-
-/// The category of the verified probe's checks: a check family (not a suite).
-inline constexpr const char* kProbeCategory = "probe";
-
-struct Check {
-  std::string category;  ///< topology, health, probe, data, bandwidth, latency, coverage, baseline
-  std::string name;      ///< "peer_copy peerlab.ce uni 0->1"
-  CheckStatus status = CheckStatus::kPass;
-  std::string measured;  ///< "381.2 GB/s at 256 MiB"
-  std::string expected;  ///< ">= 382.5 GB/s"
-  std::string basis;     ///< where the expected figure comes from: "NV18 x 26.5625 GB/s x 0.80 [rule peer_copy_ce_uni]"
-  std::string reason;    ///< one line: why this status, with the numbers behind it
-  std::optional<double> measured_value;
-  std::optional<double> expected_value;
-  std::string action;  ///< a failed check: the id of its recommended action (harness/report/actions.h), else ""
-
-  bool failed() const { return status == CheckStatus::kFail; }
-};
 
 /// The counts every output prints.
 struct CheckCounts {
@@ -63,10 +35,11 @@ nlohmann::json toJson(const CheckCounts& counts);
 /// "category name: reason (measured M, expected E)" of the first failed check, "" when none failed.
 std::string firstFailure(const std::vector<Check>& checks);
 
+/// A check's JSON with its action's id, short form and text from the action table (none for an id it lacks).
 nlohmann::json toJson(const Check& check);
 nlohmann::json toJson(const std::vector<Check>& checks);
-/// Reads checks written by toJson (and by earlier versions, which stored "pass" without a status); `where` is the
-/// JSON path in errors. `invalid_argument` names the offending entry.
+/// Stored checks (checkRecordsFromJson) with only the action ids this peerlab's table holds kept: an action from
+/// elsewhere is dropped rather than shown with a text this peerlab cannot vouch for.
 StatusOr<std::vector<Check>> checksFromJson(const nlohmann::json& doc, const std::string& where = "$.checks");
 
 }  // namespace peerlab::report

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "harness/report/checks.h"
+#include "harness/report/check_record.h"
 #include "harness/report/compressed.h"
 #include "harness/report/json_in.h"
 #include "reference/core/devices.h"
@@ -264,7 +264,7 @@ void readRunExtra(const In& doc, Run& run) {
       if (w != "PASS" && w != "FAIL" && w != "EMPTY") v->fail("\"" + w + "\" is not PASS, FAIL or EMPTY");
     }
     if (auto c = q->opt("checks")) {
-      auto checks = checksFromJson(c->json(), c->path());
+      auto checks = checkRecordsFromJson(c->json(), c->path());
       if (!checks.isOk()) throw BadJson{"", checks.status().message()};
     }
     q->integer("failed", 0, 1LL << 40);

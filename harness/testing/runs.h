@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/report/checks.h"
+#include "harness/report/check_record.h"
 #include "harness/report/report.h"
 
 namespace peerlab::testing {
