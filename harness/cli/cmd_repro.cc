@@ -18,6 +18,7 @@
 #include "harness/qualify/pipeline.h"
 #include "harness/qualify/sysinfo.h"
 #include "harness/report/compare.h"
+#include "harness/report/render/escape.h"
 #include "harness/report/report.h"
 #include "harness/topology/topology.h"
 #include "reference/core/files.h"
@@ -71,19 +72,10 @@ std::string knownMethods() {
   return known;
 }
 
-// A run-file string in a Markdown table cell: printable, and no '|' or '`' that would end the cell or open code.
+// A run-file string in Markdown text or a table cell: printable, bounded, escaped, and no backtick that would pair
+// with the README's own code spans.
 std::string mdCell(const std::string& text) {
-  std::string out;
-  for (char c : printable(text, 300)) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '`') {
-      out += '\'';
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return report::markdownCell(printable(text, 300), report::Backticks::kAsQuotes);
 }
 
 // What the probe run file says about injected faults or stand-ins, "" when nothing was injected.
@@ -646,7 +638,7 @@ void readmeStep(const ReproArgs& a, const ProbeStep& step, const Findings& f, co
         "`--verbose` prints every cell, the workers' phase timings and the seed"
      << (step.record.seed ? "; `--seed` is the probe's own, so every cell moves the same data again" : "") << ".\n\n";
   if (!step.command.empty())
-    md << "This bundle's probe ran as: `" << step.command << "` (exit " << step.exit << ").\n\n";
+    md << "This bundle's probe ran as: " << report::markdownCode(step.command) << " (exit " << step.exit << ").\n\n";
   if (!f.cells.empty()) {
     md << "## Failing cells\n\n| method | src -> dst | size | verdict | driver claims it works | detail | injected |\n"
        << "|---|---|---|---|---|---|---|\n";
@@ -665,7 +657,7 @@ void readmeStep(const ReproArgs& a, const ProbeStep& step, const Findings& f, co
   }
   if (local) {
     md << "- " << mdCell(fpj.value("kernel", "kernel unknown")) << "\n- " << mdCell(fpj.value("os", ""))
-       << "\n- kernel command line: `" << mdCell(qualify::kernelCommandLine()) << "`\n";
+       << "\n- kernel command line: " << report::markdownCode(printable(qualify::kernelCommandLine(), 300)) << "\n";
   }
   md << "\n";
   if (!fp.gpus.empty()) {

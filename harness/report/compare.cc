@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -14,26 +13,6 @@
 namespace peerlab::report {
 
 namespace {
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
-std::string formatValue(std::optional<double> v) {
-  if (!v) return "-";
-  char buf[64];
-  const double a = std::fabs(*v);
-  if (a >= 100) {
-    std::snprintf(buf, sizeof(buf), "%.1f", *v);
-  } else if (a >= 1) {
-    std::snprintf(buf, sizeof(buf), "%.2f", *v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.4g", *v);
-  }
-  return buf;
-}
 
 std::string metricLabel(const std::string& metric) {
   if (metric == "algbw_gbps") return "algbw GB/s";
@@ -51,6 +30,28 @@ std::optional<double> extraNumber(const Result& r, const char* key) {
   const double v = r.extra[key].get<double>();
   if (!std::isfinite(v)) return std::nullopt;
   return v;
+}
+
+// What set the minimum effect when it is above the threshold.
+std::string minEffectSource(const ChangeDecision& d, const NoiseRule& rule, const Side& base) {
+  if (d.min_effect_pct <= rule.threshold_pct) return "threshold";
+  if (d.min_effect_pct == d.jitter_pct) return formatted("jitter %g us / %.4g us", rule.jitter_us, *base.time_us);
+  if (d.min_effect_pct == d.between_pct) return formatted("range of %zu runs' times", base.runs_us.size());
+  if (d.min_effect_pct == d.fleet_pct) return formatted("the farthest of the kind's %d boards", d.fleet_boards);
+  return formatted("%g x p10-p90 spread %.1f%%", rule.spread_factor, d.noise_pct);
+}
+
+// The rule in one line: the change against the minimum effect, what set it, every term (the noise test follows).
+std::string ruleLine(const ChangeDecision& d, const NoiseRule& rule, const Side& base, bool runs_test, bool beyond) {
+  if (runs_test) {
+    return formatted("|%+.1f%%| %s min %.1f%% (threshold %g%%; the noise test is across runs); ", d.change_pct,
+                     beyond ? ">" : "<=", d.min_effect_pct, rule.threshold_pct);
+  }
+  const std::string fleetTerm = d.fleet_boards > 0 ? formatted(", between boards %.1f%%", d.fleet_pct) : "";
+  return formatted("|%+.1f%%| %s min %.1f%% (%s; threshold %g%%, %g x spread %.1f%%, %s %.1f%%%s); ", d.change_pct,
+                   beyond ? ">" : "<=", d.min_effect_pct, minEffectSource(d, rule, base).c_str(), rule.threshold_pct,
+                   rule.spread_factor, d.spread_factor * d.noise_pct, d.between_pct > 0 ? "between runs" : "jitter",
+                   d.between_pct > 0 ? d.between_pct : d.jitter_pct, fleetTerm.c_str());
 }
 
 }  // namespace
@@ -92,28 +93,11 @@ std::string resultKey(const Result& r) {
   std::string k = r.suite + "|" + r.name + "|" + r.impl + "|";
   k += (r.src ? std::to_string(*r.src) : std::string("-")) + "|";
   k += (r.dst ? std::to_string(*r.dst) : std::string("-")) + "|";
-  k += (r.bytes ? num(*r.bytes) : std::string("-")) + "|";
+  k += (r.bytes ? exactNumber(*r.bytes) : std::string("-")) + "|";
   k += std::to_string(r.ranks);
   // Host memory on another NUMA node is another measurement of the same copy.
   if (r.numa) k += "|numa" + std::to_string(*r.numa);
   return k;
-}
-
-std::string formatBytes(double bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[48];
-  if (v == std::floor(v)) {
-    std::snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[u]);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.3g %s", v, kUnits[u]);
-  }
-  return buf;
 }
 
 std::string describeResult(const Result& r) {
@@ -168,7 +152,7 @@ CompareRow compareResults(const Result& base, const Result& fresh, const Compare
   if (positive(fresh.wrong) && !positive(base.wrong)) {
     row.metric = "status";
     row.verdict = Verdict::kStatusRegressed;
-    row.note = "wrong elements: " + formatValue(base.wrong) + " -> " + formatValue(fresh.wrong);
+    row.note = "wrong elements: " + tableFigure(base.wrong) + " -> " + tableFigure(fresh.wrong);
     return row;
   }
   // A probe cell is a verdict, not a performance figure: its time is the time the check took.
@@ -311,39 +295,11 @@ ChangeDecision decideChange(bool higher_is_better, const Side& base, const Side&
   } else {
     d.verdict = Verdict::kImproved;
   }
-  // The rule in one line: the change against the minimum effect, what set it, every term, then the noise test.
-  char buf[400];
-  if (runs_test) {
-    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (threshold %g%%; the noise test is across runs); ",
-                  d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, rule.threshold_pct);
-  } else {
-    std::string why = "threshold";
-    if (d.min_effect_pct > rule.threshold_pct) {
-      if (d.min_effect_pct == d.jitter_pct) {
-        std::snprintf(buf, sizeof buf, "jitter %g us / %.4g us", rule.jitter_us, *base.time_us);
-      } else if (d.min_effect_pct == d.between_pct) {
-        std::snprintf(buf, sizeof buf, "range of %zu runs' times", base.runs_us.size());
-      } else if (d.min_effect_pct == d.fleet_pct) {
-        std::snprintf(buf, sizeof buf, "the farthest of the kind's %d boards", d.fleet_boards);
-      } else {
-        std::snprintf(buf, sizeof buf, "%g x p10-p90 spread %.1f%%", rule.spread_factor, d.noise_pct);
-      }
-      why = buf;
-    }
-    char fleetTerm[48] = "";
-    if (d.fleet_boards > 0) std::snprintf(fleetTerm, sizeof fleetTerm, ", between boards %.1f%%", d.fleet_pct);
-    std::snprintf(buf, sizeof buf, "|%+.1f%%| %s min %.1f%% (%s; threshold %g%%, %g x spread %.1f%%, %s %.1f%%%s); ",
-                  d.change_pct, beyond ? ">" : "<=", d.min_effect_pct, why.c_str(), rule.threshold_pct,
-                  rule.spread_factor, spreadPct, d.between_pct > 0 ? "between runs" : "jitter",
-                  d.between_pct > 0 ? d.between_pct : d.jitter_pct, fleetTerm);
-  }
-  d.rule = buf;
-  d.rule += d.testCell();
+  d.rule = ruleLine(d, rule, base, runs_test != nullptr, beyond) + d.testCell();
   return d;
 }
 
 std::string ChangeDecision::minEffectCell() const {
-  char buf[48];
   const char* why = "";
   if (min_effect_pct > threshold_pct) {
     why = min_effect_pct == jitter_pct    ? " jitter"
@@ -351,44 +307,21 @@ std::string ChangeDecision::minEffectCell() const {
           : min_effect_pct == fleet_pct   ? " fleet"
                                           : " spread";
   }
-  std::snprintf(buf, sizeof buf, "%.1f%%%s", min_effect_pct, why);
-  return buf;
+  return formatted("%.1f%%%s", min_effect_pct, why);
 }
 
 std::string formatPValue(double p, std::optional<double> floor) {
-  char buf[48];
-  if (floor && p < *floor) {
-    std::snprintf(buf, sizeof buf, "p < %.2g", *floor);
-  } else {
-    std::snprintf(buf, sizeof buf, "p=%.3g", p);
-  }
-  return buf;
+  return floor && p < *floor ? formatted("p < %.2g", *floor) : formatted("p=%.3g", p);
 }
 
 std::string ChangeDecision::testCell() const {
-  char buf[96];
-  auto count = [](double n, int runs) {
-    char c[32];
-    if (runs > 1) {
-      std::snprintf(c, sizeof c, "%d runs", runs);
-    } else {
-      std::snprintf(c, sizeof c, "%.0f", n);
-    }
-    return std::string(c);
-  };
-  const std::string n = count(base_samples, base_runs) + "/" + count(new_samples, new_runs);
-  if (test == "u-test" && p_value) {
-    std::snprintf(buf, sizeof buf, "U p=%.3g n=%s", *p_value, n.c_str());
-  } else if (test == "p10/p90") {
-    std::snprintf(buf, sizeof buf, "p10-p90 %s n=%s", significant ? "apart" : "overlap", n.c_str());
-  } else if (test == "e-divisive" && p_value) {
-    std::snprintf(buf, sizeof buf, "e-divisive %s n=%s", formatPValue(*p_value, p_floor).c_str(), n.c_str());
-  } else if (test == "mad-z" && z) {
-    std::snprintf(buf, sizeof buf, "mad-z %+.1f n=%s", *z, n.c_str());
-  } else {
-    std::snprintf(buf, sizeof buf, "%s n=%s", test.c_str(), n.c_str());
-  }
-  return buf;
+  auto count = [](double n, int runs) { return runs > 1 ? formatted("%d runs", runs) : formatted("%.0f", n); };
+  const std::string n = " n=" + count(base_samples, base_runs) + "/" + count(new_samples, new_runs);
+  if (test == "u-test" && p_value) return formatted("U p=%.3g", *p_value) + n;
+  if (test == "p10/p90") return std::string("p10-p90 ") + (significant ? "apart" : "overlap") + n;
+  if (test == "e-divisive" && p_value) return "e-divisive " + formatPValue(*p_value, p_floor) + n;
+  if (test == "mad-z" && z) return formatted("mad-z %+.1f", *z) + n;
+  return test + n;
 }
 
 nlohmann::json toJson(const NoiseRule& rule) {
@@ -398,16 +331,14 @@ nlohmann::json toJson(const NoiseRule& rule) {
 }
 
 std::string describeNoiseRule(const NoiseRule& rule) {
-  char buf[700];
-  std::snprintf(buf, sizeof buf,
-                "a change counts when it is larger than the minimum effect (the largest of the threshold %g%%, %g x "
-                "either run's p10-p90 spread over its median, and, for a time, the range of a multi-run baseline's "
-                "times and of the kind's boards' times where the baseline records them, else %g us of jitter "
-                "between two processes, over the base time) and the noise test finds it: "
-                "Mann-Whitney U p < %g with >= %zu samples a side, else the p10-p90 ranges apart, else the minimum "
-                "effect alone",
-                rule.threshold_pct, rule.spread_factor, rule.jitter_us, rule.alpha, rule.min_samples);
-  return buf;
+  return formatted(
+      "a change counts when it is larger than the minimum effect (the largest of the threshold %g%%, %g x "
+      "either run's p10-p90 spread over its median, and, for a time, the range of a multi-run baseline's "
+      "times and of the kind's boards' times where the baseline records them, else %g us of jitter "
+      "between two processes, over the base time) and the noise test finds it: "
+      "Mann-Whitney U p < %g with >= %zu samples a side, else the p10-p90 ranges apart, else the minimum "
+      "effect alone",
+      rule.threshold_pct, rule.spread_factor, rule.jitter_us, rule.alpha, rule.min_samples);
 }
 
 nlohmann::json toJson(const ChangeDecision& d) {
@@ -543,16 +474,10 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
       l.base = r.base ? r.base->status : "-";
       l.fresh = r.fresh ? r.fresh->status : "-";
     } else {
-      l.base = formatValue(r.base_value);
-      l.fresh = formatValue(r.new_value);
+      l.base = tableFigure(r.base_value);
+      l.fresh = tableFigure(r.new_value);
     }
-    if (r.change_pct) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%+.2f%%", *r.change_pct);
-      l.change = buf;
-    } else {
-      l.change = "";
-    }
+    l.change = r.change_pct ? formatted("%+.2f%%", *r.change_pct) : "";
     if (r.decision) {
       l.min_effect = r.decision->minEffectCell();
       l.test = r.decision->testCell();
@@ -602,9 +527,7 @@ std::string formatCompare(const CompareReport& report, bool only_changes) {
 }
 
 std::string formatThreshold(double pct) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g%%", pct);
-  return buf;
+  return formatted("%g%%", pct);
 }
 
 StatusOr<double> parseThresholdPct(const std::string& text) {

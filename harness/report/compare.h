@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/report/format.h"
 #include "harness/report/report.h"
 
 namespace peerlab::report {
@@ -41,8 +42,6 @@ std::string resultKey(const Result& r);
 std::string describeResult(const Result& r);
 /// " 0->1" for a pair, " gpu 0" for one GPU's own figure, plus " host numa N" when the host memory's node is known.
 std::string describeWhere(const Result& r);
-/// "4 KiB", "256 MiB", "1.5 GiB", "24 B".
-std::string formatBytes(double bytes);
 
 /// The noise rule: when a change between two measurements counts. One rule for `report --compare`, qualify's baseline
 /// checks, `history regressions` and `history fleet` (decideChange); every output prints it beside each row.

@@ -4,24 +4,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "harness/report/actions.h"
-#include "harness/report/run_rows.h"
 #include "harness/report/compare.h"
+#include "harness/report/format.h"
+#include "harness/report/run_rows.h"
 
 namespace peerlab::report {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
 
 std::string joinSome(const std::vector<std::string>& items, size_t most = 6) {
   std::string s;
@@ -330,7 +324,7 @@ void dataChecks(const Run& run, const std::set<std::string>& planned, std::vecto
         ownSkipped |= !isBaselineImpl(r.impl);
         if (std::find(skips.begin(), skips.end(), r.status) == skips.end()) skips.push_back(r.status);
       } else {
-        const std::string why = rank == 2 ? fmt("%.0f wrong elements", *r.wrong) : r.status;
+        const std::string why = rank == 2 ? formatted("%.0f wrong elements", *r.wrong) : r.status;
         wrongData |= rank == 2;
         failed.push_back(describeResult(r) + ": " + why);
       }
@@ -391,7 +385,7 @@ void bandwidthChecks(const Run& run, const RunPlan& plan, std::vector<Check>& ou
     for (const GroupKey& key : order) {
       const Result& r = *best[key];
       const double v = *metricOf(r, e.metric);
-      const std::string measured = fmt("%.1f GB/s", v) + " " + metric + " at " + formatBytes(*r.bytes);
+      const std::string measured = formatted("%.1f GB/s", v) + " " + metric + " at " + formatBytes(*r.bytes);
       const std::string name = r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r);
       const std::string basis = e.basis + " [rule " + e.rule + ", scope " + e.scope + "]";
       if (!e.gbps) {
@@ -407,11 +401,12 @@ void bandwidthChecks(const Run& run, const RunPlan& plan, std::vector<Check>& ou
       }
       const double floor = *e.gbps;
       const double ratio = floor > 0 ? v / floor : 0;
-      out.push_back(act(make("bandwidth", name, passOrFail(v >= floor), measured, fmt(">= %.1f GB/s", floor), basis,
-                             fmt("%.1f%% of the expected figure", ratio * 100) +
-                                 (v >= floor ? "" : ": below the floor by " + fmt("%.1f GB/s", floor - v)),
-                             v, floor),
-                        "bandwidth.below"));
+      out.push_back(
+          act(make("bandwidth", name, passOrFail(v >= floor), measured, formatted(">= %.1f GB/s", floor), basis,
+                   formatted("%.1f%% of the expected figure", ratio * 100) +
+                       (v >= floor ? "" : ": below the floor by " + formatted("%.1f GB/s", floor - v)),
+                   v, floor),
+              "bandwidth.below"));
     }
   }
 }
@@ -432,15 +427,16 @@ void latencyChecks(const Run& run, const RunPlan& plan, std::vector<Check>& out,
     for (const GroupKey& key : order) {
       const Result& r = *worst[key];
       const bool pass = *r.time_us <= l.max_us;
-      out.push_back(act(
-          make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r), passOrFail(pass),
-               fmt("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""), fmt("<= %g us", l.max_us),
-               (l.note.empty() ? "" : l.note + " ") + "[rule " + l.id + ", sizes up to " +
-                   (l.max_bytes >= 1e14 ? std::string("any") : formatBytes(l.max_bytes)) + "]",
-               pass ? "within the bound (the slowest size checked)"
-                    : fmt("slower than the bound by %.2f us", *r.time_us - l.max_us),
-               *r.time_us, l.max_us),
-          "latency.above"));
+      out.push_back(
+          act(make("latency", r.suite + " " + r.impl + " " + r.name + ranksText(r) + describeWhere(r), passOrFail(pass),
+                   formatted("%.2f us", *r.time_us) + (r.bytes ? " at " + formatBytes(*r.bytes) : ""),
+                   formatted("<= %g us", l.max_us),
+                   (l.note.empty() ? "" : l.note + " ") + "[rule " + l.id + ", sizes up to " +
+                       (l.max_bytes >= 1e14 ? std::string("any") : formatBytes(l.max_bytes)) + "]",
+                   pass ? "within the bound (the slowest size checked)"
+                        : formatted("slower than the bound by %.2f us", *r.time_us - l.max_us),
+                   *r.time_us, l.max_us),
+              "latency.above"));
     }
   }
 }
@@ -597,17 +593,17 @@ void baselineChecks(const Run& run, const RunPlan* plan, const EvaluateOptions& 
       const std::string unit = row.metric == "time_us" ? " us" : " GB/s";
       const bool time = row.metric == "time_us";
       const double pct = row.decision ? row.decision->min_effect_pct : rule.threshold_pct;
-      measured = fmt("%.4g", *row.new_value) + unit;
+      measured = formatted("%.4g", *row.new_value) + unit;
       expected = (time ? "<= " : ">= ") +
-                 fmt("%.4g", time ? *row.base_value * (1 + pct / 100) : *row.base_value * (1 - pct / 100)) + unit +
-                 " or within the noise";
+                 formatted("%.4g", time ? *row.base_value * (1 + pct / 100) : *row.base_value * (1 - pct / 100)) +
+                 unit + " or within the noise";
     }
     std::string reason = verdictName(row.verdict);
-    if (row.change_pct) reason += fmt(" (%+.1f%%)", *row.change_pct);
+    if (row.change_pct) reason += formatted(" (%+.1f%%)", *row.change_pct);
     if (!row.note.empty()) reason += ": " + row.note;
     const std::string basis = row.metric == "status" || !row.decision
                                   ? "the baseline's status"
-                                  : "baseline " + fmt("%.4g", *row.base_value) + ": " + row.decision->rule;
+                                  : "baseline " + formatted("%.4g", *row.base_value) + ": " + row.decision->rule;
     out.push_back(act(make("baseline", describeResult(r), passOrFail(!isRegression(row.verdict)), measured, expected,
                            basis, reason, row.new_value, row.base_value),
                       "baseline.regressed"));

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <vector>
+
+#include "harness/report/format.h"
 
 namespace peerlab::report {
 
@@ -244,9 +245,7 @@ double In::num(double lo, double hi) const {
   if (!j_->is_number()) fail("must be a number (got " + shortValue(*j_) + ")");
   const double v = j_->get<double>();
   if (!std::isfinite(v) || v < lo || v > hi) {
-    char range[96];
-    std::snprintf(range, sizeof(range), "%.17g .. %.17g", lo, hi);
-    fail(shortValue(*j_) + " is outside " + range);
+    fail(shortValue(*j_) + " is outside " + exactNumber(lo) + " .. " + exactNumber(hi));
   }
   return v;
 }

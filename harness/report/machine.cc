@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 
+#include "harness/report/format.h"
 #include "harness/report/report.h"
 #include "reference/core/text.h"
 
@@ -393,17 +393,18 @@ NodeIdentity nodeIdentity(const Fingerprint& fp, const std::string& board_serial
     if (!g.uuid.empty()) n.gpu_uuids.push_back(g.uuid);
   }
   std::sort(n.gpu_uuids.begin(), n.gpu_uuids.end());
-  char buf[32];
+  // 48 bits of the hash in hex: "gpus-3f2a9c01b7de".
+  const auto hex48 = [](const std::string& text) {
+    return formatted("%012llx", static_cast<unsigned long long>(fnv1a(text) & 0xffffffffffffull));
+  };
   if (!n.gpu_uuids.empty()) {
     std::string all;
     for (const std::string& u : n.gpu_uuids)
       all += u + "\n";
-    std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(fnv1a(all) & 0xffffffffffffull));
-    n.id = std::string("gpus-") + buf;
+    n.id = "gpus-" + hex48(all);
     n.basis = "gpu_uuids";
   } else if (!board_serial.empty()) {
-    std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(fnv1a(board_serial) & 0xffffffffffffull));
-    n.id = std::string("board-") + buf;
+    n.id = "board-" + hex48(board_serial);
     n.basis = "board_serial";
   } else if (!fp.hostname.empty()) {
     n.id = "host-" + fp.hostname;

@@ -1,12 +1,12 @@
 #include "harness/report/run_rows.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "harness/qualify/suites.h"
+#include "harness/report/format.h"
 
 namespace peerlab::report {
 
@@ -88,11 +88,7 @@ std::vector<ProbeCell> probeCells(const Run& run) {
       c.claimed = c.claimed.value_or(false) || r.extra["claimed"].get<bool>();
     }
     std::string d = r.name + ": " + r.status;
-    if (r.time_us) {
-      char buf[48];
-      std::snprintf(buf, sizeof(buf), " (%.1f us)", *r.time_us);
-      d += buf;
-    }
+    if (r.time_us) d += formatted(" (%.1f us)", *r.time_us);
     if (r.extra.contains("first_bad") && r.extra["first_bad"].is_number())
       d += ", first bad " + r.extra["first_bad"].dump();
     if (r.wrong && *r.wrong > 0) d += ", " + std::to_string(static_cast<long long>(*r.wrong)) + " wrong";

@@ -1,16 +1,5 @@
 #pragma once
-/// Number formatting the renderers share.
+/// Number formatting moved down to the run model's layer (harness/report/format.h), where the checks engine uses it
+/// too; this header forwards for the renderers that include it here.
 
-#include <string>
-
-namespace peerlab::report {
-
-/// A measured figure with the digits that matter: "395", "38.1", "4.97", "0.0123".
-std::string figure(double v);
-/// Short human number for tables and tooltips: 3 significant digits, no exponent for the usual ranges; "-" when not
-/// finite.
-std::string shortNumber(double v);
-/// `v` written with one printf conversion `spec` ("%.0f", "%.1f GB/s").
-std::string formatted(const char* spec, double v);
-
-}  // namespace peerlab::report
+#include "harness/report/format.h"

@@ -14,8 +14,8 @@
 #include "harness/qualify/suites.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/format.h"
 #include "harness/report/metric.h"
-#include "harness/report/render/format.h"
 #include "harness/report/render/views.h"
 
 namespace peerlab::report {

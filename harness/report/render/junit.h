@@ -18,12 +18,7 @@ struct JunitOptions {
   std::string injected;        ///< injectionNote() of the run: the same places, as "INJECTED: ..."
 };
 
-/// The JUnit XML document: UTF-8 and valid XML 1.0 whatever the checks' strings hold (see xmlEscape).
+/// The JUnit XML document: UTF-8 and valid XML 1.0 whatever the checks' strings hold (see xmlEscape, escape.h).
 std::string renderJunit(const std::vector<Check>& checks, const JunitOptions& options = {});
-
-/// Escapes text for XML attributes and content. What XML 1.0 does not take is shown as an escape instead: control
-/// characters other than tab, newline and return as \x1b, bytes that are not UTF-8 as \xff, U+FFFE and U+FFFF (and
-/// the discouraged C1 controls) as \uFFFE.
-std::string xmlEscape(std::string_view text);
 
 }  // namespace peerlab::report

@@ -9,51 +9,12 @@
 #include "harness/report/actions.h"
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
+#include "harness/report/format.h"
 #include "harness/report/render/chart_page.h"
-#include "harness/report/render/format.h"
+#include "harness/report/render/escape.h"
 #include "harness/report/render/views.h"
 
 namespace peerlab::report {
-
-namespace {
-
-// Text from a run in Markdown: HTML in it is shown, never interpreted (a renderer of summary.md passes inline HTML
-// through: <script>, <img onerror>, <!-- would hide the rest), and it cannot break a table or a line. '<' and '&'
-// are enough: no tag, comment or entity starts without one ('>' stays readable in "0->1").
-std::string cell(const std::string& text) {
-  std::string out;
-  for (char ch : text) {
-    if (ch == '|') {
-      out += "\\|";
-    } else if (ch == '\n' || ch == '\r') {
-      out += ' ';
-    } else if (ch == '<') {
-      out += "&lt;";
-    } else if (ch == '&') {
-      out += "&amp;";
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-// A Markdown code span holding `text` verbatim: fenced by more backticks than any run of them inside (no HTML is
-// interpreted in a code span).
-std::string codeSpan(const std::string& text) {
-  size_t longest = 0, run = 0;
-  std::string flat;
-  for (char ch : text) {
-    run = ch == '`' ? run + 1 : 0;
-    longest = std::max(longest, run);
-    flat += ch == '\n' || ch == '\r' ? ' ' : ch;
-  }
-  const std::string fence(longest + 1, '`');
-  const bool pad = !flat.empty() && (flat.front() == '`' || flat.back() == '`');
-  return fence + (pad ? " " : "") + flat + (pad ? " " : "") + fence;
-}
-
-}  // namespace
 
 std::string renderSummary(const Run& run, const std::vector<Check>& checks, const SummaryOptions& options) {
   std::ostringstream md;
@@ -62,25 +23,26 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   // The machine by its kind and node: on cloud VMs the host name ("vm") identifies nothing.
   const std::string host = machineTitle(run);
   if (options.verdict) {
-    md << "# " << options.title << ": " << verdictWord(counts) << " on " << cell(host) << "\n\n";
+    md << "# " << options.title << ": " << verdictWord(counts) << " on " << markdownCell(host) << "\n\n";
     md << "- " << formatCounts(counts) << "\n";
   } else {
-    md << "# " << options.title << ": " << cell(host) << "\n\n";
+    md << "# " << options.title << ": " << markdownCell(host) << "\n\n";
   }
   md << "- machine: " << gpus << " GPU" << (gpus == 1 ? "" : "s");
-  if (!run.fingerprint.gpus.empty()) md << " (" << cell(run.fingerprint.gpus.front().name) << ")";
-  md << ", driver " << cell(run.fingerprint.driver) << ", CUDA " << cell(run.fingerprint.cuda_runtime) << ", NCCL "
-     << cell(run.fingerprint.nccl) << "\n";
-  md << "- run: " << cell(run.timestamp) << ", " << cell(run.tool) << " (" << cell(run.git_sha) << "), "
-     << run.results.size() << " results\n";
-  if (!options.command.empty()) md << "- command: " << codeSpan(options.command) << "\n";
+  if (!run.fingerprint.gpus.empty()) md << " (" << markdownCell(run.fingerprint.gpus.front().name) << ")";
+  md << ", driver " << markdownCell(run.fingerprint.driver) << ", CUDA " << markdownCell(run.fingerprint.cuda_runtime)
+     << ", NCCL " << markdownCell(run.fingerprint.nccl) << "\n";
+  md << "- run: " << markdownCell(run.timestamp) << ", " << markdownCell(run.tool) << " (" << markdownCell(run.git_sha)
+     << "), " << run.results.size() << " results\n";
+  if (!options.command.empty()) md << "- command: " << markdownCode(options.command) << "\n";
   if (const std::string injected = injectionNote(run); !injected.empty()) {
-    md << "- **INJECTED: stand-ins or injected faults**: " << cell(injected)
+    md << "- **INJECTED: stand-ins or injected faults**: " << markdownCell(injected)
        << " (this run's verdicts are not this machine's own; the history counts it nowhere)\n";
   }
-  if (const std::string disabled = disabledRulesNote(run); !disabled.empty()) md << "- " << cell(disabled) << "\n";
+  if (const std::string disabled = disabledRulesNote(run); !disabled.empty())
+    md << "- " << markdownCell(disabled) << "\n";
   for (const std::string& n : options.notes)
-    md << "- " << cell(n) << "\n";
+    md << "- " << markdownCell(n) << "\n";
   md << "\n";
 
   // Every check that did not pass, with the numbers behind it: failures first, then warnings, unsupported, skipped.
@@ -92,8 +54,9 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
       for (const Check& c : checks) {
         if (c.status != want) continue;
         md << "| " << (want == CheckStatus::kFail ? "**FAIL**" : checkStatusLabel(want)) << " | "
-           << cell(c.category + ": " + c.name) << " | " << cell(c.measured) << " | " << cell(c.expected) << " | "
-           << cell(c.reason) << " | " << cell(actionLine(c)) << " |\n";
+           << markdownCell(c.category + ": " + c.name) << " | " << markdownCell(c.measured) << " | "
+           << markdownCell(c.expected) << " | " << markdownCell(c.reason) << " | " << markdownCell(actionLine(c))
+           << " |\n";
       }
     }
     md << "\n";
@@ -107,12 +70,12 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     if (!ps.claimed_but_failed.empty()) {
       md << "\nClaimed by the driver but not verified:\n";
       for (const auto& c : ps.claimed_but_failed)
-        md << "- " << cell(c) << "\n";
+        md << "- " << markdownCell(c) << "\n";
     }
     if (!ps.works_unclaimed.empty()) {
       md << "\nVerified although not claimed: ";
       for (size_t i = 0; i < ps.works_unclaimed.size(); ++i)
-        md << (i ? ", " : "") << cell(ps.works_unclaimed[i]);
+        md << (i ? ", " : "") << markdownCell(ps.works_unclaimed[i]);
       md << "\n";
     }
     md << "\n";
@@ -129,9 +92,9 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
         if (!best || p.median > best->median) best = &p;
       }
       if (!best) continue;
-      bw << "| " << cell(suite) << " | " << cell(s.label()) << " | " << (s.metric == "busbw_gbps" ? "busbw" : "algbw")
-         << " | " << formatBytes(best->bytes) << " | " << best->n << " | " << figure(best->median) << " | "
-         << figure(best->min) << " | " << figure(best->max) << " |\n";
+      bw << "| " << markdownCell(suite) << " | " << markdownCell(s.label()) << " | "
+         << (s.metric == "busbw_gbps" ? "busbw" : "algbw") << " | " << formatBytes(best->bytes) << " | " << best->n
+         << " | " << figure(best->median) << " | " << figure(best->min) << " | " << figure(best->max) << " |\n";
       ++bwRows;
     }
   }
@@ -141,7 +104,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
        << bw.str() << "\nGB/s is 10^9 bytes per second. Bytes:\n";
     for (const std::string& suite : suitesIn(run)) {
       if (const std::string b = bytesConvention(suite); !b.empty() && !bandwidthSeries(run, suite).empty()) {
-        md << "- " << cell(suite) << ": " << cell(b) << "\n";
+        md << "- " << markdownCell(suite) << ": " << markdownCell(b) << "\n";
       }
     }
     md << "\n";
@@ -152,7 +115,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
     md << "## Latency (us)\n\n| suite | implementation | case | size | pairs | median | min | max |\n"
        << "|---|---|---|---|---|---|---|---|\n";
     for (const LatencyRow& l : latency) {
-      md << "| " << cell(l.suite) << " | " << cell(l.impl) << " | " << cell(l.name) << " | "
+      md << "| " << markdownCell(l.suite) << " | " << markdownCell(l.impl) << " | " << markdownCell(l.name) << " | "
          << (l.bytes ? formatBytes(*l.bytes) : "-") << " | " << l.n << " | " << figure(l.median_us) << " | "
          << figure(l.min_us) << " | " << figure(l.max_us) << " |\n";
     }
@@ -163,7 +126,7 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   std::ostringstream bad;
   for (const Result& r : run.results) {
     if (statusRank(r.status) == 0) {
-      bad << "- " << cell(describeResult(r)) << ": " << cell(r.status) << "\n";
+      bad << "- " << markdownCell(describeResult(r)) << ": " << markdownCell(r.status) << "\n";
       ++problems;
     }
   }
@@ -172,16 +135,16 @@ std::string renderSummary(const Run& run, const std::vector<Check>& checks, cons
   if (!checks.empty()) {
     md << "## All checks\n\n| status | check | measured | expected | basis | reason |\n|---|---|---|---|---|---|\n";
     for (const Check& c : checks) {
-      md << "| " << (c.failed() ? "**FAIL**" : checkStatusLabel(c.status)) << " | " << cell(c.category + ": " + c.name)
-         << " | " << cell(c.measured) << " | " << cell(c.expected) << " | " << cell(c.basis) << " | " << cell(c.reason)
-         << " |\n";
+      md << "| " << (c.failed() ? "**FAIL**" : checkStatusLabel(c.status)) << " | "
+         << markdownCell(c.category + ": " + c.name) << " | " << markdownCell(c.measured) << " | "
+         << markdownCell(c.expected) << " | " << markdownCell(c.basis) << " | " << markdownCell(c.reason) << " |\n";
     }
     md << "\n";
   }
   if (!options.files.empty()) {
     md << "## Files\n\n";
     for (const std::string& f : options.files)
-      md << "- " << cell(f) << "\n";
+      md << "- " << markdownCell(f) << "\n";
   }
   return md.str();
 }
