@@ -36,9 +36,8 @@ Result probeCell(int s, int d, const std::string& verdict, bool claimed) {
   return peerlab::testing::probeCellRow("probe", s, d, verdict, claimed);
 }
 
-const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  return peerlab::testing::checkNamed(checks, name);
-}
+using peerlab::testing::checkNamed;
+using peerlab::testing::healthRow;
 
 struct Fixture {
   QualifyConfig config;
@@ -74,13 +73,13 @@ TEST(Checks, BandwidthAgainstTheTopology) {
   f.run.results = {copy(0, 1, 4096, 5),      copy(0, 1, 1 << 28, 394),    copy(0, 1, 1 << 26, 390),
                    copy(1, 0, 1 << 28, 300), probeCell(0, 1, "ok", true), probeCell(1, 0, "ok", true)};
   auto checks = f.evaluate();
-  const Check* good = named(checks, "peer_copy peerlab.ce uni 0->1");
+  const Check* good = checkNamed(checks, "peer_copy peerlab.ce uni 0->1");
   ASSERT_NE(good, nullptr);
   EXPECT_FALSE(good->failed());
   EXPECT_EQ(good->measured, "394.0 GB/s algbw at 256 MiB");
   EXPECT_EQ(good->expected, ">= 382.5 GB/s");
   EXPECT_EQ(good->basis, "NV18 x 26.5625 GB/s x 0.80 [rule peer_copy_ce_uni, scope pair]");
-  const Check* bad = named(checks, "peer_copy peerlab.ce uni 1->0");
+  const Check* bad = checkNamed(checks, "peer_copy peerlab.ce uni 1->0");
   ASSERT_NE(bad, nullptr);
   EXPECT_TRUE(bad->failed());
   EXPECT_NE(bad->reason.find("78.4% of the expected figure: below the floor"), std::string::npos) << bad->reason;
@@ -108,19 +107,19 @@ TEST(Checks, UnknownLinksSayUnknown) {
   f.plan = *p;
   f.run.results = {copy(0, 1, 1 << 28, 394), probeCell(0, 1, "ok", true), probeCell(1, 0, "ok", true)};
   auto checks = f.evaluate();
-  const Check* c = named(checks, "peer_copy peerlab.ce uni 0->1");
+  const Check* c = checkNamed(checks, "peer_copy peerlab.ce uni 0->1");
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->failed());
   EXPECT_EQ(c->expected, "unknown");
   EXPECT_FALSE(c->expected_value.has_value());
   EXPECT_NE(c->reason.find("require_link_info = true: unknown: the topology does not say"), std::string::npos)
       << c->reason;
-  const Check* topo = named(checks, "link information for every pair");
+  const Check* topo = checkNamed(checks, "link information for every pair");
   ASSERT_NE(topo, nullptr);
   EXPECT_TRUE(topo->failed());
   f.config.require_link_info = false;
   checks = f.evaluate();
-  c = named(checks, "peer_copy peerlab.ce uni 0->1");
+  c = checkNamed(checks, "peer_copy peerlab.ce uni 0->1");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->status, report::CheckStatus::kSkipped);
   EXPECT_EQ(c->expected, "unknown");
@@ -142,13 +141,13 @@ TEST(Checks, PciePairsWithoutARateAreUnknown) {
   ASSERT_TRUE(p.isOk());
   f.plan = *p;
   auto checks = f.evaluate();
-  const Check* topo = named(checks, "link information for every pair");
+  const Check* topo = checkNamed(checks, "link information for every pair");
   ASSERT_NE(topo, nullptr);
   EXPECT_TRUE(topo->failed());
   EXPECT_NE(topo->reason.find("no NVLink and no PCIe rate for 0->1, 1->0"), std::string::npos) << topo->reason;
   f.plan.topology.gpus[1].pcie = topology::PcieLink{4, 16, 31.5, "test"};
   checks = f.evaluate();
-  topo = named(checks, "link information for every pair");
+  topo = checkNamed(checks, "link information for every pair");
   ASSERT_NE(topo, nullptr);
   EXPECT_FALSE(topo->failed()) << topo->reason;
 }
@@ -158,7 +157,7 @@ TEST(Checks, ProbeClaimsMustVerify) {
   f.run.results = {copy(0, 1, 1 << 28, 394), copy(1, 0, 1 << 28, 394), probeCell(0, 1, "corrupt", true),
                    probeCell(1, 0, "ok", false)};
   auto checks = f.evaluate();
-  const Check* p = named(checks, "probe ce_write: claimed cells verify");
+  const Check* p = checkNamed(checks, "probe ce_write: claimed cells verify");
   ASSERT_NE(p, nullptr);
   EXPECT_TRUE(p->failed());
   EXPECT_EQ(p->measured, "0 of 1 claimed cells verified (2 cells)");
@@ -166,12 +165,12 @@ TEST(Checks, ProbeClaimsMustVerify) {
   // An unclaimed cell that fails only fails qualify when the config says so.
   f.run.results = {copy(0, 1, 1 << 28, 394), copy(1, 0, 1 << 28, 394), probeCell(0, 1, "ok", true),
                    probeCell(1, 0, "hang", false)};
-  EXPECT_FALSE(named(f.evaluate(), "probe ce_write: claimed cells verify")->failed());
+  EXPECT_FALSE(checkNamed(f.evaluate(), "probe ce_write: claimed cells verify")->failed());
   f.config.fail_unclaimed = true;
-  EXPECT_TRUE(named(f.evaluate(), "probe ce_write: claimed cells verify")->failed());
+  EXPECT_TRUE(checkNamed(f.evaluate(), "probe ce_write: claimed cells verify")->failed());
   // No probe at all is a failure when the probe was part of the run.
   f.run.results = {copy(0, 1, 1 << 28, 394)};
-  const Check* ran = named(f.evaluate(), "verified probe");
+  const Check* ran = checkNamed(f.evaluate(), "verified probe");
   ASSERT_NE(ran, nullptr);
   EXPECT_TRUE(ran->failed());
 }
@@ -184,7 +183,7 @@ TEST(Checks, DataFailuresAndCoverage) {
   wrong.wrong = 12;
   f.run.results = {copy(0, 1, 1 << 28, 394), failed, wrong, probeCell(0, 1, "ok", true)};
   auto checks = f.evaluate();
-  const Check* data = named(checks, "peer_copy: results ran and verified");
+  const Check* data = checkNamed(checks, "peer_copy: results ran and verified");
   ASSERT_NE(data, nullptr);
   EXPECT_TRUE(data->failed());
   EXPECT_EQ(data->measured, "1 ok, 0 skipped, 2 failed");
@@ -204,12 +203,12 @@ TEST(Checks, DataFailuresAndCoverage) {
   own.status = "skipped: needs 2 ranks";
   f.run.results = {copy(0, 1, 1 << 28, 394), probeCell(0, 1, "ok", true), torch, own};
   checks = f.evaluate();
-  ASSERT_NE(named(checks, "moe: results ran and verified"), nullptr);
-  EXPECT_FALSE(named(checks, "moe: results ran and verified")->failed());
+  ASSERT_NE(checkNamed(checks, "moe: results ran and verified"), nullptr);
+  EXPECT_FALSE(checkNamed(checks, "moe: results ran and verified")->failed());
   // A suite the plan did not run, with peerlab's own rows all skipped: not run, never passed.
-  ASSERT_NE(named(checks, "alltoallv: results ran and verified"), nullptr);
-  EXPECT_EQ(named(checks, "alltoallv: results ran and verified")->status, report::CheckStatus::kSkipped);
-  EXPECT_NE(named(checks, "alltoallv: results ran and verified")->reason.find("nothing of peerlab's was measured"),
+  ASSERT_NE(checkNamed(checks, "alltoallv: results ran and verified"), nullptr);
+  EXPECT_EQ(checkNamed(checks, "alltoallv: results ran and verified")->status, report::CheckStatus::kSkipped);
+  EXPECT_NE(checkNamed(checks, "alltoallv: results ran and verified")->reason.find("nothing of peerlab's was measured"),
             std::string::npos);
   // One the plan ran: a failure.
   BenchJob a2a;
@@ -217,17 +216,17 @@ TEST(Checks, DataFailuresAndCoverage) {
   a2a.binary = "alltoallv_bench";
   a2a.ranks = 2;
   f.plan.jobs.push_back(a2a);
-  EXPECT_TRUE(named(f.evaluate(), "alltoallv: results ran and verified")->failed());
+  EXPECT_TRUE(checkNamed(f.evaluate(), "alltoallv: results ran and verified")->failed());
 
   // Copy-engine results that never reach the size the expectation needs: the sweep checks nothing, which must not
   // pass silently. Implementations the run does not have (SM copies here) are not held to anything.
   f.run.results = {copy(0, 1, 1 << 20, 200), copy(1, 0, 1 << 22, 300), probeCell(0, 1, "ok", true)};
   checks = f.evaluate();
-  const Check* cov = named(checks, "expect.peer_copy_ce_uni has results to check");
+  const Check* cov = checkNamed(checks, "expect.peer_copy_ce_uni has results to check");
   ASSERT_NE(cov, nullptr);
   EXPECT_TRUE(cov->failed());
   EXPECT_EQ(cov->measured, "2 results of peer_copy peerlab.ce uni, largest 4 MiB");
-  EXPECT_EQ(named(checks, "expect.peer_copy_sm_uni has results to check"), nullptr);
+  EXPECT_EQ(checkNamed(checks, "expect.peer_copy_sm_uni has results to check"), nullptr);
 }
 
 TEST(Checks, LatencyBound) {
@@ -250,11 +249,11 @@ TEST(Checks, LatencyBound) {
   f.run.results = {lat(0, 1, 8, 1.1), lat(0, 1, 64, 1.3), lat(1, 0, 8, 5.0), lat(1, 0, 1 << 20, 30),
                    probeCell(0, 1, "ok", true)};
   auto checks = f.evaluate();
-  const Check* fast = named(checks, "zcopy peerlab.sm_signal kernel/uni 0->1");
+  const Check* fast = checkNamed(checks, "zcopy peerlab.sm_signal kernel/uni 0->1");
   ASSERT_NE(fast, nullptr);
   EXPECT_FALSE(fast->failed());
   EXPECT_EQ(fast->measured, "1.30 us at 64 B");  // the slowest small size
-  const Check* slow = named(checks, "zcopy peerlab.sm_signal kernel/uni 1->0");
+  const Check* slow = checkNamed(checks, "zcopy peerlab.sm_signal kernel/uni 1->0");
   ASSERT_NE(slow, nullptr);
   EXPECT_TRUE(slow->failed());
   EXPECT_EQ(slow->measured, "5.00 us at 8 B");  // 1 MiB is not a latency figure
@@ -292,11 +291,11 @@ TEST(Checks, TopologyLinkDownAndCudaVisibility) {
   f.run.fingerprint.gpus.pop_back();
   f.run.results = {probeCell(0, 1, "ok", true)};
   auto checks = f.evaluate();
-  const Check* links = named(checks, "active NVLinks equal on every NVIDIA H200");
+  const Check* links = checkNamed(checks, "active NVLinks equal on every NVIDIA H200");
   ASSERT_NE(links, nullptr);
   EXPECT_TRUE(links->failed());
   EXPECT_NE(links->measured.find("17 links on GPU 1"), std::string::npos) << links->measured;
-  const Check* cuda = named(checks, "CUDA sees every GPU");
+  const Check* cuda = checkNamed(checks, "CUDA sees every GPU");
   ASSERT_NE(cuda, nullptr);
   EXPECT_TRUE(cuda->failed());
 }
@@ -332,27 +331,16 @@ TEST(Checks, OneGpuHostPathsAreChecked) {
   auto stored = report::runPlanFromJson(toJson(*p));
   ASSERT_TRUE(stored.isOk()) << stored.status().toString();
   const std::vector<Check> checks = report::evaluateChecks(run, &*stored);
-  const Check* h2d = named(checks, "host_copy peerlab.ce h2d gpu 0 host numa 0");
+  const Check* h2d = checkNamed(checks, "host_copy peerlab.ce h2d gpu 0 host numa 0");
   ASSERT_NE(h2d, nullptr);
   EXPECT_FALSE(h2d->failed()) << h2d->reason;
-  const Check* d2h = named(checks, "host_copy peerlab.ce d2h gpu 0 host numa 0");
+  const Check* d2h = checkNamed(checks, "host_copy peerlab.ce d2h gpu 0 host numa 0");
   ASSERT_NE(d2h, nullptr);
   EXPECT_TRUE(d2h->failed());
-  const Check* dl = named(checks, "host_copy peerlab.ce device_local gpu 0");
+  const Check* dl = checkNamed(checks, "host_copy peerlab.ce device_local gpu 0");
   ASSERT_NE(dl, nullptr);
   EXPECT_FALSE(dl->failed()) << dl->expected;
   EXPECT_NE(dl->basis.find("DRAM 3352.32 GB/s"), std::string::npos) << dl->basis;
-}
-
-Result healthRow(int gpu, const std::string& name, const std::string& verdict, const std::string& detail) {
-  Result r;
-  r.suite = "health";
-  r.impl = "nvml";
-  r.name = name;
-  r.src = gpu;
-  r.status = verdict;
-  r.detail = detail;
-  return r;
 }
 
 TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
@@ -364,20 +352,20 @@ TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
                    healthRow(1, "fabric", "unsupported", "fabric state: not supported"),
                    healthRow(1, "xid", "ok", "no XID in 60.0 s watched")};
   auto checks = f.evaluate();
-  const Check* link = named(checks, "pcie_link GPU 0");
+  const Check* link = checkNamed(checks, "pcie_link GPU 0");
   ASSERT_NE(link, nullptr);
   EXPECT_TRUE(link->failed());
   EXPECT_EQ(link->category, "health");
   EXPECT_EQ(link->reason, "Gen3 x8 of Gen5 x16");
-  const Check* ecc = named(checks, "ecc GPU 0");
+  const Check* ecc = checkNamed(checks, "ecc GPU 0");
   ASSERT_NE(ecc, nullptr);
   EXPECT_FALSE(ecc->failed());
   EXPECT_EQ(ecc->status, report::CheckStatus::kWarn);
-  const Check* fabric = named(checks, "fabric GPU 1");
+  const Check* fabric = checkNamed(checks, "fabric GPU 1");
   ASSERT_NE(fabric, nullptr);
   EXPECT_EQ(fabric->status, report::CheckStatus::kUnsupported);
   EXPECT_EQ(fabric->measured, "unsupported");
-  const Check* xid = named(checks, "xid GPU 1");
+  const Check* xid = checkNamed(checks, "xid GPU 1");
   ASSERT_NE(xid, nullptr);
   EXPECT_EQ(xid->status, report::CheckStatus::kPass);
   // Results measured on a throttled GPU fail their benchmark.
@@ -385,12 +373,12 @@ TEST(Checks, HealthFailFailsWarnWarnsUnsupportedIsNotPassed) {
   hot.extra["throttled"] = {"hw_thermal"};
   f.run.results.push_back(hot);
   auto throttled = f.evaluate();
-  const Check* t0 = named(throttled, "peer_copy on GPU 1 measured at full clocks");
+  const Check* t0 = checkNamed(throttled, "peer_copy on GPU 1 measured at full clocks");
   ASSERT_NE(t0, nullptr);
   EXPECT_TRUE(t0->failed());
   EXPECT_EQ(t0->measured, "throttled: hw_thermal");
-  EXPECT_NE(named(throttled, "peer_copy on GPU 0 measured at full clocks"), nullptr);
-  EXPECT_EQ(named(checks, "peer_copy on GPU 1 measured at full clocks"), nullptr);
+  EXPECT_NE(checkNamed(throttled, "peer_copy on GPU 0 measured at full clocks"), nullptr);
+  EXPECT_EQ(checkNamed(checks, "peer_copy on GPU 1 measured at full clocks"), nullptr);
   // Health rows are verdicts, not measurements: no data check is made of them.
   for (const Check& c : checks) {
     EXPECT_EQ(c.name.find("health:"), std::string::npos) << c.name;

@@ -17,6 +17,7 @@
 #include "harness/report/render/site_testing.h"
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
+#include "harness/testing/runs.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
@@ -41,13 +42,7 @@ using report::Result;
   } while (0)
 
 report::Run bigRun(int gpus) {
-  report::Run run = report::newRun();
-  run.fingerprint.hostname = "synthetic-" + std::to_string(gpus);
-  run.fingerprint.driver = "580.159.04";
-  run.fingerprint.cuda_runtime = "13.0";
-  run.fingerprint.nccl = "2.28.3";
-  for (int g = 0; g < gpus; ++g)
-    run.fingerprint.gpus.push_back({g, "GPU-" + std::to_string(g), "", "NVIDIA H200"});
+  report::Run run = machineRun("synthetic-" + std::to_string(gpus), gpus);
   for (int s = 0; s < gpus; ++s) {
     for (int d = 0; d < gpus; ++d) {
       if (s == d) continue;
@@ -66,15 +61,8 @@ report::Run bigRun(int gpus) {
         }
       }
       for (const char* m : {"ce_write/4096", "sm_store/4096", "ipc_vmm/67108864"}) {
-        Result p;
-        p.suite = "probe";
-        p.name = m;
-        p.impl = "peerlab.probe";
-        p.src = s;
-        p.dst = d;
-        p.status = (s + d) % 7 == 0 && m[0] == 's' ? "corrupt" : "ok";
-        p.extra["claimed"] = (s + d) % 5 != 0;
-        run.results.push_back(p);
+        run.results.push_back(
+            probeCellRow("probe", s, d, (s + d) % 7 == 0 && m[0] == 's' ? "corrupt" : "ok", (s + d) % 5 != 0, m));
       }
     }
   }

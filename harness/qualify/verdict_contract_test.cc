@@ -13,6 +13,7 @@
 #include "harness/report/evaluate.h"
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
+#include "harness/testing/runs.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::testing {
@@ -35,12 +36,6 @@ bool isRunFile(const std::filesystem::path& p) {
   if (!report::isRunFileName(p.string())) return false;
   return p.filename() == "results.json" || p.filename() == "results.json.gz" || p.parent_path().filename() == "runs" ||
          p.parent_path().filename() == "baselines";
-}
-
-Run load(const std::string& source) {
-  auto run = report::readRun(sourcePath(source));
-  EXPECT_TRUE(run.isOk()) << run.status().toString();
-  return run.isOk() ? *run : Run{};
 }
 
 std::vector<Case> cases() {
@@ -126,7 +121,7 @@ TEST(VerdictContract, EveryCommandAndEveryFileStatesTheSameCounts) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     const std::string tag = std::to_string(index++);
-    report::Run run = load(c.source);
+    report::Run run = committedRun(c.source);
     if (c.edit) c.edit(run);
     const std::string file = dir + "/run-" + tag + ".json";
     ASSERT_TRUE(report::writeRun(run, file).isOk());

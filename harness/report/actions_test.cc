@@ -19,14 +19,11 @@
 namespace peerlab::report {
 namespace {
 
-Run committed(const std::string& name) {
-  auto run = readRun(peerlab::testing::sourcePath("reports/runs/" + name));
-  EXPECT_TRUE(run.isOk()) << run.status().toString();
-  return run.isOk() ? *run : Run{};
-}
+using peerlab::testing::checkNamed;
+using peerlab::testing::checkOf;
 
-const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  return peerlab::testing::checkNamed(checks, name);
+Run committed(const std::string& name) {
+  return peerlab::testing::committedRun("reports/runs/" + name);
 }
 
 // A one-GPU run with its health rows turned to `status` where `names` says.
@@ -109,7 +106,7 @@ TEST(Actions, FailedChecksCarryTheirAction) {
     }
   }
   EXPECT_GE(failed, 2);
-  const Check* probe = named(v.checks, "probe ce_write: claimed cells verify");
+  const Check* probe = checkNamed(v.checks, "probe ce_write: claimed cells verify");
   ASSERT_NE(probe, nullptr);
   EXPECT_EQ(probe->action, "file_driver_bug");
   for (const Check& c : v.checks) {
@@ -127,7 +124,7 @@ TEST(Actions, AnXidsActionComesFromTheWatch) {
     report::Run run = healthRun({{"xid", "fail"}});
     run.extra["health"]["xids"] = xids;
     const std::vector<Check> checks = evaluateChecks(run, nullptr);
-    const Check* x = named(checks, "xid GPU 0");
+    const Check* x = checkNamed(checks, "xid GPU 0");
     return x ? x->action : std::string("no xid check");
   };
   EXPECT_EQ(actionOf(nlohmann::json::array({{{"gpu", 0}, {"xid", 79}}})), "reboot_node");
@@ -150,10 +147,7 @@ TEST(Actions, DrainReasonNamesTheMostDrasticActionAndItsGpu) {
   EXPECT_EQ(drainReason(evaluateChecks(run, nullptr)), "xid GPU0: reboot node (+2 more failed)");
   EXPECT_EQ(drainReason(evaluateChecks(healthRun({}), nullptr)), "");
   // One line of plain ASCII, bounded, whatever a check's name holds.
-  Check c;
-  c.category = "bandwidth";
-  c.name = "peer\x1b[31m" + std::string(300, 'x');
-  c.status = CheckStatus::kFail;
+  Check c = checkOf("bandwidth", "peer\x1b[31m" + std::string(300, 'x'), CheckStatus::kFail);
   c.action = "check_performance";
   const std::string r = drainReason({c});
   EXPECT_LE(r.size(), 160u);
@@ -163,7 +157,7 @@ TEST(Actions, DrainReasonNamesTheMostDrasticActionAndItsGpu) {
 
 TEST(Actions, EveryOutputCarriesTheAction) {
   const std::vector<Check> checks = evaluateChecks(healthRun({{"nvlink_state", "fail"}}), nullptr);
-  const Check* nv = named(checks, "nvlink_state GPU 0");
+  const Check* nv = checkNamed(checks, "nvlink_state GPU 0");
   ASSERT_NE(nv, nullptr);
   ASSERT_EQ(nv->action, "reseat_nvlink");
   const std::string text = actionById("reseat_nvlink")->text;
@@ -171,7 +165,7 @@ TEST(Actions, EveryOutputCarriesTheAction) {
   const nlohmann::json j = toJson(checks);
   auto back = checksFromJson(j);
   ASSERT_TRUE(back.isOk()) << back.status().message();
-  EXPECT_EQ(named(*back, "nvlink_state GPU 0")->action, "reseat_nvlink");
+  EXPECT_EQ(checkNamed(*back, "nvlink_state GPU 0")->action, "reseat_nvlink");
   bool found = false;
   for (const auto& c : j) {
     if (c["name"] == "nvlink_state GPU 0") {
@@ -189,7 +183,7 @@ TEST(Actions, EveryOutputCarriesTheAction) {
     if (c.contains("action")) c["action"]["id"] = "format_disk";
   back = checksFromJson(forged);
   ASSERT_TRUE(back.isOk());
-  EXPECT_EQ(named(*back, "nvlink_state GPU 0")->action, "");
+  EXPECT_EQ(checkNamed(*back, "nvlink_state GPU 0")->action, "");
   // The console, summary.md and junit.xml.
   const std::string console = formatCheckLines(checks);
   EXPECT_NE(console.find("FAIL health: nvlink_state GPU 0: measured fail, expected ok"), std::string::npos) << console;
@@ -203,8 +197,7 @@ TEST(Actions, EveryOutputCarriesTheAction) {
 }
 
 TEST(Actions, AnUnknownIdIsKeptByTheRecordDroppedByTheEngineAndShownAsUnknown) {
-  nlohmann::json stored = toJson(std::vector<Check>{Check{}});
-  stored[0]["status"] = "fail";
+  nlohmann::json stored = toJson(std::vector<Check>{checkOf("bandwidth", "peer_copy", CheckStatus::kFail)});
   stored[0]["action"] = {{"id", "format_disk"}};
   // The run file's record keeps the id as written (a bounded name); the engine keeps only ids of its table.
   auto record = checkRecordsFromJson(stored);
@@ -216,10 +209,7 @@ TEST(Actions, AnUnknownIdIsKeptByTheRecordDroppedByTheEngineAndShownAsUnknown) {
   stored[0]["action"]["id"] = std::string(300, 'x');
   EXPECT_FALSE(checkRecordsFromJson(stored).isOk());
   // A check that carries an id the table lacks shows it as unknown wherever its action is shown.
-  Check c;
-  c.category = "bandwidth";
-  c.name = "peer_copy peerlab.ce uni 0->1";
-  c.status = CheckStatus::kFail;
+  Check c = checkOf("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail);
   c.action = "format_disk";
   const std::string line = "unknown action \"format_disk\" (not in this peerlab's table)";
   EXPECT_EQ(actionLine(c), line);

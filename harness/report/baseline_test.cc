@@ -10,15 +10,14 @@
 
 #include "harness/report/compare.h"
 #include "harness/report/evaluate.h"
+#include "harness/testing/runs.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {
 
 NamedRun committed(const std::string& rel) {
-  auto run = readRun(peerlab::testing::sourcePath(rel));
-  EXPECT_TRUE(run.isOk()) << run.status().toString();
-  return {rel, run.isOk() ? *run : Run{}};
+  return {rel, peerlab::testing::committedRun(rel)};
 }
 
 TEST(Baseline, TheMedianOfRunsOfOneKind) {

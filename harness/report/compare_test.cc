@@ -19,16 +19,7 @@ Result bw(const std::string& suite, const std::string& impl, int src, int dst, d
 }
 
 Result lat(const std::string& impl, double us) {
-  Result r;
-  r.suite = "zcopy";
-  r.name = "pingpong";
-  r.impl = impl;
-  r.src = 0;
-  r.dst = 1;
-  r.ranks = 2;
-  r.bytes = 8;
-  r.time_us = us;
-  return r;
+  return peerlab::testing::latencyRow("zcopy", "pingpong", impl, 0, 1, 8, us);
 }
 
 const CompareRow& rowFor(const CompareReport& rep, const std::string& impl) {

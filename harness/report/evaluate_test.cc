@@ -20,10 +20,11 @@ std::string failures(const RunVerdict& v) {
   return s;
 }
 
+using peerlab::testing::checkNamed;
+using peerlab::testing::healthRow;
+
 report::Run committed(const std::string& name) {
-  auto run = readRun(peerlab::testing::sourcePath("reports/runs/" + name));
-  EXPECT_TRUE(run.isOk()) << run.status().toString();
-  return run.isOk() ? *run : report::Run{};
+  return peerlab::testing::committedRun("reports/runs/" + name);
 }
 
 report::Run x4() {
@@ -33,16 +34,12 @@ report::Run h100() {
   return committed("2026-11-25-h100-x1-a99f8ae.json.gz");
 }
 
-const Check* named(const std::vector<Check>& checks, const std::string& name) {
-  return peerlab::testing::checkNamed(checks, name);
-}
-
 // A one-GPU qualify: pair suites are notes, not jobs; the probe did not run and says so.
 TEST(Evaluate, OneGpuQualifyIsPassWithTheProbeNotRun) {
   const RunVerdict v = verdictOf(h100());
   EXPECT_TRUE(v.pass()) << failures(v);
   EXPECT_FALSE(v.storedPassContradicted());
-  const Check* probe = named(v.checks, "verified probe");
+  const Check* probe = checkNamed(v.checks, "verified probe");
   ASSERT_NE(probe, nullptr);
   EXPECT_EQ(probe->status, CheckStatus::kSkipped);
   EXPECT_NE(probe->reason.find("not run: the topology has no GPU pair"), std::string::npos) << probe->reason;
@@ -83,7 +80,7 @@ TEST(Evaluate, HostScopeExpectationsAreChecked) {
   const RunVerdict v = verdictOf(run);
   EXPECT_FALSE(v.pass());
   EXPECT_TRUE(v.storedPassContradicted());
-  const Check* h2d = named(v.checks, "host_copy peerlab.ce h2d gpu 0 host numa 0");
+  const Check* h2d = checkNamed(v.checks, "host_copy peerlab.ce h2d gpu 0 host numa 0");
   ASSERT_NE(h2d, nullptr) << failures(v);
   EXPECT_TRUE(h2d->failed());
   EXPECT_EQ(h2d->measured, "5.0 GB/s algbw at 256 MiB");
@@ -108,7 +105,7 @@ TEST(Evaluate, ClaimedCorruptCellFailsOnceAsOneCell) {
   const RunVerdict v = verdictOf(run);
   EXPECT_FALSE(v.pass());
   EXPECT_TRUE(v.storedPassContradicted());
-  const Check* ce = named(v.checks, "probe ce_write: claimed cells verify");
+  const Check* ce = checkNamed(v.checks, "probe ce_write: claimed cells verify");
   ASSERT_NE(ce, nullptr);
   // A cell is an ordered pair and a method, whatever the number of sizes probed.
   EXPECT_EQ(ce->measured, "11 of 12 claimed cells verified (12 cells)");
@@ -118,15 +115,11 @@ TEST(Evaluate, ClaimedCorruptCellFailsOnceAsOneCell) {
 TEST(Evaluate, MissingSuiteAndProcessFailureRecordsFail) {
   report::Run run = x4();
   std::erase_if(run.results, [](const Result& r) { return r.suite == "zcopy"; });
-  Result failed;
-  failed.suite = "zcopy";
-  failed.name = "process";
-  failed.impl = "zcopy_bench";
-  failed.status = "failed: zcopy_bench not found";
-  run.results.push_back(failed);
+  run.results.push_back(
+      peerlab::testing::statusRow("zcopy", "process", "zcopy_bench", "failed: zcopy_bench not found"));
   const RunVerdict v = verdictOf(run);
   EXPECT_FALSE(v.pass());
-  const Check* coverage = named(v.checks, "suite zcopy has results");
+  const Check* coverage = checkNamed(v.checks, "suite zcopy has results");
   ASSERT_NE(coverage, nullptr);
   EXPECT_TRUE(coverage->failed());
   EXPECT_EQ(coverage->measured, "0 results (+1 process failures)");
@@ -169,11 +162,11 @@ TEST(Evaluate, HealthReasonsTravelAndStatusesCountApart) {
     }
   }
   const RunVerdict v = verdictOf(run);
-  const Check* xid = named(v.checks, "xid GPU 0");
+  const Check* xid = checkNamed(v.checks, "xid GPU 0");
   ASSERT_NE(xid, nullptr);
   EXPECT_TRUE(xid->failed());
   EXPECT_EQ(xid->reason, "XID 79 (GPU has fallen off the bus) at 12.3 s");
-  const Check* pcie = named(v.checks, "pcie_errors GPU 0");
+  const Check* pcie = checkNamed(v.checks, "pcie_errors GPU 0");
   ASSERT_NE(pcie, nullptr);
   EXPECT_EQ(pcie->status, CheckStatus::kWarn);
   EXPECT_EQ(v.counts.warnings, 1);
@@ -196,13 +189,7 @@ TEST(Evaluate, RunWithoutPlanGetsProbeHealthAndDataChecks) {
   run.results[0].status = "failed: timeout";
   EXPECT_FALSE(verdictOf(run).pass());
   run.results[0].status = "ok";
-  Result h;
-  h.suite = "health";
-  h.impl = "nvml";
-  h.name = "ecc";
-  h.src = 0;
-  h.status = "warn";
-  run.results.push_back(h);
+  run.results.push_back(healthRow(0, "ecc", "warn"));
   v = verdictOf(run);
   EXPECT_TRUE(v.pass());
   EXPECT_EQ(v.counts.warnings, 1);
@@ -220,7 +207,7 @@ TEST(Evaluate, StoredBaselineChecksAreKept) {
   b.reason = "REGRESSED (-12.0%)";
   run.extra["qualify"]["checks"].push_back(toJson(b));
   const RunVerdict v = verdictOf(run);
-  const Check* kept = named(v.checks, b.name);
+  const Check* kept = checkNamed(v.checks, b.name);
   ASSERT_NE(kept, nullptr);
   EXPECT_TRUE(kept->failed());
   EXPECT_NE(kept->reason.find("as stored"), std::string::npos) << kept->reason;
@@ -270,13 +257,7 @@ TEST(Evaluate, ZeroChecksIsItsOwnVerdict) {
   EXPECT_EQ(toJson(v.counts)["verdict"], "EMPTY");
   // One check is enough to be a verdict again.
   report::Run one = empty;
-  Result h;
-  h.suite = "health";
-  h.name = "xid";
-  h.impl = "nvml";
-  h.src = 0;
-  h.status = "ok";
-  one.results.push_back(h);
+  one.results.push_back(healthRow(0, "xid", "ok"));
   EXPECT_EQ(std::string(verdictWord(verdictOf(one).counts)), "PASS");
 }
 
@@ -302,17 +283,17 @@ TEST(Evaluate, ARuleThatSelectsNothingIsReported) {
   absent.suite = "transport";
   plan.expectations.push_back(absent);
   const std::vector<Check> checks = evaluateChecks(run, &plan);
-  const Check* e = named(checks, "expect.peer_copy_typo selects a result");
+  const Check* e = checkNamed(checks, "expect.peer_copy_typo selects a result");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->status, CheckStatus::kSkipped);
   EXPECT_NE(e->reason.find("not checked: the rule selects none of the"), std::string::npos) << e->reason;
   EXPECT_NE(e->reason.find("a typo in the config's impl or name"), std::string::npos) << e->reason;
   EXPECT_NE(e->reason.find("peerlab.ce"), std::string::npos) << e->reason;  // what the suite does have
   EXPECT_NE(e->basis.find("impl peerlab.cee"), std::string::npos) << e->basis;
-  const Check* l = named(checks, "latency.zcopy_typo selects a result");
+  const Check* l = checkNamed(checks, "latency.zcopy_typo selects a result");
   ASSERT_NE(l, nullptr);
   EXPECT_EQ(l->status, CheckStatus::kSkipped);
-  EXPECT_EQ(named(checks, "expect.transport_absent selects a result"), nullptr);
+  EXPECT_EQ(checkNamed(checks, "expect.transport_absent selects a result"), nullptr);
   // Counted and shown as not checked, never as passed, never as a failure.
   const CheckCounts n = countChecks(checks);
   EXPECT_GE(n.skipped, 2);

@@ -8,17 +8,22 @@
 #include <regex>
 #include <string>
 
-#include "harness/report/render/views.h"
 #include "harness/report/evaluate.h"
 #include "harness/report/render/chart_page.h"
 #include "harness/report/render/console.h"
 #include "harness/report/render/html.h"
 #include "harness/report/render/junit.h"
 #include "harness/report/render/summary.h"
+#include "harness/report/render/views.h"
+#include "harness/testing/runs.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::report {
 namespace {
+
+using peerlab::testing::checkOf;
+using peerlab::testing::healthRow;
+using peerlab::testing::latencyRow;
 
 // The report of a run with its checks evaluated once, as `peerlab report` renders it.
 std::string reportPage(const Run& run) {
@@ -35,64 +40,29 @@ size_t countOf(const std::string& text, const std::string& needle) {
 // A synthetic run of `gpus` GPUs: peer copies over every ordered pair and sizes, an NCCL baseline, a probe matrix
 // with one claimed-but-corrupt cell, latency rows, a failure.
 Run syntheticRun(int gpus) {
-  report::Run run = newRun();
+  report::Run run = peerlab::testing::machineRun("synthetic-" + std::to_string(gpus), gpus);
   run.timestamp = "2026-11-21T09:00:00Z";
-  run.fingerprint.hostname = "synthetic-" + std::to_string(gpus);
-  run.fingerprint.driver = "580.159.04";
-  run.fingerprint.cuda_runtime = "13.0";
-  run.fingerprint.nccl = "2.28.3";
-  for (int g = 0; g < gpus; ++g) {
-    run.fingerprint.gpus.push_back(
-        {g, "GPU-" + std::to_string(g), "0000:0" + std::to_string(g) + ":00.0", "NVIDIA H200"});
-  }
   for (int s = 0; s < gpus; ++s) {
     for (int d = 0; d < gpus; ++d) {
       if (s == d) continue;
       for (double bytes = 4096; bytes <= (1 << 28); bytes *= 16) {
         for (const char* impl : {"peerlab.ce", "nccl.sendrecv"}) {
-          Result r;
-          r.suite = "peer_copy";
-          r.name = "uni";
-          r.impl = impl;
-          r.src = s;
-          r.dst = d;
-          r.bytes = bytes;
-          r.algbw_gbps = 390.0 * bytes / (bytes + 2e6) * (impl[0] == 'n' ? 0.8 : 1.0) + s * 0.5;
-          r.time_us = bytes / *r.algbw_gbps / 1e3;
+          const double gbps = 390.0 * bytes / (bytes + 2e6) * (impl[0] == 'n' ? 0.8 : 1.0) + s * 0.5;
+          Result r = peerlab::testing::bandwidthRow("peer_copy", impl, s, d, bytes, gbps);
           r.busbw_gbps = r.algbw_gbps;
-          r.wrong = 0;
           run.results.push_back(r);
         }
       }
-      Result p;
-      p.suite = "probe";
-      p.name = "ce_write/4096";
-      p.impl = "peerlab.probe";
-      p.src = s;
-      p.dst = d;
+      Result p = peerlab::testing::probeCellRow("probe", s, d, (s == 0 && d == 1) ? "corrupt" : "ok", true);
       p.bytes = 4096;
       p.time_us = 12;
-      p.status = (s == 0 && d == 1) ? "corrupt" : "ok";
-      p.extra["claimed"] = true;
       run.results.push_back(p);
-      Result z;
-      z.suite = "zcopy";
-      z.name = "pingpong";
-      z.impl = "peerlab.sm_signal";
-      z.src = s;
-      z.dst = d;
-      z.ranks = 2;
-      z.bytes = 8;
-      z.time_us = 1.4 + 0.01 * d;
-      run.results.push_back(z);
+      run.results.push_back(latencyRow("zcopy", "pingpong", "peerlab.sm_signal", s, d, 8, 1.4 + 0.01 * d));
     }
   }
-  Result failed;
-  failed.suite = "alltoallv";
-  failed.name = "uniform";
-  failed.impl = "peerlab.alltoallv";
+  Result failed = peerlab::testing::statusRow("alltoallv", "uniform", "peerlab.alltoallv",
+                                              "failed: device error word 0x3 (timeout waiting for rank 2)");
   failed.ranks = gpus;
-  failed.status = "failed: device error word 0x3 (timeout waiting for rank 2)";
   run.results.push_back(failed);
   return run;
 }
@@ -199,15 +169,8 @@ TEST(Html, AtMostEightSeriesPerChart) {
   // 20 implementations of one case: split over three charts.
   for (int i = 0; i < 20; ++i) {
     for (double bytes = 4096; bytes <= (1 << 24); bytes *= 16) {
-      Result r;
-      r.suite = "zcopy";
-      r.name = "uni";
-      r.impl = "peerlab.variant" + std::to_string(i);
-      r.src = 0;
-      r.dst = 1;
-      r.ranks = 2;
-      r.bytes = bytes;
-      r.time_us = 2 + bytes / (1e5 + i * 1e4);
+      Result r =
+          latencyRow("zcopy", "uni", "peerlab.variant" + std::to_string(i), 0, 1, bytes, 2 + bytes / (1e5 + i * 1e4));
       r.algbw_gbps = bytes / *r.time_us / 1e3;
       run.results.push_back(r);
     }
@@ -255,16 +218,9 @@ TEST(Html, LatencySuitesShowMicrosecondMatrices) {
   for (int s = 0; s < 4; ++s) {
     for (int d = 0; d < 4; ++d) {
       if (s == d) continue;
-      Result r;
-      r.suite = "peer_latency";
-      r.name = "one_way";
-      r.impl = "peerlab.flag";
-      r.src = s;
-      r.dst = d;
-      r.bytes = 0;
+      Result r = latencyRow("peer_latency", "one_way", "peerlab.flag", s, d, 0, s == 2 && d == 3 ? 2.1 : 0.7, 1);
       r.algbw_gbps = 0;
       r.busbw_gbps = 0;
-      r.time_us = s == 2 && d == 3 ? 2.1 : 0.7;
       r.wrong = 0;
       run.results.push_back(r);
     }
@@ -303,10 +259,7 @@ TEST(Html, PairMatrixAgainstExpectedFigure) {
 
 TEST(Html, CtestTimesInSecondsAndNotPlotted) {
   report::Run run = syntheticRun(2);
-  Result t;
-  t.suite = "test";
-  t.name = "core_gpu_test";
-  t.impl = "ctest";
+  Result t = peerlab::testing::statusRow("test", "core_gpu_test", "ctest", "ok");
   t.time_us = 2634480;
   run.results.push_back(t);
   const std::string html = withoutLibrary(reportPage(run));
@@ -366,13 +319,7 @@ TEST(Html, HostCopyAndHealthTables) {
       }
     }
     for (const char* check : {"pcie_link", "ecc", "xid", "fabric"}) {
-      Result h;
-      h.suite = "health";
-      h.impl = "nvml";
-      h.name = check;
-      h.src = g;
-      h.status = "ok";
-      h.detail = "fine";
+      Result h = healthRow(g, check, "ok", "fine");
       if (g == 1 && std::string(check) == "pcie_link") {
         h.status = "fail";
         h.detail = "Gen4 x8, expected Gen5 x16";
@@ -385,13 +332,8 @@ TEST(Html, HostCopyAndHealthTables) {
       run.results.push_back(h);
     }
   }
-  Result machine;  // a check of the whole machine, no GPU: its row says "host", never "-1"
-  machine.suite = "health";
-  machine.impl = "nvml";
-  machine.name = "driver";
-  machine.status = "ok";
-  machine.detail = "580.159.04";
-  run.results.push_back(machine);
+  // A check of the whole machine, no GPU: its row says "host", never "-1".
+  run.results.push_back(healthRow(-1, "driver", "ok", "580.159.04"));
   const std::string html = withoutLibrary(reportPage(run));
   EXPECT_NE(html.find("id=\"host_copy\""), std::string::npos);
   // Column titles may wrap after '.' and '_'.
@@ -420,15 +362,10 @@ TEST(Html, HostCopyAndHealthTables) {
 // the rate; zero counters stay plain ok; where bandwidth is shown the page says how its bytes are counted.
 TEST(Html, CountersUnderThresholdAreInformationAndBytesAreExplained) {
   report::Run run = syntheticRun(2);
-  Result crc;
-  crc.suite = "health";
-  crc.impl = "nvml";
-  crc.name = "nvlink_errors";
-  crc.src = 0;
-  crc.status = "ok";
-  crc.detail =
-      "6812 CRC errors (84.1/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s; link 0: "
-      "330 CRC, 0 replay, 0 recovery";
+  Result crc =
+      healthRow(0, "nvlink_errors", "ok",
+                "6812 CRC errors (84.1/s, warn above 100/s), 0 replays, 0 recoveries (fail above 0) in 81.0 s; link 0: "
+                "330 CRC, 0 replay, 0 recovery");
   run.results.push_back(crc);
   Result clean = crc;
   clean.src = 1;
@@ -491,26 +428,11 @@ TEST(Html, RunWithoutResultsStillRenders) {
   EXPECT_NE(html.find("Not in this run: zcopy, host_copy"), std::string::npos);
 }
 
-Check check(const std::string& category, const std::string& name, CheckStatus status, const std::string& measured,
-            const std::string& expected, const std::string& reason, std::optional<double> mv = std::nullopt,
-            std::optional<double> ev = std::nullopt) {
-  Check c;
-  c.category = category;
-  c.name = name;
-  c.status = status;
-  c.measured = measured;
-  c.expected = expected;
-  c.reason = reason;
-  c.measured_value = mv;
-  c.expected_value = ev;
-  return c;
-}
-
 TEST(Html, ChecksShowVerdictAndEscape) {
   report::Run run = syntheticRun(2);
   std::vector<Check> checks = {
-      check("bandwidth", "peer_copy <ce> 0->1", CheckStatus::kFail, "300 GB/s", ">= 382 GB/s", "below", 300, 382),
-      check("probe", "claimed cells verify", CheckStatus::kPass, "ok", "ok", "fine")};
+      checkOf("bandwidth", "peer_copy <ce> 0->1", CheckStatus::kFail, "300 GB/s", ">= 382 GB/s", "below", 300, 382),
+      checkOf("probe", "claimed cells verify", CheckStatus::kPass, "ok", "ok", "fine")};
   const std::string html = renderHtml(run, checks);
   EXPECT_NE(html.find("<span class=\"badge fail\">FAIL</span>"), std::string::npos);
   EXPECT_NE(html.find("peer_copy &lt;ce&gt; 0-&gt;1"), std::string::npos);
@@ -521,9 +443,9 @@ TEST(Html, ChecksShowVerdictAndEscape) {
 TEST(Html, UnsupportedAndWarningChecksAreNotCountedAsPassed) {
   report::Run run = syntheticRun(1);
   const std::vector<Check> checks = {
-      check("health", "nvlink_state GPU 0", CheckStatus::kUnsupported, "unsupported", "up", "not supported"),
-      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "no past errors", "1 in the past"),
-      check("health", "xid GPU 0", CheckStatus::kPass, "ok", "none", "none")};
+      checkOf("health", "nvlink_state GPU 0", CheckStatus::kUnsupported, "unsupported", "up", "not supported"),
+      checkOf("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "no past errors", "1 in the past"),
+      checkOf("health", "xid GPU 0", CheckStatus::kPass, "ok", "none", "none")};
   const std::string html = renderHtml(run, checks);
   EXPECT_NE(html.find("3 checks: 1 passed, 0 failed, 1 warning, 1 unsupported, 0 skipped"), std::string::npos);
   // The reasons are visible text, not only tooltips.
@@ -582,13 +504,13 @@ std::string tempFile(const std::string& name, const std::string& content) {
 }
 
 TEST(Junit, WellFormedAndParsesBack) {
-  std::vector<Check> checks = {
-      check("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail, "300.0 GB/s at 256 MiB",
-            ">= 382.5 GB/s (NV18 x 26.5625 x 0.80)", "78% of the expected figure & below \"the\" <floor>", 300, 382.5),
-      check("bandwidth", "peer_copy peerlab.ce uni 1->0", CheckStatus::kPass, "390 GB/s", ">= 382.5 GB/s", "ok", 390,
-            382.5),
-      check("probe", std::string("claimed cells verify \x01 ctrl"), CheckStatus::kPass, "12 of 12", "12 of 12",
-            "all verified")};
+  std::vector<Check> checks = {checkOf("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail,
+                                       "300.0 GB/s at 256 MiB", ">= 382.5 GB/s (NV18 x 26.5625 x 0.80)",
+                                       "78% of the expected figure & below \"the\" <floor>", 300, 382.5),
+                               checkOf("bandwidth", "peer_copy peerlab.ce uni 1->0", CheckStatus::kPass, "390 GB/s",
+                                       ">= 382.5 GB/s", "ok", 390, 382.5),
+                               checkOf("probe", std::string("claimed cells verify \x01 ctrl"), CheckStatus::kPass,
+                                       "12 of 12", "12 of 12", "all verified")};
   JunitOptions opts;
   opts.hostname = "h200-box";
   opts.timestamp = "2026-11-21T09:00:00Z";
@@ -626,8 +548,9 @@ TEST(Junit, WellFormedAndParsesBack) {
 TEST(Junit, AnyStringIsValidXmlWithForbiddenCharactersShownAsEscapes) {
   const std::string nasty = std::string("a\xEF\xBF\xBF b\xEF\xBF\xBE c\x01 d\x1b[31m e\xff f\xed\xa0\x80 g\xc2\x85 h") +
                             "]]> -- <!-- & \t\n\x7f";
-  std::vector<Check> checks = {check("bandwidth", "name " + nasty, CheckStatus::kFail, nasty, nasty, "reason " + nasty),
-                               check("probe", nasty, CheckStatus::kSkipped, "", "", nasty)};
+  std::vector<Check> checks = {
+      checkOf("bandwidth", "name " + nasty, CheckStatus::kFail, nasty, nasty, "reason " + nasty),
+      checkOf("probe", nasty, CheckStatus::kSkipped, "", "", nasty)};
   JunitOptions opts;
   opts.hostname = nasty;
   opts.disabled_rules = "1 rule disabled by the config: " + nasty;
@@ -667,8 +590,8 @@ TEST(Summary, HtmlFromARunIsShownNotInterpreted) {
   run.fingerprint.driver = "<!-- the rest is hidden";
   run.tool = "peerlab <b>bold</b>";
   run.results.back().status = "failed: <iframe src=x>";
-  std::vector<Check> checks = {check("bandwidth", "<svg onload=alert(3)>", CheckStatus::kFail, "<u>1</u>", "&amp;",
-                                     "<style>body{display:none}</style>")};
+  std::vector<Check> checks = {checkOf("bandwidth", "<svg onload=alert(3)>", CheckStatus::kFail, "<u>1</u>", "&amp;",
+                                       "<style>body{display:none}</style>")};
   SummaryOptions opts;
   opts.command = "peerlab qualify --out `x` <b>";
   opts.notes = {"<a href=javascript:alert(4)>note</a>"};
@@ -685,9 +608,10 @@ TEST(Summary, HtmlFromARunIsShownNotInterpreted) {
 
 TEST(Summary, FailedChecksFirstWithNumbers) {
   report::Run run = syntheticRun(4);
-  std::vector<Check> checks = {check("probe", "claimed cells verify", CheckStatus::kPass, "11 of 12", "12 of 12", "ok"),
-                               check("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail, "300.0 GB/s",
-                                     ">= 382.5 GB/s", "below | expected", 300, 382.5)};
+  std::vector<Check> checks = {
+      checkOf("probe", "claimed cells verify", CheckStatus::kPass, "11 of 12", "12 of 12", "ok"),
+      checkOf("bandwidth", "peer_copy peerlab.ce uni 0->1", CheckStatus::kFail, "300.0 GB/s", ">= 382.5 GB/s",
+              "below | expected", 300, 382.5)};
   SummaryOptions opts;
   opts.command = "peerlab qualify --out x";
   opts.files = {"results.json", "report.html"};
@@ -715,11 +639,11 @@ TEST(Summary, FailedChecksFirstWithNumbers) {
 TEST(Checks, HealthWarningsAndUnsupportedAreNeverShownAsPassed) {
   report::Run run = syntheticRun(2);
   std::vector<Check> checks = {
-      check("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "ok",
-            "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
-      check("health", "fabric GPU 0", CheckStatus::kUnsupported, "unsupported", "ok", "fabric state: not supported"),
-      check("health", "xid GPU 0", CheckStatus::kPass, "ok", "ok", "no XID in 60.0 s watched"),
-      check("health", "pcie_link GPU 0", CheckStatus::kFail, "fail", "ok", "Gen3 x8 of Gen5 x16")};
+      checkOf("health", "ecc GPU 0", CheckStatus::kWarn, "warn", "ok",
+              "past uncorrected errors: 1 (SRAM 1 parity in SM 1)"),
+      checkOf("health", "fabric GPU 0", CheckStatus::kUnsupported, "unsupported", "ok", "fabric state: not supported"),
+      checkOf("health", "xid GPU 0", CheckStatus::kPass, "ok", "ok", "no XID in 60.0 s watched"),
+      checkOf("health", "pcie_link GPU 0", CheckStatus::kFail, "fail", "ok", "Gen3 x8 of Gen5 x16")};
   const std::string md = renderSummary(run, checks);
   EXPECT_NE(md.find("| WARN | health: ecc GPU 0 | warn | ok | past uncorrected errors: 1 (SRAM 1 parity in SM 1) |"),
             std::string::npos)
