@@ -218,7 +218,7 @@ Status Pipeline::estimate() {
       plan_->notes.push_back("--history " + in_.history + ": none of its " + std::to_string(past.size()) +
                              " runs is of kind " + kind_->name + " with process wall times (" +
                              (list.empty() ? std::string("no runs") : "kinds: " + list) +
-                             "): the estimate is the model's");
+                             "; runs whose plan records no level are not counted): the estimate is the model's");
     } else {
       plan_->notes.push_back("--history " + in_.history + ": " + std::to_string(measured.runs) + " of its " +
                              std::to_string(past.size()) + " runs are of kind " + kind_->name +
