@@ -145,7 +145,8 @@ void estimatePlan(Plan& plan, const MeasuredWalls& measured) {
     plan.processes_s += job.budget_s;
   }
   const double fixed = qualifyOverhead(plan);
-  plan.overhead_s = fixed + (plan.options.probe ? estimateProbe(plan) : 0);
+  plan.history_s = measured.read_s;
+  plan.overhead_s = fixed + (plan.options.probe ? estimateProbe(plan) : 0) + plan.history_s;
   plan.budget_s = plan.processes_s + plan.overhead_s;
   plan.estimate_basis =
       "each process from the sizes and repetitions it runs (start, fixed cost per case, bytes at the link rates)" +
@@ -155,6 +156,7 @@ void estimatePlan(Plan& plan, const MeasuredWalls& measured) {
                             : "") +
       ", plus " + cost::fmt(fixed) + " s of topology, health and bundle" +
       (plan.options.probe ? " and " + cost::fmt(estimateProbe(plan)) + " s of probe" : "") +
+      (plan.history_s > 0 ? " and " + cost::fmt(plan.history_s) + " s reading the past runs" : "") +
       "; deadlines are separate and longer";
 }
 

@@ -33,7 +33,8 @@ double qualifyOverhead(const Plan& plan);
 /// Wall times measured for processes in past runs, by process identity (suite, label, what it ran).
 struct MeasuredWalls {
   std::map<std::string, std::vector<double>> walls;
-  int runs = 0;  ///< runs that contributed
+  int runs = 0;       ///< runs that contributed
+  double read_s = 0;  ///< seconds spent reading the past runs: part of the run's wall time, so of its estimate
 };
 /// The identity a process is matched by across runs: its suite, label and what it ran (its plan without the deadline;
 /// for processes recorded before plans were typed, their arguments and environment).

@@ -206,8 +206,10 @@ Status Pipeline::makePlan() {
 Status Pipeline::estimate() {
   MeasuredWalls measured;
   if (!in_.history.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     PEERLAB_ASSIGN_OR_RETURN(std::vector<report::Run> past, loadHistory(in_.history));
     measured = measuredWalls(past, kind_->name, kind_->hardware);
+    measured.read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::set<std::string> kinds;
     for (const report::Run& r : past)
       kinds.insert(r.kind.empty() ? "no kind" : r.kind.name);

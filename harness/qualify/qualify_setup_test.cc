@@ -283,6 +283,11 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
       EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
       EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
     }
+    // Reading them is part of the run's wall time, so of its estimate, and the plan says so.
+    const nlohmann::json& budget = past["budget"];
+    EXPECT_GT(budget["history_s"].get<double>(), 0.0) << budget.dump();
+    EXPECT_GE(budget["overhead_s"].get<double>(), budget["history_s"].get<double>()) << budget.dump();
+    EXPECT_NE(budget["basis"].get<std::string>().find("s reading the past runs"), std::string::npos) << budget.dump();
     // The plan says how many past runs it used.
     bool counted = false;
     for (const auto& n : past["notes"])
