@@ -36,4 +36,14 @@ std::string formatted(const char* spec, double v) {
   return buf;
 }
 
+std::string bytesLabel(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) {
+    bytes /= 1024;
+    ++u;
+  }
+  return formatted((std::string("%g ") + kUnits[u]).c_str(), bytes);
+}
+
 }  // namespace peerlab::report

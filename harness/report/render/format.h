@@ -12,5 +12,8 @@ std::string figure(double v);
 std::string shortNumber(double v);
 /// `v` written with one printf conversion `spec` ("%.0f", "%.1f GB/s").
 std::string formatted(const char* spec, double v);
+/// A byte count in the largest of B, KiB, MiB and GiB it reaches, with up to 6 significant digits (printf "%g"):
+/// "256 MiB", "1.5 GiB", "4096 GiB" (heatmap titles on the history site).
+std::string bytesLabel(double bytes);
 
 }  // namespace peerlab::report
