@@ -111,10 +111,7 @@ Status refuseTooManyKinds(HistoryStore& store) {
   std::set<std::string> machines;
   for (const RunInfo& r : runs)
     machines.insert(r.machine());
-  if (machines.size() <= report::kMaxSiteKinds) return Status();
-  return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(machines.size()) +
-                                  " machine kinds; a site shows at most " + std::to_string(report::kMaxSiteKinds) +
-                                  " (nothing written)");
+  return report::checkSiteKinds(machines.size());
 }
 
 // Injected runs (listed, counted nowhere), the latest run of each kind with the verdict the checks engine gave it at

@@ -1,10 +1,8 @@
 #include "harness/report/render/site.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -541,11 +539,7 @@ std::string kindPageName(const std::string& kind) {
 Status renderHistorySite(const SiteModel& model, const std::string& out_dir, std::vector<std::string>* failures) {
   const std::filesystem::path dir(out_dir);
   const std::vector<KindModel>& kinds = model.kinds;
-  if (kinds.size() > kMaxSiteKinds) {
-    return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(kinds.size()) +
-                                    " machine kinds; a site shows at most " + std::to_string(kMaxSiteKinds) +
-                                    " (nothing written)");
-  }
+  PEERLAB_RETURN_IF_ERROR(checkSiteKinds(kinds.size()));
   int charts = 0;
   std::vector<std::string> pages(kinds.size());
   std::vector<std::string> problems(kinds.size());

@@ -305,6 +305,13 @@ StatusOr<KindModel> kindFrom(const json& j, const std::string& where) {
 
 }  // namespace
 
+Status checkSiteKinds(size_t kinds) {
+  if (kinds <= kMaxSiteKinds) return Status();
+  return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(kinds) +
+                                  " machine kinds; a site shows at most " + std::to_string(kMaxSiteKinds) +
+                                  " (nothing written)");
+}
+
 json toJson(const SiteSeriesKey& k) {
   return {{"suite", k.suite},         {"impl", k.impl},       {"name", k.name},
           {"src", orNull(k.src)},     {"dst", orNull(k.dst)}, {"ranks", k.ranks},
@@ -422,11 +429,7 @@ StatusOr<SiteModel> siteModelFromJson(const json& j) {
   if (const json* unrun = member(j, "unrun_nodes"); unrun && !unrun->is_array()) {
     return PEERLAB_INVALID_ARGUMENT("history site model.unrun_nodes: must be an array");
   }
-  if (kinds->size() > kMaxSiteKinds) {
-    return PEERLAB_INVALID_ARGUMENT("the history holds " + std::to_string(kinds->size()) +
-                                    " machine kinds; a site shows at most " + std::to_string(kMaxSiteKinds) +
-                                    " (nothing written)");
-  }
+  PEERLAB_RETURN_IF_ERROR(checkSiteKinds(kinds->size()));
   SiteModel m;
   m.generated = text(j, "generated");
   for (size_t k = 0; k < kinds->size(); ++k) {

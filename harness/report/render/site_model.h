@@ -168,6 +168,10 @@ struct SiteModel {
   std::vector<SiteNode> unrun_nodes;  ///< nodes the scheduler's records name that have no counted run
 };
 
+/// Refuses a site of more than kMaxSiteKinds kinds: "the history holds 1001 machine kinds; a site shows at most 1000
+/// (nothing written)".
+Status checkSiteKinds(size_t kinds);
+
 nlohmann::json toJson(const SiteModel& m);
 /// {"suite","impl","name","src","dst","ranks","bytes","metric","unit"}: the fields every series' JSON starts from.
 nlohmann::json toJson(const SiteSeriesKey& k);
