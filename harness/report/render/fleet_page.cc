@@ -1,5 +1,6 @@
 #include "harness/report/render/fleet_page.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -40,8 +41,9 @@ std::vector<std::pair<std::string, std::string>> failuresOf(const std::optional<
 }
 
 std::string categoryCell(const std::optional<SiteCheckDetails>& checks, const std::string& category) {
-  const auto it = checks ? checks->categories.find(category) : std::map<std::string, CheckCounts>::const_iterator();
-  if (!checks || it == checks->categories.end()) return "<td class=\"muted\">-</td>";
+  if (!checks) return "<td class=\"muted\">-</td>";
+  const auto it = checks->categories.find(category);
+  if (it == checks->categories.end()) return "<td class=\"muted\">-</td>";
   const CheckCounts& c = it->second;
   const long long total = c.total, failed = c.failed, warnings = c.warnings;
   if (failed > 0) {
