@@ -4,7 +4,8 @@
 # 4 runtime or setup error).
 #   ci/qualify.sh [peerlab qualify options...]      e.g. ci/qualify.sh --baseline reports/baselines/h200-x4-nvswitch.json.gz
 # The bundle goes to --out when given, else $OUT/qualify when $OUT is set, else build/qualify/<kind>-<date>. Without
-# --kind (or $PEERLAB_KIND) qualify derives the machine kind from the hardware (e.g. h200-x2-nvswitch).
+# --kind (or $PEERLAB_KIND) qualify derives the machine kind from the hardware (e.g. h200-x2-nvswitch). Without
+# --history the time estimate uses the committed bundles of the kind (--history reports/qualify).
 # A machine without network: bring the packages it lacks (ci/fetch_packages.sh on a machine with network) and point
 # PEERLAB_DEB_DIR at them; they are unpacked (dpkg -x) when apt-get cannot install.
 #   ci/qualify.sh --help   this text, and peerlab qualify's options (those of harness/cli/cmd_qualify.cc)
@@ -14,7 +15,7 @@
 # CI's time). Then `ci/package.sh --install` installs what was built (the .deb: peerlab on PATH).
 set -uo pipefail
 usage() {
-  sed -n '2,14p' "$0"
+  sed -n '2,15p' "$0"
   echo "peerlab qualify's options: ${qualify_options[*]}"
 }
 # peerlab qualify's options, read from its source: add_flag takes no value, add_option one or more.
@@ -108,8 +109,16 @@ case " $* " in
     ;;
 esac
 
-log "peerlab qualify ${out_args[*]} $*"
-build/default/bin/peerlab qualify "${out_args[@]}" "$@"
+# The time estimate: the processes this kind ran in the project's committed bundles (reports/qualify), unless
+# --history names other past runs. Kinds it has no bundle of get the model's estimate (the plan says which).
+history_args=()
+case " $* " in
+  *" --history "*|*" --history="*) ;;
+  *) [ -d reports/qualify ] && history_args=(--history reports/qualify) ;;
+esac
+
+log "peerlab qualify ${out_args[*]} ${history_args[*]} $*"
+build/default/bin/peerlab qualify "${out_args[@]}" "${history_args[@]}" "$@"
 rc=$?
 log "peerlab qualify exit code $rc"
 exit $rc

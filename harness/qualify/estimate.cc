@@ -49,12 +49,23 @@ double estimateProbe(const Plan& plan) {
   return 0.5 + cost::kContextS * g + 0.05 * pairs;
 }
 
+double qualifyOverhead(const Plan& plan) {
+  const double gpus = static_cast<double>(std::max<size_t>(plan.topology.gpus.size(), 1));
+  return QualifyOverhead::kBaseS + QualifyOverhead::kPerGpuS * gpus;
+}
+
 std::string jobIdentity(const std::string& suite, const std::string& label, const nlohmann::json& what) {
   return suite + "|" + label + "|" + what.dump();
 }
 
 std::string jobIdentity(const BenchJob& job) {
-  if (!job.legacy_args.empty() || !job.legacy_env.empty()) return jobIdentity(job.suite, job.label, job.legacy_args);
+  if (!job.legacy_args.empty() || !job.legacy_env.empty()) {
+    // Its arguments and its environment (which chose what it ran: the GPU sets, the pair rounds).
+    nlohmann::json what = job.legacy_args;
+    for (const std::string& e : job.legacy_env)
+      what.push_back(e);
+    return jobIdentity(job.suite, job.label, what);
+  }
   nlohmann::json work = report::toJson(job.work);
   work.erase("deadline_s");
   return jobIdentity(job.suite, job.label, work);
@@ -71,28 +82,44 @@ MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::str
       const std::string hardware = report::hardwareOf(run).kind;
       same = !hardware.empty() && report::sameHardware(hardware, derived_kind);
     }
-    if (!same || !x.contains("bench") || !x["bench"].is_object() || !x["bench"].contains("jobs") ||
+    // Runs of a peerlab whose plans did not record their level ran other processes under the same arguments (host
+    // patterns a byte at a time, a process per pair): their walls would mislead.
+    const bool levelled = x.contains("plan") && x["plan"].is_object() && x["plan"].contains("level");
+    if (!same || !levelled || !x.contains("bench") || !x["bench"].is_object() || !x["bench"].contains("jobs") ||
         !x["bench"]["jobs"].is_array()) {
       continue;
+    }
+    // A process is known by what its run's stored plan says it ran (the same identity a plan's own job has); a
+    // process the plan does not list (a rerun the runner added) by what its record says.
+    std::map<std::string, std::string> planned;
+    if (x.contains("plan") && x["plan"].is_object()) {
+      if (auto stored = report::runPlanFromJson(x["plan"]); stored.isOk()) {
+        for (const BenchJob& job : stored->jobs)
+          planned.emplace(job.label, jobIdentity(job));
+      }
     }
     bool any = false;
     for (const nlohmann::json& j : x["bench"]["jobs"]) {
       if (!j.is_object() || !j.contains("wall_s") || !j["wall_s"].is_number() || j.value("exit", "") != "ok") continue;
-      // What the process ran: its plan, or (recorded before plans were typed) its arguments.
-      nlohmann::json what = nlohmann::json::array();
-      if (j.contains("plan") && j["plan"].is_object()) {
-        what = j["plan"];
-        what.erase("deadline_s");
-      } else if (j.contains("args") && j["args"].is_array()) {
-        for (const auto& a : j["args"])
-          if (a.is_string()) what.push_back(a.get<std::string>());
-      }
-      // The suite is the label's first word ("zcopy 0->1", "peer_copy (12 pairs)").
       const std::string label = j.value("label", "");
-      const std::string suite = label.substr(0, label.find(' '));
+      std::string identity;
+      if (auto p = planned.find(label); p != planned.end()) {
+        identity = p->second;
+      } else {
+        nlohmann::json what = nlohmann::json::array();
+        if (j.contains("plan") && j["plan"].is_object()) {
+          what = j["plan"];
+          what.erase("deadline_s");
+        } else if (j.contains("args") && j["args"].is_array()) {
+          for (const auto& a : j["args"])
+            if (a.is_string()) what.push_back(a.get<std::string>());
+        }
+        // The suite is the label's first word ("zcopy 0->1", "peer_copy (12 pairs)").
+        identity = jobIdentity(label.substr(0, label.find(' ')), label, what);
+      }
       const double wall = j["wall_s"].get<double>();
       if (wall <= 0 || wall > 1e6) continue;
-      out.walls[jobIdentity(suite, label, what)].push_back(wall);
+      out.walls[identity].push_back(wall);
       any = true;
     }
     out.runs += any;
@@ -117,7 +144,9 @@ void estimatePlan(Plan& plan, const MeasuredWalls& measured) {
     }
     plan.processes_s += job.budget_s;
   }
-  plan.overhead_s = kQualifyOverheadS + (plan.options.probe ? estimateProbe(plan) : 0);
+  const double fixed = qualifyOverhead(plan);
+  plan.history_s = measured.read_s;
+  plan.overhead_s = fixed + (plan.options.probe ? estimateProbe(plan) : 0) + plan.history_s;
   plan.budget_s = plan.processes_s + plan.overhead_s;
   plan.estimate_basis =
       "each process from the sizes and repetitions it runs (start, fixed cost per case, bytes at the link rates)" +
@@ -125,8 +154,9 @@ void estimatePlan(Plan& plan, const MeasuredWalls& measured) {
                                   " processes from the measured wall times of " + std::to_string(measured.runs) +
                                   " past run(s) of this kind"
                             : "") +
-      ", plus " + cost::fmt(kQualifyOverheadS) + " s of topology, health and bundle" +
+      ", plus " + cost::fmt(fixed) + " s of topology, health and bundle" +
       (plan.options.probe ? " and " + cost::fmt(estimateProbe(plan)) + " s of probe" : "") +
+      (plan.history_s > 0 ? " and " + cost::fmt(plan.history_s) + " s reading the past runs" : "") +
       "; deadlines are separate and longer";
 }
 

@@ -19,20 +19,30 @@ namespace peerlab::qualify {
 JobEstimate estimateJob(const BenchJob& job, const Plan& plan);
 /// The verified probe on the plan's pairs (workers' contexts, every method on every ordered pair).
 double estimateProbe(const Plan& plan);
-/// Fixed costs of a qualify run besides the processes: topology, health readings before and after, the bundle.
-constexpr double kQualifyOverheadS = 1.5;
+/// Fixed costs of a qualify run besides the processes and the probe: topology, the checks, the bundle, and health's
+/// readings before and after, which wake each GPU's link with copies of its own (a context per GPU: 0.27-0.30 s per
+/// GPU in the committed bundles' health timings, 1, 2 and 4 GPUs). Calibrated on those bundles (wall time less the
+/// processes and the probe's estimate): 1 GPU 0.64-0.77 s, 2 GPUs 0.9-1.6 s, 4 GPUs 2.6-3.5 s, of which about 0.9 s
+/// on the 4-GPU NVLink machines is not accounted for here (it is within the plan's 20%).
+struct QualifyOverhead {
+  static constexpr double kBaseS = 0.4;
+  static constexpr double kPerGpuS = 0.3;
+};
+double qualifyOverhead(const Plan& plan);
 
-/// Wall times measured for processes in past runs, by process identity (suite, label, arguments).
+/// Wall times measured for processes in past runs, by process identity (suite, label, what it ran).
 struct MeasuredWalls {
   std::map<std::string, std::vector<double>> walls;
-  int runs = 0;  ///< runs that contributed
+  int runs = 0;       ///< runs that contributed
+  double read_s = 0;  ///< seconds spent reading the past runs: part of the run's wall time, so of its estimate
 };
 /// The identity a process is matched by across runs: its suite, label and what it ran (its plan without the deadline;
-/// for processes recorded before plans were typed, their arguments).
+/// for processes recorded before plans were typed, their arguments and environment).
 std::string jobIdentity(const std::string& suite, const std::string& label, const nlohmann::json& what);
 std::string jobIdentity(const BenchJob& job);
 /// Collects bench.jobs[].wall_s of the runs of `kind`: a run counts when its recorded kind is `kind` or when the kind
-/// derived from its stored plan topology is `derived_kind`. Jobs that did not end "ok" are left out.
+/// derived from its stored plan topology is `derived_kind`. Jobs that did not end "ok" are left out, and so are runs
+/// whose plan records no level (earlier versions, whose processes measured other things under the same arguments).
 MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::string& kind,
                             const std::string& derived_kind);
 

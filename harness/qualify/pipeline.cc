@@ -206,8 +206,10 @@ Status Pipeline::makePlan() {
 Status Pipeline::estimate() {
   MeasuredWalls measured;
   if (!in_.history.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     PEERLAB_ASSIGN_OR_RETURN(std::vector<report::Run> past, loadHistory(in_.history));
     measured = measuredWalls(past, kind_->name, kind_->hardware);
+    measured.read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::set<std::string> kinds;
     for (const report::Run& r : past)
       kinds.insert(r.kind.empty() ? "no kind" : r.kind.name);
@@ -218,7 +220,7 @@ Status Pipeline::estimate() {
       plan_->notes.push_back("--history " + in_.history + ": none of its " + std::to_string(past.size()) +
                              " runs is of kind " + kind_->name + " with process wall times (" +
                              (list.empty() ? std::string("no runs") : "kinds: " + list) +
-                             "): the estimate is the model's");
+                             "; runs whose plan records no level are not counted): the estimate is the model's");
     } else {
       plan_->notes.push_back("--history " + in_.history + ": " + std::to_string(measured.runs) + " of its " +
                              std::to_string(past.size()) + " runs are of kind " + kind_->name +

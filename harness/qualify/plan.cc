@@ -647,6 +647,7 @@ nlohmann::json toJson(const Plan& plan) {
            {{"estimate_s", plan.budget_s},
             {"processes_s", plan.processes_s},
             {"overhead_s", plan.overhead_s},
+            {"history_s", plan.history_s},
             {"basis", "wall-time estimate: " + plan.estimate_basis}}}};
 }
 

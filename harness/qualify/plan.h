@@ -62,6 +62,7 @@ struct Plan {
   double budget_s = 0;
   double processes_s = 0;      ///< the benchmark processes' estimates, added
   double overhead_s = 0;       ///< the probe, topology, health readings and the bundle
+  double history_s = 0;        ///< of overhead_s: reading the past runs the estimate is made from (--history)
   std::string estimate_basis;  ///< how the estimate was made
 };
 

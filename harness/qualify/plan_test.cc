@@ -317,7 +317,8 @@ TEST(Plan, BudgetIsAWallTimeEstimate) {
   for (const BenchJob& j : plan.jobs)
     processes += j.budget_s;
   EXPECT_DOUBLE_EQ(plan.processes_s, processes);
-  EXPECT_DOUBLE_EQ(plan.overhead_s, kQualifyOverheadS + estimateProbe(plan));
+  EXPECT_DOUBLE_EQ(plan.overhead_s, qualifyOverhead(plan) + estimateProbe(plan));
+  EXPECT_GT(qualifyOverhead(plan), qualifyOverhead(Plan{}));  // 4 GPUs and 12 pairs cost more than none
   EXPECT_DOUBLE_EQ(plan.budget_s, plan.processes_s + plan.overhead_s);
   const nlohmann::json j = toJson(plan);
   EXPECT_DOUBLE_EQ(j["budget"]["estimate_s"].get<double>(), plan.budget_s);

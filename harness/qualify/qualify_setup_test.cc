@@ -283,6 +283,11 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
       EXPECT_EQ(j["estimate_basis"], "measured: median of 2 past runs of this kind") << j.dump();
       EXPECT_DOUBLE_EQ(j["budget_s"].get<double>(), 4.0) << j.dump();
     }
+    // Reading them is part of the run's wall time, so of its estimate, and the plan says so.
+    const nlohmann::json& budget = past["budget"];
+    EXPECT_GT(budget["history_s"].get<double>(), 0.0) << budget.dump();
+    EXPECT_GE(budget["overhead_s"].get<double>(), budget["history_s"].get<double>()) << budget.dump();
+    EXPECT_NE(budget["basis"].get<std::string>().find("s reading the past runs"), std::string::npos) << budget.dump();
     // The plan says how many past runs it used.
     bool counted = false;
     for (const auto& n : past["notes"])
@@ -291,16 +296,19 @@ TEST(QualifySetup, EstimateComesFromWhatRunsNotFromDeadlines) {
                                              "wall times";
     EXPECT_TRUE(counted) << past["notes"].dump();
   }
-  // The committed runs and bundles as they are: a directory of run files, and a directory of bundles.
-  for (const char* dir : {"reports/runs", "reports/qualify"}) {
+  // The committed runs and bundles as they are: a directory of bundles, whose 4x H200 runs count, and a directory of
+  // run files, whose 4x H200 runs were made before plans recorded their level and do not.
+  for (const auto& [dir, counts] : {std::pair{"reports/qualify", true}, std::pair{"reports/runs", false}}) {
     const nlohmann::json committed =
         dryRunJson(PEERLAB_BINARY, {"--fixture", sourcePath(kH200x4), "--history", sourcePath(dir)}, {"PEERLAB_KIND"});
-    bool used = false;
+    bool used = false, unused = false;
     for (const auto& n : committed["notes"]) {
       const std::string text = n.get<std::string>();
       used |= text.find("runs are of kind h200-x4 with process wall times") != std::string::npos;
+      unused |= text.find("is of kind h200-x4 with process wall times") != std::string::npos;
     }
-    EXPECT_TRUE(used) << dir << ": " << committed["notes"].dump();
+    EXPECT_EQ(used, counts) << dir << ": " << committed["notes"].dump();
+    EXPECT_EQ(unused, !counts) << dir << ": " << committed["notes"].dump();
   }
   // A directory with neither: refused, naming it.
   const std::string empty = scratchDir("qualify-history-empty");
