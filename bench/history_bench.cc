@@ -173,7 +173,7 @@ void BM_HistorySiteModel(benchmark::State& state) {
       state.SkipWithError(model.status().message().c_str());
       return;
     }
-    bytes = model->dump().size();
+    bytes = report::toJson(*model).dump().size();
   }
   state.counters["model_bytes"] = static_cast<double>(bytes);
 }

@@ -534,7 +534,8 @@ int runHtml(const HistoryArgs& a) {
   }
   FILE* out = summaryStream(a.model_out);
   if (!a.model_out.empty()) {
-    Status st = writeOutput(a.model_out, model->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    Status st = writeOutput(
+        a.model_out, report::toJson(*model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     if (!st.isOk()) return fail(kCmd, kExitUsage, "--model: " + st.message());
   }
 #ifdef PEERLAB_HAVE_HISTORY_SITE
@@ -545,10 +546,11 @@ int runHtml(const HistoryArgs& a) {
     return fail(kCmd, kExitUsage, "html: " + st.message());
   }
   if (!st.isOk()) return fail(kCmd, kExitRuntime, "html: " + st.message());
-  std::fprintf(out, "wrote %s (%zu kinds)\n", printable(a.out_dir).c_str(), (*model)["kinds"].size());
+  std::fprintf(out, "wrote %s (%zu kinds)\n", printable(a.out_dir).c_str(), model->kinds.size());
 #else
   if (a.model_out.empty()) {
-    Status st = writeOutput((std::filesystem::path(a.out_dir) / "history.json").string(), model->dump() + "\n");
+    Status st =
+        writeOutput((std::filesystem::path(a.out_dir) / "history.json").string(), report::toJson(*model).dump() + "\n");
     if (!st.isOk()) return fail(kCmd, kExitRuntime, "html: " + st.message());
   }
   std::fprintf(out, "the site renderer (harness/report/render/site.h) is not built in: wrote the model only\n");

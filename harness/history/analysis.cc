@@ -29,11 +29,6 @@ std::string seriesId(const std::string& machine, const report::Result& r) {
   return id;
 }
 
-template <class T>
-nlohmann::json orNull(const std::optional<T>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-
 }  // namespace
 
 bool machineMatches(const RunInfo& run, const std::string& kind) {
@@ -193,32 +188,39 @@ std::vector<Regression> findRegressions(const History& history, double threshold
   return out;
 }
 
+report::SiteSeriesKey seriesKey(const Series& s) {
+  return {s.suite, s.impl, s.name, s.src, s.dst, s.ranks, s.bytes, s.metric.field, s.metric.unit};
+}
+
 nlohmann::json seriesFields(const Series& s) {
-  return {{"suite", s.suite},         {"impl", s.impl},           {"name", s.name},
-          {"src", orNull(s.src)},     {"dst", orNull(s.dst)},     {"ranks", s.ranks},
-          {"bytes", orNull(s.bytes)}, {"metric", s.metric.field}, {"unit", s.metric.unit}};
+  return report::toJson(seriesKey(s));
+}
+
+report::SiteRegression siteRegression(const Regression& r) {
+  report::SiteRegression out;
+  out.key = seriesKey(*r.series);
+  out.series_id = r.series->id;
+  out.machine = r.series->machine;
+  out.host = r.run->host;
+  out.node = r.run->node;
+  out.kind = r.run->kind;
+  out.run_id = r.run->id;
+  out.git_sha = r.run->git_sha;
+  out.timestamp = r.run->time;
+  out.previous_git_sha = r.previous->git_sha;
+  out.before = r.change.before;
+  out.after = r.change.after;
+  out.change_pct = r.change.change_pct;
+  out.worsening_pct = r.worsening_pct;
+  out.p_value = r.change.p_value;
+  out.p_floor = r.change.p_floor;
+  out.fingerprint_changes = r.fingerprint_changes;
+  out.noise_rule = r.decision;
+  return out;
 }
 
 nlohmann::json toJson(const Regression& r) {
-  nlohmann::json j = seriesFields(*r.series);
-  j["series_id"] = r.series->id;
-  j["machine"] = r.series->machine;
-  j["host"] = r.run->host;
-  j["node"] = r.run->node;
-  j["kind"] = r.run->kind;
-  j["run_id"] = r.run->id;
-  j["git_sha"] = r.run->git_sha;
-  j["timestamp"] = r.run->time;
-  j["previous_git_sha"] = r.previous->git_sha;
-  j["before"] = r.change.before;
-  j["after"] = r.change.after;
-  j["change_pct"] = r.change.change_pct;
-  j["worsening_pct"] = r.worsening_pct;
-  j["p_value"] = r.change.p_value;
-  j["p_floor"] = r.change.p_floor;
-  j["fingerprint_changes"] = r.fingerprint_changes;
-  j["noise_rule"] = report::toJson(r.decision);
-  return j;
+  return report::toJson(siteRegression(r));
 }
 
 namespace {
@@ -382,34 +384,52 @@ std::vector<FleetNode> fleetNodes(const History& history, const std::vector<Node
   return out;
 }
 
+report::SiteNode siteNode(const FleetNode& n) {
+  report::SiteNode out;
+  out.kind = n.machine;
+  out.node = n.node;
+  out.host = n.host;
+  out.slurm_node = n.slurm_node;
+  out.name = n.name;
+  out.outliers = n.outliers;
+  if (n.state) {
+    out.state = n.state->state;
+    out.reason = n.state->reason;
+    out.state_recorded_at = n.state->recorded_at;
+  }
+  if (n.latest) {
+    out.run_id = n.latest->id;
+    out.time = n.latest->time;
+    out.verdict = n.latest->verdict;
+    out.tool = n.latest->tool;
+    out.git_sha = n.latest->git_sha;
+    out.checks = n.latest->checks;
+    out.check_details = report::checkDetailsFromJson(n.latest->check_details);
+  }
+  return out;
+}
+
 nlohmann::json toJson(const FleetNode& n) {
-  nlohmann::json j = {
-      {"kind", n.machine}, {"node", n.node}, {"host", n.host}, {"name", n.name}, {"outliers", n.outliers}};
-  j["slurm_node"] = n.slurm_node;
-  j["tool"] = n.latest ? n.latest->tool : "";
-  j["git_sha"] = n.latest ? n.latest->git_sha : "";
-  j["state"] = n.state ? n.state->state : "";
-  j["reason"] = n.state ? n.state->reason : "";
-  j["state_recorded_at"] = n.state ? n.state->recorded_at : "";
-  j["run_id"] = n.latest ? nlohmann::json(n.latest->id) : nlohmann::json(nullptr);
-  j["time"] = n.latest ? n.latest->time : "";
-  j["verdict"] = n.latest ? n.latest->verdict : "";
-  j["checks"] = n.latest ? n.latest->checksJson() : nlohmann::json::object();
-  j["check_details"] = n.latest ? n.latest->check_details : nlohmann::json::object();
-  return j;
+  return report::toJson(siteNode(n));
+}
+
+report::SiteInjectedRun siteInjectedRun(const RunInfo& r) {
+  report::SiteInjectedRun out;
+  out.run_id = r.id;
+  out.kind = r.machine();
+  out.host = r.host;
+  out.node = r.nodeOrHost();
+  out.slurm_node = r.slurm_node;
+  out.name = nodeLabel(r.slurm_node, r.node, r.host);
+  out.time = r.time;
+  out.verdict = r.verdict;
+  out.checks = r.checks;
+  out.injected = r.injected;
+  return out;
 }
 
 nlohmann::json injectedRunJson(const RunInfo& r) {
-  return {{"run_id", r.id},
-          {"kind", r.machine()},
-          {"host", r.host},
-          {"node", r.nodeOrHost()},
-          {"slurm_node", r.slurm_node},
-          {"name", nodeLabel(r.slurm_node, r.node, r.host)},
-          {"time", r.time},
-          {"verdict", r.verdict},
-          {"checks", r.checksJson()},
-          {"injected", r.injected}};
+  return report::toJson(siteInjectedRun(r));
 }
 
 nlohmann::json toJson(const FleetOutlier& f) {

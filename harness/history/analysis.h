@@ -13,6 +13,7 @@
 #include "harness/history/store.h"
 #include "harness/report/compare.h"
 #include "harness/report/metric.h"
+#include "harness/report/render/site_model.h"
 
 namespace peerlab::history {
 
@@ -74,6 +75,8 @@ struct Regression {
 std::vector<Regression> findRegressions(const History& history, double threshold_pct);
 /// What changed between two runs: host, driver, CUDA, NCCL, GPUs ("driver 580.65 -> 580.95").
 std::vector<std::string> fingerprintChanges(const RunInfo& before, const RunInfo& after);
+/// As the site model and `history regressions --json` carry it.
+report::SiteRegression siteRegression(const Regression& r);
 nlohmann::json toJson(const Regression& r);
 
 struct FleetOptions {
@@ -134,18 +137,20 @@ struct FleetNode {
 /// its own with machine "" (a node the sweep found out of service before it ever ran).
 std::vector<FleetNode> fleetNodes(const History& history, const std::vector<NodeState>& states,
                                   const std::vector<FleetOutlier>& outliers);
-/// {"kind","node","host","slurm_node","name","state","reason","state_recorded_at","run_id","time","verdict","checks",
-/// "check_details","outliers","tool","git_sha"}.
+/// As the site model and `history fleet --json` carry it (report::SiteNode, without its age).
+report::SiteNode siteNode(const FleetNode& n);
 nlohmann::json toJson(const FleetNode& n);
 
-/// A run counted nowhere (stand-ins, injected faults), as lists and pages show it: {"run_id","kind","host","node",
-/// "slurm_node","name" (nodeLabel()),"time","verdict","checks","injected"}.
+/// A run counted nowhere (stand-ins, injected faults), as lists and pages show it (named by nodeLabel()).
+report::SiteInjectedRun siteInjectedRun(const RunInfo& r);
 nlohmann::json injectedRunJson(const RunInfo& r);
 
 /// (after - before) / before x 100, signed so that a positive number is a worsening for `metric`.
 double worseningPct(const report::SeriesMetric& metric, double before, double after);
 
-/// Series fields as JSON: suite, impl, name, src, dst, ranks, bytes, metric, unit.
+/// What names a series: suite, impl, name, src, dst, ranks, bytes, metric, unit.
+report::SiteSeriesKey seriesKey(const Series& s);
+/// seriesKey as JSON.
 nlohmann::json seriesFields(const Series& s);
 
 }  // namespace peerlab::history

@@ -18,12 +18,12 @@
 
 #include "harness/history/analysis.h"
 #include "harness/history/store.h"
-#include "harness/history/testing/history_testing.h"
 #include "harness/qualify/pipeline.h"
 #include "harness/report/render/fleet_page.h"
 #include "harness/report/render/site.h"
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
+#include "harness/testing/history.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::history {

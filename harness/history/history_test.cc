@@ -12,9 +12,9 @@
 #include "harness/history/analysis.h"
 #include "harness/history/site_model.h"
 #include "harness/history/store.h"
-#include "harness/history/testing/history_testing.h"
 #include "harness/report/metric.h"
 #include "harness/report/render/site.h"
+#include "harness/testing/history.h"
 #include "reference/testing/testing.h"
 
 namespace peerlab::history {
@@ -402,7 +402,9 @@ TEST_P(HistoryStoreTest, SiteModelHasTheAgreedShape) {
   PEERLAB_ASSERT_OK(s->ingest(other).status());
   SiteOptions so;
   so.generated = "2026-11-25T00:00:00Z";
-  PEERLAB_ASSERT_OK_AND_ASSIGN(nlohmann::json model, buildSiteModel(*s, so));
+  PEERLAB_ASSERT_OK_AND_ASSIGN(report::SiteModel built, buildSiteModel(*s, so));
+  // The shape as `history html --model` writes it.
+  const nlohmann::json model = report::toJson(built);
   EXPECT_EQ(model["generated"], "2026-11-25T00:00:00Z");
   ASSERT_EQ(model["kinds"].size(), 2u);
   const nlohmann::json& x = model["kinds"][0];

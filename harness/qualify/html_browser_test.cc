@@ -14,10 +14,10 @@
 #include "harness/report/render/chart_page.h"
 #include "harness/report/render/html.h"
 #include "harness/report/render/site.h"
-#include "harness/report/render/site_testing.h"
 #include "harness/report/report.h"
 #include "harness/testing/cli.h"
 #include "harness/testing/runs.h"
+#include "harness/testing/site.h"
 #include "reference/core/files.h"
 #include "reference/testing/testing.h"
 
@@ -190,7 +190,7 @@ TEST(HtmlBrowser, HistorySiteRendersItsCharts) {
   PEERLAB_REQUIRE_BROWSER();
   PEERLAB_REQUIRE_CHARTJS();
   const std::string dir = scratchDir("browser-site");
-  ASSERT_TRUE(report::renderHistorySite(report::testing::historyModel(12, 2, 10), dir).isOk());
+  ASSERT_TRUE(report::renderHistorySite(historyModel(12, 2, 10), dir).isOk());
   const std::string x4 = report::kindPageName("h200-x4-nvswitch");
   for (const std::string& page : {std::string("index.html"), x4, report::kindPageName("h200-x2-nvswitch")}) {
     SCOPED_TRACE(page);

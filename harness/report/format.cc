@@ -47,6 +47,16 @@ std::string formatBytes(double bytes) {
   return v == std::floor(v) ? formatted("%.0f %s", v, kUnits[u]) : formatted("%.3g %s", v, kUnits[u]);
 }
 
+std::string bytesLabel(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) {
+    bytes /= 1024;
+    ++u;
+  }
+  return formatted("%g %s", bytes, kUnits[u]);
+}
+
 std::string formatted(const char* spec, ...) {
   va_list args;
   va_start(args, spec);

@@ -19,6 +19,9 @@ std::string tableFigure(std::optional<double> v);
 std::string exactNumber(double v);
 /// Bytes in binary units: "8 B", "256 MiB", "1.5 GiB".
 std::string formatBytes(double bytes);
+/// A byte count in the largest of B, KiB, MiB and GiB it reaches, with up to 6 significant digits (printf "%g"):
+/// "256 MiB", "1.5 GiB", "4096 GiB" (heatmap titles on the history site).
+std::string bytesLabel(double bytes);
 /// One printf conversion of any length ("%.1f GB/s", "%+.2f%%", "%012llx"); the compiler checks spec against the
 /// arguments.
 [[gnu::format(printf, 1, 2)]] std::string formatted(const char* spec, ...);

@@ -122,9 +122,8 @@ constexpr const char* kBootScript = R"js(
 std::string hexToRgba(const std::string& hex, double alpha) {
   unsigned r = 0, g = 0, b = 0;
   if (hex.size() == 7) std::sscanf(hex.c_str() + 1, "%02x%02x%02x", &r, &g, &b);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "rgba(%u,%u,%u,%.2f)", r, g, b, alpha);
-  return buf;
+  return "rgba(" + std::to_string(r) + "," + std::to_string(g) + "," + std::to_string(b) + "," +
+         formatted("%.2f", alpha) + ")";
 }
 
 }  // namespace
@@ -379,9 +378,7 @@ std::string fractionColour(double fraction, bool checked) {
   } else {
     hue = 40;
   }
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "hsl(%.0f, 65%%, 80%%)", hue);
-  return buf;
+  return formatted("hsl(%.0f, 65%%, 80%%)", hue);
 }
 
 std::string heatmapTable(const std::string& title, const std::string& unit, int gpus,

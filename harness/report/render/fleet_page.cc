@@ -1,5 +1,6 @@
 #include "harness/report/render/fleet_page.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -8,8 +9,6 @@
 #include "harness/report/render/site.h"
 
 namespace peerlab::report {
-
-using nlohmann::json;
 
 namespace {
 
@@ -22,39 +21,31 @@ constexpr size_t kMaxCellText = 300;
 // Most failed checks listed for one node.
 constexpr size_t kMaxFailuresShown = 8;
 
-std::string text(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
-  std::string s = j[key].get<std::string>();
-  if (s.size() > kMaxCellText) s = s.substr(0, kMaxCellText) + "...";
-  return s;
-}
-
-long long count(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return 0;
-  const long long v = j[key].get<long long>();
-  return v < 0 ? 0 : v;
+/// Text from the model as a cell shows it: at most kMaxCellText characters.
+std::string clip(const std::string& s) {
+  return s.size() > kMaxCellText ? s.substr(0, kMaxCellText) + "..." : s;
 }
 
 // A node's failed checks with their actions, as stored at ingest (at most kMaxFailuresShown).
-std::vector<std::pair<std::string, std::string>> failuresOf(const json& checks, const std::string& category) {
+std::vector<std::pair<std::string, std::string>> failuresOf(const std::optional<SiteCheckDetails>& checks,
+                                                            const std::string& category) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (!checks.is_object() || !checks.contains("failures") || !checks["failures"].is_array()) return out;
-  for (const json& f : checks["failures"]) {
+  if (!checks) return out;
+  for (const SiteFailedCheck& f : checks->failures) {
     if (out.size() >= kMaxFailuresShown) break;
-    if (!category.empty() && text(f, "category") != category) continue;
-    const std::optional<Action> a = actionById(text(f, "action"));
-    out.push_back({text(f, "category") + ": " + text(f, "name"), a ? a->short_text : ""});
+    if (!category.empty() && clip(f.category) != category) continue;
+    const std::optional<Action> a = actionById(clip(f.action));
+    out.push_back({clip(f.category) + ": " + clip(f.name), a ? a->short_text : ""});
   }
   return out;
 }
 
-std::string categoryCell(const json& checks, const std::string& category) {
-  if (!checks.is_object() || !checks.contains("categories") || !checks["categories"].is_object() ||
-      !checks["categories"].contains(category)) {
-    return "<td class=\"muted\">-</td>";
-  }
-  const json& c = checks["categories"][category];
-  const long long total = count(c, "total"), failed = count(c, "failed"), warnings = count(c, "warnings");
+std::string categoryCell(const std::optional<SiteCheckDetails>& checks, const std::string& category) {
+  if (!checks) return "<td class=\"muted\">-</td>";
+  const auto it = checks->categories.find(category);
+  if (it == checks->categories.end()) return "<td class=\"muted\">-</td>";
+  const CheckCounts& c = it->second;
+  const long long total = c.total, failed = c.failed, warnings = c.warnings;
   if (failed > 0) {
     std::string tip;
     for (const auto& [name, action] : failuresOf(checks, category))
@@ -64,7 +55,7 @@ std::string categoryCell(const json& checks, const std::string& category) {
   if (warnings > 0) return "<td class=\"cell-warn\">" + std::to_string(warnings) + " warn</td>";
   // Coloured by what the checks said: green only where one passed; checks that were all unsupported or skipped
   // checked nothing.
-  const long long passed = count(c, "passed");
+  const long long passed = c.passed;
   const std::string cell = std::to_string(passed) + "/" + std::to_string(total);
   if (passed == 0) {
     return "<td class=\"cell-skip\" title=\"" + std::to_string(total) +
@@ -78,12 +69,9 @@ std::string categoryCell(const json& checks, const std::string& category) {
 }  // namespace
 
 // Runs counted nowhere (stand-ins, injected faults), listed so that nothing of them is hidden.
-std::string injectedRunsSection(const json& kind) {
-  if (!kind.is_object() || !kind.contains("injected_runs") || !kind["injected_runs"].is_array() ||
-      kind["injected_runs"].empty()) {
-    return "";
-  }
-  const json& runs = kind["injected_runs"];
+std::string injectedRunsSection(const KindModel& kind) {
+  const std::vector<SiteInjectedRun>& runs = kind.injected_runs;
+  if (runs.empty()) return "";
   std::ostringstream out;
   out << "<h2>Runs counted nowhere: stand-ins or injected faults</h2>\n<p class=\"injected\">" << runs.size()
       << (runs.size() == 1 ? " run" : " runs")
@@ -91,16 +79,14 @@ std::string injectedRunsSection(const json& kind) {
          "verdicts, so not in the fleet view, trends, regressions or baselines.</p>\n"
       << "<div class=\"tablebox\"><table class=\"injected-runs\"><tr><th>run</th><th class=\"l\">node</th>"
          "<th>verdict</th><th>time</th><th class=\"l\">host</th><th class=\"l\">what was not real</th></tr>\n";
-  for (const json& r : runs) {
-    const std::string id = r.is_object() && r.contains("run_id") && r["run_id"].is_number_integer()
-                               ? std::to_string(r["run_id"].get<long long>())
-                               : "-";
+  for (const SiteInjectedRun& r : runs) {
+    const std::string id = r.run_id ? std::to_string(*r.run_id) : "-";
     // The node by the one name nodes are listed under (NodeName, else identity and host).
-    const std::string name = text(r, "name").empty() ? text(r, "host") : text(r, "name");
+    const std::string name = clip(r.name.empty() ? r.host : r.name);
     out << "<tr><td>" << id << "</td><td class=\"l\">" << htmlEscape(name) << "</td><td class=\"muted\">"
-        << htmlEscape(text(r, "verdict").empty() ? "-" : text(r, "verdict") + " (injected)") << "</td><td>"
-        << htmlEscape(text(r, "time")) << "</td><td class=\"l\">" << htmlEscape(text(r, "host"))
-        << "</td><td class=\"l\">" << htmlEscape(text(r, "injected")) << "</td></tr>\n";
+        << htmlEscape(r.verdict.empty() ? "-" : clip(r.verdict) + " (injected)") << "</td><td>"
+        << htmlEscape(clip(r.time)) << "</td><td class=\"l\">" << htmlEscape(clip(r.host)) << "</td><td class=\"l\">"
+        << htmlEscape(clip(r.injected)) << "</td></tr>\n";
   }
   out << "</table></div>\n";
   return out.str();
@@ -110,21 +96,53 @@ std::string fleetPageName(const std::string& kind) {
   return "fleet-" + kindPageName(kind).substr(5);
 }
 
-std::string renderFleetPage(const json& kind, const std::string& generated) {
-  const std::string name = text(kind, "kind");
-  static const json kEmpty = json::array();
-  const json& nodes = kind.is_object() && kind.contains("nodes") && kind["nodes"].is_array() ? kind["nodes"] : kEmpty;
+/// One node's row: name, state, verdict, its latest run, a cell per check category, failed checks, outliers.
+std::string nodeRow(const SiteNode& n) {
+  const std::string state = clip(n.state);
+  const std::string reason = clip(n.reason);
+  const std::string verdict = clip(n.verdict);
+  const bool out_of_service = !state.empty() && state != "in_service";
+  // The node by the one name nodes are listed under: its Slurm NodeName, else its identity and host.
+  const std::string shown = clip(!n.name.empty() ? n.name : n.node);
+  const std::string age = clip(n.age.value_or(""));
+  std::ostringstream out;
+  out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
+      << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason)) << "</td>";
+  // Every verdict as stored; EMPTY (nothing checked) is never a pass.
+  out << "<td class=\""
+      << (verdict == "PASS"    ? "cell-ok"
+          : verdict == "FAIL"  ? "cell-fail"
+          : verdict == "EMPTY" ? "cell-warn\" title=\"the latest run checked nothing: not a pass"
+                               : "muted")
+      << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(clip(n.time)) << "</td><td>"
+      << htmlEscape(age.empty() ? "-" : age) << "</td><td class=\"l\">" << htmlEscape(clip(n.host))
+      << "</td><td class=\"l\">" << htmlEscape(clip(n.node)) << "</td><td class=\"l\">"
+      << htmlEscape(clip(n.tool) + (n.git_sha.empty() ? "" : " " + clip(n.git_sha).substr(0, 7))) << "</td>";
+  for (const std::string& c : kCategories)
+    out << categoryCell(n.check_details, c);
+  std::string failed;
+  for (const auto& [check, action] : failuresOf(n.check_details, ""))
+    failed += (failed.empty() ? "" : "<br>") + htmlEscape(check) + (action.empty() ? "" : ": " + htmlEscape(action));
+  out << "<td class=\"l\">" << (failed.empty() ? "-" : failed) << "</td><td class=\""
+      << (n.outliers > 0 ? "cell-warn" : "cell-ok") << "\">" << std::max(n.outliers, 0) << "</td></tr>\n";
+  return out.str();
+}
+
+std::string renderFleetPage(const KindModel& kind, const std::string& generated) {
+  // Shown cut short; the page names come from the whole kind.
+  const std::string name = clip(kind.kind);
+  const std::vector<SiteNode>& nodes = kind.nodes;
   int outOfService = 0, failing = 0, unchecked = 0;
-  for (const json& n : nodes) {
-    const std::string state = text(n, "state");
+  for (const SiteNode& n : nodes) {
+    const std::string state = clip(n.state);
     outOfService += !state.empty() && state != "in_service";
-    failing += text(n, "verdict") == "FAIL";
-    unchecked += text(n, "verdict") == "EMPTY";
+    failing += clip(n.verdict) == "FAIL";
+    unchecked += clip(n.verdict) == "EMPTY";
   }
   std::ostringstream out;
   out << pageBegin("peerlab fleet: " + name);
   out << "<h1>peerlab fleet: " << htmlEscape(name) << "</h1>\n<p class=\"muted\"><a href=\"index.html\">all machine "
-      << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(name)) << "\">trends</a> &middot; generated "
+      << "kinds</a> &middot; <a href=\"" << htmlEscape(kindPageName(kind.kind)) << "\">trends</a> &middot; generated "
       << htmlEscape(generated) << "</p>\n";
   // Red only for a failed check: a node out of service (drained, down, reserved) is amber, not a verdict.
   out << "<p class=\""
@@ -143,38 +161,8 @@ std::string renderFleetPage(const json& kind, const std::string& generated) {
   for (const std::string& c : kCategories)
     out << "<th>" << c << "</th>";
   out << "<th class=\"l\">failed checks: action</th><th>below fleet</th></tr>\n";
-  for (const json& n : nodes) {
-    const std::string state = text(n, "state");
-    const std::string reason = text(n, "reason");
-    const std::string verdict = text(n, "verdict");
-    const json checks = n.is_object() && n.contains("check_details") ? n["check_details"] : json::object();
-    const bool out_of_service = !state.empty() && state != "in_service";
-    // The node by the one name nodes are listed under: its Slurm NodeName, else its identity and host.
-    const std::string shown = !text(n, "name").empty() ? text(n, "name") : text(n, "node");
-    const std::string age = text(n, "age");
-    out << "<tr><td class=\"l\">" << htmlEscape(shown) << "</td><td class=\"l" << (out_of_service ? " cell-warn" : "")
-        << "\">" << htmlEscape(state.empty() ? "not recorded" : state + (reason.empty() ? "" : ": " + reason))
-        << "</td>";
-    // Every verdict as stored; EMPTY (nothing checked) is never a pass.
-    out << "<td class=\""
-        << (verdict == "PASS"    ? "cell-ok"
-            : verdict == "FAIL"  ? "cell-fail"
-            : verdict == "EMPTY" ? "cell-warn\" title=\"the latest run checked nothing: not a pass"
-                                 : "muted")
-        << "\">" << htmlEscape(verdict.empty() ? "-" : verdict) << "</td><td>" << htmlEscape(text(n, "time"))
-        << "</td><td>" << htmlEscape(age.empty() ? "-" : age) << "</td><td class=\"l\">" << htmlEscape(text(n, "host"))
-        << "</td><td class=\"l\">" << htmlEscape(text(n, "node")) << "</td><td class=\"l\">"
-        << htmlEscape(text(n, "tool") + (text(n, "git_sha").empty() ? "" : " " + text(n, "git_sha").substr(0, 7)))
-        << "</td>";
-    for (const std::string& c : kCategories)
-      out << categoryCell(checks, c);
-    std::string failed;
-    for (const auto& [check, action] : failuresOf(checks, ""))
-      failed += (failed.empty() ? "" : "<br>") + htmlEscape(check) + (action.empty() ? "" : ": " + htmlEscape(action));
-    const long long below = count(n, "outliers");
-    out << "<td class=\"l\">" << (failed.empty() ? "-" : failed) << "</td><td class=\""
-        << (below ? "cell-warn" : "cell-ok") << "\">" << below << "</td></tr>\n";
-  }
+  for (const SiteNode& n : nodes)
+    out << nodeRow(n);
   out << "</table></div>\n";
   if (nodes.empty()) out << "<p class=\"muted\">No node of this kind has a run in the history that counts.</p>\n";
   out << injectedRunsSection(kind);

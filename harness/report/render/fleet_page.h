@@ -3,20 +3,19 @@
 /// of its latest run), nodes out of service first with their scheduler's reason, then nodes whose latest run failed,
 /// with each failure's recommended action and how many series sit below the fleet.
 
-#include <nlohmann/json.hpp>
-
 #include <string>
+
+#include "harness/report/render/site_model.h"
 
 namespace peerlab::report {
 
-/// The page of one kind of the site model (its "nodes" array, as `history fleet --json` lists them). Every string
-/// from the model is escaped; a node that is not an object, or fields of the wrong type, show as "-", never break the
-/// page.
-std::string renderFleetPage(const nlohmann::json& kind, const std::string& generated);
+/// The page of one kind of the site model (its nodes). Every string from the model is escaped and cut at 300
+/// characters; a field that is not known shows as "-".
+std::string renderFleetPage(const KindModel& kind, const std::string& generated);
 
-/// The runs of a kind counted nowhere (its "injected_runs": stand-ins or injected faults) as a marked table, "" when
+/// The runs of a kind counted nowhere (its injected_runs: stand-ins or injected faults) as a marked table, "" when
 /// there are none; the fleet and the trend page both show it.
-std::string injectedRunsSection(const nlohmann::json& kind);
+std::string injectedRunsSection(const KindModel& kind);
 
 /// "fleet-" + the same stem and hash as kindPageName.
 std::string fleetPageName(const std::string& kind);

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "harness/report/render/chart_page.h"
-#include "harness/report/render/site_testing.h"
+#include "harness/testing/site.h"
 #include "reference/testing/temp_dir.h"
 #include "reference/testing/testing.h"
 
@@ -27,6 +27,12 @@ size_t countOf(const std::string& text, const std::string& needle) {
   for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size()))
     ++n;
   return n;
+}
+
+/// A model as JSON (a file, a fuzz input) read and rendered: the reader's refusal, or the renderer's status.
+Status renderJson(const nlohmann::json& model, const fs::path& dir, std::vector<std::string>* failures = nullptr) {
+  PEERLAB_ASSIGN_OR_RETURN(SiteModel read, siteModelFromJson(model));
+  return renderHistorySite(read, dir.string(), failures);
 }
 
 const std::string kPageX4 = kindPageName("h200-x4-nvswitch");
@@ -118,18 +124,38 @@ TEST_F(SiteTest, WeakLinkStandsOutInHeatmaps) {
 }
 
 TEST_F(SiteTest, MalformedModelRootWritesNothing) {
-  EXPECT_EQ(renderHistorySite(nlohmann::json::array(), dir_.string()).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(renderHistorySite({{"kinds", 3}}, dir_.string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(renderJson(nlohmann::json::array(), dir_).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(renderJson({{"kinds", 3}}, dir_).code(), StatusCode::kInvalidArgument);
+  const Status unrun = renderJson({{"kinds", nlohmann::json::array()}, {"unrun_nodes", 1}}, dir_);
+  EXPECT_NE(unrun.message().find("unrun_nodes: must be an array"), std::string::npos) << unrun.message();
   EXPECT_FALSE(fs::exists(dir_));
+}
+
+// The model as JSON reads back to the same model: `history html --model` writes what a reader takes.
+TEST(SiteModelJson, ReadsBackWhatItWrites) {
+  const nlohmann::json written = toJson(testing::historyModel());
+  PEERLAB_ASSERT_OK_AND_ASSIGN(SiteModel read, siteModelFromJson(written));
+  EXPECT_EQ(toJson(read), written);
+  ASSERT_EQ(read.kinds.size(), 2u);
+  EXPECT_EQ(read.kinds[0].series[0].change_points[0].index, 6);
+  EXPECT_EQ(read.kinds[0].heatmaps[0].cells.size(), 12u);
+  // A field of the wrong type reads as absent; a heatmap that cannot be drawn reads with no GPUs.
+  nlohmann::json odd = written;
+  odd["kinds"][0]["series"][0]["points"][0]["p10"] = "low";
+  odd["kinds"][0]["heatmaps"][0]["gpus"] = 2.5;
+  PEERLAB_ASSERT_OK_AND_ASSIGN(SiteModel oddRead, siteModelFromJson(odd));
+  EXPECT_FALSE(oddRead.kinds[0].series[0].points[0].p10.has_value());
+  EXPECT_EQ(oddRead.kinds[0].heatmaps[0].gpus, 0);
+  EXPECT_TRUE(oddRead.kinds[0].unreadable.empty());
 }
 
 // A malformed kind is named and left out; the other kinds and the index are written all the same.
 TEST_F(SiteTest, MalformedKindIsLeftOutAndTheRestWritten) {
-  nlohmann::json model = testing::historyModel();
+  nlohmann::json model = toJson(testing::historyModel());
   model["kinds"][0]["series"][0]["change_points"][0]["index"] = 999;
   model["kinds"].push_back({{"kind", 42}});
   std::vector<std::string> failures;
-  Status st = renderHistorySite(model, dir_.string(), &failures);
+  Status st = renderJson(model, dir_, &failures);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   ASSERT_EQ(failures.size(), 2u) << st.message();
   EXPECT_NE(failures[0].find("kind \"h200-x4-nvswitch\": kinds[0].series[0].change_points[0]"), std::string::npos)
@@ -163,17 +189,17 @@ TEST(SitePages, NamesAreShortStableAndUnique) {
 }
 
 TEST_F(SiteTest, KindsThatSanitizeAlikeAndLongKindsAllGetPages) {
-  nlohmann::json model = testing::historyModel();
-  nlohmann::json base = model["kinds"][1];
-  model["kinds"] = nlohmann::json::array();
+  SiteModel model = testing::historyModel();
+  KindModel base = model.kinds[1];
+  model.kinds.clear();
   for (const std::string& kind : {std::string("a/b"), std::string("a_b"), std::string(300, 'k')}) {
-    base["kind"] = kind;
-    model["kinds"].push_back(base);
+    base.kind = kind;
+    model.kinds.push_back(base);
   }
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
   const std::string index = readFile((dir_ / "index.html").string());
-  for (const auto& k : model["kinds"]) {
-    const std::string page = kindPageName(k["kind"]);
+  for (const KindModel& k : model.kinds) {
+    const std::string page = kindPageName(k.kind);
     EXPECT_TRUE(fs::is_regular_file(dir_ / page)) << page;
     EXPECT_NE(index.find("href=\"" + page + "\""), std::string::npos) << page;
   }
@@ -181,7 +207,7 @@ TEST_F(SiteTest, KindsThatSanitizeAlikeAndLongKindsAllGetPages) {
 
 // Numbers the store never holds but a model may: pairs far out of range, huge heatmaps, text where numbers go.
 TEST_F(SiteTest, OddNumbersInTheModelRenderWithoutHarm) {
-  nlohmann::json model = testing::historyModel();
+  nlohmann::json model = toJson(testing::historyModel());
   nlohmann::json& kind = model["kinds"][0];
   kind["series"][0]["src"] = 1e300;
   kind["series"][1]["dst"] = -2147483648.0;
@@ -191,7 +217,7 @@ TEST_F(SiteTest, OddNumbersInTheModelRenderWithoutHarm) {
   kind["heatmaps"].push_back({{"title", "no cells"}, {"unit", "GB/s"}, {"gpus", 2}});
   kind["heatmaps"][0]["cells"].push_back({{"src", 2147483647}, {"dst", -1}, {"value", 1.0}});
   kind["heatmaps"][0]["left_out"] = 3;
-  PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
+  PEERLAB_ASSERT_OK(renderJson(model, dir_));
   const std::string page = readFile((dir_ / kPageX4).string());
   EXPECT_NE(page.find("too big: not drawn"), std::string::npos);
   EXPECT_NE(page.find("no cells: not drawn"), std::string::npos);
@@ -259,25 +285,32 @@ TEST_F(SiteTest, ChartJsFromTheEnvironmentIsReadWithLimits) {
 
 // A site shows at most kMaxSiteKinds machine kinds; a model with more is refused before anything is written.
 TEST_F(SiteTest, TooManyKindsAreRefusedAndNothingWritten) {
-  nlohmann::json model = {{"generated", "2026-01-01T00:00:00Z"}, {"kinds", nlohmann::json::array()}};
-  for (size_t k = 0; k <= kMaxSiteKinds; ++k)
-    model["kinds"].push_back({{"kind", "kind-" + std::to_string(k)}, {"series", nlohmann::json::array()}});
+  SiteModel model;
+  model.generated = "2026-01-01T00:00:00Z";
+  for (size_t k = 0; k <= kMaxSiteKinds; ++k) {
+    KindModel kind;
+    kind.kind = "kind-" + std::to_string(k);
+    model.kinds.push_back(kind);
+  }
   Status st = renderHistorySite(model, dir_.string());
   EXPECT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("1001 machine kinds; a site shows at most 1000"), std::string::npos) << st.message();
+  // Read from JSON, the same model is refused by the reader.
+  Status read = renderJson(toJson(model), dir_);
+  EXPECT_NE(read.message().find("1001 machine kinds; a site shows at most 1000"), std::string::npos) << read.message();
   EXPECT_FALSE(fs::exists(dir_));
-  model["kinds"].erase(model["kinds"].size() - 1);
+  model.kinds.pop_back();
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
 }
 
 // A kind with one run draws no one-dot charts: its series are listed in a table until a second run comes.
 TEST_F(SiteTest, SeriesOfOneRunAreATableNotCharts) {
-  const nlohmann::json model = testing::historyModel(1, 2, 10);
+  const SiteModel model = testing::historyModel(1, 2, 10);
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir_.string()));
   const std::string page = readFile((dir_ / kPageX4).string());
   size_t series = 0;
-  for (const auto& k : model["kinds"])
-    if (k["kind"] == "h200-x4-nvswitch") series = k["series"].size();
+  for (const KindModel& k : model.kinds)
+    if (k.kind == "h200-x4-nvswitch") series = k.series.size();
   EXPECT_EQ(countOf(page, "class=\"plchart\""), 0u);
   EXPECT_NE(page.find("<h3>Series with a single run</h3>"), std::string::npos);
   const size_t table = page.find("<table class=\"single-run\">");
@@ -320,12 +353,12 @@ namespace {
 // Scale: 1,100 series of 1,000 runs (the nightly-dashboard history of one kind). Run by hand with
 // --gtest_also_run_disabled_tests; it prints the time taken.
 TEST(SiteScale, DISABLED_ThousandRunsElevenHundredSeries) {
-  nlohmann::json model = testing::historyModel(1000, 110, 10);
+  const SiteModel model = testing::historyModel(1000, 110, 10);
   const auto dir = std::filesystem::temp_directory_path() / "peerlab_site_scale";
   const auto t0 = std::chrono::steady_clock::now();
   PEERLAB_ASSERT_OK(renderHistorySite(model, dir.string()));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("site of %zu series x 1000 runs: %.2f s, page %ju bytes\n", model["kinds"][0]["series"].size(), s,
+  std::printf("site of %zu series x 1000 runs: %.2f s, page %ju bytes\n", model.kinds[0].series.size(), s,
               static_cast<uintmax_t>(std::filesystem::file_size(dir / kPageX4)));
   std::filesystem::remove_all(dir);
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Test support for the history store: synthetic runs and a fresh database on each backend.
+/// Test support for the history store: synthetic runs and a fresh database on each backend (header-only: a test that
+/// uses it links peerlab::history, as it does anyway).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +15,7 @@
 #include "harness/history/database.h"
 #include "harness/report/report.h"
 
-namespace peerlab::history::testing {
+namespace peerlab::testing {
 
 /// A run of `kind` on `host`: peer copies (256 MiB, bandwidth) and flag latency (time) for every ordered pair of
 /// `gpus` GPUs, an alltoallv row without a pair, a ctest row and a probe row (neither is a performance series).
@@ -136,7 +137,7 @@ inline std::string freshPostgresDatabase(const std::string& server, const std::s
   std::string name = "peerlab_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
   for (char& c : name)
     c = std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
-  auto db = openDatabase(server);
+  auto db = history::openDatabase(server);
   EXPECT_TRUE(db.isOk()) << db.status().toString();
   if (!db.isOk()) return "";
   EXPECT_TRUE((*db)->exec("DROP DATABASE IF EXISTS " + name).isOk());
@@ -145,4 +146,4 @@ inline std::string freshPostgresDatabase(const std::string& server, const std::s
   return server.substr(0, server.rfind('/') + 1) + name;
 }
 
-}  // namespace peerlab::history::testing
+}  // namespace peerlab::testing
