@@ -215,33 +215,6 @@ std::string chartJsSource() {
   return chartJs().source;
 }
 
-std::string htmlEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string pageBegin(const std::string& title, const std::string& extra_css) {
   std::string s =
       "<!DOCTYPE html>\n<html lang=\"en\" data-peerlab-ready=\"loading\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -321,25 +294,6 @@ json chartConfig(const LineChart& chart) {
                   {"legend", {{"position", "bottom"}}},
                   {"tooltip", json::object()}}}}}};
   return cfg;
-}
-
-std::string scriptJson(const json& doc) {
-  const std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
-  std::string out;
-  out.reserve(text.size());
-  // Inside a string these escapes mean the same characters; outside strings JSON has none of them.
-  for (char c : text) {
-    if (c == '<') {
-      out += "\\u003c";
-    } else if (c == '>') {
-      out += "\\u003e";
-    } else if (c == '&') {
-      out += "\\u0026";
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string chartBlock(const LineChart& chart) {

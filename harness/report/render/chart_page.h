@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/report/render/escape.h"
 #include "harness/report/render/format.h"
 
 namespace peerlab::report {
@@ -65,9 +66,6 @@ enum class ChartJsUse {
 /// The shared library's file name beside the pages of a site.
 inline constexpr const char* kSharedChartJsName = "chart.min.js";
 
-/// Escapes &, <, >, " and ' for HTML text and attribute values.
-std::string htmlEscape(std::string_view text);
-
 /// The start of a page up to and including <body>: title, the shared CSS plus `extra_css`. The shared CSS holds the
 /// classes of a cell's state: cell-ok, cell-fail (a failed check, the only red), cell-warn, cell-info (ok, with
 /// counters worth a look), cell-skip (not run: skipped or unsupported, hatched grey), cell-na (does not apply: nothing
@@ -111,9 +109,6 @@ struct LineChart {
 
 /// The Chart.js config of a chart (exposed for tests).
 nlohmann::json chartConfig(const LineChart& chart);
-/// JSON for a <script> element: <, > and & written as \u003c, \u003e, \u0026, so that no value can end the element
-/// or open a comment ("</script>", "<!--").
-std::string scriptJson(const nlohmann::json& doc);
 /// A chart block: a canvas and its config; drawn by pageEnd()'s script.
 std::string chartBlock(const LineChart& chart);
 

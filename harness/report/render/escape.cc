@@ -1,5 +1,7 @@
 #include "harness/report/render/escape.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 
 #include "harness/report/format.h"
@@ -121,6 +123,52 @@ std::string markdownCode(const std::string& text) {
   const std::string fence(longest + 1, '`');
   const bool pad = !flat.empty() && (flat.front() == '`' || flat.back() == '`');
   return fence + (pad ? " " : "") + flat + (pad ? " " : "") + fence;
+}
+
+std::string htmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string scriptJson(const nlohmann::json& doc) {
+  const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  // Inside a string these escapes mean the same characters; outside strings JSON has none of them.
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace peerlab::report
