@@ -71,6 +71,25 @@ std::string jobIdentity(const BenchJob& job) {
   return jobIdentity(job.suite, job.label, work);
 }
 
+namespace {
+
+// A process record's identity from the record alone: its plan, or its arguments; the suite is the label's first word
+// ("zcopy 0->1", "peer_copy (12 pairs)").
+std::string recordedIdentity(const nlohmann::json& j) {
+  const std::string label = j.value("label", "");
+  nlohmann::json what = nlohmann::json::array();
+  if (j.contains("plan") && j["plan"].is_object()) {
+    what = j["plan"];
+    what.erase("deadline_s");
+  } else if (j.contains("args") && j["args"].is_array()) {
+    for (const auto& a : j["args"])
+      if (a.is_string()) what.push_back(a.get<std::string>());
+  }
+  return jobIdentity(label.substr(0, label.find(' ')), label, what);
+}
+
+}  // namespace
+
 MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::string& kind,
                             const std::string& derived_kind) {
   MeasuredWalls out;
@@ -92,31 +111,15 @@ MeasuredWalls measuredWalls(const std::vector<report::Run>& runs, const std::str
     // A process is known by what its run's stored plan says it ran (the same identity a plan's own job has); a
     // process the plan does not list (a rerun the runner added) by what its record says.
     std::map<std::string, std::string> planned;
-    if (x.contains("plan") && x["plan"].is_object()) {
-      if (auto stored = report::runPlanFromJson(x["plan"]); stored.isOk()) {
-        for (const BenchJob& job : stored->jobs)
-          planned.emplace(job.label, jobIdentity(job));
-      }
+    if (auto stored = report::runPlanFromJson(x["plan"]); stored.isOk()) {
+      for (const BenchJob& job : stored->jobs)
+        planned.emplace(job.label, jobIdentity(job));
     }
     bool any = false;
     for (const nlohmann::json& j : x["bench"]["jobs"]) {
       if (!j.is_object() || !j.contains("wall_s") || !j["wall_s"].is_number() || j.value("exit", "") != "ok") continue;
-      const std::string label = j.value("label", "");
-      std::string identity;
-      if (auto p = planned.find(label); p != planned.end()) {
-        identity = p->second;
-      } else {
-        nlohmann::json what = nlohmann::json::array();
-        if (j.contains("plan") && j["plan"].is_object()) {
-          what = j["plan"];
-          what.erase("deadline_s");
-        } else if (j.contains("args") && j["args"].is_array()) {
-          for (const auto& a : j["args"])
-            if (a.is_string()) what.push_back(a.get<std::string>());
-        }
-        // The suite is the label's first word ("zcopy 0->1", "peer_copy (12 pairs)").
-        identity = jobIdentity(label.substr(0, label.find(' ')), label, what);
-      }
+      const auto p = planned.find(j.value("label", ""));
+      const std::string identity = p != planned.end() ? p->second : recordedIdentity(j);
       const double wall = j["wall_s"].get<double>();
       if (wall <= 0 || wall > 1e6) continue;
       out.walls[identity].push_back(wall);
