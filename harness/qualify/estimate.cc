@@ -45,8 +45,7 @@ JobEstimate estimateJob(const BenchJob& job, const Plan& plan) {
 double estimateProbe(const Plan& plan) {
   const double g = static_cast<double>(plan.topology.gpus.size());
   const double pairs = static_cast<double>(plan.options.pairs.size());
-  // peerlab probe: two worker processes with a context per GPU, every method on every ordered pair.
-  return 0.5 + cost::kContextS * g + 0.05 * pairs;
+  return ProbeCost::kWorkers * ProbeCost::kContextS * g + ProbeCost::kPairS * pairs;
 }
 
 double qualifyOverhead(const Plan& plan) {

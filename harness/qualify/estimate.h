@@ -17,7 +17,16 @@ namespace peerlab::qualify {
 
 /// The estimate of one benchmark process of `plan` (its mode, topology and pairs).
 JobEstimate estimateJob(const BenchJob& job, const Plan& plan);
-/// The verified probe on the plan's pairs (workers' contexts, every method on every ordered pair).
+/// The verified probe on the plan's pairs: two worker processes, each with a context on every GPU, then every method on
+/// every ordered pair. The committed bundles' probe rows show the pairs cost little (their cells took 0.3-0.4 ms each,
+/// 14 cells a pair) and the matrix as a whole growing with the GPUs; what qualify spends on the probe (its watch less
+/// its processes and the 0.27 s that watch holds without one) was 1.0-1.2 s on 2 GPUs and 2.5 s on 4: two contexts
+/// per GPU at the 0.3 s health's readings measure for one.
+struct ProbeCost {
+  static constexpr double kWorkers = 2;
+  static constexpr double kContextS = 0.3;
+  static constexpr double kPairS = 0.006;
+};
 double estimateProbe(const Plan& plan);
 /// Fixed costs of a qualify run besides the processes and the probe: topology, the checks, the bundle, and health's
 /// readings before and after, which wake each GPU's link with copies of its own (a context per GPU: 0.27-0.30 s per
