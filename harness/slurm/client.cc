@@ -91,6 +91,14 @@ bool JobInfo::active() const {
   return activeState(state);
 }
 
+bool JobInfo::started() const {
+  for (const char* s :
+       {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"}) {
+    if (state == s) return true;
+  }
+  return false;
+}
+
 std::string cleanReason(const std::string& reason) {
   std::string out;
   for (unsigned char c : reason) {

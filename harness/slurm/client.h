@@ -55,6 +55,9 @@ struct JobInfo {
   std::string reason;  ///< why pending
   /// Still in the queue: pending, configuring, running, completing, suspended, requeued, resizing.
   bool active() const;
+  /// Started on its node: running or completing now, or ended after running (completed, failed, timeout, out of
+  /// memory, node fail, preempted). A cancelled job may or may not have run: not counted.
+  bool started() const;
 };
 
 /// What a batch job is: the argument vector it runs on its node, and where.

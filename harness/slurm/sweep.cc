@@ -319,7 +319,7 @@ void Sweep::poll(std::vector<NodeRun*>& active) {
         n->ending_since = now;
         continue;
       }
-      if (j.state == "RUNNING" && n->started_at < 0) {
+      if (j.started() && n->started_at < 0) {
         n->started_at = now;
         crashAfter("running");
       }
@@ -331,6 +331,11 @@ void Sweep::poll(std::vector<NodeRun*>& active) {
       continue;
     }
     n->slurm_state = it != byId.end() ? it->second.state : "";
+    // A job that started and ended between two looks went through "running" all the same.
+    if (it != byId.end() && it->second.started() && n->started_at < 0) {
+      n->started_at = now;
+      crashAfter("running");
+    }
     n->end_how = "ended";
     n->phase = NodeRun::Phase::kEnding;
     n->ending_since = now;

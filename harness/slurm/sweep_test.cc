@@ -2,6 +2,8 @@
 // ownership, crashes at every step, two sweeps at once, a controller that stops answering, an interrupt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <set>
 
@@ -276,6 +278,29 @@ TEST(Sweep, ASecondSweepOverTheSameNodesIsRefused) {
     ++jobs[j.spec.node];
   for (const auto& [node, n] : jobs)
     EXPECT_EQ(n, 1) << node;
+}
+
+// A job that starts and ends between two looks at the queue (shorter than the poll) still takes the sweep through
+// "running", before "ended": the steps a crash can follow are the same however fast the job was.
+TEST(Sweep, AJobShorterThanThePollStillPassesThroughRunning) {
+  Fleet f(1);
+  f.slurm.runner = [](const JobSpec&) {
+    FakeJob j;
+    j.duration_s = 0.5;
+    j.rc = 1;
+    return j;
+  };
+  SweepOptions o = f.options(1);
+  std::vector<std::string> steps;
+  o.on_step = [&](const std::string& s) { steps.push_back(s); };
+  const SweepResult r = f.run(o);
+  EXPECT_EQ(r.counts.failed, 1) << r.summary;
+  const auto running = std::find(steps.begin(), steps.end(), "running");
+  const auto ended = std::find(steps.begin(), steps.end(), "ended");
+  ASSERT_NE(running, steps.end()) << ::testing::PrintToString(steps);
+  EXPECT_LT(running, ended) << ::testing::PrintToString(steps);
+  for (const auto& [id, j] : f.slurm.jobs())
+    EXPECT_LT(j.end - j.start, o.poll_s) << "the job must fit between two looks";
 }
 
 // Killed after each step, on a node peerlab had drained (resumed for its job) and a node that fails; then recovered:
