@@ -41,6 +41,25 @@ size_t decodeUtf8(std::string_view s, size_t i, char32_t& cp) {
   return n;
 }
 
+// The entity of a character that markup must not hold as itself (&, <, >, " and '), or nullptr; `apos` is how '
+// is written (XML's &apos;, HTML's &#39;).
+const char* markupEntity(char32_t c, const char* apos) {
+  switch (c) {
+    case '&':
+      return "&amp;";
+    case '<':
+      return "&lt;";
+    case '>':
+      return "&gt;";
+    case '"':
+      return "&quot;";
+    case '\'':
+      return apos;
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 std::string xmlEscape(std::string_view text) {
@@ -55,32 +74,16 @@ std::string xmlEscape(std::string_view text) {
       ++i;
       continue;
     }
-    switch (cp) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if ((cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0x7f) {
-          // XML 1.0 allows no control character but tab, newline and carriage return (DEL is discouraged).
-          out += formatted("\\x%02x", static_cast<unsigned>(cp));
-        } else if ((cp >= 0x80 && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff) {
-          // C1 controls (discouraged) and U+FFFE/U+FFFF (not characters in XML 1.0).
-          out += formatted("\\u%04X", static_cast<unsigned>(cp));
-        } else {
-          out.append(text.substr(i, n));
-        }
+    if (const char* entity = markupEntity(cp, "&apos;")) {
+      out += entity;
+    } else if ((cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0x7f) {
+      // XML 1.0 allows no control character but tab, newline and carriage return (DEL is discouraged).
+      out += formatted("\\x%02x", static_cast<unsigned>(cp));
+    } else if ((cp >= 0x80 && cp <= 0x9f) || cp == 0xfffe || cp == 0xffff) {
+      // C1 controls (discouraged) and U+FFFE/U+FFFF (not characters in XML 1.0).
+      out += formatted("\\u%04X", static_cast<unsigned>(cp));
+    } else {
+      out.append(text.substr(i, n));
     }
     i += n;
   }
@@ -129,24 +132,10 @@ std::string htmlEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
+    if (const char* entity = markupEntity(static_cast<unsigned char>(c), "&#39;")) {
+      out += entity;
+    } else {
+      out += c;
     }
   }
   return out;

@@ -11,6 +11,8 @@ namespace {
 
 TEST(Escape, XmlEscapesMarkupAndShowsWhatXmlCannotHold) {
   EXPECT_EQ(xmlEscape("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;");
+  // HTML writes ' as &#39; and passes every other byte through as it is (the page is UTF-8).
+  EXPECT_EQ(htmlEscape("a<b & \"c\" 'd'> \xe2\x86\x92"), "a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt; \xe2\x86\x92");
   EXPECT_EQ(xmlEscape("tab\tok\x1b[31m"), "tab\tok\\x1b[31m");
   EXPECT_EQ(xmlEscape(std::string("\xff") + "x"), "\\xffx");
   EXPECT_EQ(xmlEscape("\xef\xbf\xbe"), "\\uFFFE");
